@@ -1,0 +1,225 @@
+// Package api is the gateway's local socket protocol and the one client
+// every short command shares.
+//
+// Framing: each frame is a 4-byte big-endian length followed by that many
+// bytes of JSON. A connection is a sequence of request/response pairs; the
+// first request is always "hello", which fixes the protocol version. Only
+// "recv" answers one request with a stream of batch frames, each of which the
+// client acknowledges with an "ack" request before the next is sent.
+package api
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/fleetd/fleet/pkg/envelope"
+	"github.com/fleetd/fleet/pkg/fault"
+)
+
+// Proto is the socket protocol version this build speaks. A gateway
+// refuses a hello with a different one.
+const Proto = 1
+
+// Ops.
+const (
+	OpHello  = "hello"
+	OpJoin   = "join"
+	OpLeave  = "leave"
+	OpRoster = "roster"
+	OpStatus = "status" // set busy|idle for the caller
+	OpSend   = "send"
+	OpLookup = "lookup" // delivery state of a msg id
+	OpRecv   = "recv"
+	OpAck    = "ack"
+	OpDead   = "dead" // list dead letters
+	OpWhoami = "whoami"
+)
+
+// Request is every client→gateway frame.
+type Request struct {
+	Proto int    `json:"proto,omitempty"` // hello only
+	Op    string `json:"op"`
+	Token string `json:"token,omitempty"` // the caller's credential
+
+	// join / leave / dead
+	Name       string   `json:"name,omitempty"`
+	Mode       string   `json:"mode,omitempty"`
+	TmuxTarget string   `json:"tmux_target,omitempty"`
+	Exec       string   `json:"exec,omitempty"`
+	Nudge      string   `json:"nudge,omitempty"`
+	Groups     []string `json:"groups,omitempty"`
+
+	// send
+	To      string `json:"to,omitempty"`
+	Body    string `json:"body,omitempty"`
+	ReplyTo string `json:"reply_to,omitempty"`
+
+	// status
+	Status string `json:"status,omitempty"`
+
+	// lookup
+	MsgID string `json:"msg_id,omitempty"`
+
+	// recv / ack
+	Max    int      `json:"max,omitempty"`
+	Follow bool     `json:"follow,omitempty"`
+	Window int      `json:"window,omitempty"`
+	Acks   []string `json:"acks,omitempty"`
+}
+
+// ErrorBody is a failure carried on the socket; it maps one to one onto
+// fault.Error.
+type ErrorBody struct {
+	Kind    string `json:"kind"`
+	Exit    int    `json:"exit"`
+	Message string `json:"message"`
+	Hint    string `json:"hint,omitempty"`
+}
+
+// Response is every gateway→client frame.
+type Response struct {
+	OK    bool       `json:"ok"`
+	Error *ErrorBody `json:"error,omitempty"`
+
+	Hello    *Hello          `json:"hello,omitempty"`
+	Entity   *EntityRow      `json:"entity,omitempty"`
+	Token    string          `json:"token,omitempty"`
+	CredFile string          `json:"credential_file,omitempty"`
+	Entities []EntityRow     `json:"entities,omitempty"`
+	Sent     *Sent           `json:"sent,omitempty"`
+	Record   *Record         `json:"record,omitempty"`
+	Batch    []Delivery      `json:"batch,omitempty"`
+	End      bool            `json:"end,omitempty"` // recv: no more batches
+	Dead     []DeadLetter    `json:"dead,omitempty"`
+	Count    int             `json:"count,omitempty"`
+	Raw      json.RawMessage `json:"raw,omitempty"`
+}
+
+// Hello is the gateway's greeting: who it is and its limits.
+type Hello struct {
+	Proto   int    `json:"proto"`
+	Host    string `json:"host"`
+	Version string `json:"version"`
+	MaxBody int    `json:"max_body"`
+	Pid     int    `json:"pid"`
+}
+
+// EntityRow is one entity as fleet-roster shows it.
+type EntityRow struct {
+	Name         string    `json:"name"`
+	Gid          string    `json:"gid"`
+	Host         string    `json:"host"`
+	Mode         string    `json:"mode"`
+	Target       string    `json:"target,omitempty"` // tmux target or exec command
+	Groups       []string  `json:"groups"`
+	Status       string    `json:"status"`
+	Pending      int       `json:"pending"`
+	Dead         int       `json:"dead"`
+	LastDelivery time.Time `json:"last_delivery,omitzero"`
+}
+
+// Sent is the outcome of an accepted send.
+type Sent struct {
+	MsgID     string `json:"msg_id"`
+	TraceID   string `json:"trace_id"`
+	State     string `json:"state"`
+	Recipient string `json:"recipient"` // name@host
+	Gid       string `json:"recipient_gid"`
+}
+
+// Record is a message's delivery state as the sender may see it.
+type Record struct {
+	MsgID     string    `json:"msg_id"`
+	Kind      string    `json:"kind"`
+	TraceID   string    `json:"trace_id"`
+	State     string    `json:"state"`
+	Recipient string    `json:"recipient"`
+	Attempts  int       `json:"attempts"`
+	Reason    string    `json:"reason,omitempty"`
+	Accepted  time.Time `json:"accepted"`
+	Done      time.Time `json:"done,omitzero"`
+}
+
+// Delivery is one message handed to a pull client.
+type Delivery struct {
+	Envelope *envelope.Envelope `json:"envelope"`
+}
+
+// DeadLetter is one dead letter as listed.
+type DeadLetter struct {
+	Record   Record             `json:"record"`
+	Envelope *envelope.Envelope `json:"envelope,omitempty"`
+}
+
+// FromFault renders err for the socket.
+func FromFault(err error) *ErrorBody {
+	return &ErrorBody{
+		Kind:    fault.KindOf(err),
+		Exit:    int(fault.CodeOf(err)),
+		Message: err.Error(),
+		Hint:    fault.HintOf(err),
+	}
+}
+
+// Fault turns a socket error back into a fault.Error.
+func (e *ErrorBody) Fault() *fault.Error {
+	return &fault.Error{Code: fault.Code(e.Exit), Kind: e.Kind, Msg: e.Message, Hint: e.Hint}
+}
+
+// MaxFrame returns the largest frame a gateway with body limit maxBody
+// accepts: the worst case of JSON escaping (6 bytes per byte) plus room for
+// the other fields.
+func MaxFrame(maxBody int) int { return 6*maxBody + 64<<10 }
+
+// WriteFrame writes v as one frame.
+func WriteFrame(w io.Writer, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	buf := make([]byte, 4+len(data))
+	binary.BigEndian.PutUint32(buf, uint32(len(data)))
+	copy(buf[4:], data)
+	_, err = w.Write(buf)
+	return err
+}
+
+// ReadFrame reads one frame of at most max bytes. io.EOF means the peer
+// closed cleanly between frames; a truncated or oversized frame is a
+// fault.Data error.
+func ReadFrame(r io.Reader, max int) ([]byte, error) {
+	var hdr [4]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		if err == io.ErrUnexpectedEOF {
+			return nil, fault.New(fault.Data, fault.KindBadFrame, "truncated frame header")
+		}
+		return nil, err
+	}
+	n := binary.BigEndian.Uint32(hdr[:])
+	if int64(n) > int64(max) {
+		return nil, fault.New(fault.Data, fault.KindBadFrame, "frame of %d bytes is over the %d-byte limit", n, max)
+	}
+	buf := make([]byte, n)
+	if _, err := io.ReadFull(r, buf); err != nil {
+		return nil, fault.New(fault.Data, fault.KindBadFrame, "truncated frame: %v", err)
+	}
+	return buf, nil
+}
+
+// DecodeRequest parses a request frame.
+func DecodeRequest(data []byte) (*Request, error) {
+	var r Request
+	if err := json.Unmarshal(data, &r); err != nil {
+		return nil, fault.New(fault.Data, fault.KindBadFrame, "malformed request: %v", err)
+	}
+	if r.Op == "" {
+		return nil, fault.New(fault.Data, fault.KindBadFrame, "malformed request: no op")
+	}
+	return &r, nil
+}
+
+// String is for logs.
+func (r *Request) String() string { return fmt.Sprintf("op=%s", r.Op) }

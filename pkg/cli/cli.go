@@ -1,0 +1,183 @@
+// Package cli holds the urfave/cli apps of every fleet command and the one
+// funnel that turns their errors into exit codes. The mains in cmd/ only
+// call Main with a constructor from here; the doc generator imports the
+// same constructors.
+package cli
+
+import (
+	"context"
+	"os/signal"
+	"syscall"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/fleetd/fleet/pkg/api"
+	"github.com/fleetd/fleet/pkg/config"
+	"github.com/fleetd/fleet/pkg/fault"
+	"github.com/fleetd/fleet/pkg/ident"
+	"github.com/fleetd/fleet/pkg/version"
+	"github.com/urfave/cli/v2"
+	"golang.org/x/term"
+)
+
+func init() {
+	// -v must stay free for commands; --version only.
+	cli.VersionFlag = &cli.BoolFlag{Name: "version", Usage: "print the version"}
+}
+
+// Apps lists every command's constructor, for the doc generator.
+var Apps = []func() *cli.App{NewGatewayApp, NewSendApp, NewRecvApp, NewRosterApp}
+
+// Main runs app with args and returns the exit status. Every failure is one
+// line on stderr ("NAME: error: ..."), a hint line when there is a next
+// command to run, and with --json also one JSON error object on stderr.
+//
+// The first SIGINT or SIGTERM cancels the command's context (fleet-gw then
+// drains); default handling is restored at once, so a second one aborts.
+func Main(app *cli.App, args []string) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		stop()
+	}()
+	err := app.RunContext(ctx, interspersed(app, args))
+	if err == nil {
+		return 0
+	}
+	stderr := app.ErrWriter
+	if stderr == nil {
+		stderr = os.Stderr
+	}
+	if !isFault(err) {
+		// Our own code returns faults; a plain error is urfave/cli's
+		// complaint about the command line (a missing required flag, say).
+		err = fault.New(fault.Usage, fault.KindUsage, "%s", err.Error()).WithHint("see: %s --help", app.Name)
+	}
+	Report(stderr, app.Name, err, wantsJSON(args))
+	return int(fault.CodeOf(err))
+}
+
+func isFault(err error) bool {
+	var fe *fault.Error
+	return errors.As(err, &fe)
+}
+
+// Report writes err the house way.
+func Report(w io.Writer, name string, err error, asJSON bool) {
+	msg := err.Error()
+	if msg != "" {
+		msg = strings.ToLower(msg[:1]) + msg[1:]
+	}
+	msg = strings.TrimSuffix(msg, ".")
+	fmt.Fprintf(w, "%s: error: %s\n", name, msg)
+	if h := fault.HintOf(err); h != "" {
+		fmt.Fprintf(w, "%s: hint: %s\n", name, h)
+	}
+	if asJSON {
+		json.NewEncoder(w).Encode(map[string]any{"error": api.FromFault(err)})
+	}
+}
+
+func wantsJSON(args []string) bool {
+	for _, a := range args[1:] {
+		if a == "--json" || a == "-json" {
+			return true
+		}
+		if a == "--" {
+			break
+		}
+	}
+	return false
+}
+
+// newApp returns an app with the house settings: errors returned, never
+// exited on; usage errors as faults; --help to stdout, errors to stderr.
+func newApp(name, usage string) *cli.App {
+	return &cli.App{
+		Name:                 name,
+		Usage:                usage,
+		Version:              version.Version,
+		HideHelpCommand:      true,
+		EnableBashCompletion: true,
+		Writer:               os.Stdout,
+		ErrWriter:            os.Stderr,
+		ExitErrHandler:       func(*cli.Context, error) {},
+		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
+			return fault.Wrap(fault.Usage, fault.KindUsage, err, "usage").WithHint("see: %s --help", name)
+		},
+	}
+}
+
+// Common flags, built fresh for every app (no package-level flag state).
+
+func connFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "socket", Usage: "the gateway's socket (env FLEET_SOCKET)"},
+		&cli.StringFlag{Name: "state-dir", Usage: "the gateway's state folder, for --as (env FLEET_STATE_DIR)"},
+		&cli.StringFlag{Name: "config", Usage: "config file (env FLEET_CONFIG)"},
+	}
+}
+
+func jsonFlag() cli.Flag {
+	return &cli.BoolFlag{Name: "json", Usage: "machine-readable output: one JSON object, or JSON Lines for streams"}
+}
+
+func asFlag() cli.Flag {
+	return &cli.StringFlag{Name: "as", Usage: "act as NAME, reading its owner-only credential file (default: env FLEET_TOKEN)"}
+}
+
+// loadConfig resolves the configuration from this command's flags, the
+// environment and the config file.
+func loadConfig(c *cli.Context) (*config.Config, error) {
+	return config.Load(func(name, env string) (string, bool) {
+		for _, ctx := range c.Lineage() {
+			if ctx.IsSet(name) {
+				return ctx.String(name), true
+			}
+		}
+		return config.EnvLookup(name, env)
+	}, c.String("config"))
+}
+
+// session is a connected command: its configuration and its client.
+type session struct {
+	cfg    *config.Config
+	client *api.Client
+}
+
+// connect loads the configuration, dials the gateway and attaches the
+// caller's credential (--as NAME, else FLEET_TOKEN). A missing credential
+// is not an error here: the gateway refuses the ops that need one.
+func connect(c *cli.Context) (*session, error) {
+	cfg, err := loadConfig(c)
+	if err != nil {
+		return nil, err
+	}
+	token := os.Getenv("FLEET_TOKEN")
+	if name := c.String("as"); name != "" {
+		if token, err = ident.Load(cfg.StateDir, name); err != nil {
+			return nil, err
+		}
+	}
+	cl, err := api.Dial(cfg.Socket)
+	if err != nil {
+		return nil, err
+	}
+	cl.Token = token
+	return &session{cfg: cfg, client: cl}, nil
+}
+
+func usage(format string, args ...any) *fault.Error {
+	return fault.New(fault.Usage, fault.KindUsage, format, args...)
+}
+
+func isTerminal(f *os.File) bool { return term.IsTerminal(int(f.Fd())) }
+
+func printJSON(w io.Writer, v any) error {
+	return json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,57 @@
+package cli
+
+import (
+	"log/slog"
+	"os"
+
+	"github.com/fleetd/fleet/pkg/config"
+	"github.com/fleetd/fleet/pkg/gateway"
+	"github.com/urfave/cli/v2"
+)
+
+// NewGatewayApp is fleet-gw.
+func NewGatewayApp() *cli.App {
+	app := newApp("fleet-gw", "the fleet gateway: owns this host's entities and their inboxes")
+	app.Description = "One fleet-gw runs per host. It keeps the host's entities, stores their messages " +
+		"durably, delivers them (inject into tmux or a command, or hold for fleet-recv) and serves the " +
+		"local socket every other fleet command talks to. With no broker configured it runs a whole " +
+		"single-host fleet on its embedded store."
+	app.Commands = []*cli.Command{{
+		Name:  "run",
+		Usage: "run the gateway in the foreground until SIGINT or SIGTERM",
+		Description: "The first SIGINT/SIGTERM stops taking new work and drains in-flight deliveries " +
+			"within --drain-timeout; a second one aborts at once.",
+		Flags: gwFlags(),
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return usage("fleet-gw run takes no arguments, got %q", c.Args().First())
+			}
+			cfg, err := loadConfig(c)
+			if err != nil {
+				return err
+			}
+			var h slog.Handler
+			opts := &slog.HandlerOptions{Level: slog.LevelInfo}
+			if isTerminal(os.Stderr) {
+				h = slog.NewTextHandler(os.Stderr, opts)
+			} else {
+				h = slog.NewJSONHandler(os.Stderr, opts)
+			}
+			return gateway.New(cfg, slog.New(h)).Run(c.Context)
+		},
+	}}
+	return app
+}
+
+// gwFlags are fleet-gw run's flags: one per configuration key.
+func gwFlags() []cli.Flag {
+	var flags []cli.Flag
+	for _, k := range config.Keys {
+		flags = append(flags, &cli.StringFlag{
+			Name:  k.Name,
+			Usage: k.Usage + " (env " + k.Env + "; default " + k.Default + ")",
+		})
+	}
+	return append(flags, &cli.StringFlag{Name: "config", Usage: "config file (env FLEET_CONFIG)"})
+}
+

@@ -1,0 +1,227 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fleetd/fleet/pkg/api"
+	"github.com/urfave/cli/v2"
+)
+
+// NewRosterApp is fleet-roster.
+func NewRosterApp() *cli.App {
+	app := newApp("fleet-roster", "list, register and remove this host's entities; set the caller's status")
+	app.UsageText = "fleet-roster [options] [list]\n" +
+		"fleet-roster join NAME --mode pull|inject [--tmux-target T | --exec CMD] [--nudge CMD] [--group G ...]\n" +
+		"fleet-roster leave NAME\n" +
+		"fleet-roster status busy|idle\n" +
+		"fleet-roster dead [NAME]"
+	app.Flags = append(connFlags(), jsonFlag())
+	list := &cli.Command{
+		Name:   "list",
+		Usage:  "list entities: name, gid, host, mode, groups, status, pending, dead, last delivery",
+		Flags:  []cli.Flag{jsonFlag()},
+		Action: runList,
+	}
+	app.Action = runList
+	app.Commands = []*cli.Command{
+		list,
+		{
+			Name:      "join",
+			Usage:     "register an entity on this host and issue its credential (shown once)",
+			ArgsUsage: "NAME",
+			Description: "Prints the credential on stdout (export it as FLEET_TOKEN in the entity's environment) " +
+				"and saves it owner-only in the state folder, where --as NAME finds it.",
+			Flags: []cli.Flag{
+				jsonFlag(),
+				&cli.StringFlag{Name: "mode", Usage: "pull (held for fleet-recv) or inject (delivered into a pane or command)", Required: true},
+				&cli.StringFlag{Name: "tmux-target", Usage: "inject: paste messages into this tmux pane"},
+				&cli.StringFlag{Name: "exec", Usage: "inject: run this command with the message JSON on stdin; exit 0 means delivered"},
+				&cli.StringFlag{Name: "nudge", Usage: "pull: run this command, with backoff, while unread messages wait"},
+				&cli.StringSliceFlag{Name: "group", Usage: "member of group G (repeat for more)"},
+			},
+			Action: runJoin,
+		},
+		{
+			Name:      "leave",
+			Usage:     "remove an entity; what waits in its inbox is dead-lettered",
+			ArgsUsage: "NAME",
+			Flags:     []cli.Flag{jsonFlag()},
+			Action:    runLeave,
+		},
+		{
+			Name:      "status",
+			Usage:     "mark the caller busy (inject waits) or idle",
+			ArgsUsage: "busy|idle",
+			Flags:     []cli.Flag{jsonFlag(), asFlag()},
+			Action:    runSetStatus,
+		},
+		{
+			Name:      "dead",
+			Usage:     "list dead letters, with the reason each died",
+			ArgsUsage: "[NAME]",
+			Flags:     []cli.Flag{jsonFlag()},
+			Action:    runDead,
+		},
+	}
+	return app
+}
+
+func jsonOut(c *cli.Context) bool {
+	for _, ctx := range c.Lineage() {
+		if ctx.Bool("json") {
+			return true
+		}
+	}
+	return !isTerminal(os.Stdout)
+}
+
+func oneArg(c *cli.Context, what string) (string, error) {
+	if c.NArg() != 1 {
+		return "", usage("want exactly one %s, got %d arguments", what, c.NArg())
+	}
+	return c.Args().First(), nil
+}
+
+func runList(c *cli.Context) error {
+	if c.NArg() > 0 {
+		return usage("unknown command %q", c.Args().First()).WithHint("see: fleet-roster --help")
+	}
+	s, err := connect(c)
+	if err != nil {
+		return err
+	}
+	defer s.client.Close()
+	resp, err := s.client.Call(&api.Request{Op: api.OpRoster})
+	if err != nil {
+		return err
+	}
+	if jsonOut(c) {
+		for _, r := range resp.Entities {
+			if err := printJSON(c.App.Writer, r); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	rows := make([][]string, 0, len(resp.Entities))
+	for _, r := range resp.Entities {
+		last := "-"
+		if !r.LastDelivery.IsZero() {
+			last = r.LastDelivery.Local().Format(time.DateTime)
+		}
+		groups := strings.Join(r.Groups, ",")
+		if groups == "" {
+			groups = "-"
+		}
+		rows = append(rows, []string{r.Name, r.Gid, r.Host, r.Mode, groups, r.Status,
+			strconv.Itoa(r.Pending), strconv.Itoa(r.Dead), last})
+	}
+	if len(rows) == 0 {
+		fmt.Fprintln(c.App.ErrWriter, "fleet-roster: no entities yet; register one with: fleet-roster join NAME --mode pull")
+		return nil
+	}
+	return renderTable(c.App.Writer, []string{"NAME", "GID", "HOST", "MODE", "GROUPS", "STATUS", "PENDING", "DEAD", "LAST DELIVERY"}, rows)
+}
+
+func runJoin(c *cli.Context) error {
+	name, err := oneArg(c, "NAME")
+	if err != nil {
+		return err
+	}
+	s, err := connect(c)
+	if err != nil {
+		return err
+	}
+	defer s.client.Close()
+	resp, err := s.client.Call(&api.Request{
+		Op: api.OpJoin, Name: name, Mode: c.String("mode"), TmuxTarget: c.String("tmux-target"),
+		Exec: c.String("exec"), Nudge: c.String("nudge"), Groups: c.StringSlice("group"),
+	})
+	if err != nil {
+		return err
+	}
+	if jsonOut(c) && c.Bool("json") {
+		return printJSON(c.App.Writer, map[string]any{"entity": resp.Entity, "token": resp.Token, "credential_file": resp.CredFile})
+	}
+	fmt.Fprintf(c.App.ErrWriter, "fleet-roster: registered %s (gid %s); credential saved to %s — shown once, below\n",
+		resp.Entity.Name, resp.Entity.Gid, resp.CredFile)
+	_, err = fmt.Fprintln(c.App.Writer, resp.Token)
+	return err
+}
+
+func runLeave(c *cli.Context) error {
+	name, err := oneArg(c, "NAME")
+	if err != nil {
+		return err
+	}
+	s, err := connect(c)
+	if err != nil {
+		return err
+	}
+	defer s.client.Close()
+	resp, err := s.client.Call(&api.Request{Op: api.OpLeave, Name: name})
+	if err != nil {
+		return err
+	}
+	if c.Bool("json") {
+		return printJSON(c.App.Writer, map[string]any{"name": name, "dead_lettered": resp.Count})
+	}
+	fmt.Fprintf(c.App.ErrWriter, "fleet-roster: %s left; %d waiting message(s) dead-lettered\n", name, resp.Count)
+	return nil
+}
+
+func runSetStatus(c *cli.Context) error {
+	st, err := oneArg(c, "status (busy or idle)")
+	if err != nil {
+		return err
+	}
+	if st != "busy" && st != "idle" {
+		return usage("status must be busy or idle, not %q", st)
+	}
+	s, err := connect(c)
+	if err != nil {
+		return err
+	}
+	defer s.client.Close()
+	resp, err := s.client.Call(&api.Request{Op: api.OpStatus, Status: st})
+	if err != nil {
+		return err
+	}
+	if c.Bool("json") {
+		return printJSON(c.App.Writer, resp.Entity)
+	}
+	return nil
+}
+
+func runDead(c *cli.Context) error {
+	if c.NArg() > 1 {
+		return usage("want at most one NAME")
+	}
+	s, err := connect(c)
+	if err != nil {
+		return err
+	}
+	defer s.client.Close()
+	resp, err := s.client.Call(&api.Request{Op: api.OpDead, Name: c.Args().First()})
+	if err != nil {
+		return err
+	}
+	if jsonOut(c) {
+		for _, d := range resp.Dead {
+			if err := printJSON(c.App.Writer, d); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	rows := make([][]string, 0, len(resp.Dead))
+	for _, d := range resp.Dead {
+		rows = append(rows, []string{d.Record.MsgID, d.Record.Recipient, strconv.Itoa(d.Record.Attempts),
+			d.Record.Done.Local().Format(time.DateTime), d.Record.Reason})
+	}
+	return renderTable(c.App.Writer, []string{"MSG ID", "RECIPIENT", "ATTEMPTS", "DIED", "REASON"}, rows)
+}

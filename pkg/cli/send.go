@@ -1,0 +1,110 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/fleetd/fleet/pkg/api"
+	"github.com/fleetd/fleet/pkg/envelope"
+	"github.com/fleetd/fleet/pkg/fault"
+	"github.com/urfave/cli/v2"
+)
+
+// NewSendApp is fleet-send.
+func NewSendApp() *cli.App {
+	app := newApp("fleet-send", "send a message to an entity, or reply to one")
+	app.UsageText = "fleet-send [options] NAME|GID [TEXT...|-]\n" +
+		"fleet-send [options] --reply-to MSGID [TEXT...|-]\n" +
+		"fleet-send [options] --status MSGID"
+	app.Description = "Sends TEXT (the arguments joined by spaces; stdin when there are none or TEXT is -) " +
+		"as the caller's entity, whose credential comes from FLEET_TOKEN or --as NAME. " +
+		"Prints the msg id and the trace id once the message is stored durably at its recipient's gateway."
+	app.Flags = append(connFlags(), jsonFlag(), asFlag(),
+		&cli.StringFlag{Name: "reply-to", Usage: "send a REPLY to the sender of message MSGID, in its trace"},
+		&cli.StringFlag{Name: "status", Usage: "print the delivery state of message MSGID instead of sending"},
+	)
+	app.Action = runSend
+	return app
+}
+
+func runSend(c *cli.Context) error {
+	if id := c.String("status"); id != "" {
+		return runStatus(c, id)
+	}
+	args := c.Args().Slice()
+	to := ""
+	if c.String("reply-to") == "" {
+		if len(args) == 0 {
+			return usage("no recipient").WithHint("fleet-send NAME TEXT, or echo TEXT | fleet-send NAME")
+		}
+		to, args = args[0], args[1:]
+	}
+	s, err := connect(c)
+	if err != nil {
+		return err
+	}
+	defer s.client.Close()
+	body, err := readBody(args, s.client.Hello.MaxBody)
+	if err != nil {
+		return err
+	}
+	resp, err := s.client.Call(&api.Request{Op: api.OpSend, To: to, Body: body, ReplyTo: c.String("reply-to")})
+	if err != nil {
+		return err
+	}
+	if c.Bool("json") {
+		return printJSON(c.App.Writer, resp.Sent)
+	}
+	_, err = fmt.Fprintf(c.App.Writer, "%s %s\n", resp.Sent.MsgID, resp.Sent.TraceID)
+	return err
+}
+
+// readBody takes the text from the arguments, or from stdin when there are
+// none or the only one is "-". It refuses to wait on a terminal, and checks
+// the raw bytes (JSON would silently mend invalid UTF-8).
+func readBody(args []string, max int) (string, error) {
+	var raw []byte
+	if len(args) == 0 || (len(args) == 1 && args[0] == "-") {
+		if len(args) == 0 && isTerminal(os.Stdin) {
+			return "", usage("no message text").WithHint("give the text as arguments, or pipe it: echo TEXT | fleet-send NAME -")
+		}
+		var err error
+		raw, err = io.ReadAll(io.LimitReader(os.Stdin, int64(max)+1))
+		if err != nil {
+			return "", fault.Wrap(fault.Data, fault.KindBadEnvelope, err, "reading the message from stdin")
+		}
+	} else {
+		raw = []byte(strings.Join(args, " "))
+	}
+	if err := envelope.CheckBody(raw, max); err != nil {
+		return "", err
+	}
+	return string(raw), nil
+}
+
+func runStatus(c *cli.Context, id string) error {
+	if c.NArg() > 0 {
+		return usage("--status takes no other arguments")
+	}
+	s, err := connect(c)
+	if err != nil {
+		return err
+	}
+	defer s.client.Close()
+	resp, err := s.client.Call(&api.Request{Op: api.OpLookup, MsgID: id})
+	if err != nil {
+		return err
+	}
+	r := resp.Record
+	if c.Bool("json") {
+		return printJSON(c.App.Writer, r)
+	}
+	line := fmt.Sprintf("%s %s to %s, %d attempt(s)", r.MsgID, r.State, r.Recipient, r.Attempts)
+	if r.Reason != "" {
+		line += ": " + r.Reason
+	}
+	_, err = fmt.Fprintln(c.App.Writer, line)
+	return err
+}

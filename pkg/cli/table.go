@@ -1,0 +1,37 @@
+package cli
+
+import (
+	"io"
+	"os"
+
+	"github.com/olekukonko/tablewriter"
+	"github.com/olekukonko/tablewriter/renderer"
+	"github.com/olekukonko/tablewriter/tw"
+	"golang.org/x/term"
+)
+
+// renderTable is the one table renderer: borderless, as wide as the
+// terminal. Used only when stdout is a terminal; tests assert JSON.
+func renderTable(w io.Writer, header []string, rows [][]string) error {
+	width := 120
+	if cols, _, err := term.GetSize(int(os.Stdout.Fd())); err == nil && cols > 20 {
+		width = cols
+	}
+	t := tablewriter.NewTable(w,
+		tablewriter.WithRenderer(renderer.NewBlueprint(tw.Rendition{
+			Borders:  tw.BorderNone,
+			Settings: tw.Settings{Lines: tw.LinesNone, Separators: tw.SeparatorsNone},
+		})),
+		tablewriter.WithMaxWidth(width),
+		tablewriter.WithHeaderAutoFormat(tw.Off),
+		tablewriter.WithHeaderAlignment(tw.AlignLeft),
+		tablewriter.WithRowAlignment(tw.AlignLeft),
+	)
+	t.Header(header)
+	for _, r := range rows {
+		if err := t.Append(r); err != nil {
+			return err
+		}
+	}
+	return t.Render()
+}

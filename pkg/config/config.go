@@ -1,0 +1,221 @@
+// Package config resolves fleet's settings with one precedence for every
+// command: flag > FLEET_* environment > config file > default. Every short
+// command finds the gateway's socket the same way the gateway chose it.
+package config
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fleetd/fleet/pkg/fault"
+)
+
+// Config is the resolved configuration of one gateway or client.
+type Config struct {
+	Host     string // host id; default: the hostname
+	StateDir string // durable state: store, credentials, audit log
+	Socket   string // the gateway's local socket
+	File     string // config file that was read, if any
+
+	MaxBody          int           // body limit in bytes
+	DeliveryAttempts int           // inject attempts before dead-lettering
+	RetryBase        time.Duration // first retry delay
+	RetryMax         time.Duration // cap on the retry delay
+	NudgeAfter       time.Duration // first nudge after a message waits this long
+	NudgeMax         time.Duration // cap on the nudge interval
+	SettleDelay      time.Duration // tmux: pause between paste and Enter
+	ExecTimeout      time.Duration // exec adapter and hooks: time limit per run
+	DedupWindow      time.Duration // how long delivered msg ids are remembered
+	DrainTimeout     time.Duration // shutdown: bound on finishing in-flight work
+	Uncertain        string        // "hold" or "reinject": the kill-during-inject window
+}
+
+// Key describes one setting: its config-file key, environment variable and
+// help text. The CLI builds its flags from this table, the docs list it.
+type Key struct {
+	Name, Env, Usage, Default string
+}
+
+// Keys is every setting, in the order the docs list them.
+var Keys = []Key{
+	{"host", "FLEET_HOST", "host id of this gateway", "the hostname"},
+	{"state-dir", "FLEET_STATE_DIR", "folder for the store, credentials and audit log", "$XDG_STATE_HOME/fleet"},
+	{"socket", "FLEET_SOCKET", "the gateway's local socket", "$XDG_RUNTIME_DIR/fleet/gw.sock, else STATE_DIR/gw.sock"},
+	{"max-body", "FLEET_MAX_BODY", "largest message body in bytes", "1048576"},
+	{"delivery-attempts", "FLEET_DELIVERY_ATTEMPTS", "inject attempts before a message is dead-lettered", "5"},
+	{"retry-base", "FLEET_RETRY_BASE", "first delay between inject attempts", "1s"},
+	{"retry-max", "FLEET_RETRY_MAX", "longest delay between inject attempts", "1m"},
+	{"nudge-after", "FLEET_NUDGE_AFTER", "first nudge of a pull entity after mail waits this long", "30s"},
+	{"nudge-max", "FLEET_NUDGE_MAX", "longest interval between nudges", "30m"},
+	{"settle-delay", "FLEET_SETTLE_DELAY", "tmux: pause between pasting the text and pressing Enter", "150ms"},
+	{"exec-timeout", "FLEET_EXEC_TIMEOUT", "time limit of one exec delivery or hook", "30s"},
+	{"dedup-window", "FLEET_DEDUP_WINDOW", "how long delivered msg ids are remembered", "168h"},
+	{"drain-timeout", "FLEET_DRAIN_TIMEOUT", "bound on finishing in-flight work at shutdown", "10s"},
+	{"uncertain", "FLEET_UNCERTAIN", "a message whose injection was cut by a crash: hold (dead-letter as uncertain) or reinject", "hold"},
+}
+
+// Lookup is how Load reads one setting from outside the file: flags first,
+// then the environment. It returns "", false when neither sets it.
+type Lookup func(name, env string) (string, bool)
+
+// EnvLookup reads the environment only.
+func EnvLookup(_, env string) (string, bool) {
+	v, ok := os.LookupEnv(env)
+	return v, ok && v != ""
+}
+
+// Load resolves the configuration. configPath may be "" (then FLEET_CONFIG,
+// then $XDG_CONFIG_HOME/fleet/config if it exists).
+func Load(lookup Lookup, configPath string) (*Config, error) {
+	if lookup == nil {
+		lookup = EnvLookup
+	}
+	file := map[string]string{}
+	path := configPath
+	explicit := path != ""
+	if path == "" {
+		if v, ok := os.LookupEnv("FLEET_CONFIG"); ok && v != "" {
+			path, explicit = v, true
+		} else if dir, err := os.UserConfigDir(); err == nil {
+			path = filepath.Join(dir, "fleet", "config")
+		}
+	}
+	if path != "" {
+		m, err := readFile(path)
+		switch {
+		case err == nil:
+			file = m
+		case errors.Is(err, fs.ErrNotExist) && !explicit:
+			path = ""
+		default:
+			return nil, fault.Wrap(fault.Usage, fault.KindUsage, err, "config file")
+		}
+	}
+	get := func(name string) (string, bool) {
+		for _, k := range Keys {
+			if k.Name == name {
+				if v, ok := lookup(k.Name, k.Env); ok {
+					return v, true
+				}
+			}
+		}
+		v, ok := file[name]
+		return v, ok
+	}
+	c := &Config{File: path}
+	var errs []error
+	str := func(name, def string) string {
+		if v, ok := get(name); ok {
+			return v
+		}
+		return def
+	}
+	num := func(name string, def int) int {
+		v, ok := get(name)
+		if !ok {
+			return def
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			errs = append(errs, fmt.Errorf("%s: %q is not a positive whole number", name, v))
+			return def
+		}
+		return n
+	}
+	dur := func(name string, def time.Duration) time.Duration {
+		v, ok := get(name)
+		if !ok {
+			return def
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			errs = append(errs, fmt.Errorf("%s: %q is not a duration such as 30s", name, v))
+			return def
+		}
+		return d
+	}
+	host, _ := os.Hostname()
+	c.Host = str("host", host)
+	c.StateDir = str("state-dir", defaultStateDir())
+	c.Socket = str("socket", defaultSocket(c.StateDir))
+	c.MaxBody = num("max-body", 1<<20)
+	c.DeliveryAttempts = num("delivery-attempts", 5)
+	c.RetryBase = dur("retry-base", time.Second)
+	c.RetryMax = dur("retry-max", time.Minute)
+	c.NudgeAfter = dur("nudge-after", 30*time.Second)
+	c.NudgeMax = dur("nudge-max", 30*time.Minute)
+	c.SettleDelay = dur("settle-delay", 150*time.Millisecond)
+	c.ExecTimeout = dur("exec-timeout", 30*time.Second)
+	c.DedupWindow = dur("dedup-window", 7*24*time.Hour)
+	c.DrainTimeout = dur("drain-timeout", 10*time.Second)
+	c.Uncertain = str("uncertain", "hold")
+	if c.Uncertain != "hold" && c.Uncertain != "reinject" {
+		errs = append(errs, fmt.Errorf("uncertain: %q is not hold or reinject", c.Uncertain))
+	}
+	if c.Host == "" || strings.ContainsAny(c.Host, " \t./#*@") {
+		errs = append(errs, fmt.Errorf("host: %q is not a usable host id (no spaces, dots, '@', '#' or '*')", c.Host))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fault.Wrap(fault.Usage, fault.KindUsage, err, "configuration")
+	}
+	return c, nil
+}
+
+func defaultStateDir() string {
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "fleet")
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(home, ".local", "state", "fleet")
+	}
+	return filepath.Join(os.TempDir(), "fleet-state")
+}
+
+func defaultSocket(stateDir string) string {
+	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
+		return filepath.Join(d, "fleet", "gw.sock")
+	}
+	return filepath.Join(stateDir, "gw.sock")
+}
+
+// readFile reads "key = value" lines; '#' starts a comment. Values may be
+// quoted with double quotes. Unknown keys are an error, so a typo is loud.
+func readFile(path string) (map[string]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	known := map[string]bool{"broker": true}
+	for _, k := range Keys {
+		known[k.Name] = true
+	}
+	m := map[string]string{}
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		k, v, ok := strings.Cut(line, "=")
+		if !ok {
+			return nil, fmt.Errorf("%s:%d: want key = value", path, n)
+		}
+		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
+		if uq, err := strconv.Unquote(v); err == nil {
+			v = uq
+		}
+		if !known[k] {
+			return nil, fmt.Errorf("%s:%d: unknown setting %q", path, n, k)
+		}
+		m[k] = v
+	}
+	return m, sc.Err()
+}

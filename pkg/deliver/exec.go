@@ -1,0 +1,76 @@
+package deliver
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/fleetd/fleet/pkg/envelope"
+)
+
+// Exec runs Command with sh -c, the message JSON on stdin and the message's
+// ids in FLEET_* variables. Exit 0 means delivered, as amqp-consume does.
+type Exec struct {
+	Command string
+	Entity  string // name, exported as FLEET_ENTITY
+	Timeout time.Duration
+}
+
+// Deliver runs the command once.
+func (x *Exec) Deliver(ctx context.Context, env *envelope.Envelope) error {
+	data, err := envelope.Encode(env)
+	if err != nil {
+		return err
+	}
+	return Run(ctx, x.Command, x.Timeout, bytes.NewReader(append(data, '\n')), []string{
+		"FLEET_ENTITY=" + x.Entity,
+		"FLEET_MSG_ID=" + env.MsgID,
+		"FLEET_TRACE_ID=" + env.TraceID,
+		"FLEET_KIND=" + string(env.Kind),
+		"FLEET_SENDER=" + env.Sender.String(),
+	})
+}
+
+// Run runs command under sh -c in its own process group with stdin and the
+// extra environment, killing the group at the timeout. A failure carries the
+// exit status and the last line of stderr.
+func Run(ctx context.Context, command string, timeout time.Duration, stdin *bytes.Reader, env []string) error {
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	cmd := exec.CommandContext(ctx, "/bin/sh", "-c", command)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = time.Second
+	if stdin != nil {
+		cmd.Stdin = stdin
+	}
+	cmd.Env = append(os.Environ(), env...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	if err == nil {
+		return nil
+	}
+	last := strings.TrimSpace(stderr.String())
+	if i := strings.LastIndexByte(last, '\n'); i >= 0 {
+		last = last[i+1:]
+	}
+	if len(last) > 200 {
+		last = last[:200]
+	}
+	if ctx.Err() == context.DeadlineExceeded {
+		return fmt.Errorf("exec %q: timed out after %v", command, timeout)
+	}
+	if last != "" {
+		return fmt.Errorf("exec %q: %v: %s", command, err, last)
+	}
+	return fmt.Errorf("exec %q: %v", command, err)
+}

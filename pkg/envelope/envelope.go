@@ -1,0 +1,241 @@
+// Package envelope is fleet's one wire format. Every message kind — on the
+// local socket, in the embedded store and (later) on the broker — is an
+// Envelope encoded as JSON. Within a schema major, unknown fields are
+// ignored, so mixed-version gateways interoperate; a newer major is refused
+// before any other field is read, never half-parsed.
+package envelope
+
+import (
+	"bytes"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/fleetd/fleet/pkg/fault"
+	"github.com/google/uuid"
+)
+
+// Schema version this build writes. Readers accept any minor of Major.
+const (
+	Major = 1
+	Minor = 0
+)
+
+// Version is the schema string written on every envelope.
+var Version = strconv.Itoa(Major) + "." + strconv.Itoa(Minor)
+
+// DefaultMaxBody is the body limit unless configured otherwise (1 MiB).
+const DefaultMaxBody = 1 << 20
+
+// Kind names what a message is for. The set follows the design's flows.
+type Kind string
+
+const (
+	Send        Kind = "SEND"         // U1/U6/U7: a message to an entity
+	Reply       Kind = "REPLY"        // U3: a reply to a SEND, inherits its trace
+	Ask         Kind = "ASK"          // U2: live-only question with a TTL
+	Answer      Kind = "ANSWER"       // U2: the answer to an ASK, by turn id
+	TooLate     Kind = "TOO_LATE"     // U2: the asking turn was gone
+	Broadcast   Kind = "BROADCAST"    // U8: one publish, a copy per member
+	Presence    Kind = "PRESENCE"     // U5: heartbeat for one entity
+	Spawn       Kind = "SPAWN"        // U4: start an entity on a host
+	SpawnResult Kind = "SPAWN_RESULT" // U4: gid and host of the new entity
+	Stop        Kind = "STOP"         // U4: stop an entity
+	StopResult  Kind = "STOP_RESULT"  // U4: outcome of a STOP
+	Receipt     Kind = "RECEIPT"      // delivery state report, never persisted
+	Bounce      Kind = "BOUNCE"       // a message of the sender's dead-lettered
+)
+
+var kinds = map[Kind]bool{
+	Send: true, Reply: true, Ask: true, Answer: true, TooLate: true,
+	Broadcast: true, Presence: true, Spawn: true, SpawnResult: true,
+	Stop: true, StopResult: true, Receipt: true, Bounce: true,
+}
+
+// Known reports whether k is a kind this build understands.
+func (k Kind) Known() bool { return kinds[k] }
+
+// Party names one end of a message. Gid is authoritative; Name and Host are
+// for people and for resolution.
+type Party struct {
+	Gid   string `json:"gid,omitempty"`
+	Name  string `json:"name,omitempty"`
+	Host  string `json:"host,omitempty"`
+	Group string `json:"group,omitempty"` // broadcast target, "" or "all" or a group
+}
+
+// String renders a party as name@host, falling back to the gid.
+func (p Party) String() string {
+	switch {
+	case p.Group != "":
+		return "broadcast." + p.Group
+	case p.Name != "" && p.Host != "":
+		return p.Name + "@" + p.Host
+	case p.Name != "":
+		return p.Name
+	}
+	return p.Gid
+}
+
+// Envelope is one message.
+type Envelope struct {
+	Schema    string    `json:"v"`
+	MsgID     string    `json:"msg_id"`
+	Kind      Kind      `json:"kind"`
+	Sender    Party     `json:"sender"`
+	Recipient Party     `json:"recipient"`
+	TraceID   string    `json:"trace_id"`
+	InReplyTo string    `json:"in_reply_to,omitempty"`
+	TurnID    string    `json:"turn_id,omitempty"`
+	Created   time.Time `json:"created"`
+	Expires   time.Time `json:"expires,omitzero"`
+	Body      string    `json:"body"`
+}
+
+// NewID returns a fresh random identifier (a UUIDv4 string) for msg ids,
+// trace ids and gids.
+func NewID() string { return uuid.NewString() }
+
+// NewToken returns 32 random bytes, hex encoded.
+func NewToken() string {
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err) // crypto/rand never fails on Linux
+	}
+	return hex.EncodeToString(b[:])
+}
+
+// New returns an envelope of kind k with a fresh msg id, the current schema
+// and creation time. The trace id is fresh too unless the caller sets it.
+func New(k Kind, from, to Party, body string) *Envelope {
+	return &Envelope{
+		Schema:    Version,
+		MsgID:     NewID(),
+		Kind:      k,
+		Sender:    from,
+		Recipient: to,
+		TraceID:   NewID(),
+		Created:   time.Now().UTC(),
+		Body:      body,
+	}
+}
+
+// Expired reports whether the envelope carries an expiry that has passed.
+func (e *Envelope) Expired(now time.Time) bool {
+	return !e.Expires.IsZero() && !now.Before(e.Expires)
+}
+
+// Digest returns the size and sha256 of the body: what the audit log
+// records instead of the text.
+func (e *Envelope) Digest() (int, string) {
+	sum := sha256.Sum256([]byte(e.Body))
+	return len(e.Body), hex.EncodeToString(sum[:])
+}
+
+// CheckBody validates a body against the limit: non-empty, valid UTF-8 and
+// at most max bytes.
+func CheckBody(body []byte, max int) error {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return fault.New(fault.Data, fault.KindEmptyBody, "message body is empty")
+	}
+	if len(body) > max {
+		return fault.New(fault.Data, fault.KindBodyTooLarge,
+			"message body is %d bytes, over the %d-byte limit", len(body), max)
+	}
+	if !utf8.Valid(body) {
+		return fault.New(fault.Data, fault.KindBadUTF8, "message body is not valid UTF-8 text")
+	}
+	return nil
+}
+
+// Encode returns the JSON encoding of e.
+func Encode(e *Envelope) ([]byte, error) {
+	return json.Marshal(e)
+}
+
+// ParseVersion splits "major.minor".
+func ParseVersion(v string) (major, minor int, err error) {
+	a, b, ok := strings.Cut(v, ".")
+	if !ok {
+		return 0, 0, fmt.Errorf("schema version %q is not major.minor", v)
+	}
+	major, err1 := strconv.Atoi(a)
+	minor, err2 := strconv.Atoi(b)
+	if err1 != nil || err2 != nil || major < 0 || minor < 0 {
+		return 0, 0, fmt.Errorf("schema version %q is not major.minor", v)
+	}
+	return major, minor, nil
+}
+
+// Decode parses and validates one envelope. It reads the schema version
+// first and refuses a newer major without looking at anything else; within
+// the major, unknown fields are ignored. The body is checked against max
+// (0 means DefaultMaxBody).
+func Decode(data []byte, max int) (*Envelope, error) {
+	if max <= 0 {
+		max = DefaultMaxBody
+	}
+	var head struct {
+		Schema *string `json:"v"`
+	}
+	if err := json.Unmarshal(data, &head); err != nil {
+		return nil, fault.Wrap(fault.Data, fault.KindBadEnvelope, err, "envelope is not valid JSON")
+	}
+	if head.Schema == nil {
+		return nil, fault.New(fault.Data, fault.KindBadEnvelope, "envelope has no schema version")
+	}
+	major, _, err := ParseVersion(*head.Schema)
+	if err != nil {
+		return nil, fault.Wrap(fault.Data, fault.KindBadEnvelope, err, "bad envelope")
+	}
+	if major > Major {
+		return nil, fault.New(fault.Data, fault.KindNewerSchema,
+			"envelope schema %s is newer than this build understands (%d.x)", *head.Schema, Major).
+			WithHint("upgrade fleet on this host")
+	}
+	if major < Major {
+		return nil, fault.New(fault.Data, fault.KindBadEnvelope,
+			"envelope schema %s is older than the oldest this build reads (%d.x)", *head.Schema, Major)
+	}
+	var e Envelope
+	if err := json.Unmarshal(data, &e); err != nil {
+		return nil, fault.Wrap(fault.Data, fault.KindBadEnvelope, err, "bad envelope")
+	}
+	if err := e.Validate(max); err != nil {
+		return nil, err
+	}
+	return &e, nil
+}
+
+// Validate checks the fields every envelope must carry.
+func (e *Envelope) Validate(max int) error {
+	bad := func(format string, args ...any) error {
+		return fault.New(fault.Data, fault.KindBadEnvelope, "bad envelope: "+format, args...)
+	}
+	switch {
+	case e.MsgID == "":
+		return bad("no msg_id")
+	case !e.Kind.Known():
+		return bad("unknown kind %q", e.Kind)
+	case e.TraceID == "":
+		return bad("no trace_id")
+	case e.Created.IsZero():
+		return bad("no created time")
+	case e.Recipient.Gid == "" && e.Recipient.Group == "":
+		return bad("no recipient")
+	}
+	if len(e.Body) > max {
+		return fault.New(fault.Data, fault.KindBodyTooLarge,
+			"message body is %d bytes, over the %d-byte limit", len(e.Body), max)
+	}
+	if !utf8.ValidString(e.Body) {
+		return fault.New(fault.Data, fault.KindBadUTF8, "message body is not valid UTF-8 text")
+	}
+	return nil
+}

@@ -1,0 +1,324 @@
+// Package gateway is fleet-gw: the one process per host that owns the
+// host's entities and their inboxes. Where things happen:
+//
+//   - route.go   — the routing fork: resolve a recipient, then store the
+//     message locally (the embedded store) or, later, publish it to the broker
+//   - store (pkg/store) — where a message is stored, durably, before its
+//     sender hears "accepted"
+//   - inbox.go   — per-entity delivery: inject (tmux/exec adapters) with
+//     retry, backoff and dead-lettering, or hold for pull with nudges
+//   - recv.go    — pull delivery: batches to fleet-recv, acked after the
+//     client wrote them out
+//   - server.go  — the local socket API and caller identity
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/fleetd/fleet/pkg/audit"
+	"github.com/fleetd/fleet/pkg/config"
+	"github.com/fleetd/fleet/pkg/fault"
+	"github.com/fleetd/fleet/pkg/store"
+)
+
+// Gateway is one host's fleet-gw.
+type Gateway struct {
+	cfg   *config.Config
+	log   *slog.Logger
+	st    *store.Store
+	audit *audit.Log
+	crash string // test hook: FLEET_CRASHPOINT
+
+	mu     sync.RWMutex
+	boxes  map[string]*mailbox // gid -> mailbox
+	byName map[string]string   // name -> gid
+
+	lock    *os.File
+	ln      net.Listener
+	conns   sync.WaitGroup
+	workers sync.WaitGroup
+
+	runCtx   context.Context // cancelled when shutdown starts: take no new work
+	stopRun  context.CancelFunc
+	hardCtx  context.Context // cancelled when the drain bound passes: abort in-flight work
+	stopHard context.CancelFunc
+	ready    chan struct{}
+}
+
+// New returns a gateway for cfg. Nothing is opened until Run.
+func New(cfg *config.Config, log *slog.Logger) *Gateway {
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	return &Gateway{
+		cfg:    cfg,
+		log:    log.With("host", cfg.Host),
+		boxes:  map[string]*mailbox{},
+		byName: map[string]string{},
+		crash:  os.Getenv("FLEET_CRASHPOINT"),
+		ready:  make(chan struct{}),
+	}
+}
+
+// Ready is closed once the gateway listens on its socket.
+func (g *Gateway) Ready() <-chan struct{} { return g.ready }
+
+// Run opens the state folder and the store, starts delivery and serves the
+// socket until ctx is cancelled; then it drains in-flight work within the
+// configured bound and returns.
+func (g *Gateway) Run(ctx context.Context) error {
+	if err := g.open(); err != nil {
+		g.closeState()
+		return err
+	}
+	g.runCtx, g.stopRun = context.WithCancel(context.Background())
+	g.hardCtx, g.stopHard = context.WithCancel(context.Background())
+
+	if err := g.recoverInflight(); err != nil {
+		g.closeState()
+		return err
+	}
+	if err := g.loadEntities(); err != nil {
+		g.closeState()
+		return err
+	}
+	if err := g.listen(); err != nil {
+		g.closeState()
+		return err
+	}
+	g.workers.Add(1)
+	go g.janitor()
+	g.log.Info("gateway ready", "socket", g.cfg.Socket, "state_dir", g.cfg.StateDir, "entities", len(g.boxes))
+	close(g.ready)
+
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- g.serve() }()
+
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-serveErr:
+	}
+	g.shutdown()
+	return err
+}
+
+func (g *Gateway) shutdown() {
+	g.log.Info("gateway stopping: draining in-flight work", "bound", g.cfg.DrainTimeout.String())
+	g.stopRun()
+	if g.ln != nil {
+		g.ln.Close()
+	}
+	done := make(chan struct{})
+	go func() {
+		g.workers.Wait()
+		g.conns.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(g.cfg.DrainTimeout):
+		g.log.Warn("drain bound passed: aborting in-flight work")
+		g.stopHard()
+		select {
+		case <-done:
+		case <-time.After(2 * time.Second):
+			g.log.Error("in-flight work did not stop; closing anyway")
+		}
+	}
+	g.stopHard()
+	_ = os.Remove(g.cfg.Socket)
+	g.closeState()
+	g.log.Info("gateway stopped")
+}
+
+func (g *Gateway) closeState() {
+	if g.st != nil {
+		if err := g.st.Close(); err != nil {
+			g.log.Error("closing store", "err", err)
+		}
+		g.st = nil
+	}
+	if g.audit != nil {
+		g.audit.Close()
+		g.audit = nil
+	}
+	if g.lock != nil {
+		g.lock.Close()
+		g.lock = nil
+	}
+}
+
+// open prepares the state folder, takes its lock and opens the store.
+func (g *Gateway) open() error {
+	dir := g.cfg.StateDir
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot create state folder %s", dir).
+			WithHint("choose another with --state-dir or FLEET_STATE_DIR")
+	}
+	probe := filepath.Join(dir, ".write-test")
+	if err := os.WriteFile(probe, nil, 0o600); err != nil {
+		return fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "state folder %s is not writable", dir).
+			WithHint("fix its permissions, or choose another with --state-dir")
+	}
+	os.Remove(probe)
+
+	lock, err := os.OpenFile(filepath.Join(dir, "gw.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot open the lock in %s", dir)
+	}
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		data := make([]byte, 32)
+		n, _ := lock.ReadAt(data, 0)
+		lock.Close()
+		pid := strings.TrimSpace(string(data[:n]))
+		return fault.New(fault.TempFail, fault.KindGatewayLocked,
+			"another gateway (pid %s) is running on state folder %s", pid, dir).
+			WithHint("stop it first, or give this one its own --state-dir")
+	}
+	lock.Truncate(0)
+	lock.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	g.lock = lock
+
+	st, err := store.Open(filepath.Join(dir, "fleet.db"))
+	if err != nil {
+		return fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot open the store in %s", dir)
+	}
+	g.st = st
+	switch host := st.Meta("host"); host {
+	case "":
+		if err := st.SetMeta("host", g.cfg.Host); err != nil {
+			return fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot write the store in %s", dir)
+		}
+	case g.cfg.Host:
+	default:
+		return fault.New(fault.Usage, fault.KindStateDir,
+			"state folder %s belongs to host %q, not %q", dir, host, g.cfg.Host).
+			WithHint("run with --host %s, or give host %s its own --state-dir", host, g.cfg.Host)
+	}
+	a, err := audit.Open(filepath.Join(dir, "audit.log"), g.cfg.Host)
+	if err != nil {
+		return fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot open the audit log in %s", dir)
+	}
+	g.audit = a
+	return nil
+}
+
+// recoverInflight handles messages whose injection was begun and never
+// recorded: the gateway died between pasting and recording. What reached the
+// entity is unknowable, so by default ("hold") they are dead-lettered with
+// reason "uncertain" for an operator to replay or drop; "reinject" delivers
+// them again, accepting a possible duplicate.
+func (g *Gateway) recoverInflight() error {
+	ids, err := g.st.Inflight()
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		rec, err := g.st.Record(id)
+		if err != nil {
+			continue
+		}
+		if g.cfg.Uncertain == "reinject" {
+			g.log.Warn("re-injecting a message whose delivery was cut by a crash", "msg_id", id, "trace_id", rec.TraceID)
+			if err := g.st.ClearInflight(id); err != nil {
+				return err
+			}
+			continue
+		}
+		reason := "uncertain: the gateway stopped while injecting; the entity may or may not have it"
+		g.log.Warn("holding a message whose delivery was cut by a crash", "msg_id", id, "trace_id", rec.TraceID)
+		if err := g.st.Kill(id, reason, -1); err != nil {
+			return err
+		}
+		g.audit.Write(audit.Line{Event: "dead", TraceID: rec.TraceID, MsgID: id, Recipient: rec.Recipient, Reason: reason})
+	}
+	return nil
+}
+
+func (g *Gateway) loadEntities() error {
+	ents, err := g.st.Entities()
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		g.addBox(e)
+	}
+	return nil
+}
+
+// listen opens the socket: private to this user (0600 in a 0700 folder), a
+// live gateway on the same path refused, a stale file removed.
+func (g *Gateway) listen() error {
+	path := g.cfg.Socket
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot create the socket folder")
+	}
+	if _, err := os.Stat(path); err == nil {
+		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+			c.Close()
+			return fault.New(fault.TempFail, fault.KindGatewayLocked, "another gateway is listening on %s", path).
+				WithHint("stop it first, or give this one its own --socket")
+		}
+		os.Remove(path)
+	}
+	old := syscall.Umask(0o177)
+	ln, err := net.Listen("unix", path)
+	syscall.Umask(old)
+	if err != nil {
+		return fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot listen on %s", path)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot make %s private", path)
+	}
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	g.ln = ln
+	return nil
+}
+
+// janitor prunes the dedup window once an hour.
+func (g *Gateway) janitor() {
+	defer g.workers.Done()
+	t := time.NewTicker(time.Hour)
+	defer t.Stop()
+	for {
+		n, err := g.st.Prune(time.Now().Add(-g.cfg.DedupWindow))
+		if err != nil {
+			g.log.Error("pruning the dedup window", "err", err)
+		} else if n > 0 {
+			g.log.Info("pruned delivery records past the dedup window", "count", n)
+		}
+		select {
+		case <-g.runCtx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// crashAt kills the process with SIGKILL when FLEET_CRASHPOINT names point.
+// It exists for the kill -9 tests of the delivery windows and does nothing
+// otherwise.
+func (g *Gateway) crashAt(point string) {
+	if g.crash == point {
+		g.log.Warn("FLEET_CRASHPOINT reached: killing myself", "point", point)
+		syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		time.Sleep(time.Hour)
+	}
+}
+
+var errStopped = errors.New("gateway stopping")
+
+func (g *Gateway) String() string { return fmt.Sprintf("gateway %s", g.cfg.Host) }

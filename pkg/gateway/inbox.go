@@ -1,0 +1,254 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/fleetd/fleet/pkg/audit"
+	"github.com/fleetd/fleet/pkg/backoff"
+	"github.com/fleetd/fleet/pkg/deliver"
+	"github.com/fleetd/fleet/pkg/envelope"
+	"github.com/fleetd/fleet/pkg/store"
+)
+
+// mailbox is the live side of one local entity: its registry entry, a
+// change signal, the pull lease and the delivery worker.
+type mailbox struct {
+	mu       sync.Mutex
+	ent      store.Entity
+	changed  chan struct{} // closed and replaced on every change
+	draining bool          // a fleet-recv holds the inbox
+	stop     context.CancelFunc
+	done     chan struct{}
+}
+
+func (b *mailbox) snapshot() store.Entity {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.ent
+}
+
+// watch returns a channel closed at the next change.
+func (b *mailbox) watch() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.changed
+}
+
+// notify wakes everyone waiting on the mailbox: new mail, a status change,
+// a drained inbox.
+func (b *mailbox) notify() {
+	b.mu.Lock()
+	close(b.changed)
+	b.changed = make(chan struct{})
+	b.mu.Unlock()
+}
+
+func (g *Gateway) addBox(e *store.Entity) *mailbox {
+	ctx, cancel := context.WithCancel(g.runCtx)
+	b := &mailbox{ent: *e, changed: make(chan struct{}), stop: cancel, done: make(chan struct{})}
+	g.mu.Lock()
+	g.boxes[e.Gid] = b
+	g.byName[e.Name] = e.Gid
+	g.mu.Unlock()
+	g.workers.Add(1)
+	go func() {
+		defer g.workers.Done()
+		defer close(b.done)
+		if e.Mode == "inject" {
+			g.injectLoop(ctx, b)
+		} else {
+			g.nudgeLoop(ctx, b)
+		}
+	}()
+	return b
+}
+
+func (g *Gateway) removeBox(gid string) {
+	g.mu.Lock()
+	b := g.boxes[gid]
+	delete(g.boxes, gid)
+	if b != nil {
+		delete(g.byName, b.ent.Name)
+	}
+	g.mu.Unlock()
+	if b != nil {
+		b.stop()
+		<-b.done
+	}
+}
+
+func (g *Gateway) box(gid string) *mailbox {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	return g.boxes[gid]
+}
+
+func (g *Gateway) adapter(e store.Entity) deliver.Adapter {
+	if e.TmuxTarget != "" {
+		return &deliver.Tmux{Target: e.TmuxTarget, Settle: g.cfg.SettleDelay}
+	}
+	return &deliver.Exec{Command: e.Exec, Entity: e.Name, Timeout: g.cfg.ExecTimeout}
+}
+
+// injectLoop delivers an inject entity's inbox head first, one message at a
+// time (per-recipient FIFO). It waits while the entity is busy; a failed
+// delivery is retried with backoff and dead-lettered after the configured
+// attempts. The in-flight marker written before each attempt is what makes
+// a crash during injection detectable (see recoverInflight).
+func (g *Gateway) injectLoop(ctx context.Context, b *mailbox) {
+	pol := backoff.Policy{Base: g.cfg.RetryBase, Max: g.cfg.RetryMax, Jitter: true}
+	for {
+		changed := b.watch()
+		if ctx.Err() != nil {
+			return
+		}
+		ent := b.snapshot()
+		if ent.Status == "busy" {
+			select {
+			case <-ctx.Done():
+				return
+			case <-changed:
+			}
+			continue
+		}
+		items, err := g.st.Head(ent.Gid, 0, 1)
+		if err != nil {
+			g.log.Error("reading inbox", "entity", ent.Name, "err", err)
+		}
+		if len(items) == 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-changed:
+			}
+			continue
+		}
+		env := items[0].Env
+		log := g.log.With("entity", ent.Name, "msg_id", env.MsgID, "trace_id", env.TraceID)
+		if env.Expired(time.Now()) {
+			g.kill(env, "expired before delivery", -1)
+			continue
+		}
+		attempt, err := g.st.BeginInject(env.MsgID)
+		if err != nil {
+			log.Error("recording delivery attempt", "err", err)
+			sleep(ctx, time.Second)
+			continue
+		}
+		err = g.adapter(ent).Deliver(g.hardCtx, env)
+		g.crashAt("after-inject")
+		if err == nil {
+			if err := g.st.Delivered(env.MsgID, time.Now().UTC()); err != nil {
+				log.Error("recording delivery", "err", err)
+				sleep(ctx, time.Second)
+				continue
+			}
+			g.audit.Message("delivered", env, attempt, "injected")
+			log.Info("delivered", "attempt", attempt, "mode", "inject")
+			g.crashAt("after-record")
+			continue
+		}
+		if errors.Is(err, deliver.ErrUncertain) {
+			log.Error("delivery uncertain: not retried", "err", err)
+			g.kill(env, "uncertain: "+err.Error(), attempt)
+			continue
+		}
+		log.Warn("delivery failed", "attempt", attempt, "of", g.cfg.DeliveryAttempts, "err", err)
+		g.audit.Message("retry", env, attempt, err.Error())
+		if err := g.st.Failed(env.MsgID, err.Error()); err != nil {
+			log.Error("recording failed attempt", "err", err)
+		}
+		if attempt >= g.cfg.DeliveryAttempts {
+			g.kill(env, "delivery failed "+strconv.Itoa(attempt)+" times: "+err.Error(), attempt)
+			continue
+		}
+		sleep(ctx, pol.Delay(attempt))
+	}
+}
+
+// kill dead-letters env with reason.
+func (g *Gateway) kill(env *envelope.Envelope, reason string, attempts int) {
+	if err := g.st.Kill(env.MsgID, reason, attempts); err != nil {
+		g.log.Error("dead-lettering", "msg_id", env.MsgID, "trace_id", env.TraceID, "err", err)
+		return
+	}
+	g.audit.Message("dead", env, attempts, reason)
+	g.log.Warn("dead-lettered", "msg_id", env.MsgID, "trace_id", env.TraceID, "entity", env.Recipient.String(), "reason", reason)
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// nudgeLoop runs a pull entity's nudge hook while unread mail waits: first
+// after nudge-after, then with doubling intervals up to nudge-max. It checks
+// right before each run that mail still waits and no fleet-recv is draining,
+// so it never nags about read mail; an emptied inbox resets the backoff.
+func (g *Gateway) nudgeLoop(ctx context.Context, b *mailbox) {
+	pol := backoff.Policy{Base: g.cfg.NudgeAfter, Max: g.cfg.NudgeMax}
+	var since time.Time // when unread mail started waiting
+	n := 0
+	for {
+		changed := b.watch()
+		ent := b.snapshot()
+		b.mu.Lock()
+		draining := b.draining
+		b.mu.Unlock()
+		pending := g.st.Pending(ent.Gid)
+		if pending == 0 || draining || ent.Nudge == "" {
+			since, n = time.Time{}, 0
+			select {
+			case <-ctx.Done():
+				return
+			case <-changed:
+			}
+			continue
+		}
+		if since.IsZero() {
+			since = time.Now()
+		}
+		var wait time.Duration
+		for i := 1; i <= n+1; i++ {
+			wait += pol.Delay(i)
+		}
+		t := time.NewTimer(time.Until(since.Add(wait)))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-changed:
+			t.Stop()
+			continue
+		case <-t.C:
+		}
+		b.mu.Lock()
+		draining = b.draining
+		b.mu.Unlock()
+		pending = g.st.Pending(ent.Gid)
+		if pending == 0 || draining {
+			continue
+		}
+		n++
+		err := deliver.Run(ctx, ent.Nudge, g.cfg.ExecTimeout, bytes.NewReader(nil), []string{
+			"FLEET_ENTITY=" + ent.Name,
+			"FLEET_PENDING=" + strconv.Itoa(pending),
+			"FLEET_NUDGE=" + strconv.Itoa(n),
+		})
+		if err != nil {
+			g.log.Warn("nudge hook failed", "entity", ent.Name, "err", err)
+		} else {
+			g.log.Info("nudged", "entity", ent.Name, "pending", pending, "nudge", n)
+		}
+		g.audit.Write(audit.Line{Event: "nudge", Entity: ent.Name, Attempt: n})
+	}
+}

@@ -1,0 +1,163 @@
+package gateway
+
+import (
+	"errors"
+	"io"
+	"time"
+
+	"github.com/fleetd/fleet/pkg/api"
+	"github.com/fleetd/fleet/pkg/fault"
+)
+
+const defaultWindow = 256
+
+// recv serves fleet-recv: the caller's inbox, oldest first, in batches. A
+// batch stays in the inbox until the client acknowledges it — after writing
+// it out — and the acknowledgement is on disk before the next batch is sent.
+// A client that dies in between gets the same messages again next time. One
+// fleet-recv drains an inbox at a time.
+func (g *Gateway) recv(c *conn, req *api.Request) {
+	b, err := g.caller(req)
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	ent := b.snapshot()
+	if ent.Mode != "pull" {
+		c.fail(fault.New(fault.Usage, fault.KindUsage, "%s is an inject entity: its messages go to %s, not to fleet-recv", ent.Name, g.row(ent, nil).Target))
+		return
+	}
+	b.mu.Lock()
+	if b.draining {
+		b.mu.Unlock()
+		c.fail(fault.New(fault.TempFail, fault.KindInboxBusy, "another fleet-recv is draining %s", ent.Name).
+			WithHint("stop it, or wait for it to finish"))
+		return
+	}
+	b.draining = true
+	b.mu.Unlock()
+	defer func() {
+		b.mu.Lock()
+		b.draining = false
+		b.mu.Unlock()
+		b.notify()
+	}()
+	b.notify() // the nudge loop stands down while someone drains
+
+	// Frames from the client arrive on a channel, so that a follow stream
+	// can wait for mail and notice a client that went away at once.
+	frames := make(chan *api.Request)
+	readErr := make(chan error, 1)
+	gone := make(chan struct{})
+	defer close(gone)
+	go func() {
+		for {
+			r, err := c.read()
+			if err != nil {
+				readErr <- err
+				return
+			}
+			select {
+			case frames <- r:
+			case <-gone:
+				return
+			}
+		}
+	}()
+
+	window := req.Window
+	if window <= 0 || window > defaultWindow {
+		window = defaultWindow
+	}
+	left := req.Max // 0: no limit
+	log := g.log.With("entity", ent.Name)
+	for {
+		changed := b.watch()
+		n := window
+		if left > 0 && left < n {
+			n = left
+		}
+		items, err := g.st.Head(ent.Gid, 0, n)
+		if err != nil {
+			c.fail(err)
+			return
+		}
+		now := time.Now()
+		batch := make([]api.Delivery, 0, len(items))
+		for _, it := range items {
+			if it.Env.Expired(now) {
+				g.kill(it.Env, "expired before delivery", 0)
+				continue
+			}
+			batch = append(batch, api.Delivery{Envelope: it.Env})
+		}
+		if len(batch) == 0 {
+			if len(items) > 0 {
+				continue // only expired ones: look again
+			}
+			if !req.Follow {
+				c.reply(&api.Response{OK: true, End: true})
+				return
+			}
+			select {
+			case <-changed:
+				continue
+			case <-g.runCtx.Done():
+				c.reply(&api.Response{Error: api.FromFault(fault.New(fault.Unavailable, fault.KindShuttingDown, "the gateway is shutting down"))})
+				return
+			case err := <-readErr:
+				g.logRecvEnd(log, err)
+				return
+			case <-frames:
+				c.fail(fault.New(fault.Data, fault.KindProtocol, "unexpected request while waiting for mail"))
+				return
+			}
+		}
+		if err := c.reply(&api.Response{OK: true, Batch: batch}); err != nil {
+			return
+		}
+		var ack *api.Request
+		select {
+		case ack = <-frames:
+		case err := <-readErr:
+			g.logRecvEnd(log, err)
+			return // unacknowledged: the batch stays in the inbox
+		}
+		if ack.Op != api.OpAck {
+			c.fail(fault.New(fault.Data, fault.KindProtocol, "want ack, got %q", ack.Op))
+			return
+		}
+		if len(ack.Acks) > 0 {
+			if err := g.st.DeliveredAll(ack.Acks, time.Now().UTC()); err != nil {
+				c.fail(fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "could not record the acknowledgement"))
+				return
+			}
+			for _, d := range batch {
+				for _, id := range ack.Acks {
+					if id == d.Envelope.MsgID {
+						g.audit.Message("delivered", d.Envelope, 1, "drained")
+					}
+				}
+			}
+			g.crashAt("after-ack")
+		}
+		if left > 0 {
+			left -= len(ack.Acks)
+			if left <= 0 {
+				c.reply(&api.Response{OK: true, End: true})
+				return
+			}
+		}
+		if g.runCtx.Err() != nil {
+			c.reply(&api.Response{OK: true, End: true})
+			return
+		}
+	}
+}
+
+func (g *Gateway) logRecvEnd(log interface{ Warn(string, ...any) }, err error) {
+	if errors.Is(err, io.EOF) || g.runCtx.Err() != nil {
+		return
+	}
+	log.Warn("fleet-recv connection ended", "err", err)
+}

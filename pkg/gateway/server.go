@@ -1,0 +1,361 @@
+package gateway
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"regexp"
+	"time"
+	"unicode/utf8"
+
+	"github.com/fleetd/fleet/pkg/api"
+	"github.com/fleetd/fleet/pkg/audit"
+	"github.com/fleetd/fleet/pkg/envelope"
+	"github.com/fleetd/fleet/pkg/fault"
+	"github.com/fleetd/fleet/pkg/ident"
+	"github.com/fleetd/fleet/pkg/store"
+	"github.com/fleetd/fleet/pkg/version"
+	"golang.org/x/sys/unix"
+)
+
+func (g *Gateway) serve() error {
+	for {
+		c, err := g.ln.Accept()
+		if err != nil {
+			if g.runCtx.Err() != nil {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return err
+		}
+		g.conns.Add(1)
+		go func() {
+			defer g.conns.Done()
+			g.handle(c.(*net.UnixConn))
+		}()
+	}
+}
+
+// conn is one client connection.
+type conn struct {
+	c    *net.UnixConn
+	r    *bufio.Reader
+	max  int
+	pid  int32
+	good bool // said hello
+}
+
+func (c *conn) reply(resp *api.Response) error {
+	return api.WriteFrame(c.c, resp)
+}
+
+func (c *conn) fail(err error) error {
+	return c.reply(&api.Response{Error: api.FromFault(err)})
+}
+
+// read returns the next request. A malformed, truncated or oversized frame
+// is a fault.Data error: the caller replies with it and closes.
+func (c *conn) read() (*api.Request, error) {
+	data, err := api.ReadFrame(c.r, c.max)
+	if err != nil {
+		return nil, err
+	}
+	if !utf8.Valid(data) {
+		return nil, fault.New(fault.Data, fault.KindBadUTF8, "request is not valid UTF-8")
+	}
+	return api.DecodeRequest(data)
+}
+
+// handle serves one connection: a peer-credential check, hello, then
+// requests until the client closes or sends something malformed.
+func (g *Gateway) handle(uc *net.UnixConn) {
+	defer uc.Close()
+	c := &conn{c: uc, r: bufio.NewReaderSize(uc, 64<<10), max: api.MaxFrame(g.cfg.MaxBody)}
+	if err := g.checkPeer(c); err != nil {
+		g.log.Warn("refused a connection", "err", err)
+		c.fail(err)
+		return
+	}
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		select {
+		case <-g.runCtx.Done():
+			// let a request in progress finish; idle connections wake up
+			uc.SetReadDeadline(time.Now().Add(g.cfg.DrainTimeout))
+		case <-stop:
+		}
+	}()
+	for {
+		req, err := c.read()
+		if err != nil {
+			if errors.Is(err, io.EOF) || g.runCtx.Err() != nil {
+				return
+			}
+			if fault.CodeOf(err) == fault.Data {
+				g.log.Warn("bad frame from client: closing its connection", "pid", c.pid, "err", err)
+				c.fail(err)
+			}
+			return
+		}
+		if !c.good && req.Op != api.OpHello {
+			c.fail(fault.New(fault.Data, fault.KindProtocol, "first request must be hello"))
+			return
+		}
+		if req.Op == api.OpRecv {
+			g.recv(c, req)
+			return
+		}
+		resp, err := g.dispatch(c, req)
+		if err != nil {
+			if c.fail(err) != nil {
+				return
+			}
+			if fault.KindOf(err) == fault.KindProtocol {
+				return
+			}
+			continue
+		}
+		resp.OK = true
+		if c.reply(resp) != nil {
+			return
+		}
+	}
+}
+
+// checkPeer admits only processes of the gateway's own user (the socket's
+// mode already says so; this holds even if the mode is loosened).
+func (g *Gateway) checkPeer(c *conn) error {
+	raw, err := c.c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var cred *unix.Ucred
+	var cerr error
+	raw.Control(func(fd uintptr) { cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) })
+	if cerr != nil {
+		return fault.Wrap(fault.Refused, fault.KindPeer, cerr, "cannot read peer credentials")
+	}
+	c.pid = cred.Pid
+	if int(cred.Uid) != os.Getuid() {
+		return fault.New(fault.Refused, fault.KindPeer, "uid %d may not use the gateway of uid %d", cred.Uid, os.Getuid())
+	}
+	return nil
+}
+
+func (g *Gateway) dispatch(c *conn, req *api.Request) (*api.Response, error) {
+	if g.runCtx.Err() != nil {
+		return nil, fault.New(fault.Unavailable, fault.KindShuttingDown, "the gateway is shutting down")
+	}
+	switch req.Op {
+	case api.OpHello:
+		if req.Proto != api.Proto {
+			return nil, fault.New(fault.Data, fault.KindProtocol,
+				"client speaks socket protocol %d, this gateway speaks %d", req.Proto, api.Proto).
+				WithHint("use the fleet commands of the same release as fleet-gw")
+		}
+		c.good = true
+		return &api.Response{Hello: &api.Hello{
+			Proto: api.Proto, Host: g.cfg.Host, Version: version.Version,
+			MaxBody: g.cfg.MaxBody, Pid: os.Getpid(),
+		}}, nil
+	case api.OpJoin:
+		return g.join(req)
+	case api.OpLeave:
+		return g.leave(req)
+	case api.OpRoster:
+		return g.roster()
+	case api.OpWhoami:
+		b, err := g.caller(req)
+		if err != nil {
+			return nil, err
+		}
+		row := g.row(b.snapshot(), nil)
+		return &api.Response{Entity: &row}, nil
+	case api.OpStatus:
+		return g.setStatus(req)
+	case api.OpSend:
+		return g.send(req)
+	case api.OpLookup:
+		return g.lookup(req)
+	case api.OpDead:
+		return g.dead(req)
+	case api.OpAck:
+		return nil, fault.New(fault.Data, fault.KindProtocol, "ack outside recv")
+	}
+	return nil, fault.New(fault.Data, fault.KindProtocol, "unknown op %q", req.Op).
+		WithHint("use the fleet commands of the same release as fleet-gw")
+}
+
+// caller returns the entity whose credential the request presents.
+func (g *Gateway) caller(req *api.Request) (*mailbox, error) {
+	if req.Token == "" {
+		return nil, fault.New(fault.Refused, fault.KindNoCredential, "no credential: this command acts as an entity").
+			WithHint("set FLEET_TOKEN, or pass --as NAME for an entity registered on this host")
+	}
+	gid, secret, err := ident.Parse(req.Token)
+	if err != nil {
+		return nil, err
+	}
+	b := g.box(gid)
+	if b == nil || !ident.Check(secret, b.snapshot().TokenHash) {
+		return nil, fault.New(fault.Refused, fault.KindBadCredential, "credential is not valid on this gateway").
+			WithHint("a credential is issued by fleet-roster join and dies with fleet-roster leave")
+	}
+	return b, nil
+}
+
+var nameRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_-]{0,63}$`)
+
+func (g *Gateway) join(req *api.Request) (*api.Response, error) {
+	if !nameRE.MatchString(req.Name) {
+		return nil, fault.New(fault.Usage, fault.KindUsage,
+			"%q is not a valid name (a letter, then up to 63 letters, digits, '-' or '_')", req.Name)
+	}
+	for _, gr := range req.Groups {
+		if !nameRE.MatchString(gr) || gr == "all" {
+			return nil, fault.New(fault.Usage, fault.KindUsage, "%q is not a valid group name", gr)
+		}
+	}
+	switch req.Mode {
+	case "pull":
+		if req.TmuxTarget != "" || req.Exec != "" {
+			return nil, fault.New(fault.Usage, fault.KindUsage, "a pull entity takes no --tmux-target or --exec")
+		}
+	case "inject":
+		if (req.TmuxTarget == "") == (req.Exec == "") {
+			return nil, fault.New(fault.Usage, fault.KindUsage, "an inject entity needs exactly one of --tmux-target or --exec")
+		}
+		if req.Nudge != "" {
+			return nil, fault.New(fault.Usage, fault.KindUsage, "--nudge is for pull entities")
+		}
+	default:
+		return nil, fault.New(fault.Usage, fault.KindUsage, "mode must be pull or inject, not %q", req.Mode)
+	}
+	gid := envelope.NewID()
+	token, hash := ident.Issue(gid)
+	now := time.Now().UTC()
+	e := &store.Entity{
+		Gid: gid, Name: req.Name, Host: g.cfg.Host, Mode: req.Mode,
+		TmuxTarget: req.TmuxTarget, Exec: req.Exec, Nudge: req.Nudge, Groups: req.Groups,
+		TokenHash: hash, Status: "idle", StatusAt: now, Created: now,
+	}
+	if err := g.st.CreateEntity(e); err != nil {
+		if errors.Is(err, store.ErrNameTaken) {
+			return nil, fault.New(fault.Usage, fault.KindNameTaken, "%s is already registered on this host", req.Name).
+				WithHint("choose another name, or remove it with: fleet-roster leave %s", req.Name)
+		}
+		return nil, fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot register %s", req.Name)
+	}
+	path, err := ident.Save(g.cfg.StateDir, req.Name, token)
+	if err != nil {
+		g.st.DeleteEntity(gid, "registration failed")
+		return nil, fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot store the credential of %s", req.Name)
+	}
+	g.addBox(e)
+	g.audit.Write(audit.Line{Event: "joined", Entity: e.Name, Recipient: gid})
+	g.log.Info("entity joined", "entity", e.Name, "gid", gid, "mode", e.Mode)
+	row := g.row(*e, nil)
+	return &api.Response{Entity: &row, Token: token, CredFile: path}, nil
+}
+
+func (g *Gateway) leave(req *api.Request) (*api.Response, error) {
+	g.mu.RLock()
+	gid, ok := g.byName[req.Name]
+	g.mu.RUnlock()
+	if !ok {
+		return nil, fault.New(fault.NoRecipient, fault.KindUnknownEntity, "no entity named %s on this host", req.Name).
+			WithHint("list them with: fleet-roster")
+	}
+	g.removeBox(gid)
+	n, err := g.st.DeleteEntity(gid, "recipient left the fleet")
+	if err != nil {
+		return nil, fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot remove %s", req.Name)
+	}
+	ident.Remove(g.cfg.StateDir, req.Name)
+	g.audit.Write(audit.Line{Event: "left", Entity: req.Name, Recipient: gid})
+	g.log.Info("entity left", "entity", req.Name, "gid", gid, "dead_lettered", n)
+	return &api.Response{Count: n}, nil
+}
+
+func (g *Gateway) row(e store.Entity, dead map[string]int) api.EntityRow {
+	groups := e.Groups
+	if groups == nil {
+		groups = []string{}
+	}
+	target := e.TmuxTarget
+	if target == "" {
+		target = e.Exec
+	}
+	return api.EntityRow{
+		Name: e.Name, Gid: e.Gid, Host: e.Host, Mode: e.Mode, Target: target, Groups: groups,
+		Status: e.Status, Pending: g.st.Pending(e.Gid), Dead: dead[e.Gid], LastDelivery: e.LastDelivery,
+	}
+}
+
+func (g *Gateway) roster() (*api.Response, error) {
+	ents, err := g.st.Entities()
+	if err != nil {
+		return nil, err
+	}
+	dead := g.st.DeadCounts()
+	rows := make([]api.EntityRow, 0, len(ents))
+	for _, e := range ents {
+		rows = append(rows, g.row(*e, dead))
+	}
+	return &api.Response{Entities: rows}, nil
+}
+
+func (g *Gateway) setStatus(req *api.Request) (*api.Response, error) {
+	b, err := g.caller(req)
+	if err != nil {
+		return nil, err
+	}
+	if req.Status != "busy" && req.Status != "idle" {
+		return nil, fault.New(fault.Usage, fault.KindUsage, "status must be busy or idle, not %q", req.Status)
+	}
+	e, err := g.st.UpdateEntity(b.snapshot().Gid, func(e *store.Entity) error {
+		e.Status, e.StatusAt = req.Status, time.Now().UTC()
+		return nil
+	})
+	if err != nil {
+		return nil, fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot record the status")
+	}
+	b.mu.Lock()
+	b.ent.Status, b.ent.StatusAt = e.Status, e.StatusAt
+	b.mu.Unlock()
+	b.notify()
+	row := g.row(*e, nil)
+	return &api.Response{Entity: &row}, nil
+}
+
+func (g *Gateway) dead(req *api.Request) (*api.Response, error) {
+	gid := ""
+	if req.Name != "" {
+		g.mu.RLock()
+		var ok bool
+		gid, ok = g.byName[req.Name]
+		g.mu.RUnlock()
+		if !ok {
+			return nil, fault.New(fault.NoRecipient, fault.KindUnknownEntity, "no entity named %s on this host", req.Name)
+		}
+	}
+	list, err := g.st.DeadLetters(gid)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]api.DeadLetter, 0, len(list))
+	for _, d := range list {
+		var env *envelope.Envelope
+		if len(d.Envelope) > 0 {
+			env, _ = envelope.Decode(d.Envelope, 1<<30)
+		}
+		out = append(out, api.DeadLetter{Record: g.apiRecord(&d.Record), Envelope: env})
+	}
+	return &api.Response{Dead: out}, nil
+}

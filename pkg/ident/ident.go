@@ -1,0 +1,106 @@
+// Package ident issues and checks entity credentials. A credential is
+// "fleet1.<gid>.<secret>"; the gateway stores only the sha256 of the secret.
+// A caller is an entity only by presenting its credential — there is no
+// --from — and the credential file is readable by its owner alone.
+package ident
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/fleetd/fleet/pkg/envelope"
+	"github.com/fleetd/fleet/pkg/fault"
+)
+
+const prefix = "fleet1."
+
+// Issue returns a new credential for gid and the hash to store.
+func Issue(gid string) (token, hash string) {
+	secret := envelope.NewToken()
+	return prefix + gid + "." + secret, Hash(secret)
+}
+
+// Hash returns the stored form of a secret.
+func Hash(secret string) string {
+	sum := sha256.Sum256([]byte(secret))
+	return hex.EncodeToString(sum[:])
+}
+
+// Parse splits a credential into gid and secret.
+func Parse(token string) (gid, secret string, err error) {
+	rest, ok := strings.CutPrefix(strings.TrimSpace(token), prefix)
+	if !ok {
+		return "", "", fault.New(fault.Refused, fault.KindBadCredential, "credential is not a fleet credential")
+	}
+	gid, secret, ok = strings.Cut(rest, ".")
+	if !ok || gid == "" || secret == "" {
+		return "", "", fault.New(fault.Refused, fault.KindBadCredential, "credential is malformed")
+	}
+	return gid, secret, nil
+}
+
+// Check reports whether secret matches the stored hash, in constant time.
+func Check(secret, hash string) bool {
+	return subtle.ConstantTimeCompare([]byte(Hash(secret)), []byte(hash)) == 1
+}
+
+// File is where the credential of name is kept under stateDir.
+func File(stateDir, name string) string {
+	return filepath.Join(stateDir, "credentials", name+".token")
+}
+
+// Save writes the credential owner-only (0600 in a 0700 folder).
+func Save(stateDir, name, token string) (string, error) {
+	path := File(stateDir, name)
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return "", err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(token+"\n"), 0o600); err != nil {
+		return "", err
+	}
+	return path, os.Rename(tmp, path)
+}
+
+// Remove deletes the credential file of name.
+func Remove(stateDir, name string) {
+	_ = os.Remove(File(stateDir, name))
+}
+
+// Load reads the credential of name, refusing a file others can read.
+func Load(stateDir, name string) (string, error) {
+	path := File(stateDir, name)
+	fi, err := os.Stat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return "", fault.New(fault.Refused, fault.KindNoCredential, "no credential for %q on this host (%s)", name, path).
+			WithHint("register it with: fleet-roster join %s", name)
+	}
+	if err != nil {
+		return "", fault.Wrap(fault.Refused, fault.KindNoCredential, err, "credential of %q", name)
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		return "", fault.New(fault.Refused, fault.KindBadCredential,
+			"credential file %s is readable by others (mode %v)", path, fi.Mode().Perm()).
+			WithHint("chmod 600 %s", path)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", fault.Wrap(fault.Refused, fault.KindNoCredential, err, "credential of %q", name)
+	}
+	return strings.TrimSpace(string(data)), nil
+}
+
+// Describe names a credential for logs without revealing it.
+func Describe(token string) string {
+	gid, _, err := Parse(token)
+	if err != nil {
+		return "invalid"
+	}
+	return fmt.Sprintf("%s…", gid)
+}

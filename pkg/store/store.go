@@ -1,0 +1,636 @@
+// Package store is the host's durable embedded store (bbolt): the entity
+// registry, every local inbox in FIFO order, one delivery record per msg id
+// (which is also the dedup window), the in-flight markers that make a crash
+// during injection visible, and the dead letters.
+//
+// Writes go through a group committer: concurrent callers' changes share one
+// transaction and one fsync, so throughput does not collapse to one fsync per
+// message, and no caller hears "done" before its change is on disk.
+package store
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/fleetd/fleet/pkg/envelope"
+	bolt "go.etcd.io/bbolt"
+)
+
+// Buckets. Inboxes are nested: inbox/<gid>/<seq> -> envelope JSON.
+var (
+	bEntities = []byte("entities") // gid -> Entity JSON
+	bNames    = []byte("names")    // name -> gid
+	bInbox    = []byte("inbox")    // gid -> bucket of seq -> envelope JSON
+	bRecords  = []byte("records")  // msg id -> Record JSON (the dedup window)
+	bInflight = []byte("inflight") // msg id -> nil while an injection runs
+	bDead     = []byte("dead")     // msg id -> DeadLetter JSON
+	bMeta     = []byte("meta")     // schema, host
+)
+
+// Delivery states. A record only moves forward: accepted -> delivered|dead.
+const (
+	Accepted  = "accepted"
+	Delivered = "delivered"
+	Dead      = "dead"
+)
+
+// ErrNotFound is returned for an unknown entity or message.
+var ErrNotFound = errors.New("not found")
+
+// ErrNameTaken is returned when registering a name already in use.
+var ErrNameTaken = errors.New("name already registered")
+
+// Entity is one registered local entity.
+type Entity struct {
+	Gid          string    `json:"gid"`
+	Name         string    `json:"name"`
+	Host         string    `json:"host"`
+	Mode         string    `json:"mode"` // pull | inject
+	TmuxTarget   string    `json:"tmux_target,omitempty"`
+	Exec         string    `json:"exec,omitempty"`
+	Nudge        string    `json:"nudge,omitempty"`
+	Groups       []string  `json:"groups,omitempty"`
+	TokenHash    string    `json:"token_hash"`
+	Status       string    `json:"status"` // idle | busy
+	StatusAt     time.Time `json:"status_at"`
+	Created      time.Time `json:"created"`
+	LastDelivery time.Time `json:"last_delivery,omitzero"`
+}
+
+// Record is the delivery state of one message, keyed by msg id.
+type Record struct {
+	MsgID     string        `json:"msg_id"`
+	Kind      envelope.Kind `json:"kind"`
+	TraceID   string        `json:"trace_id"`
+	Sender    string        `json:"sender"`    // gid
+	Recipient string        `json:"recipient"` // gid
+	Seq       uint64        `json:"seq"`
+	State     string        `json:"state"`
+	Attempts  int           `json:"attempts"`
+	Reason    string        `json:"reason,omitempty"`
+	Accepted  time.Time     `json:"accepted"`
+	Done      time.Time     `json:"done,omitzero"` // delivered or dead
+}
+
+// DeadLetter is a message that will not be delivered, with why.
+type DeadLetter struct {
+	Record   Record          `json:"record"`
+	Envelope json.RawMessage `json:"envelope"`
+}
+
+// Item is one message at the head of an inbox.
+type Item struct {
+	Seq uint64
+	Env *envelope.Envelope
+}
+
+// Store is the embedded store. Safe for concurrent use.
+type Store struct {
+	db   *bolt.DB
+	ops  chan *op
+	done chan struct{}
+	wg   sync.WaitGroup
+}
+
+type op struct {
+	fn  func(*bolt.Tx) error
+	err chan error
+}
+
+// Open opens (creating if needed) the store at path. It fails at once when
+// another process holds it.
+func Open(path string) (*Store, error) {
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 200 * time.Millisecond})
+	if err != nil {
+		return nil, err
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, b := range [][]byte{bEntities, bNames, bInbox, bRecords, bInflight, bDead, bMeta} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		return tx.Bucket(bMeta).Put([]byte("schema"), []byte("1"))
+	})
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	s := &Store{db: db, ops: make(chan *op, 1024), done: make(chan struct{})}
+	s.wg.Add(1)
+	go s.commitLoop()
+	return s, nil
+}
+
+// Close stops the committer after the queued writes and closes the file.
+func (s *Store) Close() error {
+	close(s.done)
+	s.wg.Wait()
+	return s.db.Close()
+}
+
+// maxGroup bounds how many callers share one transaction.
+const maxGroup = 512
+
+// commitLoop is the group committer: it takes every write queued while the
+// previous commit was in flight and commits them in one transaction. If any
+// of them fails, the transaction is rolled back and each is run alone, so one
+// caller's error never undoes another's write.
+func (s *Store) commitLoop() {
+	defer s.wg.Done()
+	batch := make([]*op, 0, maxGroup)
+	for {
+		var first *op
+		select {
+		case first = <-s.ops:
+		case <-s.done:
+			// drain what is queued, then stop
+			for {
+				select {
+				case o := <-s.ops:
+					o.err <- s.db.Update(o.fn)
+				default:
+					return
+				}
+			}
+		}
+		batch = append(batch[:0], first)
+	fill:
+		for len(batch) < maxGroup {
+			select {
+			case o := <-s.ops:
+				batch = append(batch, o)
+			default:
+				break fill
+			}
+		}
+		if len(batch) == 1 {
+			first.err <- s.db.Update(first.fn)
+			continue
+		}
+		failed := false
+		err := s.db.Update(func(tx *bolt.Tx) error {
+			for _, o := range batch {
+				if err := o.fn(tx); err != nil {
+					failed = true
+					return err
+				}
+			}
+			return nil
+		})
+		if failed {
+			for _, o := range batch {
+				o.err <- s.db.Update(o.fn)
+			}
+			continue
+		}
+		for _, o := range batch {
+			o.err <- err
+		}
+	}
+}
+
+// update runs fn in a group-committed write transaction and returns once it
+// is on disk. fn may run twice (alone, after a rolled-back group), so it must
+// have no effects outside tx.
+func (s *Store) update(fn func(*bolt.Tx) error) error {
+	o := &op{fn: fn, err: make(chan error, 1)}
+	select {
+	case s.ops <- o:
+	case <-s.done:
+		return errors.New("store closed")
+	}
+	return <-o.err
+}
+
+func u64(n uint64) []byte {
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], n)
+	return b[:]
+}
+
+func getJSON(b *bolt.Bucket, key string, v any) error {
+	data := b.Get([]byte(key))
+	if data == nil {
+		return ErrNotFound
+	}
+	return json.Unmarshal(data, v)
+}
+
+func putJSON(b *bolt.Bucket, key string, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return b.Put([]byte(key), data)
+}
+
+// ---- entities ----
+
+// CreateEntity registers a new entity; its name must be free.
+func (s *Store) CreateEntity(e *Entity) error {
+	return s.update(func(tx *bolt.Tx) error {
+		names := tx.Bucket(bNames)
+		if g := names.Get([]byte(e.Name)); g != nil {
+			return fmt.Errorf("%w: %s is %s", ErrNameTaken, e.Name, g)
+		}
+		if err := names.Put([]byte(e.Name), []byte(e.Gid)); err != nil {
+			return err
+		}
+		if _, err := tx.Bucket(bInbox).CreateBucketIfNotExists([]byte(e.Gid)); err != nil {
+			return err
+		}
+		return putJSON(tx.Bucket(bEntities), e.Gid, e)
+	})
+}
+
+// UpdateEntity applies fn to the stored entity and saves it.
+func (s *Store) UpdateEntity(gid string, fn func(*Entity) error) (*Entity, error) {
+	var out Entity
+	err := s.update(func(tx *bolt.Tx) error {
+		var e Entity
+		if err := getJSON(tx.Bucket(bEntities), gid, &e); err != nil {
+			return err
+		}
+		if err := fn(&e); err != nil {
+			return err
+		}
+		out = e
+		return putJSON(tx.Bucket(bEntities), gid, &e)
+	})
+	return &out, err
+}
+
+// DeleteEntity removes an entity and dead-letters what waits in its inbox
+// with the given reason. It returns how many messages were dead-lettered.
+func (s *Store) DeleteEntity(gid, reason string) (int, error) {
+	var n int
+	err := s.update(func(tx *bolt.Tx) error {
+		n = 0
+		var e Entity
+		if err := getJSON(tx.Bucket(bEntities), gid, &e); err != nil {
+			return err
+		}
+		if ib := tx.Bucket(bInbox).Bucket([]byte(gid)); ib != nil {
+			var ids []string
+			err := ib.ForEach(func(_, v []byte) error {
+				var env envelope.Envelope
+				if err := json.Unmarshal(v, &env); err != nil {
+					return err
+				}
+				ids = append(ids, env.MsgID)
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			for _, id := range ids {
+				if err := deadTx(tx, id, reason, -1); err != nil && !errors.Is(err, ErrNotFound) {
+					return err
+				}
+			}
+			n = len(ids)
+			if err := tx.Bucket(bInbox).DeleteBucket([]byte(gid)); err != nil {
+				return err
+			}
+		}
+		if err := tx.Bucket(bNames).Delete([]byte(e.Name)); err != nil {
+			return err
+		}
+		return tx.Bucket(bEntities).Delete([]byte(gid))
+	})
+	return n, err
+}
+
+// Entities lists every registered entity, by name.
+func (s *Store) Entities() ([]*Entity, error) {
+	var out []*Entity
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bEntities).ForEach(func(_, v []byte) error {
+			var e Entity
+			if err := json.Unmarshal(v, &e); err != nil {
+				return err
+			}
+			out = append(out, &e)
+			return nil
+		})
+	})
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, err
+}
+
+// ---- messages ----
+
+// Accept stores env in its recipient's inbox and records it as accepted,
+// durably, unless its msg id is already known: then it returns the existing
+// record and dup=true and stores nothing. This is the dedup check for every
+// path that brings a message in.
+func (s *Store) Accept(env *envelope.Envelope, now time.Time) (rec *Record, dup bool, err error) {
+	raw, err := envelope.Encode(env)
+	if err != nil {
+		return nil, false, err
+	}
+	var out Record
+	err = s.update(func(tx *bolt.Tx) error {
+		dup = false
+		recs := tx.Bucket(bRecords)
+		if err := getJSON(recs, env.MsgID, &out); err == nil {
+			dup = true
+			return nil
+		}
+		ib := tx.Bucket(bInbox).Bucket([]byte(env.Recipient.Gid))
+		if ib == nil {
+			return ErrNotFound
+		}
+		seq, err := ib.NextSequence()
+		if err != nil {
+			return err
+		}
+		if err := ib.Put(u64(seq), raw); err != nil {
+			return err
+		}
+		out = Record{
+			MsgID: env.MsgID, Kind: env.Kind, TraceID: env.TraceID,
+			Sender: env.Sender.Gid, Recipient: env.Recipient.Gid,
+			Seq: seq, State: Accepted, Accepted: now,
+		}
+		return putJSON(recs, env.MsgID, &out)
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	return &out, dup, nil
+}
+
+// Head returns up to n messages at the head of gid's inbox with a sequence
+// greater than after, oldest first.
+func (s *Store) Head(gid string, after uint64, n int) ([]Item, error) {
+	var out []Item
+	err := s.db.View(func(tx *bolt.Tx) error {
+		ib := tx.Bucket(bInbox).Bucket([]byte(gid))
+		if ib == nil {
+			return ErrNotFound
+		}
+		c := ib.Cursor()
+		for k, v := c.Seek(u64(after + 1)); k != nil && len(out) < n; k, v = c.Next() {
+			var env envelope.Envelope
+			if err := json.Unmarshal(v, &env); err != nil {
+				return fmt.Errorf("inbox %s seq %d: %w", gid, binary.BigEndian.Uint64(k), err)
+			}
+			out = append(out, Item{Seq: binary.BigEndian.Uint64(k), Env: &env})
+		}
+		return nil
+	})
+	return out, err
+}
+
+// Pending returns how many messages wait in gid's inbox.
+func (s *Store) Pending(gid string) int {
+	n := 0
+	_ = s.db.View(func(tx *bolt.Tx) error {
+		if ib := tx.Bucket(bInbox).Bucket([]byte(gid)); ib != nil {
+			n = ib.Stats().KeyN
+		}
+		return nil
+	})
+	return n
+}
+
+// Record returns the delivery record of msgID.
+func (s *Store) Record(msgID string) (*Record, error) {
+	var r Record
+	err := s.db.View(func(tx *bolt.Tx) error { return getJSON(tx.Bucket(bRecords), msgID, &r) })
+	if err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// BeginInject durably marks msgID as being injected and counts the attempt.
+// If the gateway dies before EndInject or Fail, the marker survives and
+// Uncertain finds it on the next start.
+func (s *Store) BeginInject(msgID string) (attempt int, err error) {
+	err = s.update(func(tx *bolt.Tx) error {
+		var r Record
+		if err := getJSON(tx.Bucket(bRecords), msgID, &r); err != nil {
+			return err
+		}
+		if r.State != Accepted {
+			return fmt.Errorf("message %s is already %s", msgID, r.State)
+		}
+		r.Attempts++
+		attempt = r.Attempts
+		if err := tx.Bucket(bInflight).Put([]byte(msgID), nil); err != nil {
+			return err
+		}
+		return putJSON(tx.Bucket(bRecords), msgID, &r)
+	})
+	return attempt, err
+}
+
+// Failed clears the in-flight marker of a failed attempt and keeps the
+// reason; the message stays at the head of its inbox.
+func (s *Store) Failed(msgID, reason string) error {
+	return s.update(func(tx *bolt.Tx) error {
+		var r Record
+		if err := getJSON(tx.Bucket(bRecords), msgID, &r); err != nil {
+			return err
+		}
+		r.Reason = reason
+		if err := tx.Bucket(bInflight).Delete([]byte(msgID)); err != nil {
+			return err
+		}
+		return putJSON(tx.Bucket(bRecords), msgID, &r)
+	})
+}
+
+// Delivered records msgID as delivered and removes it from its inbox, in one
+// transaction: there is no moment where it is recorded but still queued.
+func (s *Store) Delivered(msgID string, now time.Time) error {
+	return s.update(func(tx *bolt.Tx) error { return deliveredTx(tx, msgID, now) })
+}
+
+func deliveredTx(tx *bolt.Tx, msgID string, now time.Time) error {
+	var r Record
+	if err := getJSON(tx.Bucket(bRecords), msgID, &r); err != nil {
+		return err
+	}
+	if r.State == Delivered {
+		return nil
+	}
+	if r.State != Accepted {
+		return fmt.Errorf("message %s is %s, not deliverable", msgID, r.State)
+	}
+	if ib := tx.Bucket(bInbox).Bucket([]byte(r.Recipient)); ib != nil {
+		if err := ib.Delete(u64(r.Seq)); err != nil {
+			return err
+		}
+	}
+	if err := tx.Bucket(bInflight).Delete([]byte(msgID)); err != nil {
+		return err
+	}
+	r.State, r.Done, r.Reason = Delivered, now, ""
+	if r.Attempts == 0 {
+		r.Attempts = 1
+	}
+	var e Entity
+	if getJSON(tx.Bucket(bEntities), r.Recipient, &e) == nil {
+		e.LastDelivery = now
+		if err := putJSON(tx.Bucket(bEntities), r.Recipient, &e); err != nil {
+			return err
+		}
+	}
+	return putJSON(tx.Bucket(bRecords), msgID, &r)
+}
+
+// Kill dead-letters msgID with its reason: out of the inbox, into the dead
+// letters, state dead. attempts < 0 keeps the recorded count.
+func (s *Store) Kill(msgID, reason string, attempts int) error {
+	return s.update(func(tx *bolt.Tx) error { return deadTx(tx, msgID, reason, attempts) })
+}
+
+func deadTx(tx *bolt.Tx, msgID, reason string, attempts int) error {
+	var r Record
+	if err := getJSON(tx.Bucket(bRecords), msgID, &r); err != nil {
+		return err
+	}
+	if r.State != Accepted {
+		return nil
+	}
+	var raw []byte
+	if ib := tx.Bucket(bInbox).Bucket([]byte(r.Recipient)); ib != nil {
+		raw = append([]byte(nil), ib.Get(u64(r.Seq))...)
+		if err := ib.Delete(u64(r.Seq)); err != nil {
+			return err
+		}
+	}
+	if err := tx.Bucket(bInflight).Delete([]byte(msgID)); err != nil {
+		return err
+	}
+	r.State, r.Reason, r.Done = Dead, reason, time.Now().UTC()
+	if attempts >= 0 {
+		r.Attempts = attempts
+	}
+	if err := putJSON(tx.Bucket(bDead), msgID, &DeadLetter{Record: r, Envelope: raw}); err != nil {
+		return err
+	}
+	return putJSON(tx.Bucket(bRecords), msgID, &r)
+}
+
+// DeadLetters lists the dead letters, optionally only those to gid.
+func (s *Store) DeadLetters(gid string) ([]*DeadLetter, error) {
+	var out []*DeadLetter
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bDead).ForEach(func(_, v []byte) error {
+			var d DeadLetter
+			if err := json.Unmarshal(v, &d); err != nil {
+				return err
+			}
+			if gid == "" || d.Record.Recipient == gid {
+				out = append(out, &d)
+			}
+			return nil
+		})
+	})
+	sort.Slice(out, func(i, j int) bool { return out[i].Record.Done.Before(out[j].Record.Done) })
+	return out, err
+}
+
+// Inflight returns the msg ids whose injection was begun and never ended:
+// the gateway died between starting an injection and recording its outcome.
+func (s *Store) Inflight() ([]string, error) {
+	var out []string
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bInflight).ForEach(func(k, _ []byte) error {
+			out = append(out, string(k))
+			return nil
+		})
+	})
+	return out, err
+}
+
+// ClearInflight drops the in-flight marker of msgID (re-inject policy).
+func (s *Store) ClearInflight(msgID string) error {
+	return s.update(func(tx *bolt.Tx) error { return tx.Bucket(bInflight).Delete([]byte(msgID)) })
+}
+
+// Prune forgets delivery records finished before cutoff: the end of the
+// dedup window. Records of queued messages and dead letters are kept.
+func (s *Store) Prune(cutoff time.Time) (int, error) {
+	var n int
+	err := s.update(func(tx *bolt.Tx) error {
+		n = 0
+		recs := tx.Bucket(bRecords)
+		dead := tx.Bucket(bDead)
+		var del [][]byte
+		err := recs.ForEach(func(k, v []byte) error {
+			var r Record
+			if json.Unmarshal(v, &r) != nil {
+				return nil
+			}
+			if r.State != Accepted && !r.Done.IsZero() && r.Done.Before(cutoff) && dead.Get(k) == nil {
+				del = append(del, append([]byte(nil), k...))
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, k := range del {
+			if err := recs.Delete(k); err != nil {
+				return err
+			}
+		}
+		n = len(del)
+		return nil
+	})
+	return n, err
+}
+
+// DeliveredAll records several messages as delivered in one transaction
+// (a pull client's acknowledgement of a batch).
+func (s *Store) DeliveredAll(msgIDs []string, now time.Time) error {
+	return s.update(func(tx *bolt.Tx) error {
+		for _, id := range msgIDs {
+			if err := deliveredTx(tx, id, now); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// DeadCounts returns the number of dead letters per recipient gid.
+func (s *Store) DeadCounts() map[string]int {
+	m := map[string]int{}
+	_ = s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bDead).ForEach(func(_, v []byte) error {
+			var d DeadLetter
+			if json.Unmarshal(v, &d) == nil {
+				m[d.Record.Recipient]++
+			}
+			return nil
+		})
+	})
+	return m
+}
+
+// Meta returns a metadata value ("" if unset).
+func (s *Store) Meta(key string) string {
+	var v string
+	_ = s.db.View(func(tx *bolt.Tx) error {
+		v = string(tx.Bucket(bMeta).Get([]byte(key)))
+		return nil
+	})
+	return v
+}
+
+// SetMeta stores a metadata value.
+func (s *Store) SetMeta(key, value string) error {
+	return s.update(func(tx *bolt.Tx) error { return tx.Bucket(bMeta).Put([]byte(key), []byte(value)) })
+}
