@@ -6,14 +6,14 @@ package cli
 
 import (
 	"context"
-	"os/signal"
-	"syscall"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 
 	"github.com/fleetd/fleet/pkg/api"
 	"github.com/fleetd/fleet/pkg/config"

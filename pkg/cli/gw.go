@@ -54,4 +54,3 @@ func gwFlags() []cli.Flag {
 	}
 	return append(flags, &cli.StringFlag{Name: "config", Usage: "config file (env FLEET_CONFIG)"})
 }
-

@@ -1,0 +1,55 @@
+# fleet — see README.md. `make demo` runs the main job; `make test` passes every test.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X github.com/fleetd/fleet/pkg/version.Version=$(VERSION)
+PREFIX  ?= /usr/local
+DESTDIR ?=
+GO      ?= go
+CMDS    := $(notdir $(wildcard cmd/fleet-*))
+
+.PHONY: all build test lint install clean bench demo generate check-generated fuzz
+
+all: build
+
+build:
+	@mkdir -p bin
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/ ./cmd/...
+
+# Every test: unit tests, and end-to-end tests that build the real binaries
+# and run them against real gateways (and a real tmux, installed when missing).
+test:
+	scripts/test-deps.sh
+	$(GO) test -count=1 -timeout 30m ./...
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 30s ./pkg/envelope
+
+bench: build
+	scripts/bench-local.sh
+
+demo: build
+	scripts/demo.sh
+
+install: build
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 \
+		$(DESTDIR)$(PREFIX)/share/bash-completion/completions $(DESTDIR)$(PREFIX)/share/zsh/site-functions
+	install -m 0755 $(addprefix bin/,$(CMDS)) $(DESTDIR)$(PREFIX)/bin/
+	install -m 0644 man/*.1 $(DESTDIR)$(PREFIX)/share/man/man1/
+	for c in $(CMDS); do \
+		install -m 0644 completions/$$c.bash $(DESTDIR)$(PREFIX)/share/bash-completion/completions/$$c; \
+		install -m 0644 completions/_$$c $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_$$c; \
+	done
+
+clean:
+	rm -rf bin dist
+
+# Man pages and completions are generated from the command definitions.
+generate:
+	$(GO) run ./scripts/gendocs -out .
+
+check-generated:
+	@tmp=$$(mktemp -d); $(GO) run ./scripts/gendocs -out $$tmp && \
+		diff -ru man $$tmp/man && diff -ru completions $$tmp/completions && rm -rf $$tmp && echo "generated files are up to date"
