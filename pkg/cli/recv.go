@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"os"
+	"syscall"
 	"time"
 
 	"github.com/fleetd/fleet/pkg/api"
@@ -83,6 +84,10 @@ func runRecv(c *cli.Context) error {
 		// Written out first, acknowledged after.
 		if err := out.Flush(); err != nil {
 			return fault.Wrap(fault.CantCreate, "output", err, "writing messages out (not acknowledged: they stay in the inbox)")
+		}
+		if os.Getenv("FLEET_CRASHPOINT") == "recv-before-ack" {
+			// test hook: die like kill -9 between writing and acknowledging
+			syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		}
 		if err := s.client.Send(&api.Request{Op: api.OpAck, Acks: acks}); err != nil {
 			return err

@@ -1,0 +1,313 @@
+// End-to-end tests: the real binaries, built once, against real gateways
+// in temporary folders (and a real tmux for the inject tests). The scripts
+// are in testdata/script; the commands they use beyond testscript's own are
+// defined below.
+package fleet_test
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fleetd/fleet/pkg/api"
+	"github.com/rogpeppe/go-internal/testscript"
+)
+
+var binDir string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "fleet-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	build := exec.Command("go", "build", "-o", dir+"/", "./cmd/...")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building the binaries:", err)
+		os.Exit(1)
+	}
+	binDir = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func TestScripts(t *testing.T) {
+	if _, err := exec.LookPath("tmux"); err != nil {
+		t.Fatal("tmux is required (make test installs it): ", err)
+	}
+	testscript.Run(t, testscript.Params{
+		Dir:   "testdata/script",
+		Setup: setup,
+		Cmds: map[string]func(*testscript.TestScript, bool, []string){
+			"gw":       cmdGateway,
+			"waitfor":  cmdWaitFor,
+			"rawframe": cmdRawFrame,
+			"lines":    cmdLines,
+		},
+	})
+}
+
+// gateways started by a script, by name, so "gw stop NAME" finds them.
+type gateways struct {
+	mu    sync.Mutex
+	procs map[string]*gwProc
+}
+
+type gwProc struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+}
+
+func setup(env *testscript.Env) error {
+	work := env.WorkDir
+	env.Setenv("PATH", binDir+string(os.PathListSeparator)+os.Getenv("PATH"))
+	env.Setenv("HOME", work)
+	env.Setenv("XDG_CONFIG_HOME", work+"/.config")
+	env.Setenv("XDG_STATE_HOME", work+"/.state")
+	env.Setenv("XDG_RUNTIME_DIR", "")
+	env.Setenv("FLEET_HOST", "h1")
+	env.Setenv("FLEET_STATE_DIR", work+"/state")
+	env.Setenv("FLEET_SOCKET", work+"/gw.sock")
+	env.Setenv("FLEET_RETRY_BASE", "50ms")
+	env.Setenv("FLEET_RETRY_MAX", "200ms")
+	env.Setenv("FLEET_SETTLE_DELAY", "50ms")
+	env.Setenv("FLEET_DRAIN_TIMEOUT", "3s")
+	// each script gets its own tmux server
+	env.Setenv("TMUX_TMPDIR", work)
+	env.Setenv("TMUX", "")
+	g := &gateways{procs: map[string]*gwProc{}}
+	env.Values["gw"] = g
+	env.Defer(func() {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		for _, p := range g.procs {
+			p.cmd.Process.Kill()
+			<-p.done
+		}
+		tm := exec.Command("tmux", "kill-server")
+		tm.Env = append(os.Environ(), "TMUX_TMPDIR="+work)
+		tm.Run()
+	})
+	return nil
+}
+
+func scriptEnv(ts *testscript.TestScript) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "FLEET_") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	for _, k := range []string{"PATH", "HOME", "XDG_CONFIG_HOME", "XDG_STATE_HOME", "XDG_RUNTIME_DIR",
+		"TMUX_TMPDIR", "TMUX", "FLEET_HOST", "FLEET_STATE_DIR", "FLEET_SOCKET", "FLEET_RETRY_BASE",
+		"FLEET_RETRY_MAX", "FLEET_SETTLE_DELAY", "FLEET_DRAIN_TIMEOUT", "FLEET_DELIVERY_ATTEMPTS",
+		"FLEET_NUDGE_AFTER", "FLEET_NUDGE_MAX", "FLEET_MAX_BODY", "FLEET_CRASHPOINT", "FLEET_UNCERTAIN",
+		"FLEET_CONFIG", "FLEET_EXEC_TIMEOUT"} {
+		if v := ts.Getenv(k); v != "" {
+			env = append(env, k+"="+v)
+		}
+	}
+	return env
+}
+
+// gw start [NAME] — start fleet-gw run in the background (log in
+// $WORK/NAME.log) and wait until its socket answers hello.
+// gw stop [NAME] — SIGTERM and wait for a clean exit.
+// gw kill [NAME] — SIGKILL (kill -9) and wait.
+// gw wait [NAME] — wait for the gateway to die on its own (a crash point).
+// gw fail [NAME] — run fleet-gw run in the foreground, expecting it to fail.
+func cmdGateway(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) < 1 {
+		ts.Fatalf("usage: gw start|stop|kill|wait [NAME]")
+	}
+	name := "gw"
+	if len(args) > 1 {
+		name = args[1]
+	}
+	g := ts.Value("gw").(*gateways)
+	g.mu.Lock()
+	p := g.procs[name]
+	g.mu.Unlock()
+	switch args[0] {
+	case "start":
+		if p != nil {
+			select {
+			case <-p.done:
+			default:
+				ts.Fatalf("gateway %s is already running", name)
+			}
+		}
+		logf, err := os.OpenFile(ts.MkAbs(name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+		ts.Check(err)
+		cmd := exec.Command(filepath.Join(binDir, "fleet-gw"), "run")
+		cmd.Env = scriptEnv(ts)
+		cmd.Dir = ts.Getenv("WORK")
+		cmd.Stdout, cmd.Stderr = logf, logf
+		ts.Check(cmd.Start())
+		p = &gwProc{cmd: cmd, done: make(chan struct{})}
+		go func() { p.err = cmd.Wait(); logf.Close(); close(p.done) }()
+		g.mu.Lock()
+		g.procs[name] = p
+		g.mu.Unlock()
+		sock := ts.Getenv("FLEET_SOCKET")
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			select {
+			case <-p.done:
+				log, _ := os.ReadFile(ts.MkAbs(name + ".log"))
+				if neg {
+					return
+				}
+				ts.Fatalf("gateway %s exited at start: %v\n%s", name, p.err, log)
+			default:
+			}
+			if c, err := api.Dial(sock); err == nil && c.Hello.Pid == cmd.Process.Pid {
+				c.Close()
+				if neg {
+					ts.Fatalf("gateway %s started, but should not have", name)
+				}
+				return
+			}
+			if time.Now().After(deadline) {
+				ts.Fatalf("gateway %s did not answer on %s within 15s", name, sock)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	case "stop", "kill", "wait":
+		if p == nil {
+			ts.Fatalf("no gateway %s", name)
+		}
+		switch args[0] {
+		case "stop":
+			p.cmd.Process.Signal(syscall.SIGTERM)
+		case "kill":
+			p.cmd.Process.Signal(syscall.SIGKILL)
+		}
+		select {
+		case <-p.done:
+		case <-time.After(30 * time.Second):
+			ts.Fatalf("gateway %s did not exit", name)
+		}
+		if args[0] == "stop" && p.err != nil && !neg {
+			ts.Fatalf("gateway %s exited with %v", name, p.err)
+		}
+	default:
+		ts.Fatalf("unknown gw command %q", args[0])
+	}
+}
+
+// waitfor FILE REGEXP [TIMEOUT] — wait until FILE matches REGEXP (default
+// 15s). Delivery is asynchronous; this polls instead of sleeping blindly.
+func cmdWaitFor(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) < 2 {
+		ts.Fatalf("usage: waitfor FILE REGEXP [TIMEOUT]")
+	}
+	re := regexp.MustCompile(args[1])
+	limit := 15 * time.Second
+	if len(args) > 2 {
+		d, err := time.ParseDuration(args[2])
+		ts.Check(err)
+		limit = d
+	}
+	deadline := time.Now().Add(limit)
+	for {
+		data, _ := os.ReadFile(ts.MkAbs(args[0]))
+		if re.Match(data) != neg {
+			return
+		}
+		if time.Now().After(deadline) {
+			ts.Fatalf("%s: no match for %q within %v; content:\n%s", args[0], args[1], limit, data)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// lines FILE N — FILE has exactly N lines.
+func cmdLines(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) != 2 {
+		ts.Fatalf("usage: lines FILE N")
+	}
+	data, err := os.ReadFile(ts.MkAbs(args[0]))
+	if err != nil && !os.IsNotExist(err) {
+		ts.Fatalf("%v", err)
+	}
+	n := bytes.Count(data, []byte("\n"))
+	if (fmt.Sprint(n) == args[1]) == neg {
+		ts.Fatalf("%s has %d lines (want %s%s):\n%s", args[0], n, map[bool]string{true: "not ", false: ""}[neg], args[1], data)
+	}
+}
+
+// rawframe KIND — speak raw bytes to the gateway socket and print its
+// reply frame (or "closed") on stdout. KIND: garbage, oversize, truncated,
+// badjson, noop, nohello, badutf8, badproto.
+func cmdRawFrame(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) != 1 {
+		ts.Fatalf("usage: rawframe KIND")
+	}
+	c, err := net.Dial("unix", ts.Getenv("FLEET_SOCKET"))
+	ts.Check(err)
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	frame := func(b []byte) []byte {
+		out := make([]byte, 4+len(b))
+		binary.BigEndian.PutUint32(out, uint32(len(b)))
+		copy(out[4:], b)
+		return out
+	}
+	hello := frame([]byte(`{"op":"hello","proto":1}`))
+	var payload []byte
+	switch args[0] {
+	case "garbage":
+		payload = []byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	case "oversize":
+		payload = append(hello, 0x40, 0, 0, 0) // a 1 GiB frame
+	case "truncated":
+		payload = append(hello, append([]byte{0, 0, 0, 100}, []byte(`{"op":"ro`)...)...)
+	case "badjson":
+		payload = append(hello, frame([]byte(`{"op": roster`))...)
+	case "noop":
+		payload = append(hello, frame([]byte(`{"token":"x"}`))...)
+	case "nohello":
+		payload = frame([]byte(`{"op":"roster"}`))
+	case "badutf8":
+		payload = append(hello, frame([]byte("{\"op\":\"send\",\"body\":\"\xff\xfe\"}"))...)
+	case "badproto":
+		payload = frame([]byte(`{"op":"hello","proto":99}`))
+	default:
+		ts.Fatalf("unknown rawframe kind %q", args[0])
+	}
+	_, err = c.Write(payload)
+	ts.Check(err)
+	if args[0] == "truncated" {
+		c.(*net.UnixConn).CloseWrite()
+	}
+	r := bufio.NewReader(c)
+	for {
+		data, err := api.ReadFrame(r, 1<<20)
+		if err == io.EOF {
+			fmt.Fprintln(ts.Stdout(), "closed")
+			return
+		}
+		if err != nil {
+			fmt.Fprintln(ts.Stdout(), "closed:", err)
+			return
+		}
+		fmt.Fprintln(ts.Stdout(), string(data))
+	}
+}
