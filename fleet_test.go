@@ -131,7 +131,7 @@ func scriptEnv(ts *testscript.TestScript) []string {
 // gw stop [NAME] — SIGTERM and wait for a clean exit.
 // gw kill [NAME] — SIGKILL (kill -9) and wait.
 // gw wait [NAME] — wait for the gateway to die on its own (a crash point).
-// gw fail [NAME] — run fleet-gw run in the foreground, expecting it to fail.
+// gw abort [NAME] — SIGTERM twice; print how it ended.
 func cmdGateway(ts *testscript.TestScript, neg bool, args []string) {
 	if len(args) < 1 {
 		ts.Fatalf("usage: gw start|stop|kill|wait [NAME]")
@@ -189,6 +189,20 @@ func cmdGateway(ts *testscript.TestScript, neg bool, args []string) {
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
+	case "abort":
+		// two SIGTERMs: the first starts the drain, the second aborts it
+		if p == nil {
+			ts.Fatalf("no gateway %s", name)
+		}
+		p.cmd.Process.Signal(syscall.SIGTERM)
+		time.Sleep(200 * time.Millisecond)
+		p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(3 * time.Second):
+			ts.Fatalf("gateway %s did not abort on the second signal", name)
+		}
+		fmt.Fprintln(ts.Stdout(), p.err)
 	case "stop", "kill", "wait":
 		if p == nil {
 			ts.Fatalf("no gateway %s", name)

@@ -39,10 +39,6 @@ func tmux(ctx context.Context, stdin []byte, args ...string) error {
 
 // Deliver pastes the text and submits it.
 func (t *Tmux) Deliver(ctx context.Context, env *envelope.Envelope) error {
-	// The pane must exist before anything is pasted anywhere.
-	if err := tmux(ctx, nil, "display-message", "-p", "-t", t.Target, "#{pane_id}"); err != nil {
-		return fmt.Errorf("pane %s: %w", t.Target, err)
-	}
 	buf := "fleet-" + env.MsgID
 	if err := tmux(ctx, []byte(Text(env)), "load-buffer", "-b", buf, "-"); err != nil {
 		return err
@@ -51,7 +47,7 @@ func (t *Tmux) Deliver(ctx context.Context, env *envelope.Envelope) error {
 	// application enabled it.
 	if err := tmux(ctx, nil, "paste-buffer", "-d", "-p", "-b", buf, "-t", t.Target); err != nil {
 		_ = tmux(context.Background(), nil, "delete-buffer", "-b", buf)
-		return err
+		return fmt.Errorf("pane %s: %w", t.Target, err)
 	}
 	// From here on the text is in the pane: a failure is uncertain, never
 	// retried (a retry would paste it twice).
