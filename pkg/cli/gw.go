@@ -2,6 +2,7 @@ package cli
 
 import (
 	"log/slog"
+	"net/url"
 	"os"
 
 	"github.com/fleetd/fleet/pkg/config"
@@ -25,6 +26,14 @@ func NewGatewayApp() *cli.App {
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
 				return usage("fleet-gw run takes no arguments, got %q", c.Args().First())
+			}
+			if c.IsSet("broker") {
+				if u, err := url.Parse(c.String("broker")); err == nil {
+					if _, has := u.User.Password(); has {
+						return usage("--broker would show the broker password to every user through ps").
+							WithHint("put the URI in FLEET_BROKER or in the config file (mode 0600)")
+					}
+				}
 			}
 			cfg, err := loadConfig(c)
 			if err != nil {

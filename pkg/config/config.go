@@ -35,6 +35,15 @@ type Config struct {
 	DedupWindow      time.Duration // how long delivered msg ids are remembered
 	DrainTimeout     time.Duration // shutdown: bound on finishing in-flight work
 	Uncertain        string        // "hold" or "reinject": the kill-during-inject window
+
+	Broker         string        // amqp:// or amqps:// URI; "" = single-host mode
+	BrokerCA       string        // amqps: private CA file
+	BrokerCert     string        // amqps: client certificate file
+	BrokerKey      string        // amqps: client key file
+	Heartbeat      time.Duration // AMQP heartbeat
+	InboxMaxLength int           // broker inbox cap (x-max-length)
+	InboxTTL       time.Duration // broker inbox message TTL (x-message-ttl)
+	PublishTimeout time.Duration // bound on a broker confirm
 }
 
 // Key describes one setting: its config-file key, environment variable and
@@ -59,6 +68,14 @@ var Keys = []Key{
 	{"dedup-window", "FLEET_DEDUP_WINDOW", "how long delivered msg ids are remembered", "168h"},
 	{"drain-timeout", "FLEET_DRAIN_TIMEOUT", "bound on finishing in-flight work at shutdown", "10s"},
 	{"uncertain", "FLEET_UNCERTAIN", "a message whose injection was cut by a crash: hold (dead-letter as uncertain) or reinject", "hold"},
+	{"broker", "FLEET_BROKER", "AMQP broker URI (amqp:// or amqps://) for cross-host messages; none: single-host mode", "none"},
+	{"broker-ca", "FLEET_BROKER_CA", "amqps: CA certificate file that signs the broker's certificate", "the system roots"},
+	{"broker-cert", "FLEET_BROKER_CERT", "amqps: client certificate file", "none"},
+	{"broker-key", "FLEET_BROKER_KEY", "amqps: client key file", "none"},
+	{"heartbeat", "FLEET_HEARTBEAT", "AMQP heartbeat interval: a silent network is noticed within a few", "5s"},
+	{"inbox-max-length", "FLEET_INBOX_MAX_LENGTH", "broker inbox cap in messages; over it, senders are told the inbox is full", "10000"},
+	{"inbox-ttl", "FLEET_INBOX_TTL", "how long a message may wait in a broker inbox before it is dead-lettered", "168h"},
+	{"publish-timeout", "FLEET_PUBLISH_TIMEOUT", "longest wait for the broker to confirm a remote send", "5s"},
 }
 
 // Lookup is how Load reads one setting from outside the file: flags first,
@@ -156,6 +173,23 @@ func Load(lookup Lookup, configPath string) (*Config, error) {
 	c.DedupWindow = dur("dedup-window", 7*24*time.Hour)
 	c.DrainTimeout = dur("drain-timeout", 10*time.Second)
 	c.Uncertain = str("uncertain", "hold")
+	c.Broker = str("broker", "")
+	if c.Broker == "none" {
+		c.Broker = ""
+	}
+	c.BrokerCA = str("broker-ca", "")
+	c.BrokerCert = str("broker-cert", "")
+	c.BrokerKey = str("broker-key", "")
+	c.Heartbeat = dur("heartbeat", 5*time.Second)
+	c.InboxMaxLength = num("inbox-max-length", 10000)
+	c.InboxTTL = dur("inbox-ttl", 7*24*time.Hour)
+	c.PublishTimeout = dur("publish-timeout", 5*time.Second)
+	if c.Broker != "" && !strings.HasPrefix(c.Broker, "amqp://") && !strings.HasPrefix(c.Broker, "amqps://") {
+		errs = append(errs, fmt.Errorf("broker: want an amqp:// or amqps:// URI"))
+	}
+	if c.InboxTTL > c.DedupWindow {
+		errs = append(errs, fmt.Errorf("inbox-ttl (%v) is longer than dedup-window (%v): a message could outlive its dedup record", c.InboxTTL, c.DedupWindow))
+	}
 	if c.Uncertain != "hold" && c.Uncertain != "reinject" {
 		errs = append(errs, fmt.Errorf("uncertain: %q is not hold or reinject", c.Uncertain))
 	}
@@ -193,7 +227,7 @@ func readFile(path string) (map[string]string, error) {
 		return nil, err
 	}
 	defer f.Close()
-	known := map[string]bool{"broker": true}
+	known := map[string]bool{}
 	for _, k := range Keys {
 		known[k.Name] = true
 	}

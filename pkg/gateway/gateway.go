@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/fleetd/fleet/pkg/audit"
+	"github.com/fleetd/fleet/pkg/broker"
 	"github.com/fleetd/fleet/pkg/config"
 	"github.com/fleetd/fleet/pkg/fault"
 	"github.com/fleetd/fleet/pkg/store"
@@ -38,6 +39,7 @@ type Gateway struct {
 	log   *slog.Logger
 	st    *store.Store
 	audit *audit.Log
+	br    *broker.Broker // nil: single-host mode
 	crash string // test hook: FLEET_CRASHPOINT
 
 	mu     sync.RWMutex
@@ -89,6 +91,14 @@ func (g *Gateway) Run(ctx context.Context) error {
 		g.closeState()
 		return err
 	}
+	if g.cfg.Broker != "" {
+		g.br = broker.New(broker.Config{
+			URL: g.cfg.Broker, CAFile: g.cfg.BrokerCA, CertFile: g.cfg.BrokerCert, KeyFile: g.cfg.BrokerKey,
+			Host: g.cfg.Host, Heartbeat: g.cfg.Heartbeat, PublishTimeout: g.cfg.PublishTimeout,
+			MaxBody: g.cfg.MaxBody, Attempts: g.cfg.DeliveryAttempts,
+			Limits: broker.Limits{MaxLength: g.cfg.InboxMaxLength, TTL: g.cfg.InboxTTL, DLQLength: 100000},
+		}, g.log, g.takeRemote)
+	}
 	if err := g.loadEntities(); err != nil {
 		g.closeState()
 		return err
@@ -99,6 +109,13 @@ func (g *Gateway) Run(ctx context.Context) error {
 	}
 	g.workers.Add(1)
 	go g.janitor()
+	if g.br != nil {
+		g.workers.Add(1)
+		go func() {
+			defer g.workers.Done()
+			g.br.Run(g.runCtx)
+		}()
+	}
 	g.log.Info("gateway ready", "socket", g.cfg.Socket, "state_dir", g.cfg.StateDir, "entities", len(g.boxes))
 	close(g.ready)
 

@@ -55,6 +55,9 @@ func (g *Gateway) addBox(e *store.Entity) *mailbox {
 	g.boxes[e.Gid] = b
 	g.byName[e.Name] = e.Gid
 	g.mu.Unlock()
+	if g.br != nil {
+		g.br.AddInbox(e.Gid, e.Groups)
+	}
 	g.workers.Add(1)
 	go func() {
 		defer g.workers.Done()
@@ -179,6 +182,12 @@ func (g *Gateway) kill(env *envelope.Envelope, reason string, attempts int) {
 	}
 	g.audit.Message("dead", env, attempts, reason)
 	g.log.Warn("dead-lettered", "msg_id", env.MsgID, "trace_id", env.TraceID, "entity", env.Recipient.String(), "reason", reason)
+	if g.br != nil && env.Sender.Host != g.cfg.Host {
+		// a remote message: its copy in bridge.dlq carries the reason too
+		if err := g.br.DeadLetter(env, reason, attempts); err != nil {
+			g.log.Warn("dead letter not copied to bridge.dlq", "msg_id", env.MsgID, "trace_id", env.TraceID, "err", err)
+		}
+	}
 }
 
 func sleep(ctx context.Context, d time.Duration) {

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -9,35 +10,61 @@ import (
 	"github.com/fleetd/fleet/pkg/envelope"
 	"github.com/fleetd/fleet/pkg/fault"
 	"github.com/fleetd/fleet/pkg/store"
+	"github.com/google/uuid"
 )
 
+// target is where a message goes: a local mailbox, or a gid on another
+// host reached through the broker.
+type target struct {
+	box *mailbox
+	gid string // remote
+}
+
 // resolve finds a recipient by name, name@host or gid. This is the routing
-// fork: a recipient on this host is served from the embedded store and never
-// touches the broker. (Remote recipients arrive with the broker transport.)
-func (g *Gateway) resolve(to string) (*mailbox, error) {
-	name := to
-	if n, host, ok := strings.Cut(to, "@"); ok {
-		if host != g.cfg.Host {
-			return nil, fault.New(fault.NoRecipient, fault.KindUnknownRecipient,
-				"no recipient %s: host %s is not this host and no broker is configured", to, host)
-		}
-		name = n
+// fork: a recipient on this host is served from the embedded store and
+// never touches the broker; any other gid goes to the broker, which alone
+// knows where its inbox is.
+func (g *Gateway) resolve(to string) (target, error) {
+	name, host, qualified := strings.Cut(to, "@")
+	if qualified && host == g.cfg.Host {
+		to = name
 	}
 	g.mu.RLock()
-	defer g.mu.RUnlock()
-	if b, ok := g.boxes[name]; ok {
-		return b, nil
+	b, ok := g.boxes[to]
+	if !ok {
+		if gid, found := g.byName[to]; found {
+			b, ok = g.boxes[gid], true
+		}
 	}
-	if gid, ok := g.byName[name]; ok {
-		return g.boxes[gid], nil
+	g.mu.RUnlock()
+	if ok {
+		return target{box: b}, nil
 	}
-	return nil, fault.New(fault.NoRecipient, fault.KindUnknownRecipient, "no recipient named %s", to).
+	if _, err := uuid.Parse(to); err == nil && len(to) == 36 {
+		if g.br == nil {
+			return target{}, fault.New(fault.NoRecipient, fault.KindUnknownRecipient,
+				"no recipient %s on this host, and no broker is configured to reach other hosts", to).
+				WithHint("list entities with: fleet-roster")
+		}
+		return target{gid: strings.ToLower(to)}, nil
+	}
+	if qualified && host != g.cfg.Host {
+		if g.br == nil {
+			return target{}, fault.New(fault.NoRecipient, fault.KindUnknownRecipient,
+				"no recipient %s: host %s is not this host and no broker is configured", to, host)
+		}
+		return target{}, fault.New(fault.NoRecipient, fault.KindUnknownRecipient,
+			"no recipient %s: names on other hosts are not known here yet", to).
+			WithHint("address an entity on another host by its gid")
+	}
+	return target{}, fault.New(fault.NoRecipient, fault.KindUnknownRecipient, "no recipient named %s", to).
 		WithHint("list entities with: fleet-roster")
 }
 
 // send accepts one message: who sends it comes from the credential, never
-// from the request; the body is checked; the message is durably in the
-// recipient's inbox before the sender hears "accepted".
+// from the request; the body is checked; a local message is durably in the
+// recipient's inbox, a remote one confirmed by the broker, before the
+// sender hears "accepted".
 func (g *Gateway) send(req *api.Request) (*api.Response, error) {
 	from, err := g.caller(req)
 	if err != nil {
@@ -65,27 +92,71 @@ func (g *Gateway) send(req *api.Request) (*api.Response, error) {
 	if to == "" {
 		return nil, fault.New(fault.Usage, fault.KindUsage, "no recipient")
 	}
-	rb, err := g.resolve(to)
+	t, err := g.resolve(to)
 	if err != nil {
 		return nil, err
 	}
-	rcpt := rb.snapshot()
-	env := envelope.New(kind,
-		envelope.Party{Gid: sender.Gid, Name: sender.Name, Host: sender.Host},
-		envelope.Party{Gid: rcpt.Gid, Name: rcpt.Name, Host: rcpt.Host},
-		req.Body)
+	rcpt := envelope.Party{Gid: t.gid}
+	if t.box != nil {
+		e := t.box.snapshot()
+		rcpt = envelope.Party{Gid: e.Gid, Name: e.Name, Host: e.Host}
+	}
+	env := envelope.New(kind, envelope.Party{Gid: sender.Gid, Name: sender.Name, Host: sender.Host}, rcpt, req.Body)
 	if trace != "" {
 		env.TraceID = trace
 	}
 	env.InReplyTo = req.ReplyTo
-	rec, err := g.accept(env)
-	if err != nil {
+	state := store.Accepted
+	if t.box != nil {
+		rec, err := g.accept(env)
+		if err != nil {
+			return nil, err
+		}
+		state = rec.State
+	} else if err := g.publish(env); err != nil {
 		return nil, err
 	}
 	return &api.Response{Sent: &api.Sent{
-		MsgID: env.MsgID, TraceID: env.TraceID, State: rec.State,
+		MsgID: env.MsgID, TraceID: env.TraceID, State: state,
 		Recipient: env.Recipient.String(), Gid: rcpt.Gid,
 	}}, nil
+}
+
+// publish hands a message for another host to the broker and records it.
+// An inbox that is full there dead-letters it here, with that reason.
+func (g *Gateway) publish(env *envelope.Envelope) error {
+	log := g.log.With("msg_id", env.MsgID, "trace_id", env.TraceID)
+	err := g.br.Publish(g.runCtx, env.Recipient.Gid, env, true)
+	now := time.Now().UTC()
+	switch {
+	case err == nil:
+		g.audit.Message("published", env, 0, "")
+		if err := g.st.RecordOutbound(env, now); err != nil {
+			log.Error("recording a published message", "err", err)
+		}
+		return nil
+	case fault.KindOf(err) == "inbox_full":
+		g.audit.Message("dead", env, 0, "inbox full")
+		log.Warn("remote inbox full: dead-lettered here", "recipient", env.Recipient.Gid)
+		if derr := g.st.DeadOutbound(env, "inbox full: the broker refused it", now); derr != nil {
+			log.Error("dead-lettering", "err", derr)
+		}
+	}
+	return err
+}
+
+// takeRemote takes a message from this host's broker inbox into the host
+// store (dedup by msg id) before the broker delivery is acked. From there
+// it follows the same delivery as a local message. Taking it in at once,
+// rather than holding the broker delivery until the entity has it, means
+// the gateway never nears RabbitMQ's consumer_timeout however long a pull
+// entity stays away, and one durable store carries every guarantee.
+func (g *Gateway) takeRemote(env *envelope.Envelope) error {
+	if g.box(env.Recipient.Gid) == nil {
+		return fmt.Errorf("no local entity %s", env.Recipient.Gid)
+	}
+	_, err := g.accept(env)
+	return err
 }
 
 // accept stores env in its local recipient's inbox (dedup by msg id) and

@@ -272,6 +272,16 @@ func (g *Gateway) leave(req *api.Request) (*api.Response, error) {
 		return nil, fault.New(fault.NoRecipient, fault.KindUnknownEntity, "no entity named %s on this host", req.Name).
 			WithHint("list them with: fleet-roster")
 	}
+	var groups []string
+	if b := g.box(gid); b != nil {
+		groups = b.snapshot().Groups
+	}
+	if g.br != nil {
+		// stop routing to it, take in what is queued, delete the queue
+		if err := g.br.RemoveInbox(gid, groups); err != nil {
+			g.log.Warn("inbox queue not removed from the broker", "entity", req.Name, "gid", gid, "err", err)
+		}
+	}
 	g.removeBox(gid)
 	n, err := g.st.DeleteEntity(gid, "recipient left the fleet")
 	if err != nil {

@@ -634,3 +634,36 @@ func (s *Store) Meta(key string) string {
 func (s *Store) SetMeta(key, value string) error {
 	return s.update(func(tx *bolt.Tx) error { return tx.Bucket(bMeta).Put([]byte(key), []byte(value)) })
 }
+
+// RecordOutbound records a message this host sent to another host through
+// the broker, once the broker confirmed it: the sender can look up its
+// state, and a reply to it finds its trace.
+func (s *Store) RecordOutbound(env *envelope.Envelope, now time.Time) error {
+	return s.update(func(tx *bolt.Tx) error {
+		return putJSON(tx.Bucket(bRecords), env.MsgID, &Record{
+			MsgID: env.MsgID, Kind: env.Kind, TraceID: env.TraceID,
+			Sender: env.Sender.Gid, Recipient: env.Recipient.Gid,
+			State: Accepted, Accepted: now,
+		})
+	})
+}
+
+// DeadOutbound dead-letters a message this host could not hand to the
+// broker for good (the remote inbox was full).
+func (s *Store) DeadOutbound(env *envelope.Envelope, reason string, now time.Time) error {
+	raw, err := envelope.Encode(env)
+	if err != nil {
+		return err
+	}
+	return s.update(func(tx *bolt.Tx) error {
+		r := Record{
+			MsgID: env.MsgID, Kind: env.Kind, TraceID: env.TraceID,
+			Sender: env.Sender.Gid, Recipient: env.Recipient.Gid,
+			State: Dead, Reason: reason, Accepted: now, Done: now,
+		}
+		if err := putJSON(tx.Bucket(bDead), env.MsgID, &DeadLetter{Record: r, Envelope: raw}); err != nil {
+			return err
+		}
+		return putJSON(tx.Bucket(bRecords), env.MsgID, &r)
+	})
+}

@@ -1,0 +1,482 @@
+package broker
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/fleetd/fleet/pkg/backoff"
+	"github.com/fleetd/fleet/pkg/envelope"
+	"github.com/fleetd/fleet/pkg/fault"
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// Config configures the transport.
+type Config struct {
+	URL            string // amqp:// or amqps://
+	CAFile         string // amqps: private CA to verify the broker
+	CertFile       string // amqps: client certificate
+	KeyFile        string // amqps: client key
+	Host           string // this gateway's host id
+	Heartbeat      time.Duration
+	Limits         Limits
+	Prefetch       int
+	PublishTimeout time.Duration // bound on waiting for a confirm
+	MaxBody        int
+	Attempts       int // failed hand-overs of one delivery before it is rejected to bridge.dlq
+}
+
+// Handler takes one delivery into the host: nil means the host has it
+// durably, and the delivery is acked.
+type Handler func(env *envelope.Envelope) error
+
+// Broker is the transport. Run owns the connections; Publish and the inbox
+// calls may be used from any goroutine.
+type Broker struct {
+	cfg    Config
+	log    *slog.Logger
+	handle Handler
+
+	mu          sync.Mutex
+	gen         *generation // nil while disconnected
+	blocked     string      // non-empty while the broker blocks publishers
+	lastErr     error
+	inboxes     map[string][]string // gid -> groups: the consumers we want
+	reconnected time.Time           // when the current generation came up after a loss
+	lostOnce    bool
+	stateSubs   []chan bool
+	fails       map[string]int // msg id -> failed hand-overs
+}
+
+// generation is one pair of connections and everything opened on them.
+// When either connection dies the whole generation is discarded: delivery
+// tags restart at 1 on new channels, so nothing from an old generation is
+// ever acked on a new one.
+type generation struct {
+	pubConn, subConn *amqp.Connection
+	pub              *publisher
+	ctx              context.Context
+	cancel           context.CancelFunc
+	mu               sync.Mutex
+	consumers        map[string]*consumer
+	wg               sync.WaitGroup
+}
+
+// New returns a transport; nothing is dialed until Run.
+func New(cfg Config, log *slog.Logger, handle Handler) *Broker {
+	if cfg.Heartbeat <= 0 {
+		cfg.Heartbeat = 5 * time.Second
+	}
+	if cfg.Prefetch <= 0 {
+		cfg.Prefetch = 64
+	}
+	if cfg.PublishTimeout <= 0 {
+		cfg.PublishTimeout = 5 * time.Second
+	}
+	if cfg.Attempts <= 0 {
+		cfg.Attempts = 5
+	}
+	return &Broker{cfg: cfg, log: log.With("broker", Redact(cfg.URL)), handle: handle, inboxes: map[string][]string{}, fails: map[string]int{}}
+}
+
+// Redact returns the URL without its user info: credentials never appear in
+// logs or errors.
+func Redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable broker URL)"
+	}
+	u.User = nil
+	return u.String()
+}
+
+// Connected reports whether the transport is up (and not blocked).
+func (b *Broker) Connected() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.gen != nil && b.blocked == ""
+}
+
+// Subscribe returns a channel that receives the connection state on every
+// change (true: up).
+func (b *Broker) Subscribe() <-chan bool {
+	c := make(chan bool, 8)
+	b.mu.Lock()
+	b.stateSubs = append(b.stateSubs, c)
+	b.mu.Unlock()
+	return c
+}
+
+func (b *Broker) setState(up bool) {
+	for _, c := range b.stateSubs {
+		select {
+		case c <- up:
+		default:
+		}
+	}
+}
+
+func (b *Broker) tlsConfig() (*tls.Config, error) {
+	u, err := url.Parse(b.cfg.URL)
+	if err != nil {
+		return nil, err
+	}
+	if u.Scheme != "amqps" {
+		return nil, nil
+	}
+	tc := &tls.Config{ServerName: u.Hostname(), MinVersion: tls.VersionTLS12}
+	if b.cfg.CAFile != "" {
+		pem, err := os.ReadFile(b.cfg.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("broker CA: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("broker CA %s holds no PEM certificate", b.cfg.CAFile)
+		}
+		tc.RootCAs = pool
+	}
+	if b.cfg.CertFile != "" || b.cfg.KeyFile != "" {
+		cert, err := tls.LoadX509KeyPair(b.cfg.CertFile, b.cfg.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("broker client certificate: %w", err)
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	}
+	return tc, nil
+}
+
+func (b *Broker) dial(role string) (*amqp.Connection, error) {
+	tc, err := b.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	props := amqp.NewConnectionProperties()
+	props.SetClientConnectionName("fleet-gw " + b.cfg.Host + " " + role)
+	return amqp.DialConfig(b.cfg.URL, amqp.Config{
+		Heartbeat:       b.cfg.Heartbeat,
+		TLSClientConfig: tc,
+		Properties:      props,
+		Locale:          "en_US",
+	})
+}
+
+// Run connects, declares the topology, starts the consumers and keeps them
+// running until ctx is cancelled, reconnecting with jittered backoff.
+func (b *Broker) Run(ctx context.Context) {
+	pol := backoff.Policy{Base: 200 * time.Millisecond, Max: 10 * time.Second, Jitter: true}
+	failures := 0
+	for ctx.Err() == nil {
+		gen, err := b.connect(ctx)
+		if err != nil {
+			failures++
+			b.mu.Lock()
+			b.lastErr = err
+			b.mu.Unlock()
+			if failures == 1 || failures%10 == 0 {
+				b.log.Error("broker unreachable", "err", err, "attempt", failures)
+			}
+			sleep(ctx, pol.Delay(failures))
+			continue
+		}
+		if failures > 0 || b.lostOnce {
+			b.log.Info("broker connection restored", "after_attempts", failures)
+		} else {
+			b.log.Info("broker connected")
+		}
+		failures = 0
+		err = b.serve(ctx, gen)
+		b.lostOnce = true
+		b.mu.Lock()
+		b.gen = nil
+		b.blocked = ""
+		b.lastErr = err
+		b.mu.Unlock()
+		b.setState(false)
+		gen.cancel()
+		gen.pubConn.Close()
+		gen.subConn.Close()
+		gen.wg.Wait()
+		if ctx.Err() != nil {
+			return
+		}
+		b.log.Warn("broker connection lost: reconnecting", "err", err)
+		sleep(ctx, pol.Delay(1))
+	}
+}
+
+// connect dials both connections, declares the shared topology and opens
+// the publisher.
+func (b *Broker) connect(ctx context.Context) (*generation, error) {
+	pubConn, err := b.dial("publish")
+	if err != nil {
+		return nil, err
+	}
+	subConn, err := b.dial("consume")
+	if err != nil {
+		pubConn.Close()
+		return nil, err
+	}
+	fail := func(err error) (*generation, error) {
+		pubConn.Close()
+		subConn.Close()
+		return nil, err
+	}
+	ch, err := subConn.Channel()
+	if err != nil {
+		return fail(err)
+	}
+	if err := declareShared(ch, b.cfg.Limits); err != nil {
+		return fail(fmt.Errorf("declaring the shared topology: %w", err))
+	}
+	q := ControlQueue(b.cfg.Host)
+	if _, err := ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-queue-type": "classic"}); err != nil {
+		return fail(err)
+	}
+	if err := ch.QueueBind(q, b.cfg.Host, ExControl, false, nil); err != nil {
+		return fail(err)
+	}
+	ch.Close()
+	gctx, cancel := context.WithCancel(ctx)
+	gen := &generation{pubConn: pubConn, subConn: subConn, ctx: gctx, cancel: cancel, consumers: map[string]*consumer{}}
+	pub, err := newPublisher(pubConn, b.log)
+	if err != nil {
+		cancel()
+		return fail(err)
+	}
+	gen.pub = pub
+	return gen, nil
+}
+
+// serve installs gen as current, starts a consumer per inbox and waits for
+// either connection to die.
+func (b *Broker) serve(ctx context.Context, gen *generation) error {
+	pubClosed := gen.pubConn.NotifyClose(make(chan *amqp.Error, 1))
+	subClosed := gen.subConn.NotifyClose(make(chan *amqp.Error, 1))
+	blocked := gen.pubConn.NotifyBlocked(make(chan amqp.Blocking, 4))
+
+	b.mu.Lock()
+	b.gen = gen
+	if b.lostOnce {
+		b.reconnected = time.Now()
+	}
+	want := make(map[string][]string, len(b.inboxes))
+	for gid, groups := range b.inboxes {
+		want[gid] = groups
+	}
+	b.mu.Unlock()
+	b.setState(true)
+	for gid, groups := range want {
+		b.startConsumer(gen, gid, groups)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-pubClosed:
+			return closeErr("publish connection", err)
+		case err := <-subClosed:
+			return closeErr("consume connection", err)
+		case bl := <-blocked:
+			b.mu.Lock()
+			if bl.Active {
+				b.blocked = bl.Reason
+			} else {
+				b.blocked = ""
+			}
+			b.mu.Unlock()
+			if bl.Active {
+				b.log.Error("broker blocks publishers (resource alarm): remote sends fail until it clears", "reason", bl.Reason)
+			} else {
+				b.log.Info("broker unblocked publishers")
+			}
+			b.setState(!bl.Active)
+		}
+	}
+}
+
+func closeErr(what string, err *amqp.Error) error {
+	if err == nil {
+		return fmt.Errorf("%s closed", what)
+	}
+	return fmt.Errorf("%s closed: %s", what, err.Error())
+}
+
+// AddInbox declares, binds and consumes the inbox of a local entity, now if
+// connected and after every reconnect.
+func (b *Broker) AddInbox(gid string, groups []string) {
+	b.mu.Lock()
+	b.inboxes[gid] = groups
+	gen := b.gen
+	b.mu.Unlock()
+	if gen != nil {
+		b.startConsumer(gen, gid, groups)
+	}
+}
+
+// RemoveInbox stops consuming gid's inbox, unbinds it so nothing new
+// arrives, hands what is still queued to the handler, and deletes the
+// queue. It needs the broker; without it, the queue stays (and is found
+// again when the entity is registered anew or an operator removes it).
+func (b *Broker) RemoveInbox(gid string, groups []string) error {
+	b.mu.Lock()
+	delete(b.inboxes, gid)
+	gen := b.gen
+	b.mu.Unlock()
+	if gen == nil {
+		return fault.New(fault.Unavailable, "broker_down", "broker unreachable: inbox queue %s left in place", InboxQueue(gid))
+	}
+	gen.mu.Lock()
+	c := gen.consumers[gid]
+	delete(gen.consumers, gid)
+	gen.mu.Unlock()
+	if c != nil {
+		c.stop()
+	}
+	ch, err := gen.subConn.Channel()
+	if err != nil {
+		return err
+	}
+	defer ch.Close()
+	q := InboxQueue(gid)
+	for _, k := range InboxKeys(gid, groups) {
+		if err := ch.QueueUnbind(q, k, ExMsg, nil); err != nil {
+			return err
+		}
+	}
+	for i := 0; i < 100000; i++ {
+		d, ok, err := ch.Get(q, false)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			break
+		}
+		b.take(d, gid)
+	}
+	_, err = ch.QueueDelete(q, false, true, false)
+	return err
+}
+
+// Publish sends env to bridge.msg with routing key key: persistent,
+// mandatory, confirmed. It returns only after the broker confirmed it, and
+// fails at once when the broker is unreachable or blocked:
+//
+//	fault.Unavailable (69)  broker down, blocked, or no confirm in time
+//	fault.NoRecipient (67)  returned unroutable (no such inbox)
+//	fault.TempFail (75)     nacked twice: the inbox is full (reject-publish)
+//
+// A confirm that is neither ack nor nack (the channel closed) is an unknown
+// outcome: the same bytes, same msg id, are published again, which the
+// receiver's dedup makes safe.
+func (b *Broker) Publish(ctx context.Context, key string, env *envelope.Envelope, persistent bool) error {
+	body, err := envelope.Encode(env)
+	if err != nil {
+		return err
+	}
+	msg := amqp.Publishing{
+		ContentType: "application/json",
+		MessageId:   env.MsgID,
+		Type:        string(env.Kind),
+		Timestamp:   env.Created,
+		Body:        body,
+		Headers:     amqp.Table{"fleet-schema": env.Schema, "fleet-trace-id": env.TraceID, "fleet-host": b.cfg.Host},
+	}
+	if persistent {
+		msg.DeliveryMode = amqp.Persistent
+	}
+	if !env.Expires.IsZero() {
+		ms := time.Until(env.Expires).Milliseconds()
+		if ms < 1 {
+			ms = 1
+		}
+		msg.Expiration = fmt.Sprint(ms)
+	}
+	nacks := 0
+	deadline := time.Now().Add(b.cfg.PublishTimeout)
+	for attempt := 1; ; attempt++ {
+		b.mu.Lock()
+		gen, blocked, lastErr := b.gen, b.blocked, b.lastErr
+		b.mu.Unlock()
+		if blocked != "" {
+			return fault.New(fault.Unavailable, "broker_blocked", "the broker is blocking publishers (%s): remote send refused", blocked).
+				WithHint("free the broker's memory or disk; local sends keep working")
+		}
+		if gen == nil {
+			msg := "broker unreachable"
+			if lastErr != nil {
+				msg += ": " + lastErr.Error()
+			}
+			return fault.New(fault.Unavailable, "broker_down", "%s", msg).
+				WithHint("local sends keep working; remote ones work again once the gateway reconnects")
+		}
+		res := gen.pub.publish(ctx, ExMsg, key, msg, deadline)
+		switch res {
+		case resAck:
+			return nil
+		case resReturned:
+			return fault.New(fault.NoRecipient, fault.KindUnknownRecipient, "no recipient %s: the broker has no inbox for it", key)
+		case resNack:
+			nacks++
+			if nacks >= 2 {
+				return fault.New(fault.TempFail, "inbox_full", "the inbox of %s is full: the broker refused the message", key)
+			}
+		case resTimeout:
+			return fault.New(fault.Unavailable, "broker_timeout", "the broker did not confirm the message within %v", b.cfg.PublishTimeout)
+		case resClosed:
+			// unknown outcome: retry with the same msg id on whatever
+			// connection is current, while time remains
+		}
+		if time.Now().After(deadline) || attempt >= 5 {
+			return fault.New(fault.Unavailable, "broker_down", "the broker connection failed while sending; outcome unknown, not confirmed")
+		}
+		sleep(ctx, 50*time.Millisecond*time.Duration(attempt))
+	}
+}
+
+// DeadLetter publishes a copy of env to bridge.dlx (and so bridge.dlq) with
+// the reason and attempt count, for a remote message that died on this
+// host. Best effort: the host's own dead letter is the record.
+func (b *Broker) DeadLetter(env *envelope.Envelope, reason string, attempts int) error {
+	b.mu.Lock()
+	gen := b.gen
+	b.mu.Unlock()
+	if gen == nil {
+		return errors.New("broker unreachable")
+	}
+	body, err := envelope.Encode(env)
+	if err != nil {
+		return err
+	}
+	msg := amqp.Publishing{
+		ContentType: "application/json", MessageId: env.MsgID, Type: string(env.Kind),
+		DeliveryMode: amqp.Persistent, Body: body,
+		Headers: amqp.Table{
+			"fleet-reason": reason, "fleet-attempts": int64(attempts),
+			"fleet-host": b.cfg.Host, "fleet-trace-id": env.TraceID,
+		},
+	}
+	// fanout: any key; not mandatory (bridge.dlq is always bound)
+	switch gen.pub.publishTo(context.Background(), ExDLX, "", msg, time.Now().Add(b.cfg.PublishTimeout), false) {
+	case resAck:
+		return nil
+	default:
+		return errors.New("dead letter not confirmed")
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

@@ -1,0 +1,226 @@
+package broker
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/fleetd/fleet/pkg/envelope"
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// consumer owns one channel with one exclusive, manual-ack consumer on one
+// local inbox. Deliveries are acked on the channel they came from, by this
+// goroutine, and only after the handler has the message durably.
+type consumer struct {
+	gid  string
+	quit chan struct{}
+	done chan struct{}
+}
+
+func (c *consumer) stop() {
+	close(c.quit)
+	<-c.done
+}
+
+func (b *Broker) startConsumer(gen *generation, gid string, groups []string) {
+	gen.mu.Lock()
+	if _, ok := gen.consumers[gid]; ok {
+		gen.mu.Unlock()
+		return
+	}
+	c := &consumer{gid: gid, quit: make(chan struct{}), done: make(chan struct{})}
+	gen.consumers[gid] = c
+	gen.mu.Unlock()
+	gen.wg.Add(1)
+	go func() {
+		defer gen.wg.Done()
+		defer close(c.done)
+		b.consume(gen, c, groups)
+	}()
+}
+
+// rivalGrace is how long a 403 "exclusive use" right after our own
+// reconnect is taken for our own half-dead old connection (which the broker
+// reaps after missed heartbeats) rather than a rival gateway.
+func (b *Broker) rivalGrace() time.Duration { return 3*b.cfg.Heartbeat + 2*time.Second }
+
+func (b *Broker) consume(gen *generation, c *consumer, groups []string) {
+	q := InboxQueue(c.gid)
+	log := b.log.With("queue", q)
+	started := time.Now()
+	reported := false
+	for {
+		select {
+		case <-c.quit:
+			return
+		case <-gen.ctx.Done():
+			return
+		default:
+		}
+		ch, deliveries, err := b.openInbox(gen, c.gid, groups)
+		if err != nil {
+			var ae *amqp.Error
+			if errors.As(err, &ae) && ae.Code == amqp.AccessRefused {
+				b.mu.Lock()
+				since := b.reconnected
+				b.mu.Unlock()
+				ours := !since.IsZero() && time.Since(since) < b.rivalGrace()
+				if !ours && !reported {
+					log.Error("inbox is consumed by another gateway: refusing to split its stream",
+						"err", err.Error(), "waited", time.Since(started).Round(time.Second).String())
+					reported = true
+				} else if ours {
+					log.Info("inbox still held by our previous connection: retrying until the broker reaps it")
+				}
+				if !wait(c, gen, time.Second) {
+					return
+				}
+				continue
+			}
+			if gen.ctx.Err() == nil {
+				log.Error("cannot consume inbox", "err", err)
+			}
+			if !wait(c, gen, 2*time.Second) {
+				return
+			}
+			continue
+		}
+		if reported {
+			log.Info("inbox claimed: consuming")
+			reported = false
+		}
+		closed := ch.NotifyClose(make(chan *amqp.Error, 1))
+		if !b.drain(gen, c, ch, deliveries, closed) {
+			ch.Close()
+			return
+		}
+		// channel closed under us (not the connection): open a new one
+	}
+}
+
+func wait(c *consumer, gen *generation, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-c.quit:
+		return false
+	case <-gen.ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// openInbox declares, binds and consumes an inbox on a fresh channel. A
+// queue that exists with other limits than configured (406 inequivalent
+// arg) is not redeclared in a loop: it is used as it is and the mismatch is
+// logged loudly, once per connection.
+func (b *Broker) openInbox(gen *generation, gid string, groups []string) (*amqp.Channel, <-chan amqp.Delivery, error) {
+	q := InboxQueue(gid)
+	ch, err := gen.subConn.Channel()
+	if err != nil {
+		return nil, nil, err
+	}
+	if _, err := ch.QueueDeclare(q, true, false, false, false, inboxArgs(b.cfg.Limits)); err != nil {
+		var ae *amqp.Error
+		if !errors.As(err, &ae) || ae.Code != amqp.PreconditionFailed {
+			return nil, nil, err
+		}
+		b.log.Error("inbox queue exists with other arguments than configured: keeping its current limits",
+			"queue", q, "err", ae.Reason,
+			"fix", "the new limits apply to inboxes declared from now on; to change this one, delete it while empty or set a broker policy")
+		if ch, err = gen.subConn.Channel(); err != nil {
+			return nil, nil, err
+		}
+		if _, err := ch.QueueDeclarePassive(q, true, false, false, false, nil); err != nil {
+			return nil, nil, err
+		}
+	}
+	for _, k := range InboxKeys(gid, groups) {
+		if err := ch.QueueBind(q, k, ExMsg, false, nil); err != nil {
+			return nil, nil, err
+		}
+	}
+	if err := ch.Qos(b.cfg.Prefetch, 0, false); err != nil {
+		return nil, nil, err
+	}
+	tag := fmt.Sprintf("fleet-gw/%s/%s", b.cfg.Host, gid)
+	d, err := ch.Consume(q, tag, false, true, false, false, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	return ch, d, nil
+}
+
+// drain hands deliveries to the handler until the channel closes (true:
+// reopen) or the consumer or generation stops (false).
+func (b *Broker) drain(gen *generation, c *consumer, ch *amqp.Channel, deliveries <-chan amqp.Delivery, closed <-chan *amqp.Error) bool {
+	for {
+		select {
+		case <-c.quit:
+			ch.Close() // unacked deliveries go back to the queue
+			return false
+		case <-gen.ctx.Done():
+			return false
+		case err := <-closed:
+			if gen.ctx.Err() == nil && err != nil {
+				b.log.Warn("inbox channel closed: reopening", "queue", InboxQueue(c.gid), "err", err.Error())
+			}
+			return gen.ctx.Err() == nil
+		case d, ok := <-deliveries:
+			if !ok {
+				return gen.ctx.Err() == nil
+			}
+			b.take(d, c.gid)
+		}
+	}
+}
+
+// take hands one delivery to the handler and settles it on its own channel.
+// Undecodable: rejected at once to bridge.dlq, loudly. Handler failures:
+// requeued, then rejected without requeue after the configured attempts.
+func (b *Broker) take(d amqp.Delivery, gid string) {
+	env, err := envelope.Decode(d.Body, b.cfg.MaxBody)
+	if err == nil && env.Recipient.Group == "" && env.Recipient.Gid != gid {
+		err = fmt.Errorf("addressed to %s, found in the inbox of %s", env.Recipient.Gid, gid)
+	}
+	if err != nil {
+		b.log.Error("poison message: rejected to bridge.dlq", "queue", InboxQueue(gid), "msg_id", d.MessageId, "err", err)
+		_ = d.Nack(false, false)
+		return
+	}
+	log := b.log.With("msg_id", env.MsgID, "trace_id", env.TraceID, "queue", InboxQueue(gid))
+	if err := b.handle(env); err != nil {
+		n := b.noteFailure(env.MsgID)
+		if n >= b.cfg.Attempts {
+			log.Error("could not take a message into the host store: rejected to bridge.dlq", "attempts", n, "err", err)
+			_ = d.Nack(false, false)
+			b.forget(env.MsgID)
+			return
+		}
+		log.Warn("could not take a message into the host store: requeued", "attempt", n, "err", err)
+		time.Sleep(200 * time.Millisecond)
+		_ = d.Nack(false, true)
+		return
+	}
+	b.forget(env.MsgID)
+	if err := d.Ack(false); err != nil {
+		// the channel died after the host took it: the broker redelivers,
+		// and the host's dedup by msg id drops the copy
+		log.Warn("ack failed; a redelivery will be deduplicated", "err", err)
+	}
+}
+
+func (b *Broker) noteFailure(id string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.fails[id]++
+	return b.fails[id]
+}
+
+func (b *Broker) forget(id string) {
+	b.mu.Lock()
+	delete(b.fails, id)
+	b.mu.Unlock()
+}

@@ -1,0 +1,184 @@
+package broker
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+type result int
+
+const (
+	resAck      result = iota // confirmed, routed
+	resReturned               // confirmed but returned unroutable (mandatory)
+	resNack                   // nacked: with reject-publish, the queue is full
+	resClosed                 // the channel closed first: outcome unknown
+	resTimeout                // no confirm in time
+)
+
+// publisher owns one confirm-mode channel. Publishes are serialized through
+// its owner goroutine (amqp091-go channels are not safe for concurrent
+// RPCs); returns and confirms are read by one events goroutine from
+// unbuffered channels, so a basic.return is always matched before the
+// basic.ack of the same message (the broker sends the return first, and
+// the library hands them over in order) — and a slow reader can never make
+// the library drop a return.
+type publisher struct {
+	ch   *amqp.Channel
+	reqs chan *pubReq
+	log  *slog.Logger
+
+	mu      sync.Mutex
+	byTag   map[uint64]*pubReq
+	byMsgID map[string]*pubReq
+	closed  bool
+}
+
+type pubReq struct {
+	exchange, key string
+	mandatory     bool
+	msg           amqp.Publishing
+	ctx           context.Context
+	returned      bool
+	done          chan result
+	published     chan error
+}
+
+func newPublisher(conn *amqp.Connection, log *slog.Logger) (*publisher, error) {
+	ch, err := conn.Channel()
+	if err != nil {
+		return nil, err
+	}
+	if err := ch.Confirm(false); err != nil {
+		return nil, err
+	}
+	p := &publisher{
+		ch: ch, reqs: make(chan *pubReq), log: log,
+		byTag: map[uint64]*pubReq{}, byMsgID: map[string]*pubReq{},
+	}
+	returns := ch.NotifyReturn(make(chan amqp.Return))
+	confirms := ch.NotifyPublish(make(chan amqp.Confirmation))
+	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
+	go p.events(returns, confirms, closed)
+	go p.owner(closed)
+	return p, nil
+}
+
+// owner is the only goroutine that publishes on the channel.
+func (p *publisher) owner(closed <-chan *amqp.Error) {
+	for r := range p.reqs {
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			r.published <- amqp.ErrClosed
+			continue
+		}
+		tag := p.ch.GetNextPublishSeqNo()
+		p.byTag[tag] = r
+		if r.mandatory {
+			p.byMsgID[r.msg.MessageId] = r
+		}
+		p.mu.Unlock()
+		err := p.ch.PublishWithContext(r.ctx, r.exchange, r.key, r.mandatory, false, r.msg)
+		if err != nil {
+			p.mu.Lock()
+			delete(p.byTag, tag)
+			delete(p.byMsgID, r.msg.MessageId)
+			p.mu.Unlock()
+		}
+		r.published <- err
+	}
+}
+
+// events matches returns and confirms to their requests.
+func (p *publisher) events(returns <-chan amqp.Return, confirms <-chan amqp.Confirmation, closed <-chan *amqp.Error) {
+	for {
+		select {
+		case ret, ok := <-returns:
+			if !ok {
+				returns = nil
+				continue
+			}
+			p.mu.Lock()
+			if r := p.byMsgID[ret.MessageId]; r != nil {
+				r.returned = true
+			}
+			p.mu.Unlock()
+		case c, ok := <-confirms:
+			if !ok {
+				confirms = nil
+				continue
+			}
+			p.mu.Lock()
+			r := p.byTag[c.DeliveryTag]
+			delete(p.byTag, c.DeliveryTag)
+			if r != nil {
+				delete(p.byMsgID, r.msg.MessageId)
+			}
+			p.mu.Unlock()
+			if r == nil {
+				continue
+			}
+			switch {
+			case !c.Ack:
+				r.done <- resNack
+			case r.returned:
+				r.done <- resReturned
+			default:
+				r.done <- resAck
+			}
+		case <-closed:
+			p.mu.Lock()
+			p.closed = true
+			pending := p.byTag
+			p.byTag, p.byMsgID = map[uint64]*pubReq{}, map[string]*pubReq{}
+			p.mu.Unlock()
+			for _, r := range pending {
+				r.done <- resClosed
+			}
+			// keep draining so the library never blocks on us
+			go func() {
+				for range returns {
+				}
+			}()
+			go func() {
+				for range confirms {
+				}
+			}()
+			return
+		}
+	}
+}
+
+func (p *publisher) publish(ctx context.Context, exchange, key string, msg amqp.Publishing, deadline time.Time) result {
+	return p.publishTo(ctx, exchange, key, msg, deadline, true)
+}
+
+func (p *publisher) publishTo(ctx context.Context, exchange, key string, msg amqp.Publishing, deadline time.Time, mandatory bool) result {
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	r := &pubReq{
+		exchange: exchange, key: key, mandatory: mandatory, msg: msg, ctx: ctx,
+		done: make(chan result, 1), published: make(chan error, 1),
+	}
+	select {
+	case p.reqs <- r:
+	case <-ctx.Done():
+		return resTimeout
+	}
+	if err := <-r.published; err != nil {
+		if ctx.Err() != nil {
+			return resTimeout
+		}
+		return resClosed
+	}
+	select {
+	case res := <-r.done:
+		return res
+	case <-ctx.Done():
+		return resTimeout
+	}
+}
