@@ -134,14 +134,27 @@ func asFlag() cli.Flag {
 // loadConfig resolves the configuration from this command's flags, the
 // environment and the config file.
 func loadConfig(c *cli.Context) (*config.Config, error) {
-	return config.Load(func(name, env string) (string, bool) {
+	return config.Load(flagLookup(c), c.String("config"))
+}
+
+func flagLookup(c *cli.Context) config.Lookup {
+	return func(name, env string) (string, bool) {
 		for _, ctx := range c.Lineage() {
 			if ctx.IsSet(name) {
 				return ctx.String(name), true
 			}
 		}
 		return config.EnvLookup(name, env)
-	}, c.String("config"))
+	}
+}
+
+func configFlag(c *cli.Context) string {
+	for _, ctx := range c.Lineage() {
+		if ctx.IsSet("config") {
+			return ctx.String("config")
+		}
+	}
+	return ""
 }
 
 // session is a connected command: its configuration and its client.
@@ -154,7 +167,7 @@ type session struct {
 // caller's credential (--as NAME, else FLEET_TOKEN). A missing credential
 // is not an error here: the gateway refuses the ops that need one.
 func connect(c *cli.Context) (*session, error) {
-	cfg, err := loadConfig(c)
+	cfg, err := config.LoadClient(flagLookup(c), configFlag(c))
 	if err != nil {
 		return nil, err
 	}

@@ -17,8 +17,11 @@ func NewGatewayApp() *cli.App {
 		"durably, delivers them (inject into tmux or a command, or hold for fleet-recv) and serves the " +
 		"local socket every other fleet command talks to. With no broker configured it runs a whole " +
 		"single-host fleet on its embedded store."
+	app.UsageText = "fleet-gw run [options]"
 	app.Commands = []*cli.Command{{
-		Name:  "run",
+		Name:            "run",
+		HideHelpCommand: true,
+		OnUsageError:    app.OnUsageError,
 		Usage: "run the gateway in the foreground until SIGINT or SIGTERM",
 		Description: "The first SIGINT/SIGTERM stops taking new work and drains in-flight deliveries " +
 			"within --drain-timeout; a second one aborts at once.",

@@ -67,6 +67,13 @@ func NewRosterApp() *cli.App {
 			Action:    runDead,
 		},
 	}
+	for _, cmd := range app.Commands {
+		// every subcommand takes the connection flags too, wherever they
+		// are written, and reports usage errors the house way
+		cmd.Flags = append(cmd.Flags, connFlags()...)
+		cmd.HideHelpCommand = true
+		cmd.OnUsageError = app.OnUsageError
+	}
 	return app
 }
 
@@ -144,7 +151,7 @@ func runJoin(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	if jsonOut(c) && c.Bool("json") {
+	if c.Bool("json") {
 		return printJSON(c.App.Writer, map[string]any{"entity": resp.Entity, "token": resp.Token, "credential_file": resp.CredFile})
 	}
 	fmt.Fprintf(c.App.ErrWriter, "fleet-roster: registered %s (gid %s); credential saved to %s — shown once, below\n",

@@ -88,9 +88,20 @@ func EnvLookup(_, env string) (string, bool) {
 	return v, ok && v != ""
 }
 
-// Load resolves the configuration. configPath may be "" (then FLEET_CONFIG,
-// then $XDG_CONFIG_HOME/fleet/config if it exists).
+// Load resolves the gateway's configuration. configPath may be "" (then
+// FLEET_CONFIG, then $XDG_CONFIG_HOME/fleet/config if it exists).
 func Load(lookup Lookup, configPath string) (*Config, error) {
+	return load(lookup, configPath, false)
+}
+
+// LoadClient resolves the configuration of a short command: the same
+// sources, but a bad value of a setting only the gateway uses is the
+// gateway's business, not a reason for fleet-send to fail.
+func LoadClient(lookup Lookup, configPath string) (*Config, error) {
+	return load(lookup, configPath, true)
+}
+
+func load(lookup Lookup, configPath string, client bool) (*Config, error) {
 	if lookup == nil {
 		lookup = EnvLookup
 	}
@@ -159,6 +170,7 @@ func Load(lookup Lookup, configPath string) (*Config, error) {
 		return d
 	}
 	host, _ := os.Hostname()
+	host, _, _ = strings.Cut(host, ".") // the short name: dots would split routing keys
 	c.Host = str("host", host)
 	c.StateDir = str("state-dir", defaultStateDir())
 	c.Socket = str("socket", defaultSocket(c.StateDir))
@@ -195,6 +207,9 @@ func Load(lookup Lookup, configPath string) (*Config, error) {
 	}
 	if c.Host == "" || strings.ContainsAny(c.Host, " \t./#*@") {
 		errs = append(errs, fmt.Errorf("host: %q is not a usable host id (no spaces, dots, '@', '#' or '*')", c.Host))
+	}
+	if client {
+		errs = nil
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fault.Wrap(fault.Usage, fault.KindUsage, err, "configuration")

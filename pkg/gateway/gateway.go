@@ -40,7 +40,7 @@ type Gateway struct {
 	st    *store.Store
 	audit *audit.Log
 	br    *broker.Broker // nil: single-host mode
-	crash string // test hook: FLEET_CRASHPOINT
+	crash string         // test hook: FLEET_CRASHPOINT
 
 	mu     sync.RWMutex
 	boxes  map[string]*mailbox // gid -> mailbox

@@ -1,0 +1,276 @@
+// Package docs generates fleet's man pages and shell completions from the
+// command definitions in pkg/cli, so the two can never disagree.
+// scripts/gendocs writes them (make generate); a test in pkg/cli checks the
+// committed copies against a fresh run.
+//
+// For every app in cli.Apps it produces, relative to the output folder:
+//
+//	man/NAME.1             the page urfave/cli renders, plus ENVIRONMENT,
+//	                       EXIT STATUS, EXAMPLES and SEE ALSO
+//	completions/NAME.bash  a bash `complete -F` function
+//	completions/_NAME      a zsh #compdef function
+//
+// The output depends only on the definitions: no dates, no versions.
+package docs
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/fleetd/fleet/pkg/cli"
+	"github.com/fleetd/fleet/pkg/config"
+	"github.com/fleetd/fleet/pkg/fault"
+	ucli "github.com/urfave/cli/v2"
+)
+
+// Dirs are the folders, relative to the output folder, that Render fills.
+var Dirs = []string{"man", "completions"}
+
+// Render returns every generated file, keyed by its slash-separated path
+// relative to the output folder.
+func Render() (map[string][]byte, error) {
+	// Every use gets a fresh app from its constructor: rendering may
+	// change the app it is given.
+	fresh := func() []*ucli.App {
+		apps := make([]*ucli.App, 0, len(cli.Apps))
+		for _, newApp := range cli.Apps {
+			apps = append(apps, newApp())
+		}
+		return apps
+	}
+	if err := checkExamples(fresh()); err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, a := range fresh() {
+		names = append(names, a.Name)
+	}
+	files := map[string][]byte{}
+	for _, app := range fresh() {
+		page, err := manPage(app, names)
+		if err != nil {
+			return nil, fmt.Errorf("%s: man page: %w", app.Name, err)
+		}
+		files["man/"+app.Name+".1"] = []byte(page)
+	}
+	for _, app := range fresh() {
+		files["completions/"+app.Name+".bash"] = []byte(bashCompletion(app))
+		files["completions/_"+app.Name] = []byte(zshCompletion(app))
+	}
+	return files, nil
+}
+
+// Generate renders every file and writes it under dir, creating the man
+// and completions folders as needed. Files it does not produce are left
+// alone.
+func Generate(dir string) error {
+	files, err := Render()
+	if err != nil {
+		return err
+	}
+	for _, d := range Dirs {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			return err
+		}
+	}
+	paths := make([]string, 0, len(files))
+	for p := range files {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	for _, p := range paths {
+		if err := os.WriteFile(filepath.Join(dir, filepath.FromSlash(p)), files[p], 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// manPage is urfave/cli's section-1 page with fleet's extra sections.
+func manPage(app *ucli.App, all []string) (string, error) {
+	// The page must not change with the build: the template does not use
+	// the version today, and this keeps it that way.
+	app.Version = ""
+	page, err := app.ToManWithSection(1)
+	if err != nil {
+		return "", err
+	}
+	page = demoteCommandHeadings(page, app.Commands)
+	var b strings.Builder
+	b.WriteString(strings.TrimRight(page, "\n"))
+	b.WriteString("\n\n")
+	writeEnvironment(&b, app)
+	writeExitStatus(&b, app)
+	writeExamples(&b, app)
+	writeSeeAlso(&b, app.Name, all)
+	return b.String(), nil
+}
+
+// demoteCommandHeadings turns the per-command headings under COMMANDS,
+// which the template renders as top-level sections (.SH), into subsections
+// (.SS), so a pager's section list shows COMMANDS once.
+func demoteCommandHeadings(page string, cmds []*ucli.Command) string {
+	heads := map[string]bool{}
+	var walk func([]*ucli.Command)
+	walk = func(cs []*ucli.Command) {
+		for _, c := range cs {
+			heads[".SH "+strings.Join(c.Names(), ", ")] = true
+			walk(c.Subcommands)
+		}
+	}
+	walk(cmds)
+	lines := strings.Split(page, "\n")
+	inCommands := false
+	for i, l := range lines {
+		switch {
+		case l == ".SH COMMANDS":
+			inCommands = true
+		case inCommands && heads[l]:
+			lines[i] = ".SS " + strings.TrimPrefix(l, ".SH ")
+		case strings.HasPrefix(l, ".SH "):
+			inCommands = false
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
+// hasFlag reports whether the app or any of its commands has flag name,
+// and how to spell it on the command line.
+func hasFlag(app *ucli.App, name string) (string, bool) {
+	for _, f := range app.Flags {
+		if containsName(f, name) {
+			return "--" + name, true
+		}
+	}
+	for _, c := range app.Commands {
+		for _, f := range c.Flags {
+			if containsName(f, name) {
+				return app.Name + " " + c.Name + " --" + name, true
+			}
+		}
+	}
+	return "", false
+}
+
+func containsName(f ucli.Flag, name string) bool {
+	for _, n := range f.Names() {
+		if n == name {
+			return true
+		}
+	}
+	return false
+}
+
+// isClient reports whether app talks to a gateway rather than being one.
+func isClient(app *ucli.App) bool {
+	_, ok := hasFlag(app, "host")
+	return !ok
+}
+
+func writeEnvironment(b *strings.Builder, app *ucli.App) {
+	b.WriteString(".SH ENVIRONMENT\n.PP\n")
+	b.WriteString("Each setting comes from its flag, else its environment variable, else the config file, else its default.\n")
+	if isClient(app) {
+		fmt.Fprintf(b, "Of the gateway's settings below, %s uses only \\fBFLEET_SOCKET\\fR and \\fBFLEET_STATE_DIR\\fR, "+
+			"but it reads and checks them all: an invalid value in any is a usage error (exit 64).\n", roffCode(app.Name))
+		b.WriteString(".TP\n.B FLEET_TOKEN\n")
+		b.WriteString("The caller's credential, as printed once by \\fBfleet\\-roster join\\fR. ")
+		if spelled, ok := hasFlag(app, "as"); ok {
+			fmt.Fprintf(b, "\\fB%s\\fR \\fINAME\\fR takes precedence: it reads the credential that join saved in the state folder.", roffCode(spelled))
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString(".TP\n.B FLEET_CONFIG\n")
+	b.WriteString("The config file: \\fIkey\\fR = \\fIvalue\\fR lines, keys as below, \\fB#\\fR starts a comment. " +
+		"Default: $XDG_CONFIG_HOME/fleet/config (~/.config/fleet/config), read only if it exists.")
+	if spelled, ok := hasFlag(app, "config"); ok {
+		fmt.Fprintf(b, " Flag: \\fB%s\\fR.", roffCode(spelled))
+	}
+	b.WriteString("\n")
+	for _, k := range config.Keys {
+		fmt.Fprintf(b, ".TP\n.B %s\n", k.Env)
+		fmt.Fprintf(b, "%s. Default: %s. Config file key: \\fB%s\\fR.", roffText(k.Usage), roffText(k.Default), roffCode(k.Name))
+		if spelled, ok := hasFlag(app, k.Name); ok {
+			fmt.Fprintf(b, " Flag: \\fB%s\\fR.", roffCode(spelled))
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("\n")
+}
+
+// exitCodes is the sysexits table of pkg/fault, one line per code.
+var exitCodes = []struct {
+	code fault.Code
+	text string
+}{
+	{fault.OK, "Success."},
+	{fault.Usage, "Usage error: bad flags or arguments, an invalid setting or config file, an invalid or already registered name."},
+	{fault.Data, "Data error: an empty, non-UTF-8 or oversized message body, a bad envelope or frame, or a protocol mismatch."},
+	{fault.NoRecipient, "No such recipient, message or entity."},
+	{fault.Unavailable, "Unavailable: no gateway is running on the socket, the gateway was lost, or it is shutting down."},
+	{fault.Software, "Internal error: a bug in fleet."},
+	{fault.CantCreate, "Cannot create: the state folder, the socket or the output cannot be created or written."},
+	{fault.TempFail, "Try again: timed out, an inbox is busy (another fleet-recv drains it) or full, or another gateway holds the state folder or socket."},
+	{fault.Refused, "Refused: a missing, malformed or invalid credential, or a peer of another user."},
+}
+
+func writeExitStatus(b *strings.Builder, app *ucli.App) {
+	b.WriteString(".SH EXIT STATUS\n.PP\n")
+	fmt.Fprintf(b, "Every failure prints one line on stderr, \\fB%s: error:\\fR followed by what went wrong, "+
+		"and a \\fBhint:\\fR line when there is a next command to run", roffCode(app.Name))
+	if _, ok := hasFlag(app, "json"); ok {
+		b.WriteString("; with \\fB\\-\\-json\\fR, also one JSON error object")
+	}
+	b.WriteString(".\n")
+	for _, e := range exitCodes {
+		fmt.Fprintf(b, ".TP\n.B %d\n%s\n", e.code, roffText(e.text))
+	}
+	b.WriteString("\n")
+}
+
+func writeExamples(b *strings.Builder, app *ucli.App) {
+	exs := examples[app.Name]
+	if len(exs) == 0 {
+		return
+	}
+	b.WriteString(".SH EXAMPLES\n")
+	for _, ex := range exs {
+		fmt.Fprintf(b, ".PP\n%s\n.PP\n.RS 4\n.EX\n", roffText(ex.Text))
+		for _, l := range strings.Split(ex.Cmd, "\n") {
+			b.WriteString(roffCode(l) + "\n")
+		}
+		b.WriteString(".EE\n.RE\n")
+	}
+	b.WriteString("\n")
+}
+
+func writeSeeAlso(b *strings.Builder, name string, all []string) {
+	var refs []string
+	for _, n := range all {
+		if n != name {
+			refs = append(refs, "\\fB"+roffCode(n)+"\\fR(1)")
+		}
+	}
+	if len(refs) == 0 {
+		return
+	}
+	b.WriteString(".SH SEE ALSO\n.PP\n" + strings.Join(refs, ", ") + "\n")
+}
+
+// roffText escapes one line of text for a roff body.
+func roffText(s string) string {
+	s = strings.ReplaceAll(s, `\`, `\e`)
+	if strings.HasPrefix(s, ".") || strings.HasPrefix(s, "'") {
+		s = `\&` + s
+	}
+	return s
+}
+
+// roffCode escapes a command or flag: every '-' becomes a minus sign, so
+// text copied from the rendered page still runs.
+func roffCode(s string) string {
+	return strings.ReplaceAll(roffText(s), "-", `\-`)
+}

@@ -1,0 +1,143 @@
+package docs
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/fleetd/fleet/pkg/cli"
+	ucli "github.com/urfave/cli/v2"
+)
+
+func apps() map[string]*ucli.App {
+	m := map[string]*ucli.App{}
+	for _, newApp := range cli.Apps {
+		a := newApp()
+		m[a.Name] = a
+	}
+	return m
+}
+
+func TestRenderIsDeterministic(t *testing.T) {
+	a, err := Render()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Render()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(a) != 3*len(cli.Apps) {
+		t.Errorf("%d files, want 3 per app (%d apps)", len(a), len(cli.Apps))
+	}
+	for p, data := range a {
+		if !bytes.Equal(data, b[p]) {
+			t.Errorf("%s differs between two runs", p)
+		}
+	}
+}
+
+func TestManPages(t *testing.T) {
+	files, err := Render()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name := range apps() {
+		page := string(files["man/"+name+".1"])
+		if !strings.Contains(page, ".TH "+name+" 1") {
+			t.Errorf("%s: not a section 1 page", name)
+		}
+		for _, sec := range []string{"NAME", "SYNOPSIS", "ENVIRONMENT", "EXIT STATUS", "EXAMPLES", "SEE ALSO"} {
+			if !strings.Contains(page, "\n.SH "+sec+"\n") {
+				t.Errorf("%s: no %s section", name, sec)
+			}
+		}
+		for _, code := range []string{"0", "64", "65", "67", "69", "70", "73", "75", "77"} {
+			if !strings.Contains(page, "\n.B "+code+"\n") {
+				t.Errorf("%s: exit status %s is not listed", name, code)
+			}
+		}
+		for _, env := range []string{"FLEET_CONFIG", "FLEET_SOCKET", "FLEET_STATE_DIR", "FLEET_UNCERTAIN"} {
+			if !strings.Contains(page, "\n.B "+env+"\n") {
+				t.Errorf("%s: %s is not listed", name, env)
+			}
+		}
+		if strings.Contains(page, "\n.SH run\n") || strings.Contains(page, "\n.SH join\n") {
+			t.Errorf("%s: a command is still a top-level section", name)
+		}
+	}
+	if !strings.Contains(string(files["man/fleet-send.1"]), "\n.B FLEET_TOKEN\n") {
+		t.Error("fleet-send: FLEET_TOKEN is not listed")
+	}
+}
+
+func TestCompletionsOfferCommandsAndFlags(t *testing.T) {
+	files, err := Render()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bash := string(files["completions/fleet-roster.bash"])
+	zsh := string(files["completions/_fleet-roster"])
+	for _, c := range []string{"join", "leave", "status", "dead", "list"} {
+		if !strings.Contains(bash, c) || !strings.Contains(zsh, "'"+c+":") {
+			t.Errorf("fleet-roster completions do not offer %s", c)
+		}
+	}
+	if !strings.Contains(bash, "complete -F _fleet_roster fleet-roster") {
+		t.Error("bash: no complete -F line")
+	}
+	if !strings.HasPrefix(zsh, "#compdef fleet-roster\n") {
+		t.Error("zsh: no #compdef line")
+	}
+	if !strings.Contains(string(files["completions/fleet-recv.bash"]), "--follow -f --max -n") {
+		t.Error("fleet-recv: bash does not offer --follow/-f and --max/-n")
+	}
+}
+
+func TestCheckInvocation(t *testing.T) {
+	as := apps()
+	for _, tc := range []struct {
+		app, line, err string
+	}{
+		{"fleet-roster", "join alice --mode pull", ""},
+		{"fleet-roster", "--socket /s join alice --mode=inject --exec cat", ""},
+		{"fleet-roster", "join alice", "needs --mode"},
+		{"fleet-roster", "join alice --mode pull --bogus /s", "no flag --bogus"},
+		{"fleet-roster", "status --as bob busy", ""},
+		{"fleet-roster", "--as bob status busy", "no flag --as"},
+		{"fleet-gw", "--state-dir /x", "no flag --state-dir"},
+		{"fleet-gw", "", "needs a command"},
+		{"fleet-gw", "run --uncertain reinject", ""},
+		{"fleet-send", "--as alice bob - < report.txt", ""},
+		{"fleet-send", "--to bob hi", "no flag --to"},
+		{"fleet-recv", "-n 1 -f", ""},
+		{"fleet-recv", "--status x", "no flag --status"},
+		{"fleet-recv", "--as", "needs a value"},
+	} {
+		words, err := shellWords(tc.line)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = checkInvocation(as[tc.app], words)
+		switch {
+		case tc.err == "" && err != nil:
+			t.Errorf("%s %s: %v", tc.app, tc.line, err)
+		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+			t.Errorf("%s %s: error %v, want one containing %q", tc.app, tc.line, err, tc.err)
+		}
+	}
+}
+
+func TestShellWords(t *testing.T) {
+	got, err := shellWords(`a 'b c' "d \"e\"" f\ g $(x)`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"a", "b c", `d "e"`, "f g", "$(x)"}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Errorf("shellWords = %q, want %q", got, want)
+	}
+	if _, err := shellWords(`'open`); err == nil {
+		t.Error("an unterminated quote is not an error")
+	}
+}

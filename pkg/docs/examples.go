@@ -1,0 +1,290 @@
+package docs
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+
+	"github.com/fleetd/fleet/pkg/config"
+	ucli "github.com/urfave/cli/v2"
+)
+
+// example is one entry of a man page's EXAMPLES: what it does, and the
+// lines to type (or, for a config file, its contents).
+type example struct {
+	Text string
+	Cmd  string
+}
+
+// examples per command. checkExamples holds every fleet command line here
+// to the definitions, so a renamed flag or command fails generation.
+var examples = map[string][]example{
+	"fleet-gw": {
+		{"Run this host's gateway with the default state folder and socket. " +
+			"It logs to stderr: text on a terminal, JSON lines otherwise.",
+			"fleet-gw run"},
+		{"Keep the state and the socket in chosen places. Every other command then needs the same " +
+			"socket, and the same state folder to use --as:",
+			"fleet-gw run --state-dir /srv/fleet --socket /srv/fleet/gw.sock\n" +
+				"export FLEET_SOCKET=/srv/fleet/gw.sock FLEET_STATE_DIR=/srv/fleet\n" +
+				"fleet-roster"},
+		{"Dead-letter an undeliverable message after three attempts at most ten seconds apart, and inject " +
+			"again a message whose injection a crash cut short (it may then arrive twice):",
+			"fleet-gw run --delivery-attempts 3 --retry-max 10s --uncertain reinject"},
+		{"A config file holds the same settings, and any other key listed under ENVIRONMENT; flags and FLEET_* variables override it:",
+			"# ~/.config/fleet/config\n" +
+				"host = build1\n" +
+				"delivery-attempts = 3\n" +
+				"retry-max = 10s\n" +
+				"uncertain = reinject"},
+	},
+	"fleet-send": {
+		{"Send a message as the entity whose credential is in FLEET_TOKEN. " +
+			"It prints the msg id and the trace id once the message is stored:",
+			"fleet-send bob 'the build is green'"},
+		{"Send a file as alice, whose credential fleet-roster join saved in the state folder:",
+			"fleet-send --as alice bob - < report.txt"},
+		{"Keep the msg id, then ask for the message's delivery state:",
+			"id=$(fleet-send --as alice bob 'deploy at 17:00?' | cut -d' ' -f1)\n" +
+				"fleet-send --as alice --status \"$id\""},
+		{"Reply to a message received with fleet-recv; the reply goes to its sender, in the same trace:",
+			"fleet-send --as bob --reply-to 3f2a9c4e-8b1d-4e6f-a7c2-5d9e0b1f4a68 'deployed, all green'"},
+		{"Send the tail of a build log, and get the result as JSON:",
+			"make test 2>&1 | tail -n 20 | fleet-send --as ci --json alice"},
+	},
+	"fleet-recv": {
+		{"Drain the inbox of the entity whose credential is in FLEET_TOKEN:",
+			"fleet-recv"},
+		{"Take only the oldest waiting message, as bob:",
+			"fleet-recv --as bob -n 1"},
+		{"Follow bob's inbox and print each body as it arrives:",
+			"fleet-recv --as bob --follow --json | jq -r .body"},
+	},
+	"fleet-roster": {
+		{"List this host's entities: a table on a terminal, JSON Lines otherwise:",
+			"fleet-roster"},
+		{"Register a pull entity and give this shell its credential, which is shown only once:",
+			"export FLEET_TOKEN=$(fleet-roster join alice --mode pull)"},
+		{"Register an entity whose messages are pasted into pane 1.0 of tmux session work, as a member of group ops:",
+			"fleet-roster join bob --mode inject --tmux-target work:1.0 --group ops"},
+		{"Register an entity whose messages go, as JSON on stdin, to a command; exit 0 means delivered:",
+			"fleet-roster join ci --mode inject --exec 'jq -r .body >> \"$HOME/ci-inbox.log\"'"},
+		{"Register a pull entity that gets a desktop notification, with backoff, while messages wait:",
+			"fleet-roster join carol --mode pull --nudge 'notify-send fleet \"$FLEET_PENDING message(s) for $FLEET_ENTITY\"'"},
+		{"Hold inject deliveries to bob while it is busy, then let them through:",
+			"fleet-roster status --as bob busy\n" +
+				"fleet-roster status --as bob idle"},
+		{"Show the dead letters addressed to bob, with the reason each died:",
+			"fleet-roster dead bob"},
+		{"Remove bob; what waits in its inbox is dead-lettered:",
+			"fleet-roster leave bob"},
+		{"Options of fleet-roster itself go before the command:",
+			"fleet-roster --socket /srv/fleet/gw.sock dead --json"},
+	},
+}
+
+var configLine = regexp.MustCompile(`^([a-z][a-z-]*) = `)
+
+// checkExamples parses every fleet command line in the examples and holds
+// its command, flags and required flags to the definitions, the way
+// pkg/cli reads them: a command's flags after the command, the app's
+// before it. A line "key = value" must name a config key.
+func checkExamples(apps []*ucli.App) error {
+	byName := map[string]*ucli.App{}
+	for _, a := range apps {
+		byName[a.Name] = a
+	}
+	known := map[string]bool{}
+	for _, k := range config.Keys {
+		known[k.Name] = true
+	}
+	var errs []string
+	for page, exs := range examples {
+		if byName[page] == nil {
+			errs = append(errs, fmt.Sprintf("examples for %s, which is not in cli.Apps", page))
+		}
+		for _, ex := range exs {
+			for _, line := range strings.Split(ex.Cmd, "\n") {
+				if m := configLine.FindStringSubmatch(line); m != nil {
+					if !known[m[1]] {
+						errs = append(errs, fmt.Sprintf("%s example %q: no config key %s", page, line, m[1]))
+					}
+					continue
+				}
+				words, err := shellWords(line)
+				if err != nil {
+					errs = append(errs, fmt.Sprintf("%s example %q: %v", page, line, err))
+					continue
+				}
+				for i, w := range words {
+					for name, app := range byName {
+						if w == name || strings.HasSuffix(w, "$("+name) {
+							if err := checkInvocation(app, words[i+1:]); err != nil {
+								errs = append(errs, fmt.Sprintf("%s example %q: %v", page, line, err))
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	sort.Strings(errs)
+	return errors.New("examples do not match the command definitions:\n\t" + strings.Join(errs, "\n\t"))
+}
+
+// checkInvocation checks the arguments of one call of app.
+func checkInvocation(app *ucli.App, args []string) error {
+	flags := withFlags(app.Flags, ucli.HelpFlag, ucli.VersionFlag)
+	level := app.Name
+	var cmd *ucli.Command
+	set := map[string]bool{}
+	npos := 0
+loop:
+	for i := 0; i < len(args); i++ {
+		w := args[i]
+		if isShellOperator(w) {
+			break
+		}
+		last := strings.HasSuffix(w, ")") // the end of $( ... )
+		w = strings.TrimSuffix(w, ")")
+		switch {
+		case w == "--":
+			break loop
+		case len(w) > 1 && w[0] == '-':
+			name, _, inline := strings.Cut(strings.TrimLeft(w, "-"), "=")
+			f := lookupFlag(flags, name)
+			if f == nil {
+				return fmt.Errorf("%s has no flag %s", level, w)
+			}
+			set[f.Names()[0]] = true
+			if takesValue(f) && !inline {
+				if i+1 >= len(args) || isShellOperator(args[i+1]) {
+					return fmt.Errorf("%s %s needs a value", level, w)
+				}
+				i++
+				last = last || strings.HasSuffix(args[i], ")")
+			}
+		default:
+			if cmd == nil && npos == 0 && len(app.Commands) > 0 {
+				if c := findCommand(app.Commands, w); c != nil {
+					cmd, level = c, app.Name+" "+c.Name
+					flags = withFlags(c.Flags, ucli.HelpFlag)
+					set = map[string]bool{}
+					continue
+				}
+			}
+			npos++
+		}
+		if last {
+			break
+		}
+	}
+	if cmd == nil && app.Action == nil && len(app.Commands) > 0 {
+		return fmt.Errorf("%s needs a command", app.Name)
+	}
+	for _, f := range flags {
+		if r, ok := f.(ucli.RequiredFlag); ok && r.IsRequired() && !set[f.Names()[0]] {
+			return fmt.Errorf("%s needs --%s", level, f.Names()[0])
+		}
+	}
+	return nil
+}
+
+// withFlags returns a new slice: flags, then more that are not nil.
+func withFlags(flags []ucli.Flag, more ...ucli.Flag) []ucli.Flag {
+	out := append([]ucli.Flag(nil), flags...)
+	for _, f := range more {
+		if f != nil {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func isShellOperator(w string) bool {
+	for _, op := range []string{"|", "&", ";", "<", ">", "2>"} {
+		if strings.HasPrefix(w, op) {
+			return true
+		}
+	}
+	return false
+}
+
+func lookupFlag(flags []ucli.Flag, name string) ucli.Flag {
+	for _, f := range flags {
+		if f != nil && containsName(f, name) {
+			return f
+		}
+	}
+	return nil
+}
+
+func findCommand(cmds []*ucli.Command, name string) *ucli.Command {
+	for _, c := range cmds {
+		if c.HasName(name) {
+			return c
+		}
+	}
+	return nil
+}
+
+func takesValue(f ucli.Flag) bool {
+	d, ok := f.(ucli.DocGenerationFlag)
+	return ok && d.TakesValue()
+}
+
+// shellWords splits a line into words the way sh does for quoting: single
+// quotes, double quotes with backslash escapes, and backslashes. It does
+// no expansion.
+func shellWords(line string) ([]string, error) {
+	var words []string
+	var cur strings.Builder
+	inWord := false
+	for i := 0; i < len(line); i++ {
+		ch := line[i]
+		switch {
+		case ch == ' ' || ch == '\t':
+			if inWord {
+				words = append(words, cur.String())
+				cur.Reset()
+				inWord = false
+			}
+		case ch == '\'':
+			j := strings.IndexByte(line[i+1:], '\'')
+			if j < 0 {
+				return nil, errors.New("unterminated single quote")
+			}
+			cur.WriteString(line[i+1 : i+1+j])
+			i += j + 1
+			inWord = true
+		case ch == '"':
+			i++
+			for ; i < len(line) && line[i] != '"'; i++ {
+				if line[i] == '\\' && i+1 < len(line) {
+					i++
+				}
+				cur.WriteByte(line[i])
+			}
+			if i >= len(line) {
+				return nil, errors.New("unterminated double quote")
+			}
+			inWord = true
+		case ch == '\\' && i+1 < len(line):
+			i++
+			cur.WriteByte(line[i])
+			inWord = true
+		default:
+			cur.WriteByte(ch)
+			inWord = true
+		}
+	}
+	if inWord {
+		words = append(words, cur.String())
+	}
+	return words, nil
+}
