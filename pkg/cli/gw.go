@@ -22,7 +22,7 @@ func NewGatewayApp() *cli.App {
 		Name:            "run",
 		HideHelpCommand: true,
 		OnUsageError:    app.OnUsageError,
-		Usage: "run the gateway in the foreground until SIGINT or SIGTERM",
+		Usage:           "run the gateway in the foreground until SIGINT or SIGTERM",
 		Description: "The first SIGINT/SIGTERM stops taking new work and drains in-flight deliveries " +
 			"within --drain-timeout; a second one aborts at once.",
 		Flags: gwFlags(),
