@@ -57,6 +57,10 @@ func TestScripts(t *testing.T) {
 			"waitfor":  cmdWaitFor,
 			"rawframe": cmdRawFrame,
 			"lines":    cmdLines,
+			"host":     cmdHost,
+			"broker":   cmdBroker,
+			"amqp":     cmdAMQP,
+			"proxy":    cmdProxy,
 		},
 	})
 }
@@ -92,6 +96,7 @@ func setup(env *testscript.Env) error {
 	env.Setenv("TMUX", "")
 	g := &gateways{procs: map[string]*gwProc{}}
 	env.Values["gw"] = g
+	env.Values["proxies"] = map[string]*proxy{}
 	env.Defer(func() {
 		g.mu.Lock()
 		defer g.mu.Unlock()
@@ -103,7 +108,7 @@ func setup(env *testscript.Env) error {
 		tm.Env = append(os.Environ(), "TMUX_TMPDIR="+work)
 		tm.Run()
 	})
-	return nil
+	return setupBroker(env, filepath.Base(work)[len("script-"):])
 }
 
 func scriptEnv(ts *testscript.TestScript) []string {
@@ -118,7 +123,8 @@ func scriptEnv(ts *testscript.TestScript) []string {
 		"TMUX_TMPDIR", "TMUX", "FLEET_HOST", "FLEET_STATE_DIR", "FLEET_SOCKET", "FLEET_RETRY_BASE",
 		"FLEET_RETRY_MAX", "FLEET_SETTLE_DELAY", "FLEET_DRAIN_TIMEOUT", "FLEET_DELIVERY_ATTEMPTS",
 		"FLEET_NUDGE_AFTER", "FLEET_NUDGE_MAX", "FLEET_MAX_BODY", "FLEET_CRASHPOINT", "FLEET_UNCERTAIN",
-		"FLEET_CONFIG", "FLEET_EXEC_TIMEOUT"} {
+		"FLEET_CONFIG", "FLEET_EXEC_TIMEOUT", "FLEET_BROKER", "FLEET_HEARTBEAT", "FLEET_INBOX_MAX_LENGTH",
+		"FLEET_INBOX_TTL", "FLEET_PUBLISH_TIMEOUT"} {
 		if v := ts.Getenv(k); v != "" {
 			env = append(env, k+"="+v)
 		}

@@ -29,7 +29,12 @@ func interspersed(app *cli.App, args []string) []string {
 			return append(out, rest[i+1:]...)
 		case len(a) > 1 && a[0] == '-':
 			out = append(out, a)
-			if takesValue(flags, a) && !strings.Contains(a, "=") && i+1 < len(rest) {
+			if takesValue(flags, a) && !strings.Contains(a, "=") {
+				if i+1 >= len(rest) {
+					// a value flag written last: end with it, so
+					// urfave/cli reports the missing value
+					return out
+				}
 				i++
 				out = append(out, rest[i])
 			}

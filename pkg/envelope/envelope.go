@@ -181,6 +181,10 @@ func Decode(data []byte, max int) (*Envelope, error) {
 	if max <= 0 {
 		max = DefaultMaxBody
 	}
+	// encoding/json would quietly replace invalid bytes with U+FFFD
+	if !utf8.Valid(data) {
+		return nil, fault.New(fault.Data, fault.KindBadUTF8, "envelope is not valid UTF-8")
+	}
 	var head struct {
 		Schema *string `json:"v"`
 	}

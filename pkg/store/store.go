@@ -91,10 +91,12 @@ type Item struct {
 
 // Store is the embedded store. Safe for concurrent use.
 type Store struct {
-	db   *bolt.DB
-	ops  chan *op
-	done chan struct{}
-	wg   sync.WaitGroup
+	db     *bolt.DB
+	ops    chan *op
+	done   chan struct{}
+	wg     sync.WaitGroup
+	mu     sync.RWMutex // held for reading while queueing a write
+	closed bool
 }
 
 type op struct {
@@ -129,6 +131,13 @@ func Open(path string) (*Store, error) {
 
 // Close stops the committer after the queued writes and closes the file.
 func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
 	close(s.done)
 	s.wg.Wait()
 	return s.db.Close()
@@ -200,11 +209,15 @@ func (s *Store) commitLoop() {
 // have no effects outside tx.
 func (s *Store) update(fn func(*bolt.Tx) error) error {
 	o := &op{fn: fn, err: make(chan error, 1)}
-	select {
-	case s.ops <- o:
-	case <-s.done:
+	// Queue under the read lock: Close cannot start draining until every
+	// write queued before it is in s.ops, so none is left unanswered.
+	s.mu.RLock()
+	if s.closed {
+		s.mu.RUnlock()
 		return errors.New("store closed")
 	}
+	s.ops <- o
+	s.mu.RUnlock()
 	return <-o.err
 }
 
@@ -441,10 +454,13 @@ func (s *Store) Failed(msgID, reason string) error {
 		if err := getJSON(tx.Bucket(bRecords), msgID, &r); err != nil {
 			return err
 		}
-		r.Reason = reason
 		if err := tx.Bucket(bInflight).Delete([]byte(msgID)); err != nil {
 			return err
 		}
+		if r.State != Accepted {
+			return nil // died meanwhile: keep the reason it died with
+		}
+		r.Reason = reason
 		return putJSON(tx.Bucket(bRecords), msgID, &r)
 	})
 }
@@ -573,7 +589,11 @@ func (s *Store) Prune(cutoff time.Time) (int, error) {
 			if json.Unmarshal(v, &r) != nil {
 				return nil
 			}
-			if r.State != Accepted && !r.Done.IsZero() && r.Done.Before(cutoff) && dead.Get(k) == nil {
+			finished := r.State != Accepted && !r.Done.IsZero() && r.Done.Before(cutoff)
+			// an outbound record (Seq 0: in no local inbox) is done with
+			// once its recipient's host has had the dedup window for it
+			outbound := r.State == Accepted && r.Seq == 0 && r.Accepted.Before(cutoff)
+			if (finished || outbound) && dead.Get(k) == nil {
 				del = append(del, append([]byte(nil), k...))
 			}
 			return nil

@@ -1,0 +1,310 @@
+package fleet_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/rogpeppe/go-internal/testscript"
+)
+
+// The broker scripts (broker_*.txtar, outage_*.txtar) run against the
+// private RabbitMQ node of scripts/rabbitmq-node.sh: `make test` starts it
+// and passes its URL in FLEET_TEST_BROKER; without that the first broker
+// script starts it. Each script gets its own vhost, so scripts running in
+// parallel never share a queue. The outage scripts stop, block or pause
+// the whole node, so they take the broker exclusively.
+
+var (
+	brokerOnce sync.Once
+	brokerURL  string
+	brokerErr  error
+	brokerLock sync.RWMutex
+)
+
+func brokerNode() (string, error) {
+	brokerOnce.Do(func() {
+		if u := os.Getenv("FLEET_TEST_BROKER"); u != "" {
+			brokerURL = strings.TrimSuffix(u, "/")
+			return
+		}
+		out, err := exec.Command("scripts/rabbitmq-node.sh", "start").CombinedOutput()
+		if err != nil {
+			brokerErr = fmt.Errorf("starting the private RabbitMQ node: %v\n%s", err, out)
+			return
+		}
+		u, err := exec.Command("scripts/rabbitmq-node.sh", "url").Output()
+		brokerURL, brokerErr = strings.TrimSuffix(strings.TrimSpace(string(u)), "/"), err
+	})
+	return brokerURL, brokerErr
+}
+
+func rabbitmqctl(args ...string) ([]byte, error) {
+	return exec.Command("scripts/rabbitmq-node.sh", append([]string{"ctl"}, args...)...).CombinedOutput()
+}
+
+// setupBroker gives a broker script its vhost and lock.
+func setupBroker(env *testscript.Env, name string) error {
+	exclusive := strings.HasPrefix(name, "outage_")
+	if !exclusive && !strings.HasPrefix(name, "broker_") {
+		return nil
+	}
+	base, err := brokerNode()
+	if err != nil {
+		return err
+	}
+	if exclusive {
+		brokerLock.Lock()
+		env.Defer(brokerLock.Unlock)
+	} else {
+		brokerLock.RLock()
+		env.Defer(brokerLock.RUnlock)
+	}
+	vhost := "t-" + name
+	rabbitmqctl("delete_vhost", vhost)
+	if out, err := rabbitmqctl("add_vhost", vhost); err != nil {
+		return fmt.Errorf("add_vhost: %v\n%s", err, out)
+	}
+	if out, err := rabbitmqctl("set_permissions", "-p", vhost, "guest", ".*", ".*", ".*"); err != nil {
+		return fmt.Errorf("set_permissions: %v\n%s", err, out)
+	}
+	env.Defer(func() {
+		if exclusive { // leave the node as we found it
+			rabbitmqctl("set_vm_memory_high_watermark", "0.4")
+			rabbitmqctl("start_app")
+		}
+		rabbitmqctl("delete_vhost", vhost)
+	})
+	env.Setenv("FLEET_BROKER", base+"/"+vhost)
+	env.Setenv("BROKER_URL", base+"/"+vhost)
+	env.Setenv("FLEET_HEARTBEAT", "2s")
+	return nil
+}
+
+// host NAME — point FLEET_HOST, FLEET_SOCKET and FLEET_STATE_DIR at host
+// NAME's gateway, so "gw start NAME" and the commands after it act there.
+func cmdHost(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) != 1 {
+		ts.Fatalf("usage: host NAME")
+	}
+	work := ts.Getenv("WORK")
+	ts.Setenv("FLEET_HOST", args[0])
+	ts.Setenv("FLEET_SOCKET", filepath.Join(work, args[0]+".sock"))
+	ts.Setenv("FLEET_STATE_DIR", filepath.Join(work, args[0]))
+}
+
+// broker stop|start|block|unblock|closeall|pause|resume — act on the node
+// (outage scripts only).
+func cmdBroker(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) != 1 {
+		ts.Fatalf("usage: broker stop|start|block|unblock|closeall|pause|resume")
+	}
+	var out []byte
+	var err error
+	switch args[0] {
+	case "stop":
+		out, err = rabbitmqctl("stop_app")
+	case "start":
+		out, err = rabbitmqctl("start_app")
+	case "block":
+		out, err = rabbitmqctl("set_vm_memory_high_watermark", "0.0000001")
+	case "unblock":
+		out, err = rabbitmqctl("set_vm_memory_high_watermark", "0.4")
+	case "closeall":
+		out, err = rabbitmqctl("close_all_connections", "test: connections cut")
+	default:
+		ts.Fatalf("unknown broker command %q", args[0])
+	}
+	if err != nil {
+		ts.Fatalf("rabbitmqctl %s: %v\n%s", args[0], err, out)
+	}
+}
+
+func amqpDial(ts *testscript.TestScript) (*amqp.Connection, *amqp.Channel) {
+	conn, err := amqp.Dial(ts.Getenv("BROKER_URL"))
+	ts.Check(err)
+	ch, err := conn.Channel()
+	ts.Check(err)
+	return conn, ch
+}
+
+// amqp publish EXCHANGE KEY BODY — publish raw bytes (a poison message);
+// KEY (and QUEUE below) may be @FILE, read from a file.
+// amqp count QUEUE — print the number of messages ready in QUEUE.
+// amqp get QUEUE — take one message and print its headers and body.
+// amqp args QUEUE — print the queue's x-max-length as the broker sees it
+// (by publishing nothing: a passive declare cannot tell, so this counts).
+func cmdAMQP(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) < 2 {
+		ts.Fatalf("usage: amqp publish|count|get ...")
+	}
+	conn, ch := amqpDial(ts)
+	defer conn.Close()
+	switch args[0] {
+	case "publish":
+		if len(args) != 4 {
+			ts.Fatalf("usage: amqp publish EXCHANGE KEY BODY")
+		}
+		key := args[2]
+		if strings.HasPrefix(key, "@") { // the key is in a file
+			key = strings.TrimSpace(ts.ReadFile(key[1:]))
+		}
+		ts.Check(ch.Confirm(false))
+		dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), args[1], key, false, false,
+			amqp.Publishing{Body: []byte(args[3]), MessageId: "poison-1", DeliveryMode: amqp.Persistent})
+		ts.Check(err)
+		if !dc.Wait() {
+			ts.Fatalf("publish not confirmed")
+		}
+	case "count":
+		name := args[1]
+		if strings.HasPrefix(name, "@") {
+			name = strings.TrimSpace(ts.ReadFile(name[1:]))
+		}
+		q, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
+		ts.Check(err)
+		fmt.Fprintln(ts.Stdout(), q.Messages)
+	case "get":
+		d, ok, err := ch.Get(args[1], true)
+		ts.Check(err)
+		if !ok {
+			fmt.Fprintln(ts.Stdout(), "empty")
+			return
+		}
+		for k, v := range d.Headers {
+			if k == "x-death" {
+				if deaths, ok := v.([]any); ok && len(deaths) > 0 {
+					if t, ok := deaths[0].(amqp.Table); ok {
+						fmt.Fprintf(ts.Stdout(), "x-death-reason: %v\n", t["reason"])
+					}
+				}
+				continue
+			}
+			fmt.Fprintf(ts.Stdout(), "%s: %v\n", k, v)
+		}
+		fmt.Fprintf(ts.Stdout(), "body: %s\n", d.Body)
+	default:
+		ts.Fatalf("unknown amqp command %q", args[0])
+	}
+}
+
+// proxy start NAME — a TCP proxy in front of the broker; FLEET_BROKER
+// then points at it. proxy cut NAME — stop forwarding on every open
+// connection without closing it (a silent network: only heartbeats can
+// tell), while new connections pass. proxy list NAME — print how many
+// connections it carried.
+type proxy struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	conns  []*proxyConn
+	total  int
+}
+
+type proxyConn struct {
+	a, b net.Conn
+	cut  chan struct{}
+}
+
+func (p *proxy) serve() {
+	for {
+		a, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		b, err := net.Dial("tcp", p.target)
+		if err != nil {
+			a.Close()
+			continue
+		}
+		pc := &proxyConn{a: a, b: b, cut: make(chan struct{})}
+		p.mu.Lock()
+		p.conns = append(p.conns, pc)
+		p.total++
+		p.mu.Unlock()
+		pipe := func(dst, src net.Conn) {
+			buf := make([]byte, 32<<10)
+			for {
+				n, err := src.Read(buf)
+				select {
+				case <-pc.cut:
+					// swallow everything, close nothing
+					if err != nil {
+						return
+					}
+					continue
+				default:
+				}
+				if n > 0 {
+					if _, werr := dst.Write(buf[:n]); werr != nil {
+						return
+					}
+				}
+				if err != nil {
+					if err != io.EOF {
+						dst.Close()
+					}
+					dst.Close()
+					return
+				}
+			}
+		}
+		go pipe(b, a)
+		go pipe(a, b)
+	}
+}
+
+func cmdProxy(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) != 2 {
+		ts.Fatalf("usage: proxy start|cut|count NAME")
+	}
+	key := "proxy-" + args[1]
+	switch args[0] {
+	case "start":
+		u, err := url.Parse(ts.Getenv("BROKER_URL"))
+		ts.Check(err)
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		ts.Check(err)
+		p := &proxy{ln: ln, target: u.Host}
+		go p.serve()
+		ts.Value("proxies").(map[string]*proxy)[key] = p
+		ts.Defer(func() {
+			ln.Close()
+			p.mu.Lock()
+			for _, c := range p.conns {
+				c.a.Close()
+				c.b.Close()
+			}
+			p.mu.Unlock()
+		})
+		u.Host = ln.Addr().String()
+		ts.Setenv("FLEET_BROKER", u.String())
+	case "cut":
+		p := ts.Value("proxies").(map[string]*proxy)[key]
+		p.mu.Lock()
+		for _, c := range p.conns {
+			select {
+			case <-c.cut:
+			default:
+				close(c.cut)
+			}
+		}
+		p.conns = nil
+		p.mu.Unlock()
+	case "count":
+		p := ts.Value("proxies").(map[string]*proxy)[key]
+		p.mu.Lock()
+		fmt.Fprintln(ts.Stdout(), p.total)
+		p.mu.Unlock()
+	default:
+		ts.Fatalf("unknown proxy command %q", args[0])
+	}
+}

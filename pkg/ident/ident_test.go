@@ -1,0 +1,205 @@
+package ident
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/fleetd/fleet/pkg/fault"
+)
+
+func wantRefused(t *testing.T, err error, kind string) *fault.Error {
+	t.Helper()
+	if err == nil {
+		t.Fatal("got no error, want a refusal")
+	}
+	var fe *fault.Error
+	if !errors.As(err, &fe) {
+		t.Fatalf("error %v is not a *fault.Error", err)
+	}
+	if fe.Code != fault.Refused || fault.CodeOf(err) != 77 {
+		t.Errorf("error %v: code %d, want 77", err, fe.Code)
+	}
+	if fe.Kind != kind {
+		t.Errorf("error %v: kind %q, want %q", err, fe.Kind, kind)
+	}
+	return fe
+}
+
+func TestIssueParseCheck(t *testing.T) {
+	const gid = "0b5c1c8e-6d2f-4f7a-9a51-2c9a3c1d7e10"
+	token, hash := Issue(gid)
+	if !strings.HasPrefix(token, "fleet1."+gid+".") {
+		t.Fatalf("token %q does not start with fleet1.<gid>.", token)
+	}
+	g, secret, err := Parse(token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g != gid {
+		t.Errorf("gid = %q, want %q", g, gid)
+	}
+	if len(secret) != 64 {
+		t.Errorf("secret %q is %d characters, want 64 hex", secret, len(secret))
+	}
+	if hash != Hash(secret) || strings.Contains(hash, secret) {
+		t.Errorf("hash %q is not the stored form of the secret", hash)
+	}
+	if !Check(secret, hash) {
+		t.Error("Check refused the issued secret")
+	}
+
+	// Surrounding whitespace, as read from a file or an env var, is fine.
+	if g2, s2, err := Parse("  " + token + "\n"); err != nil || g2 != gid || s2 != secret {
+		t.Errorf("Parse with whitespace = %q, %q, %v", g2, s2, err)
+	}
+
+	token2, hash2 := Issue(gid)
+	if token2 == token || hash2 == hash {
+		t.Error("two Issue calls gave the same credential")
+	}
+	_, secret2, _ := Parse(token2)
+	for name, bad := range map[string]string{
+		"other credential's secret": secret2,
+		"altered last character":    secret[:63] + string("0123456789abcdef"[(strings.IndexByte("0123456789abcdef", secret[63])+1)%16]),
+		"truncated":                 secret[:63],
+		"extended":                  secret + "0",
+		"empty":                     "",
+		"the hash itself":           hash,
+	} {
+		if Check(bad, hash) {
+			t.Errorf("Check accepted %s", name)
+		}
+	}
+	if Check(secret, "") || Check(secret, hash2) {
+		t.Error("Check accepted a secret against the wrong hash")
+	}
+}
+
+func TestParseRefusesMalformed(t *testing.T) {
+	for _, tok := range []string{
+		"", "   ", "fleet1.", "fleet1.gid", "fleet1..secret", "fleet1.gid.",
+		"fleet2.gid.secret", "FLEET1.gid.secret", "Bearer abc", "gid.secret",
+	} {
+		_, _, err := Parse(tok)
+		wantRefused(t, err, fault.KindBadCredential)
+	}
+	// The secret may itself contain dots: only the first one splits.
+	if g, s, err := Parse("fleet1.gid.a.b"); err != nil || g != "gid" || s != "a.b" {
+		t.Errorf("Parse(fleet1.gid.a.b) = %q, %q, %v", g, s, err)
+	}
+}
+
+func TestSaveLoad(t *testing.T) {
+	dir := t.TempDir()
+	token, _ := Issue("gid-bob")
+	path, err := Save(dir, "bob", token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if path != File(dir, "bob") || path != filepath.Join(dir, "credentials", "bob.token") {
+		t.Errorf("Save wrote %s", path)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o600 {
+		t.Errorf("credential file mode %v, want 0600", fi.Mode().Perm())
+	}
+	di, err := os.Stat(filepath.Dir(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if di.Mode().Perm()&0o077 != 0 {
+		t.Errorf("credentials folder mode %v, want owner-only", di.Mode().Perm())
+	}
+	if _, err := os.Stat(path + ".tmp"); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("temporary file left behind: %v", err)
+	}
+	got, err := Load(dir, "bob")
+	if err != nil || got != token {
+		t.Fatalf("Load = %q, %v; want %q", got, err, token)
+	}
+	Remove(dir, "bob")
+	_, err = Load(dir, "bob")
+	wantRefused(t, err, fault.KindNoCredential)
+}
+
+func TestLoadReadsOwnerOnlyFile(t *testing.T) {
+	dir := t.TempDir()
+	path := File(dir, "alice")
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte("\n  fleet1.gid-a.s3cret \n\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil { // whatever the umask
+		t.Fatal(err)
+	}
+	got, err := Load(dir, "alice")
+	if err != nil || got != "fleet1.gid-a.s3cret" {
+		t.Fatalf("Load = %q, %v", got, err)
+	}
+	// A read-only owner file is owner-only too.
+	if err := os.Chmod(path, 0o400); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(dir, "alice"); err != nil {
+		t.Errorf("mode 0400 refused: %v", err)
+	}
+}
+
+func TestLoadRefusesReadableByOthers(t *testing.T) {
+	for _, mode := range []os.FileMode{0o644, 0o640, 0o604, 0o660, 0o606, 0o777} {
+		t.Run(mode.String(), func(t *testing.T) {
+			dir := t.TempDir()
+			token, _ := Issue("gid-bob")
+			path, err := Save(dir, "bob", token)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(path, mode); err != nil {
+				t.Fatal(err)
+			}
+			got, err := Load(dir, "bob")
+			if got != "" {
+				t.Errorf("Load returned the credential %q with the error", got)
+			}
+			fe := wantRefused(t, err, fault.KindBadCredential)
+			if !strings.Contains(fe.Hint, "chmod 600 "+path) {
+				t.Errorf("hint %q does not say how to fix it", fe.Hint)
+			}
+		})
+	}
+}
+
+func TestLoadMissing(t *testing.T) {
+	dir := t.TempDir()
+	got, err := Load(dir, "carol")
+	fe := wantRefused(t, err, fault.KindNoCredential)
+	if got != "" {
+		t.Errorf("got %q", got)
+	}
+	if !strings.Contains(fe.Hint, "fleet-roster join carol") {
+		t.Errorf("hint %q does not name the command to run", fe.Hint)
+	}
+	if !strings.Contains(err.Error(), `"carol"`) {
+		t.Errorf("error %q does not name the entity", err)
+	}
+}
+
+func TestDescribeHidesSecret(t *testing.T) {
+	token, _ := Issue("gid-bob")
+	_, secret, _ := Parse(token)
+	d := Describe(token)
+	if strings.Contains(d, secret) || !strings.HasPrefix(d, "gid-bob") {
+		t.Errorf("Describe = %q", d)
+	}
+	if Describe("nonsense") != "invalid" {
+		t.Errorf("Describe(nonsense) = %q", Describe("nonsense"))
+	}
+}
