@@ -119,7 +119,9 @@ func cmdBroker(ts *testscript.TestScript, neg bool, args []string) {
 	case "unblock":
 		out, err = rabbitmqctl("set_vm_memory_high_watermark", "0.4")
 	case "closeall":
-		out, err = rabbitmqctl("close_all_connections", "test: connections cut")
+		u, perr := url.Parse(ts.Getenv("BROKER_URL"))
+		ts.Check(perr)
+		out, err = rabbitmqctl("close_all_connections", "-p", strings.TrimPrefix(u.Path, "/"), "test: connections cut")
 	default:
 		ts.Fatalf("unknown broker command %q", args[0])
 	}

@@ -429,7 +429,9 @@ func (b *Broker) Publish(ctx context.Context, key string, env *envelope.Envelope
 				return fault.New(fault.TempFail, "inbox_full", "the inbox of %s is full: the broker refused the message", key)
 			}
 		case resTimeout:
-			return fault.New(fault.Unavailable, "broker_timeout", "the broker did not confirm the message within %v", b.cfg.PublishTimeout)
+			return fault.New(fault.Unavailable, "broker_timeout",
+				"the broker did not confirm the message within %v; it may still deliver it", b.cfg.PublishTimeout).
+				WithHint("check the broker (a memory or disk alarm blocks publishers); fleet-send --status MSG_ID tells nothing until it confirms")
 		case resClosed:
 			// unknown outcome: retry with the same msg id on whatever
 			// connection is current, while time remains
