@@ -159,9 +159,13 @@ func cmdAMQP(ts *testscript.TestScript, neg bool, args []string) {
 		if strings.HasPrefix(key, "@") { // the key is in a file
 			key = strings.TrimSpace(ts.ReadFile(key[1:]))
 		}
+		body := args[3]
+		if strings.HasPrefix(body, "@") {
+			body = ts.ReadFile(body[1:])
+		}
 		ts.Check(ch.Confirm(false))
 		dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), args[1], key, false, false,
-			amqp.Publishing{Body: []byte(args[3]), MessageId: "poison-1", DeliveryMode: amqp.Persistent})
+			amqp.Publishing{Body: []byte(body), MessageId: "raw", DeliveryMode: amqp.Persistent})
 		ts.Check(err)
 		if !dc.Wait() {
 			ts.Fatalf("publish not confirmed")
