@@ -101,11 +101,12 @@ func cmdHost(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Setenv("FLEET_STATE_DIR", filepath.Join(work, args[0]))
 }
 
-// broker stop|start|block|unblock|closeall|pause|resume — act on the node
-// (outage scripts only).
+// broker stop|start|block|unblock|closeall — act on the node (outage
+// scripts only); broker queues — print this script's queues: name, ready,
+// unacknowledged, consumers.
 func cmdBroker(ts *testscript.TestScript, neg bool, args []string) {
 	if len(args) != 1 {
-		ts.Fatalf("usage: broker stop|start|block|unblock|closeall|pause|resume")
+		ts.Fatalf("usage: broker stop|start|block|unblock|closeall|queues")
 	}
 	var out []byte
 	var err error
@@ -122,6 +123,12 @@ func cmdBroker(ts *testscript.TestScript, neg bool, args []string) {
 		u, perr := url.Parse(ts.Getenv("BROKER_URL"))
 		ts.Check(perr)
 		out, err = rabbitmqctl("close_all_connections", "-p", strings.TrimPrefix(u.Path, "/"), "test: connections cut")
+	case "queues":
+		u, perr := url.Parse(ts.Getenv("BROKER_URL"))
+		ts.Check(perr)
+		out, err = rabbitmqctl("list_queues", "-q", "--no-table-headers", "-p", strings.TrimPrefix(u.Path, "/"),
+			"name", "messages_ready", "messages_unacknowledged", "consumers")
+		fmt.Fprint(ts.Stdout(), string(out))
 	default:
 		ts.Fatalf("unknown broker command %q", args[0])
 	}
