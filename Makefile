@@ -15,10 +15,13 @@ build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/ ./cmd/...
 
 # Every test: unit tests, and end-to-end tests that build the real binaries
-# and run them against real gateways (and a real tmux, installed when missing).
+# and run them against real gateways, a real tmux and a private RabbitMQ node
+# (both installed when missing and running as root; the node is stopped after).
 test:
 	scripts/test-deps.sh
-	$(GO) test -count=1 -timeout 30m ./...
+	scripts/rabbitmq-node.sh start
+	FLEET_TEST_BROKER=$$(scripts/rabbitmq-node.sh url) $(GO) test -count=1 -timeout 45m ./...; \
+		status=$$?; scripts/rabbitmq-node.sh stop; exit $$status
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -83,6 +83,10 @@ func setupBroker(env *testscript.Env, name string) error {
 		}
 		rabbitmqctl("delete_vhost", vhost)
 	})
+	tlsURL, _ := exec.Command("scripts/rabbitmq-node.sh", "tls-url").Output()
+	tlsDir, _ := exec.Command("scripts/rabbitmq-node.sh", "tls-dir").Output()
+	env.Setenv("BROKER_TLS_URL", strings.TrimSpace(string(tlsURL))+vhost)
+	env.Setenv("TLS_DIR", strings.TrimSpace(string(tlsDir)))
 	env.Setenv("FLEET_BROKER", base+"/"+vhost)
 	env.Setenv("BROKER_URL", base+"/"+vhost)
 	env.Setenv("FLEET_HEARTBEAT", "2s")

@@ -3,7 +3,7 @@
 # tests may stop, restart and cut it without touching any system broker.
 # Installs Debian's rabbitmq-server when it is missing and we run as root.
 #
-#   scripts/rabbitmq-node.sh start|stop|restart|status|ctl ARGS...|url
+#   scripts/rabbitmq-node.sh start|stop|restart|status|ctl ARGS...|url|tls-url|tls-dir
 #
 # Environment: FLEET_RMQ_DIR (default /tmp/fleet-rmq-$UID), FLEET_RMQ_PORT
 # (default 5699), FLEET_RMQ_NODE (default fleet-test@localhost),
@@ -50,13 +50,40 @@ setup_env() {
 	export RABBITMQ_ENABLED_PLUGINS_FILE="$dir/enabled_plugins"
 	export RABBITMQ_PID_FILE="$dir/rabbit.pid"
 	export ERL_EPMD_ADDRESS=127.0.0.1
+	make_certs
 	cat >"$dir/rabbitmq.conf" <<-CONF
 		listeners.tcp.default = 127.0.0.1:$port
+		listeners.ssl.default = 127.0.0.1:$((port + 1))
+		ssl_options.cacertfile = $dir/tls/ca.pem
+		ssl_options.certfile = $dir/tls/server.pem
+		ssl_options.keyfile = $dir/tls/server.key
+		ssl_options.verify = verify_peer
+		ssl_options.fail_if_no_peer_cert = true
 		consumer_timeout = $timeout_ms
 		log.console = false
 		log.file.level = warning
 	CONF
 	echo "[]." >"$dir/enabled_plugins"
+}
+
+# A private CA, a server certificate for localhost and a client
+# certificate, for the amqps:// tests (client certificates required).
+make_certs() {
+	local t="$dir/tls"
+	[ -s "$t/client.pem" ] && return 0
+	mkdir -p "$t"
+	(
+		cd "$t"
+		openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=fleet test CA" \
+			-keyout ca.key -out ca.pem 2>/dev/null
+		for who in server client; do
+			openssl req -newkey rsa:2048 -nodes -subj "/CN=localhost" -keyout $who.key -out $who.csr 2>/dev/null
+			printf "subjectAltName=DNS:localhost,IP:127.0.0.1\n" >$who.ext
+			openssl x509 -req -in $who.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 3650 \
+				-extfile $who.ext -out $who.pem 2>/dev/null
+		done
+		chmod 644 ./*.pem ./*.key
+	)
 }
 
 ctl() { "$sbin/rabbitmqctl" -n "$node" "$@"; }
@@ -90,5 +117,7 @@ restart) stop; start ;;
 status) setup_env; running && echo up || { echo down; exit 1; } ;;
 ctl) shift; setup_env; ctl "$@" ;;
 url) echo "amqp://guest:guest@127.0.0.1:$port/" ;;
-*) echo "usage: $0 start|stop|restart|status|ctl ARGS...|url" >&2; exit 64 ;;
+tls-url) echo "amqps://guest:guest@localhost:$((port + 1))/" ;;
+tls-dir) echo "$dir/tls" ;;
+*) echo "usage: $0 start|stop|restart|status|ctl ARGS...|url|tls-url|tls-dir" >&2; exit 64 ;;
 esac
