@@ -243,6 +243,15 @@ func (b *Broker) connect(ctx context.Context) (*generation, error) {
 	if err := ch.QueueBind(q, b.cfg.Host, ExControl, false, nil); err != nil {
 		return fail(err)
 	}
+	// presence is soft state: an exclusive, auto-delete queue that lives
+	// and dies with this connection, its heartbeats short-lived
+	rq := RosterQueue(b.cfg.Host)
+	if _, err := ch.QueueDeclare(rq, false, true, true, false, amqp.Table{"x-message-ttl": int64(60000)}); err != nil {
+		return fail(fmt.Errorf("declaring %s: %w", rq, err))
+	}
+	if err := ch.QueueBind(rq, "roster.#", ExRoster, false, nil); err != nil {
+		return fail(err)
+	}
 	ch.Close()
 	gctx, cancel := context.WithCancel(ctx)
 	gen := &generation{pubConn: pubConn, subConn: subConn, ctx: gctx, cancel: cancel, consumers: map[string]*consumer{}}

@@ -155,7 +155,12 @@ func (g *Gateway) takeRemote(env *envelope.Envelope) error {
 	if g.box(env.Recipient.Gid) == nil {
 		return fmt.Errorf("no local entity %s", env.Recipient.Gid)
 	}
-	_, err := g.accept(env)
+	rec, err := g.accept(env)
+	if err == nil && rec.State == store.Accepted && env.Expired(time.Now()) {
+		// per-message TTL acts only at a queue's head: an expired message
+		// that waited behind live ones is never delivered
+		g.kill(env, "expired before delivery", 0)
+	}
 	return err
 }
 
