@@ -124,7 +124,8 @@ func scriptEnv(ts *testscript.TestScript) []string {
 		"FLEET_RETRY_MAX", "FLEET_SETTLE_DELAY", "FLEET_DRAIN_TIMEOUT", "FLEET_DELIVERY_ATTEMPTS",
 		"FLEET_NUDGE_AFTER", "FLEET_NUDGE_MAX", "FLEET_MAX_BODY", "FLEET_CRASHPOINT", "FLEET_UNCERTAIN",
 		"FLEET_CONFIG", "FLEET_EXEC_TIMEOUT", "FLEET_BROKER", "FLEET_HEARTBEAT", "FLEET_INBOX_MAX_LENGTH",
-		"FLEET_INBOX_TTL", "FLEET_PUBLISH_TIMEOUT", "FLEET_BROKER_CA", "FLEET_BROKER_CERT", "FLEET_BROKER_KEY"} {
+		"FLEET_INBOX_TTL", "FLEET_PUBLISH_TIMEOUT", "FLEET_BROKER_CA", "FLEET_BROKER_CERT", "FLEET_BROKER_KEY",
+		"FLEET_PRESENCE_INTERVAL", "FLEET_PRESENCE_TTL"} {
 		if v := ts.Getenv(k); v != "" {
 			env = append(env, k+"="+v)
 		}
@@ -188,7 +189,19 @@ func cmdGateway(ts *testscript.TestScript, neg bool, args []string) {
 				if neg {
 					ts.Fatalf("gateway %s started, but should not have", name)
 				}
-				return
+				// with a broker, also wait for the first attempt to reach it
+				// (connected or not), so scripts start from a known state
+				if ts.Getenv("FLEET_BROKER") == "" {
+					return
+				}
+				for time.Now().Before(deadline) {
+					log, _ := os.ReadFile(ts.MkAbs(name + ".log"))
+					if bytes.Contains(log, []byte(`"broker connected"`)) || bytes.Contains(log, []byte(`"broker unreachable"`)) {
+						return
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+				ts.Fatalf("gateway %s never tried the broker", name)
 			}
 			if time.Now().After(deadline) {
 				ts.Fatalf("gateway %s did not answer on %s within 15s", name, sock)

@@ -18,7 +18,7 @@ _fleet_roster() {
         -*)
             [[ ${COMP_WORDS[i+1]} == = ]] && continue
             case $cmd:$w in
-            :--socket|:--state-dir|:--config|list:--socket|list:--state-dir|list:--config|join:--mode|join:--tmux-target|join:--exec|join:--nudge|join:--group|join:--socket|join:--state-dir|join:--config|leave:--socket|leave:--state-dir|leave:--config|status:--as|status:--socket|status:--state-dir|status:--config|dead:--socket|dead:--state-dir|dead:--config) i=$((i + 1)) ;; # skip the flag's value
+            :--socket|:--state-dir|:--config|:--host|:--group|list:--host|list:--group|list:--socket|list:--state-dir|list:--config|join:--mode|join:--tmux-target|join:--exec|join:--nudge|join:--group|join:--socket|join:--state-dir|join:--config|leave:--socket|leave:--state-dir|leave:--config|status:--as|status:--socket|status:--state-dir|status:--config|dead:--socket|dead:--state-dir|dead:--config) i=$((i + 1)) ;; # skip the flag's value
             esac
             ;;
         *)
@@ -37,13 +37,13 @@ _fleet_roster() {
     :--socket|:--config|list:--socket|list:--config|join:--socket|join:--config|leave:--socket|leave:--config|status:--socket|status:--config|dead:--socket|dead:--config) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return 0 ;;
     :--state-dir|list:--state-dir|join:--state-dir|leave:--state-dir|status:--state-dir|dead:--state-dir) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -d -- "$cur"); return 0 ;;
     join:--exec|join:--nudge) mapfile -t COMPREPLY < <(compgen -c -- "$cur"); return 0 ;;
-    join:--tmux-target|join:--group|status:--as) COMPREPLY=(); return 0 ;; # free text
+    :--host|:--group|list:--host|list:--group|join:--tmux-target|join:--group|status:--as) COMPREPLY=(); return 0 ;; # free text
     join:--mode) mapfile -t COMPREPLY < <(compgen -W 'pull inject' -- "$cur"); return 0 ;;
     esac
     if [[ $cur == -* ]]; then
         case $cmd in
-        '') mapfile -t COMPREPLY < <(compgen -W '--socket --state-dir --config --json --help -h --version' -- "$cur") ;;
-        list) mapfile -t COMPREPLY < <(compgen -W '--json --socket --state-dir --config --help -h' -- "$cur") ;;
+        '') mapfile -t COMPREPLY < <(compgen -W '--socket --state-dir --config --host --group --watch -w --json --help -h --version' -- "$cur") ;;
+        list) mapfile -t COMPREPLY < <(compgen -W '--host --group --watch -w --json --socket --state-dir --config --help -h' -- "$cur") ;;
         join) mapfile -t COMPREPLY < <(compgen -W '--json --mode --tmux-target --exec --nudge --group --socket --state-dir --config --help -h' -- "$cur") ;;
         leave) mapfile -t COMPREPLY < <(compgen -W '--json --socket --state-dir --config --help -h' -- "$cur") ;;
         status) mapfile -t COMPREPLY < <(compgen -W '--json --as --socket --state-dir --config --help -h' -- "$cur") ;;

@@ -110,8 +110,8 @@ type Hello struct {
 // EntityRow is one entity as fleet-roster shows it.
 type EntityRow struct {
 	Name         string    `json:"name"`
-	Gid          string    `json:"gid"`
 	Host         string    `json:"host"`
+	Gid          string    `json:"gid"`
 	Mode         string    `json:"mode"`
 	Target       string    `json:"target,omitempty"` // tmux target or exec command
 	Groups       []string  `json:"groups"`
@@ -119,6 +119,7 @@ type EntityRow struct {
 	Pending      int       `json:"pending"`
 	Dead         int       `json:"dead"`
 	LastDelivery time.Time `json:"last_delivery,omitzero"`
+	LastSeen     time.Time `json:"last_seen,omitzero"` // remote rows: when their host was last heard
 }
 
 // Sent is the outcome of an accepted send.

@@ -53,6 +53,7 @@ type Broker struct {
 	lostOnce    bool
 	stateSubs   []chan bool
 	fails       map[string]int // msg id -> failed hand-overs
+	presence    PresenceHandler
 }
 
 // generation is one pair of connections and everything opened on them.
@@ -67,6 +68,7 @@ type generation struct {
 	mu               sync.Mutex
 	consumers        map[string]*consumer
 	wg               sync.WaitGroup
+	roster           bool // this generation owns roster.<host>
 }
 
 // New returns a transport; nothing is dialed until Run.
@@ -246,11 +248,26 @@ func (b *Broker) connect(ctx context.Context) (*generation, error) {
 	// presence is soft state: an exclusive, auto-delete queue that lives
 	// and dies with this connection, its heartbeats short-lived
 	rq := RosterQueue(b.cfg.Host)
+	rosterOK := true
 	if _, err := ch.QueueDeclare(rq, false, true, true, false, amqp.Table{"x-message-ttl": int64(60000)}); err != nil {
-		return fail(fmt.Errorf("declaring %s: %w", rq, err))
+		var ae *amqp.Error
+		if !errors.As(err, &ae) || ae.Code != amqp.ResourceLocked {
+			return fail(fmt.Errorf("declaring %s: %w", rq, err))
+		}
+		// another live connection holds this host's roster queue: another
+		// gateway runs under the same host id. Say so loudly and go on
+		// without presence; its inboxes will refuse us too.
+		b.log.Error("another gateway is connected as host "+b.cfg.Host+": this one hears no presence",
+			"queue", rq, "err", ae.Reason)
+		rosterOK = false
+		if ch, err = subConn.Channel(); err != nil {
+			return fail(err)
+		}
 	}
-	if err := ch.QueueBind(rq, "roster.#", ExRoster, false, nil); err != nil {
-		return fail(err)
+	if rosterOK {
+		if err := ch.QueueBind(rq, "roster.#", ExRoster, false, nil); err != nil {
+			return fail(err)
+		}
 	}
 	ch.Close()
 	gctx, cancel := context.WithCancel(ctx)
@@ -261,6 +278,7 @@ func (b *Broker) connect(ctx context.Context) (*generation, error) {
 		return fail(err)
 	}
 	gen.pub = pub
+	gen.roster = rosterOK
 	return gen, nil
 }
 
@@ -284,6 +302,10 @@ func (b *Broker) serve(ctx context.Context, gen *generation) error {
 	b.setState(true)
 	for gid, groups := range want {
 		b.startConsumer(gen, gid, groups)
+	}
+	if b.presence != nil && gen.roster {
+		gen.wg.Add(1)
+		go b.consumeRoster(gen)
 	}
 	for {
 		select {
@@ -325,9 +347,18 @@ func (b *Broker) AddInbox(gid string, groups []string) {
 	b.inboxes[gid] = groups
 	gen := b.gen
 	b.mu.Unlock()
-	if gen != nil {
-		b.startConsumer(gen, gid, groups)
+	if gen == nil {
+		return
 	}
+	// declare and bind now, so a message sent the moment join returns is
+	// routed; the consumer follows on its own channel
+	if ch, err := gen.subConn.Channel(); err == nil {
+		if err := declareInbox(ch, gid, groups, b.cfg.Limits); err != nil {
+			b.log.Warn("declaring inbox", "queue", InboxQueue(gid), "err", err)
+		}
+		ch.Close()
+	}
+	b.startConsumer(gen, gid, groups)
 }
 
 // RemoveInbox stops consuming gid's inbox, unbinds it so nothing new

@@ -1,7 +1,9 @@
 package cli
 
 import (
+	"encoding/json"
 	"fmt"
+	"slices"
 	"os"
 	"strconv"
 	"strings"
@@ -19,11 +21,11 @@ func NewRosterApp() *cli.App {
 		"fleet-roster leave NAME\n" +
 		"fleet-roster status busy|idle\n" +
 		"fleet-roster dead [NAME]"
-	app.Flags = append(connFlags(), jsonFlag())
+	app.Flags = append(connFlags(), append(listFlags(), jsonFlag())...)
 	list := &cli.Command{
 		Name:   "list",
-		Usage:  "list entities: name, gid, host, mode, groups, status, pending, dead, last delivery",
-		Flags:  []cli.Flag{jsonFlag()},
+		Usage:  "list entities on every host: name, host, gid, mode, groups, status, pending, dead, last seen",
+		Flags:  append(listFlags(), jsonFlag()),
 		Action: runList,
 	}
 	app.Action = runList
@@ -77,6 +79,32 @@ func NewRosterApp() *cli.App {
 	return app
 }
 
+func listFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "host", Usage: "only entities on host H"},
+		&cli.StringFlag{Name: "group", Usage: "only members of group G"},
+		&cli.BoolFlag{Name: "watch", Aliases: []string{"w"}, Usage: "stream changes (JSON Lines) or redraw the table (terminal)"},
+	}
+}
+
+func lineageString(c *cli.Context, name string) string {
+	for _, ctx := range c.Lineage() {
+		if ctx.IsSet(name) {
+			return ctx.String(name)
+		}
+	}
+	return ""
+}
+
+func lineageBool(c *cli.Context, name string) bool {
+	for _, ctx := range c.Lineage() {
+		if ctx.Bool(name) {
+			return true
+		}
+	}
+	return false
+}
+
 func jsonOut(c *cli.Context) bool {
 	for _, ctx := range c.Lineage() {
 		if ctx.Bool("json") {
@@ -102,36 +130,131 @@ func runList(c *cli.Context) error {
 		return err
 	}
 	defer s.client.Close()
-	resp, err := s.client.Call(&api.Request{Op: api.OpRoster})
+	host, group := lineageString(c, "host"), lineageString(c, "group")
+	fetch := func() ([]api.EntityRow, error) {
+		resp, err := s.client.Call(&api.Request{Op: api.OpRoster})
+		if err != nil {
+			return nil, err
+		}
+		rows := resp.Entities[:0]
+		for _, r := range resp.Entities {
+			if (host == "" || r.Host == host) && (group == "" || slices.Contains(r.Groups, group)) {
+				rows = append(rows, r)
+			}
+		}
+		return rows, nil
+	}
+	rows, err := fetch()
 	if err != nil {
 		return err
 	}
+	if !lineageBool(c, "watch") {
+		return printRoster(c, rows)
+	}
+	return watchRoster(c, rows, fetch)
+}
+
+func printRoster(c *cli.Context, rows []api.EntityRow) error {
 	if jsonOut(c) {
-		for _, r := range resp.Entities {
+		for _, r := range rows {
 			if err := printJSON(c.App.Writer, r); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
-	rows := make([][]string, 0, len(resp.Entities))
-	for _, r := range resp.Entities {
+	if len(rows) == 0 {
+		fmt.Fprintln(c.App.ErrWriter, "fleet-roster: no entities; register one with: fleet-roster join NAME --mode pull")
+		return nil
+	}
+	return renderTable(c.App.Writer, []string{"NAME", "HOST", "GID", "MODE", "GROUPS", "STATUS", "PENDING", "DEAD", "LAST SEEN"}, tableRows(rows))
+}
+
+func tableRows(rows []api.EntityRow) [][]string {
+	out := make([][]string, 0, len(rows))
+	for _, r := range rows {
+		seen := r.LastSeen
+		if seen.IsZero() {
+			seen = r.LastDelivery
+		}
 		last := "-"
-		if !r.LastDelivery.IsZero() {
-			last = r.LastDelivery.Local().Format(time.DateTime)
+		if !seen.IsZero() {
+			last = seen.Local().Format(time.DateTime)
 		}
 		groups := strings.Join(r.Groups, ",")
 		if groups == "" {
 			groups = "-"
 		}
-		rows = append(rows, []string{r.Name, r.Gid, r.Host, r.Mode, groups, r.Status,
+		out = append(out, []string{r.Name, r.Host, r.Gid, r.Mode, groups, r.Status,
 			strconv.Itoa(r.Pending), strconv.Itoa(r.Dead), last})
 	}
-	if len(rows) == 0 {
-		fmt.Fprintln(c.App.ErrWriter, "fleet-roster: no entities yet; register one with: fleet-roster join NAME --mode pull")
+	return out
+}
+
+// watchRoster polls the view and prints what changed: JSON Lines of
+// {"type":"entity",...} and {"type":"gone",...}, or a redrawn table on a
+// terminal. It runs until interrupted.
+func watchRoster(c *cli.Context, rows []api.EntityRow, fetch func() ([]api.EntityRow, error)) error {
+	asJSON := jsonOut(c)
+	type key struct{ host, gid string }
+	seen := map[key]string{}
+	emit := func(rows []api.EntityRow) error {
+		if !asJSON {
+			fmt.Fprint(c.App.Writer, "\033[H\033[2J")
+			return renderTable(c.App.Writer, []string{"NAME", "HOST", "GID", "MODE", "GROUPS", "STATUS", "PENDING", "DEAD", "LAST SEEN"}, tableRows(rows))
+		}
+		now := map[key]bool{}
+		for _, r := range rows {
+			k := key{r.Host, r.Gid}
+			now[k] = true
+			// last_seen moves with every heartbeat: a change is anything else
+			cmp := r
+			cmp.LastSeen = time.Time{}
+			data, _ := json.Marshal(cmp)
+			if seen[k] == string(data) {
+				continue
+			}
+			seen[k] = string(data)
+			if err := printJSON(c.App.Writer, struct {
+				Type string `json:"type"`
+				api.EntityRow
+			}{"entity", r}); err != nil {
+				return err
+			}
+		}
+		for k := range seen {
+			if !now[k] {
+				delete(seen, k)
+				if err := printJSON(c.App.Writer, struct {
+					Type string `json:"type"`
+					Host string `json:"host"`
+					Gid  string `json:"gid"`
+				}{"gone", k.host, k.gid}); err != nil {
+					return err
+				}
+			}
+		}
 		return nil
 	}
-	return renderTable(c.App.Writer, []string{"NAME", "GID", "HOST", "MODE", "GROUPS", "STATUS", "PENDING", "DEAD", "LAST DELIVERY"}, rows)
+	if err := emit(rows); err != nil {
+		return err
+	}
+	t := time.NewTicker(500 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.Context.Done():
+			return nil
+		case <-t.C:
+		}
+		rows, err := fetch()
+		if err != nil {
+			return err
+		}
+		if err := emit(rows); err != nil {
+			return err
+		}
+	}
 }
 
 func runJoin(c *cli.Context) error {

@@ -44,6 +44,9 @@ type Config struct {
 	InboxMaxLength int           // broker inbox cap (x-max-length)
 	InboxTTL       time.Duration // broker inbox message TTL (x-message-ttl)
 	PublishTimeout time.Duration // bound on a broker confirm
+
+	PresenceInterval time.Duration // heartbeat interval on bridge.roster
+	PresenceTTL      time.Duration // a host not heard this long leaves the view
 }
 
 // Key describes one setting: its config-file key, environment variable and
@@ -76,6 +79,8 @@ var Keys = []Key{
 	{"inbox-max-length", "FLEET_INBOX_MAX_LENGTH", "broker inbox cap in messages; over it, senders are told the inbox is full", "10000"},
 	{"inbox-ttl", "FLEET_INBOX_TTL", "how long a message may wait in a broker inbox before it is dead-lettered", "168h"},
 	{"publish-timeout", "FLEET_PUBLISH_TIMEOUT", "longest wait for the broker to confirm a remote send", "5s"},
+	{"presence-interval", "FLEET_PRESENCE_INTERVAL", "how often this gateway announces its entities on bridge.roster", "5s"},
+	{"presence-ttl", "FLEET_PRESENCE_TTL", "a host not heard this long leaves the roster view", "3 intervals"},
 }
 
 // Lookup is how Load reads one setting from outside the file: flags first,
@@ -196,6 +201,12 @@ func load(lookup Lookup, configPath string, client bool) (*Config, error) {
 	c.InboxMaxLength = num("inbox-max-length", 10000)
 	c.InboxTTL = dur("inbox-ttl", 7*24*time.Hour)
 	c.PublishTimeout = dur("publish-timeout", 5*time.Second)
+	c.PresenceInterval = dur("presence-interval", 5*time.Second)
+	if c.PresenceInterval <= 0 {
+		errs = append(errs, fmt.Errorf("presence-interval must be positive"))
+		c.PresenceInterval = 5 * time.Second
+	}
+	c.PresenceTTL = dur("presence-ttl", 3*c.PresenceInterval)
 	if c.Broker != "" && !strings.HasPrefix(c.Broker, "amqp://") && !strings.HasPrefix(c.Broker, "amqps://") {
 		errs = append(errs, fmt.Errorf("broker: want an amqp:// or amqps:// URI"))
 	}

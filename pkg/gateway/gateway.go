@@ -40,7 +40,11 @@ type Gateway struct {
 	st    *store.Store
 	audit *audit.Log
 	br    *broker.Broker // nil: single-host mode
-	crash string         // test hook: FLEET_CRASHPOINT
+
+	peersMu      sync.Mutex
+	peers        map[string]*peer // host -> what we last heard of it
+	presenceKick chan struct{}
+	crash        string // test hook: FLEET_CRASHPOINT
 
 	mu     sync.RWMutex
 	boxes  map[string]*mailbox // gid -> mailbox
@@ -64,12 +68,14 @@ func New(cfg *config.Config, log *slog.Logger) *Gateway {
 		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
 	return &Gateway{
-		cfg:    cfg,
-		log:    log.With("host", cfg.Host),
-		boxes:  map[string]*mailbox{},
-		byName: map[string]string{},
-		crash:  os.Getenv("FLEET_CRASHPOINT"),
-		ready:  make(chan struct{}),
+		cfg:          cfg,
+		log:          log.With("host", cfg.Host),
+		boxes:        map[string]*mailbox{},
+		byName:       map[string]string{},
+		crash:        os.Getenv("FLEET_CRASHPOINT"),
+		peers:        map[string]*peer{},
+		presenceKick: make(chan struct{}, 1),
+		ready:        make(chan struct{}),
 	}
 }
 
@@ -98,6 +104,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 			MaxBody: g.cfg.MaxBody, Attempts: g.cfg.DeliveryAttempts,
 			Limits: broker.Limits{MaxLength: g.cfg.InboxMaxLength, TTL: g.cfg.InboxTTL, DLQLength: 100000},
 		}, g.log, g.takeRemote)
+		g.br.OnPresence(g.onPresence)
 	}
 	if err := g.loadEntities(); err != nil {
 		g.closeState()
@@ -110,11 +117,12 @@ func (g *Gateway) Run(ctx context.Context) error {
 	g.workers.Add(1)
 	go g.janitor()
 	if g.br != nil {
-		g.workers.Add(1)
+		g.workers.Add(2)
 		go func() {
 			defer g.workers.Done()
 			g.br.Run(g.runCtx)
 		}()
+		go g.presenceLoop()
 	}
 	g.log.Info("gateway ready", "socket", g.cfg.Socket, "state_dir", g.cfg.StateDir, "entities", len(g.boxes))
 	close(g.ready)
@@ -133,6 +141,9 @@ func (g *Gateway) Run(ctx context.Context) error {
 
 func (g *Gateway) shutdown() {
 	g.log.Info("gateway stopping: draining in-flight work", "bound", g.cfg.DrainTimeout.String())
+	if g.br != nil {
+		g.announce(true) // other hosts drop us now, not after the TTL
+	}
 	g.stopRun()
 	if g.ln != nil {
 		g.ln.Close()

@@ -16,49 +16,64 @@ import (
 // target is where a message goes: a local mailbox, or a gid on another
 // host reached through the broker.
 type target struct {
-	box *mailbox
-	gid string // remote
+	box        *mailbox
+	gid        string // remote
+	name, host string // remote, when resolved through the roster view
 }
 
 // resolve finds a recipient by name, name@host or gid. This is the routing
 // fork: a recipient on this host is served from the embedded store and
-// never touches the broker; any other gid goes to the broker, which alone
-// knows where its inbox is.
+// never touches the broker; any other goes to the broker, which alone knows
+// where its inbox is. Names are looked up in the union roster view: a name
+// on two hosts is ambiguous (64), a name nowhere is unknown (67).
 func (g *Gateway) resolve(to string) (target, error) {
 	name, host, qualified := strings.Cut(to, "@")
-	if qualified && host == g.cfg.Host {
-		to = name
-	}
-	g.mu.RLock()
-	b, ok := g.boxes[to]
-	if !ok {
-		if gid, found := g.byName[to]; found {
-			b, ok = g.boxes[gid], true
-		}
-	}
-	g.mu.RUnlock()
-	if ok {
-		return target{box: b}, nil
-	}
 	if _, err := uuid.Parse(to); err == nil && len(to) == 36 {
+		to = strings.ToLower(to)
+		if b := g.box(to); b != nil {
+			return target{box: b}, nil
+		}
 		if g.br == nil {
 			return target{}, fault.New(fault.NoRecipient, fault.KindUnknownRecipient,
 				"no recipient %s on this host, and no broker is configured to reach other hosts", to).
 				WithHint("list entities with: fleet-roster")
 		}
-		return target{gid: strings.ToLower(to)}, nil
+		return target{gid: to}, nil
 	}
-	if qualified && host != g.cfg.Host {
-		if g.br == nil {
+	var local *mailbox
+	if !qualified || host == g.cfg.Host {
+		g.mu.RLock()
+		if gid, ok := g.byName[name]; ok {
+			local = g.boxes[gid]
+		}
+		g.mu.RUnlock()
+	}
+	var remote []api.EntityRow
+	if g.br != nil && (!qualified || host != g.cfg.Host) {
+		remote = g.remoteByName(name, host)
+	}
+	switch {
+	case local != nil && len(remote) == 0:
+		return target{box: local}, nil
+	case local == nil && len(remote) == 1:
+		return target{gid: remote[0].Gid, name: remote[0].Name, host: remote[0].Host}, nil
+	case local == nil && len(remote) == 0:
+		if qualified && host != g.cfg.Host && g.br == nil {
 			return target{}, fault.New(fault.NoRecipient, fault.KindUnknownRecipient,
 				"no recipient %s: host %s is not this host and no broker is configured", to, host)
 		}
-		return target{}, fault.New(fault.NoRecipient, fault.KindUnknownRecipient,
-			"no recipient %s: names on other hosts are not known here yet", to).
-			WithHint("address an entity on another host by its gid")
+		return target{}, fault.New(fault.NoRecipient, fault.KindUnknownRecipient, "no recipient named %s", to).
+			WithHint("list entities with: fleet-roster")
 	}
-	return target{}, fault.New(fault.NoRecipient, fault.KindUnknownRecipient, "no recipient named %s", to).
-		WithHint("list entities with: fleet-roster")
+	var cands []string
+	if local != nil {
+		cands = append(cands, name+"@"+g.cfg.Host)
+	}
+	for _, r := range remote {
+		cands = append(cands, r.Name+"@"+r.Host)
+	}
+	return target{}, fault.New(fault.Usage, "ambiguous_recipient", "%s is ambiguous: %s", to, strings.Join(cands, ", ")).
+		WithHint("name one as NAME@HOST, or use its gid")
 }
 
 // send accepts one message: who sends it comes from the credential, never
@@ -96,7 +111,7 @@ func (g *Gateway) send(req *api.Request) (*api.Response, error) {
 	if err != nil {
 		return nil, err
 	}
-	rcpt := envelope.Party{Gid: t.gid}
+	rcpt := envelope.Party{Gid: t.gid, Name: t.name, Host: t.host}
 	if t.box != nil {
 		e := t.box.snapshot()
 		rcpt = envelope.Party{Gid: e.Gid, Name: e.Name, Host: e.Host}

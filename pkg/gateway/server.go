@@ -258,6 +258,7 @@ func (g *Gateway) join(req *api.Request) (*api.Response, error) {
 		return nil, fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot store the credential of %s", req.Name)
 	}
 	g.addBox(e)
+	g.kickPresence()
 	g.audit.Write(audit.Line{Event: "joined", Entity: e.Name, Recipient: gid})
 	g.log.Info("entity joined", "entity", e.Name, "gid", gid, "mode", e.Mode)
 	row := g.row(*e, nil)
@@ -288,6 +289,7 @@ func (g *Gateway) leave(req *api.Request) (*api.Response, error) {
 		return nil, fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot remove %s", req.Name)
 	}
 	ident.Remove(g.cfg.StateDir, req.Name)
+	g.kickPresence()
 	g.audit.Write(audit.Line{Event: "left", Entity: req.Name, Recipient: gid})
 	g.log.Info("entity left", "entity", req.Name, "gid", gid, "dead_lettered", n)
 	return &api.Response{Count: n}, nil
@@ -308,7 +310,8 @@ func (g *Gateway) row(e store.Entity, dead map[string]int) api.EntityRow {
 	}
 }
 
-func (g *Gateway) roster() (*api.Response, error) {
+// localRows is this host's entities, exact.
+func (g *Gateway) localRows() ([]api.EntityRow, error) {
 	ents, err := g.st.Entities()
 	if err != nil {
 		return nil, err
@@ -318,6 +321,17 @@ func (g *Gateway) roster() (*api.Response, error) {
 	for _, e := range ents {
 		rows = append(rows, g.row(*e, dead))
 	}
+	return rows, nil
+}
+
+// roster is the union view: this host's entities, exact, and every other
+// host's as last heard.
+func (g *Gateway) roster() (*api.Response, error) {
+	rows, err := g.localRows()
+	if err != nil {
+		return nil, err
+	}
+	rows = append(rows, g.remoteRows()...)
 	return &api.Response{Entities: rows}, nil
 }
 
@@ -340,6 +354,7 @@ func (g *Gateway) setStatus(req *api.Request) (*api.Response, error) {
 	b.ent.Status, b.ent.StatusAt = e.Status, e.StatusAt
 	b.mu.Unlock()
 	b.notify()
+	g.kickPresence()
 	row := g.row(*e, nil)
 	return &api.Response{Entity: &row}, nil
 }
