@@ -3,8 +3,8 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
-	"slices"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"

@@ -440,6 +440,8 @@ func TestKeysTable(t *testing.T) {
 			text.WriteString("2s")
 		case k.Name == "broker":
 			text.WriteString("amqp://localhost")
+		case k.Name == "presence-ttl":
+			text.WriteString("15s")
 		case durErr == nil || numErr == nil:
 			text.WriteString(k.Default) // a valid value, whatever the key
 		default:
