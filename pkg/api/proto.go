@@ -36,6 +36,7 @@ const (
 	OpAck    = "ack"
 	OpDead   = "dead" // list dead letters
 	OpWhoami = "whoami"
+	OpWait   = "wait" // block until a message reaches a delivery state
 )
 
 // Request is every client→gateway frame.
@@ -56,12 +57,18 @@ type Request struct {
 	To      string `json:"to,omitempty"`
 	Body    string `json:"body,omitempty"`
 	ReplyTo string `json:"reply_to,omitempty"`
+	Wait    bool   `json:"wait,omitempty"` // hold the send open for the reply
+
+	// Hook, inside the gateway only, sees the envelope before it is sent.
+	Hook func(*envelope.Envelope) `json:"-"`
 
 	// status
 	Status string `json:"status,omitempty"`
 
-	// lookup
-	MsgID string `json:"msg_id,omitempty"`
+	// lookup / wait
+	MsgID     string `json:"msg_id,omitempty"`
+	Until     string `json:"until,omitempty"`
+	TimeoutMS int64  `json:"timeout_ms,omitempty"`
 
 	// recv / ack
 	Max    int      `json:"max,omitempty"`

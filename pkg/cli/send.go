@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/fleetd/fleet/pkg/api"
 	"github.com/fleetd/fleet/pkg/envelope"
@@ -24,6 +25,9 @@ func NewSendApp() *cli.App {
 	app.Flags = append(connFlags(), jsonFlag(), asFlag(),
 		&cli.StringFlag{Name: "reply-to", Usage: "send a REPLY to the sender of message MSGID, in its trace"},
 		&cli.StringFlag{Name: "status", Usage: "print the delivery state of message MSGID instead of sending"},
+		&cli.StringFlag{Name: "until", Usage: "after sending (or with --status), wait until the message is STATE (delivered); exit 75 if not within --timeout"},
+		&cli.BoolFlag{Name: "wait", Usage: "hold the send open and print the recipient's reply (exit 75 if none within --timeout)"},
+		&cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, Usage: "how long --wait or --until waits"},
 	)
 	app.Action = runSend
 	return app
@@ -50,14 +54,53 @@ func runSend(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	resp, err := s.client.Call(&api.Request{Op: api.OpSend, To: to, Body: body, ReplyTo: c.String("reply-to")})
+	wait := c.Bool("wait")
+	timeout := c.Duration("timeout")
+	resp, err := s.client.Call(&api.Request{Op: api.OpSend, To: to, Body: body, ReplyTo: c.String("reply-to"),
+		Wait: wait, TimeoutMS: timeout.Milliseconds()})
 	if err != nil {
 		return err
+	}
+	if wait {
+		return readReply(c, s, resp.Sent, timeout)
+	}
+	if until := c.String("until"); until != "" {
+		fmt.Fprintf(c.App.ErrWriter, "fleet-send: sent %s (trace %s)\n", resp.Sent.MsgID, resp.Sent.TraceID)
+		return waitUntil(c, s, resp.Sent.MsgID, until)
 	}
 	if c.Bool("json") {
 		return printJSON(c.App.Writer, resp.Sent)
 	}
 	_, err = fmt.Fprintf(c.App.Writer, "%s %s\n", resp.Sent.MsgID, resp.Sent.TraceID)
+	return err
+}
+
+// readReply waits on the open send for the reply and prints it: the body
+// (--json: the reply envelope as {"type":"reply",...}).
+func readReply(c *cli.Context, s *session, sent *api.Sent, timeout time.Duration) error {
+	if isTerminal(os.Stderr) && timeout > time.Second {
+		fmt.Fprintf(c.App.ErrWriter, "fleet-send: sent %s; waiting up to %v for %s to reply\n", sent.MsgID, timeout, sent.Recipient)
+	}
+	go func() {
+		<-c.Context.Done()
+		s.client.Close()
+	}()
+	resp, err := s.client.Read()
+	if err != nil {
+		if c.Context.Err() != nil {
+			return fault.New(fault.TempFail, fault.KindTimeout, "interrupted while waiting for the reply to %s", sent.MsgID).
+				WithHint("a late reply waits in your inbox: fleet-recv")
+		}
+		return err
+	}
+	if len(resp.Batch) == 0 {
+		return fault.New(fault.Software, fault.KindProtocol, "the gateway ended the wait without a reply")
+	}
+	env := resp.Batch[0].Envelope
+	if c.Bool("json") {
+		return printJSON(c.App.Writer, message{Type: "reply", Envelope: env})
+	}
+	_, err = fmt.Fprintln(c.App.Writer, strings.TrimRight(env.Body, "\n"))
 	return err
 }
 
@@ -93,11 +136,34 @@ func runStatus(c *cli.Context, id string) error {
 		return err
 	}
 	defer s.client.Close()
+	if until := c.String("until"); until != "" {
+		return waitUntil(c, s, id, until)
+	}
 	resp, err := s.client.Call(&api.Request{Op: api.OpLookup, MsgID: id})
 	if err != nil {
 		return err
 	}
-	r := resp.Record
+	return printRecord(c, resp.Record)
+}
+
+// waitUntil blocks until message id reaches state, showing on a terminal
+// what it waits for.
+func waitUntil(c *cli.Context, s *session, id, state string) error {
+	if state != "delivered" {
+		return usage("--until takes delivered, not %q", state)
+	}
+	timeout := c.Duration("timeout")
+	if isTerminal(os.Stderr) && timeout > time.Second {
+		fmt.Fprintf(c.App.ErrWriter, "fleet-send: waiting up to %v for %s to be %s\n", timeout, id, state)
+	}
+	resp, err := s.client.Call(&api.Request{Op: api.OpWait, MsgID: id, Until: state, TimeoutMS: timeout.Milliseconds()})
+	if err != nil {
+		return err
+	}
+	return printRecord(c, resp.Record)
+}
+
+func printRecord(c *cli.Context, r *api.Record) error {
 	if c.Bool("json") {
 		return printJSON(c.App.Writer, r)
 	}
@@ -105,6 +171,6 @@ func runStatus(c *cli.Context, id string) error {
 	if r.Reason != "" {
 		line += ": " + r.Reason
 	}
-	_, err = fmt.Fprintln(c.App.Writer, line)
+	_, err := fmt.Fprintln(c.App.Writer, line)
 	return err
 }

@@ -41,6 +41,13 @@ type Gateway struct {
 	audit *audit.Log
 	br    *broker.Broker // nil: single-host mode
 
+	waitMu  sync.Mutex
+	waiters map[string]*replyWaiter // msg id of an open send -> its waiter
+	claimed map[string]bool         // reply keys being handed to an open send
+
+	recMu sync.Mutex
+	recCh chan struct{} // closed and replaced when a delivery record changes
+
 	peersMu      sync.Mutex
 	peers        map[string]*peer // host -> what we last heard of it
 	presenceKick chan struct{}
@@ -75,6 +82,9 @@ func New(cfg *config.Config, log *slog.Logger) *Gateway {
 		crash:        os.Getenv("FLEET_CRASHPOINT"),
 		peers:        map[string]*peer{},
 		presenceKick: make(chan struct{}, 1),
+		recCh:        make(chan struct{}),
+		waiters:      map[string]*replyWaiter{},
+		claimed:      map[string]bool{},
 		ready:        make(chan struct{}),
 	}
 }

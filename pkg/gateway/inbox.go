@@ -119,9 +119,13 @@ func (g *Gateway) injectLoop(ctx context.Context, b *mailbox) {
 			}
 			continue
 		}
-		items, err := g.st.Head(ent.Gid, 0, 1)
+		items, err := g.st.Head(ent.Gid, 0, 16)
 		if err != nil {
 			g.log.Error("reading inbox", "entity", ent.Name, "err", err)
+		}
+		// a reply being handed to an open send is not injected as well
+		for len(items) > 0 && g.isClaimed(store.Key(items[0].Env)) {
+			items = items[1:]
 		}
 		if len(items) == 0 {
 			select {
@@ -137,7 +141,7 @@ func (g *Gateway) injectLoop(ctx context.Context, b *mailbox) {
 			g.kill(env, "expired before delivery", -1)
 			continue
 		}
-		attempt, err := g.st.BeginInject(env.MsgID)
+		attempt, err := g.st.BeginInject(store.Key(env))
 		if err != nil {
 			log.Error("recording delivery attempt", "err", err)
 			sleep(ctx, time.Second)
@@ -146,13 +150,14 @@ func (g *Gateway) injectLoop(ctx context.Context, b *mailbox) {
 		err = g.adapter(ent).Deliver(g.hardCtx, env)
 		g.crashAt("after-inject")
 		if err == nil {
-			if err := g.st.Delivered(env.MsgID, time.Now().UTC()); err != nil {
+			if err := g.st.Delivered(store.Key(env), time.Now().UTC()); err != nil {
 				log.Error("recording delivery", "err", err)
 				sleep(ctx, time.Second)
 				continue
 			}
 			g.audit.Message("delivered", env, attempt, "injected")
 			log.Info("delivered", "attempt", attempt, "mode", "inject")
+			g.settled(env, store.Delivered, "", attempt)
 			g.crashAt("after-record")
 			continue
 		}
@@ -163,7 +168,7 @@ func (g *Gateway) injectLoop(ctx context.Context, b *mailbox) {
 		}
 		log.Warn("delivery failed", "attempt", attempt, "of", g.cfg.DeliveryAttempts, "err", err)
 		g.audit.Message("retry", env, attempt, err.Error())
-		if err := g.st.Failed(env.MsgID, err.Error()); err != nil {
+		if err := g.st.Failed(store.Key(env), err.Error()); err != nil {
 			log.Error("recording failed attempt", "err", err)
 		}
 		if attempt >= g.cfg.DeliveryAttempts {
@@ -176,7 +181,7 @@ func (g *Gateway) injectLoop(ctx context.Context, b *mailbox) {
 
 // kill dead-letters env with reason.
 func (g *Gateway) kill(env *envelope.Envelope, reason string, attempts int) {
-	if err := g.st.Kill(env.MsgID, reason, attempts); err != nil {
+	if err := g.st.Kill(store.Key(env), reason, attempts); err != nil {
 		g.log.Error("dead-lettering", "msg_id", env.MsgID, "trace_id", env.TraceID, "err", err)
 		return
 	}
@@ -188,6 +193,7 @@ func (g *Gateway) kill(env *envelope.Envelope, reason string, attempts int) {
 			g.log.Warn("dead letter not copied to bridge.dlq", "msg_id", env.MsgID, "trace_id", env.TraceID, "err", err)
 		}
 	}
+	g.settled(env, store.Dead, reason, attempts)
 }
 
 func sleep(ctx context.Context, d time.Duration) {

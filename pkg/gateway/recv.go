@@ -6,7 +6,9 @@ import (
 	"time"
 
 	"github.com/fleetd/fleet/pkg/api"
+	"github.com/fleetd/fleet/pkg/envelope"
 	"github.com/fleetd/fleet/pkg/fault"
+	"github.com/fleetd/fleet/pkg/store"
 )
 
 const defaultWindow = 256
@@ -84,15 +86,20 @@ func (g *Gateway) recv(c *conn, req *api.Request) {
 		}
 		now := time.Now()
 		batch := make([]api.Delivery, 0, len(items))
+		expired := 0
 		for _, it := range items {
+			if g.isClaimed(store.Key(it.Env)) {
+				continue // being handed to an open send
+			}
 			if it.Env.Expired(now) {
 				g.kill(it.Env, "expired before delivery", 0)
+				expired++
 				continue
 			}
 			batch = append(batch, api.Delivery{Envelope: it.Env})
 		}
 		if len(batch) == 0 {
-			if len(items) > 0 {
+			if expired > 0 {
 				continue // only expired ones: look again
 			}
 			if !req.Follow {
@@ -128,16 +135,25 @@ func (g *Gateway) recv(c *conn, req *api.Request) {
 			return
 		}
 		if len(ack.Acks) > 0 {
-			if err := g.st.DeliveredAll(ack.Acks, time.Now().UTC()); err != nil {
+			acked := make(map[string]bool, len(ack.Acks))
+			for _, id := range ack.Acks {
+				acked[id] = true
+			}
+			var keys []string
+			var done []*envelope.Envelope
+			for _, d := range batch {
+				if acked[d.Envelope.MsgID] {
+					keys = append(keys, store.Key(d.Envelope))
+					done = append(done, d.Envelope)
+				}
+			}
+			if err := g.st.DeliveredAll(keys, time.Now().UTC()); err != nil {
 				c.fail(fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "could not record the acknowledgement"))
 				return
 			}
-			for _, d := range batch {
-				for _, id := range ack.Acks {
-					if id == d.Envelope.MsgID {
-						g.audit.Message("delivered", d.Envelope, 1, "drained")
-					}
-				}
+			for _, env := range done {
+				g.audit.Message("delivered", env, 1, "drained")
+				g.settled(env, store.Delivered, "", 1)
 			}
 			g.crashAt("after-ack")
 		}

@@ -121,6 +121,9 @@ func (g *Gateway) send(req *api.Request) (*api.Response, error) {
 		env.TraceID = trace
 	}
 	env.InReplyTo = req.ReplyTo
+	if req.Hook != nil {
+		req.Hook(env)
+	}
 	state := store.Accepted
 	if t.box != nil {
 		rec, err := g.accept(env)
@@ -167,6 +170,9 @@ func (g *Gateway) publish(env *envelope.Envelope) error {
 // the gateway never nears RabbitMQ's consumer_timeout however long a pull
 // entity stays away, and one durable store carries every guarantee.
 func (g *Gateway) takeRemote(env *envelope.Envelope) error {
+	if env.Kind == envelope.Receipt {
+		return g.onReceipt(env) // for this gateway, not for the entity
+	}
 	if g.box(env.Recipient.Gid) == nil {
 		return fmt.Errorf("no local entity %s", env.Recipient.Gid)
 	}
@@ -182,7 +188,15 @@ func (g *Gateway) takeRemote(env *envelope.Envelope) error {
 // accept stores env in its local recipient's inbox (dedup by msg id) and
 // wakes the recipient's delivery.
 func (g *Gateway) accept(env *envelope.Envelope) (*store.Record, error) {
+	w := g.claimWaiter(env) // a reply an open send waits for
 	rec, dup, err := g.st.Accept(env, time.Now().UTC())
+	if w != nil {
+		if err == nil && !dup {
+			w.ch <- env
+		} else {
+			g.unclaim(store.Key(env))
+		}
+	}
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return nil, fault.New(fault.NoRecipient, fault.KindUnknownRecipient, "no recipient %s", env.Recipient)

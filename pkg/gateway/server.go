@@ -111,6 +111,10 @@ func (g *Gateway) handle(uc *net.UnixConn) {
 			g.recv(c, req)
 			return
 		}
+		if req.Op == api.OpSend && req.Wait {
+			g.sendWait(c, req)
+			return
+		}
 		resp, err := g.dispatch(c, req)
 		if err != nil {
 			if c.fail(err) != nil {
@@ -183,6 +187,8 @@ func (g *Gateway) dispatch(c *conn, req *api.Request) (*api.Response, error) {
 		return g.send(req)
 	case api.OpLookup:
 		return g.lookup(req)
+	case api.OpWait:
+		return g.waitState(req)
 	case api.OpDead:
 		return g.dead(req)
 	case api.OpAck:

@@ -83,6 +83,15 @@ type DeadLetter struct {
 	Envelope json.RawMessage `json:"envelope"`
 }
 
+// Key is the record key of a message: its msg id, or for a broadcast copy
+// the msg id and the member's gid (one publish, one record per member).
+func Key(env *envelope.Envelope) string {
+	if env.Recipient.Group != "" {
+		return env.MsgID + "/" + env.Recipient.Gid
+	}
+	return env.MsgID
+}
+
 // Item is one message at the head of an inbox.
 type Item struct {
 	Seq uint64
@@ -296,7 +305,7 @@ func (s *Store) DeleteEntity(gid, reason string) (int, error) {
 				if err := json.Unmarshal(v, &env); err != nil {
 					return err
 				}
-				ids = append(ids, env.MsgID)
+				ids = append(ids, Key(&env))
 				return nil
 			})
 			if err != nil {
@@ -352,7 +361,7 @@ func (s *Store) Accept(env *envelope.Envelope, now time.Time) (rec *Record, dup 
 	err = s.update(func(tx *bolt.Tx) error {
 		dup = false
 		recs := tx.Bucket(bRecords)
-		if err := getJSON(recs, env.MsgID, &out); err == nil {
+		if err := getJSON(recs, Key(env), &out); err == nil {
 			dup = true
 			return nil
 		}
@@ -372,7 +381,7 @@ func (s *Store) Accept(env *envelope.Envelope, now time.Time) (rec *Record, dup 
 			Sender: env.Sender.Gid, Recipient: env.Recipient.Gid,
 			Seq: seq, State: Accepted, Accepted: now,
 		}
-		return putJSON(recs, env.MsgID, &out)
+		return putJSON(recs, Key(env), &out)
 	})
 	if err != nil {
 		return nil, false, err
@@ -686,4 +695,28 @@ func (s *Store) DeadOutbound(env *envelope.Envelope, reason string, now time.Tim
 		}
 		return putJSON(tx.Bucket(bRecords), env.MsgID, &r)
 	})
+}
+
+// SettleOutbound moves an outbound record forward on a receipt from the
+// recipient's host: accepted -> delivered|dead, never back.
+func (s *Store) SettleOutbound(msgID, state, reason string, attempts int, at time.Time) (*Record, error) {
+	var out Record
+	err := s.update(func(tx *bolt.Tx) error {
+		var r Record
+		if err := getJSON(tx.Bucket(bRecords), msgID, &r); err != nil {
+			return err
+		}
+		if r.State == Accepted && (state == Delivered || state == Dead) {
+			r.State, r.Reason, r.Attempts, r.Done = state, reason, attempts, at
+			if err := putJSON(tx.Bucket(bRecords), msgID, &r); err != nil {
+				return err
+			}
+		}
+		out = r
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &out, nil
 }
