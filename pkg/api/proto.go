@@ -37,6 +37,8 @@ const (
 	OpDead   = "dead" // list dead letters
 	OpWhoami = "whoami"
 	OpWait   = "wait" // block until a message reaches a delivery state
+	OpBcast  = "bcast"
+	OpGroups = "groups" // add/remove an entity's groups
 )
 
 // Request is every client→gateway frame.
@@ -57,7 +59,12 @@ type Request struct {
 	To      string `json:"to,omitempty"`
 	Body    string `json:"body,omitempty"`
 	ReplyTo string `json:"reply_to,omitempty"`
-	Wait    bool   `json:"wait,omitempty"` // hold the send open for the reply
+	Wait    bool   `json:"wait,omitempty"`  // hold the send open for the reply
+	Group   string `json:"group,omitempty"` // bcast: "" or "all", or a group
+
+	// groups
+	Add    []string `json:"add,omitempty"`
+	Remove []string `json:"remove,omitempty"`
 
 	// Hook, inside the gateway only, sees the envelope before it is sent.
 	Hook func(*envelope.Envelope) `json:"-"`

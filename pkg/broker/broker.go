@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -359,6 +360,39 @@ func (b *Broker) AddInbox(gid string, groups []string) {
 		ch.Close()
 	}
 	b.startConsumer(gen, gid, groups)
+}
+
+// SetGroups rebinds gid's inbox to its new groups' broadcast keys at once
+// (and on every reconnect after).
+func (b *Broker) SetGroups(gid string, old, groups []string) error {
+	b.mu.Lock()
+	if _, ok := b.inboxes[gid]; ok {
+		b.inboxes[gid] = groups
+	}
+	gen := b.gen
+	b.mu.Unlock()
+	if gen == nil {
+		return errors.New("broker unreachable")
+	}
+	ch, err := gen.subConn.Channel()
+	if err != nil {
+		return err
+	}
+	defer ch.Close()
+	q := InboxQueue(gid)
+	for _, gr := range groups {
+		if err := ch.QueueBind(q, "broadcast."+gr, ExMsg, false, nil); err != nil {
+			return err
+		}
+	}
+	for _, gr := range old {
+		if !slices.Contains(groups, gr) {
+			if err := ch.QueueUnbind(q, "broadcast."+gr, ExMsg, nil); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // RemoveInbox stops consuming gid's inbox, unbinds it so nothing new

@@ -182,7 +182,9 @@ func (b *Broker) drain(gen *generation, c *consumer, ch *amqp.Channel, deliverie
 // requeued, then rejected without requeue after the configured attempts.
 func (b *Broker) take(d amqp.Delivery, gid string) {
 	env, err := envelope.Decode(d.Body, b.cfg.MaxBody)
-	if err == nil && env.Recipient.Group == "" && env.Recipient.Gid != gid {
+	if err == nil && env.Recipient.Group != "" {
+		env.Recipient.Gid = gid // a broadcast copy: this inbox's
+	} else if err == nil && env.Recipient.Gid != gid {
 		err = fmt.Errorf("addressed to %s, found in the inbox of %s", env.Recipient.Gid, gid)
 	}
 	if err != nil {

@@ -20,6 +20,7 @@ func NewRosterApp() *cli.App {
 		"fleet-roster join NAME --mode pull|inject [--tmux-target T | --exec CMD] [--nudge CMD] [--group G ...]\n" +
 		"fleet-roster leave NAME\n" +
 		"fleet-roster status busy|idle\n" +
+		"fleet-roster group NAME [--add G ...] [--remove G ...]\n" +
 		"fleet-roster dead [NAME]"
 	app.Flags = append(connFlags(), append(listFlags(), jsonFlag())...)
 	list := &cli.Command{
@@ -60,6 +61,17 @@ func NewRosterApp() *cli.App {
 			ArgsUsage: "busy|idle",
 			Flags:     []cli.Flag{jsonFlag(), asFlag()},
 			Action:    runSetStatus,
+		},
+		{
+			Name:      "group",
+			Usage:     "add an entity to groups or remove it; its inbox is rebound at once",
+			ArgsUsage: "NAME",
+			Flags: []cli.Flag{
+				jsonFlag(),
+				&cli.StringSliceFlag{Name: "add", Usage: "join group G (repeat for more)"},
+				&cli.StringSliceFlag{Name: "remove", Usage: "leave group G (repeat for more)"},
+			},
+			Action: runGroup,
 		},
 		{
 			Name:      "dead",
@@ -301,6 +313,30 @@ func runLeave(c *cli.Context) error {
 		return printJSON(c.App.Writer, map[string]any{"name": name, "dead_lettered": resp.Count})
 	}
 	fmt.Fprintf(c.App.ErrWriter, "fleet-roster: %s left; %d waiting message(s) dead-lettered\n", name, resp.Count)
+	return nil
+}
+
+func runGroup(c *cli.Context) error {
+	name, err := oneArg(c, "NAME")
+	if err != nil {
+		return err
+	}
+	if len(c.StringSlice("add")) == 0 && len(c.StringSlice("remove")) == 0 {
+		return usage("nothing to do: give --add G or --remove G")
+	}
+	s, err := connect(c)
+	if err != nil {
+		return err
+	}
+	defer s.client.Close()
+	resp, err := s.client.Call(&api.Request{Op: api.OpGroups, Name: name, Add: c.StringSlice("add"), Remove: c.StringSlice("remove")})
+	if err != nil {
+		return err
+	}
+	if c.Bool("json") {
+		return printJSON(c.App.Writer, resp.Entity)
+	}
+	fmt.Fprintf(c.App.ErrWriter, "fleet-roster: %s is in groups: %s\n", name, strings.Join(resp.Entity.Groups, ", "))
 	return nil
 }
 

@@ -54,6 +54,14 @@ var examples = map[string][]example{
 		{"Send the tail of a build log, and get the result as JSON:",
 			"make test 2>&1 | tail -n 20 | fleet-send --as ci --json alice"},
 	},
+	"fleet-bcast": {
+		{"Tell every entity on every host, as main:",
+			"fleet-bcast --as main 'everyone: stop and report status'"},
+		{"Tell only the members of group reviewers, the text from stdin:",
+			"git log -1 --format=%s | fleet-bcast --as main --group reviewers -"},
+		{"Add bob to group reviewers; broadcasts published from now on reach him:",
+			"fleet-roster group bob --add reviewers"},
+	},
 	"fleet-recv": {
 		{"Drain the inbox of the entity whose credential is in FLEET_TOKEN:",
 			"fleet-recv"},

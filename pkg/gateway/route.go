@@ -94,6 +94,9 @@ func (g *Gateway) send(req *api.Request) (*api.Response, error) {
 	trace := ""
 	if req.ReplyTo != "" {
 		orig, err := g.st.Record(req.ReplyTo)
+		if err != nil { // a broadcast copy is recorded per member
+			orig, err = g.st.Record(req.ReplyTo + "/" + sender.Gid)
+		}
 		if err != nil || orig.Recipient != sender.Gid {
 			// a message the caller did not receive is as good as unknown
 			return nil, fault.New(fault.NoRecipient, fault.KindUnknownMessage,
@@ -173,8 +176,16 @@ func (g *Gateway) takeRemote(env *envelope.Envelope) error {
 	if env.Kind == envelope.Receipt {
 		return g.onReceipt(env) // for this gateway, not for the entity
 	}
-	if g.box(env.Recipient.Gid) == nil {
+	b := g.box(env.Recipient.Gid)
+	if b == nil {
 		return fmt.Errorf("no local entity %s", env.Recipient.Gid)
+	}
+	if env.Recipient.Group != "" {
+		if env.Sender.Gid == env.Recipient.Gid {
+			return nil // our own broadcast, back from the broker
+		}
+		e := b.snapshot()
+		env.Recipient.Name, env.Recipient.Host = e.Name, e.Host
 	}
 	rec, err := g.accept(env)
 	if err == nil && rec.State == store.Accepted && env.Expired(time.Now()) {

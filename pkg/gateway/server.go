@@ -189,6 +189,10 @@ func (g *Gateway) dispatch(c *conn, req *api.Request) (*api.Response, error) {
 		return g.lookup(req)
 	case api.OpWait:
 		return g.waitState(req)
+	case api.OpBcast:
+		return g.broadcast(req)
+	case api.OpGroups:
+		return g.setGroups(req)
 	case api.OpDead:
 		return g.dead(req)
 	case api.OpAck:

@@ -1,0 +1,125 @@
+package gateway
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/fleetd/fleet/pkg/api"
+	"github.com/fleetd/fleet/pkg/envelope"
+	"github.com/fleetd/fleet/pkg/fault"
+	"github.com/fleetd/fleet/pkg/store"
+)
+
+// Broadcast (U8): one publish with key broadcast.all or broadcast.<group>;
+// the broker copies it into every bound inbox, and each copy follows its
+// entity's normal delivery. This host's members get their copies straight
+// from the store — with the broker down too — and the broker's copies of
+// them are dropped by the dedup (one record per msg id and member). The
+// sender never gets its own broadcast.
+
+func (g *Gateway) broadcast(req *api.Request) (*api.Response, error) {
+	from, err := g.caller(req)
+	if err != nil {
+		return nil, err
+	}
+	if err := envelope.CheckBody([]byte(req.Body), g.cfg.MaxBody); err != nil {
+		return nil, err
+	}
+	group := req.Group
+	if group == "" {
+		group = "all"
+	}
+	sender := from.snapshot()
+	env := envelope.New(envelope.Broadcast,
+		envelope.Party{Gid: sender.Gid, Name: sender.Name, Host: sender.Host},
+		envelope.Party{Group: group}, req.Body)
+	local := 0
+	for _, b := range g.members(group) {
+		e := b.snapshot()
+		if e.Gid == sender.Gid {
+			continue
+		}
+		cp := *env
+		cp.Recipient = envelope.Party{Gid: e.Gid, Name: e.Name, Host: e.Host, Group: group}
+		if _, err := g.accept(&cp); err != nil {
+			return nil, err
+		}
+		local++
+	}
+	sent := &api.Sent{MsgID: env.MsgID, TraceID: env.TraceID, State: store.Accepted, Recipient: "broadcast." + group}
+	resp := &api.Response{Sent: sent, Count: local}
+	if g.br == nil {
+		if local == 0 {
+			return nil, fault.New(fault.NoRecipient, fault.KindUnknownRecipient, "no members of %s on this host", sent.Recipient)
+		}
+		return resp, nil
+	}
+	err = g.br.Publish(g.runCtx, "broadcast."+group, env, true)
+	switch {
+	case err == nil:
+		g.audit.Message("published", env, 0, "")
+		return resp, nil
+	case fault.KindOf(err) == fault.KindUnknownRecipient:
+		if local > 0 {
+			return resp, nil // members here only
+		}
+		return nil, fault.New(fault.NoRecipient, fault.KindUnknownRecipient, "no members of %s on any host", sent.Recipient)
+	}
+	if local == 0 {
+		return nil, err
+	}
+	// the local part is done; the command says which part failed
+	fe := &fault.Error{Code: fault.CodeOf(err), Kind: fault.KindOf(err),
+		Msg: fmt.Sprintf("delivered to %d member(s) on this host; other hosts not reached: %v", local, err), Hint: fault.HintOf(err)}
+	return nil, fe
+}
+
+// members are the local entities of a group ("all": every one).
+func (g *Gateway) members(group string) []*mailbox {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	var out []*mailbox
+	for _, b := range g.boxes {
+		if group == "all" || slices.Contains(b.snapshot().Groups, group) {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// setGroups changes an entity's groups; its inbox is rebound at once.
+func (g *Gateway) setGroups(req *api.Request) (*api.Response, error) {
+	g.mu.RLock()
+	gid, ok := g.byName[req.Name]
+	g.mu.RUnlock()
+	if !ok {
+		return nil, fault.New(fault.NoRecipient, fault.KindUnknownEntity, "no entity named %s on this host", req.Name)
+	}
+	b := g.box(gid)
+	groups := slices.Clone(b.snapshot().Groups)
+	for _, gr := range req.Add {
+		if !nameRE.MatchString(gr) || gr == "all" {
+			return nil, fault.New(fault.Usage, fault.KindUsage, "%q is not a valid group name", gr)
+		}
+		if !slices.Contains(groups, gr) {
+			groups = append(groups, gr)
+		}
+	}
+	groups = slices.DeleteFunc(groups, func(gr string) bool { return slices.Contains(req.Remove, gr) })
+	old := b.snapshot().Groups
+	e, err := g.st.UpdateEntity(gid, func(e *store.Entity) error { e.Groups = groups; return nil })
+	if err != nil {
+		return nil, fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot record the groups")
+	}
+	b.mu.Lock()
+	b.ent.Groups = e.Groups
+	b.mu.Unlock()
+	if g.br != nil {
+		if err := g.br.SetGroups(gid, old, e.Groups); err != nil {
+			g.log.Warn("inbox not rebound now; it will be on the next connection", "entity", e.Name, "err", err)
+		}
+	}
+	g.kickPresence()
+	row := g.row(*e, nil)
+	return &api.Response{Entity: &row}, nil
+}
