@@ -38,7 +38,10 @@ const (
 	OpWhoami = "whoami"
 	OpWait   = "wait" // block until a message reaches a delivery state
 	OpBcast  = "bcast"
+	OpAsk    = "ask"    // live-only question: Sent, then the answer or a timeout
 	OpGroups = "groups" // add/remove an entity's groups
+	OpSpawn  = "spawn"  // start an entity on a host through its launcher (U4); waits for the answer
+	OpStop   = "stop"   // stop an entity wherever it lives (U4); waits for the answer
 )
 
 // Request is every client→gateway frame.
@@ -61,6 +64,17 @@ type Request struct {
 	ReplyTo string `json:"reply_to,omitempty"`
 	Wait    bool   `json:"wait,omitempty"`  // hold the send open for the reply
 	Group   string `json:"group,omitempty"` // bcast: "" or "all", or a group
+
+	// ask / answer
+	TurnID   string `json:"turn_id,omitempty"`
+	AnswerTo string `json:"answer_to,omitempty"` // send: answer the ask with this msg id
+
+	// spawn (with Name, Groups, TimeoutMS) / stop (with TimeoutMS)
+	Host      string   `json:"host,omitempty"`       // spawn: the target host ("" = this one)
+	Profile   string   `json:"profile,omitempty"`    // spawn: the target's launcher profile
+	Args      []string `json:"args,omitempty"`       // spawn: arguments of the profile's command
+	RequestID string   `json:"request_id,omitempty"` // spawn: carried out once per id ("" = a fresh one)
+	Target    string   `json:"target,omitempty"`     // stop: NAME, NAME@HOST or GID
 
 	// groups
 	Add    []string `json:"add,omitempty"`
@@ -110,6 +124,28 @@ type Response struct {
 	Dead     []DeadLetter    `json:"dead,omitempty"`
 	Count    int             `json:"count,omitempty"`
 	Raw      json.RawMessage `json:"raw,omitempty"`
+	Spawned  *Spawned        `json:"spawned,omitempty"` // spawn
+	Stopped  *Stopped        `json:"stopped,omitempty"` // stop
+}
+
+// Spawned is an entity a launcher started (fleet-spawn's answer).
+type Spawned struct {
+	Gid       string   `json:"gid"`
+	Name      string   `json:"name"`
+	Host      string   `json:"host"`
+	RequestID string   `json:"request_id"`
+	Profile   string   `json:"profile"`
+	Mode      string   `json:"mode"`
+	Groups    []string `json:"groups"`
+}
+
+// Stopped is an entity fleet-stop removed.
+type Stopped struct {
+	Gid          string `json:"gid"`
+	Name         string `json:"name"`
+	Host         string `json:"host"`
+	DeadLettered int    `json:"dead_lettered"`     // what waited in its inbox
+	Process      string `json:"process,omitempty"` // what the launcher stopped; "" for an entity that was joined, not spawned
 }
 
 // Hello is the gateway's greeting: who it is and its limits.

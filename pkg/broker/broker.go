@@ -55,6 +55,7 @@ type Broker struct {
 	stateSubs   []chan bool
 	fails       map[string]int // msg id -> failed hand-overs
 	presence    PresenceHandler
+	control     ControlHandler // control.go: SPAWN/STOP from control.<host>
 }
 
 // generation is one pair of connections and everything opened on them.
@@ -307,6 +308,10 @@ func (b *Broker) serve(ctx context.Context, gen *generation) error {
 	if b.presence != nil && gen.roster {
 		gen.wg.Add(1)
 		go b.consumeRoster(gen)
+	}
+	if b.control != nil { // control.go
+		gen.wg.Add(1)
+		go b.consumeControl(gen)
 	}
 	for {
 		select {

@@ -30,7 +30,7 @@ func init() {
 }
 
 // Apps lists every command's constructor, for the doc generator.
-var Apps = []func() *cli.App{NewGatewayApp, NewSendApp, NewRecvApp, NewRosterApp, NewBcastApp}
+var Apps = []func() *cli.App{NewGatewayApp, NewSendApp, NewRecvApp, NewRosterApp, NewBcastApp, NewAskApp, NewSpawnApp, NewStopApp}
 
 // Main runs app with args and returns the exit status. Every failure is one
 // line on stderr ("NAME: error: ..."), a hint line when there is a next

@@ -16,8 +16,9 @@ import (
 // NewSendApp is fleet-send.
 func NewSendApp() *cli.App {
 	app := newApp("fleet-send", "send a message to an entity, or reply to one")
-	app.UsageText = "fleet-send [options] NAME|GID [TEXT...|-]\n" +
+	app.UsageText = "fleet-send [options] NAME|NAME@HOST|GID [TEXT...|-]\n" +
 		"fleet-send [options] --reply-to MSGID [TEXT...|-]\n" +
+		"fleet-send [options] --answer ASK_ID [TEXT...|-]\n" +
 		"fleet-send [options] --status MSGID"
 	app.Description = "Sends TEXT (the arguments joined by spaces; stdin when there are none or TEXT is -) " +
 		"as the caller's entity, whose credential comes from FLEET_TOKEN or --as NAME. " +
@@ -26,6 +27,7 @@ func NewSendApp() *cli.App {
 		&cli.StringFlag{Name: "reply-to", Usage: "send a REPLY to the sender of message MSGID, in its trace"},
 		&cli.StringFlag{Name: "status", Usage: "print the delivery state of message MSGID instead of sending"},
 		&cli.StringFlag{Name: "until", Usage: "after sending (or with --status), wait until the message is STATE (delivered); exit 75 if not within --timeout"},
+		&cli.StringFlag{Name: "answer", Usage: "answer the ask ASK_ID (exit 75 TOO_LATE if its turn is gone)"},
 		&cli.BoolFlag{Name: "wait", Usage: "hold the send open and print the recipient's reply (exit 75 if none within --timeout)"},
 		&cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, Usage: "how long --wait or --until waits"},
 	)
@@ -39,7 +41,7 @@ func runSend(c *cli.Context) error {
 	}
 	args := c.Args().Slice()
 	to := ""
-	if c.String("reply-to") == "" {
+	if c.String("reply-to") == "" && c.String("answer") == "" {
 		if len(args) == 0 {
 			return usage("no recipient").WithHint("fleet-send NAME TEXT, or echo TEXT | fleet-send NAME")
 		}
@@ -57,7 +59,7 @@ func runSend(c *cli.Context) error {
 	wait := c.Bool("wait")
 	timeout := c.Duration("timeout")
 	resp, err := s.client.Call(&api.Request{Op: api.OpSend, To: to, Body: body, ReplyTo: c.String("reply-to"),
-		Wait: wait, TimeoutMS: timeout.Milliseconds()})
+		AnswerTo: c.String("answer"), Wait: wait, TimeoutMS: timeout.Milliseconds()})
 	if err != nil {
 		return err
 	}

@@ -45,8 +45,11 @@ type Config struct {
 	InboxTTL       time.Duration // broker inbox message TTL (x-message-ttl)
 	PublishTimeout time.Duration // bound on a broker confirm
 
+	AskTTL           time.Duration // default time an ask waits for its answer
 	PresenceInterval time.Duration // heartbeat interval on bridge.roster
 	PresenceTTL      time.Duration // a host not heard this long leaves the view
+
+	Profiles map[string]*Profile // fleet-spawn profiles: profile.NAME.* keys of the file only (profile.go)
 }
 
 // Key describes one setting: its config-file key, environment variable and
@@ -79,6 +82,7 @@ var Keys = []Key{
 	{"inbox-max-length", "FLEET_INBOX_MAX_LENGTH", "broker inbox cap in messages; over it, senders are told the inbox is full", "10000"},
 	{"inbox-ttl", "FLEET_INBOX_TTL", "how long a message may wait in a broker inbox before it is dead-lettered", "168h"},
 	{"publish-timeout", "FLEET_PUBLISH_TIMEOUT", "longest wait for the broker to confirm a remote send", "5s"},
+	{"ask-ttl", "FLEET_ASK_TTL", "how long fleet-ask waits for an answer unless --ttl says otherwise", "10m"},
 	{"presence-interval", "FLEET_PRESENCE_INTERVAL", "how often this gateway announces its entities on bridge.roster", "5s"},
 	{"presence-ttl", "FLEET_PRESENCE_TTL", "a host not heard this long leaves the roster view", "3 intervals"},
 }
@@ -201,6 +205,7 @@ func load(lookup Lookup, configPath string, client bool) (*Config, error) {
 	c.InboxMaxLength = num("inbox-max-length", 10000)
 	c.InboxTTL = dur("inbox-ttl", 7*24*time.Hour)
 	c.PublishTimeout = dur("publish-timeout", 5*time.Second)
+	c.AskTTL = dur("ask-ttl", 10*time.Minute)
 	c.PresenceInterval = dur("presence-interval", 5*time.Second)
 	if c.PresenceInterval <= 0 {
 		errs = append(errs, fmt.Errorf("presence-interval must be positive"))
@@ -219,6 +224,9 @@ func load(lookup Lookup, configPath string, client bool) (*Config, error) {
 	if c.Host == "" || strings.ContainsAny(c.Host, " \t./#*@") {
 		errs = append(errs, fmt.Errorf("host: %q is not a usable host id (no spaces, dots, '@', '#' or '*')", c.Host))
 	}
+	var perrs []error
+	c.Profiles, perrs = profiles(file)
+	errs = append(errs, perrs...)
 	if client {
 		errs = nil
 	}
@@ -272,7 +280,7 @@ func readFile(path string) (map[string]string, error) {
 		if uq, err := strconv.Unquote(v); err == nil {
 			v = uq
 		}
-		if !known[k] {
+		if !known[k] && !strings.HasPrefix(k, "profile.") { // profile.*: checked by profiles()
 			return nil, fmt.Errorf("%s:%d: unknown setting %q", path, n, k)
 		}
 		m[k] = v

@@ -35,6 +35,8 @@ func Text(env *envelope.Envelope) string {
 		if env.InReplyTo != "" {
 			fmt.Fprintf(&b, " · re %s", env.InReplyTo)
 		}
+	case envelope.Ask:
+		fmt.Fprintf(&b, " · answer by %s: fleet-send --answer %s TEXT", env.Expires.Local().Format("15:04:05"), env.MsgID)
 	}
 	b.WriteString("]\n")
 	b.WriteString(strings.TrimRight(env.Body, "\n"))

@@ -23,6 +23,7 @@ import (
 	"github.com/fleetd/fleet/pkg/cli"
 	"github.com/fleetd/fleet/pkg/config"
 	"github.com/fleetd/fleet/pkg/fault"
+	"github.com/fleetd/fleet/pkg/launch"
 	ucli "github.com/urfave/cli/v2"
 )
 
@@ -165,9 +166,20 @@ func containsName(f ucli.Flag, name string) bool {
 }
 
 // isClient reports whether app talks to a gateway rather than being one.
+// (Not by --host: fleet-roster and fleet-spawn have one, naming another
+// host, not this gateway's id.)
 func isClient(app *ucli.App) bool {
-	_, ok := hasFlag(app, "host")
+	_, ok := hasFlag(app, "broker")
 	return !ok
+}
+
+// configFlag reports whether a client's flag of that name sets config key k:
+// only the connection flags do; fleet-spawn --host names a target host.
+func configFlag(app *ucli.App, k string) (string, bool) {
+	if isClient(app) && k != "socket" && k != "state-dir" {
+		return "", false
+	}
+	return hasFlag(app, k)
 }
 
 func writeEnvironment(b *strings.Builder, app *ucli.App) {
@@ -193,7 +205,7 @@ func writeEnvironment(b *strings.Builder, app *ucli.App) {
 	for _, k := range config.Keys {
 		fmt.Fprintf(b, ".TP\n.B %s\n", k.Env)
 		fmt.Fprintf(b, "%s. Default: %s. Config file key: \\fB%s\\fR.", roffText(k.Usage), roffText(k.Default), roffCode(k.Name))
-		if spelled, ok := hasFlag(app, k.Name); ok {
+		if spelled, ok := configFlag(app, k.Name); ok {
 			fmt.Fprintf(b, " Flag: \\fB%s\\fR.", roffCode(spelled))
 		}
 		b.WriteString("\n")
@@ -212,6 +224,7 @@ var exitCodes = []struct {
 	{fault.NoRecipient, "No such recipient, message or entity."},
 	{fault.Unavailable, "Unavailable: no gateway is running on the socket, the gateway was lost, or it is shutting down."},
 	{fault.Software, "Internal error: a bug in fleet."},
+	{launch.ExitFailed, "Launch failed (fleet-spawn, fleet-stop): the launcher of the target host could not start the entity's command, the command died at once (its output is in the message), or its process could not be stopped."},
 	{fault.CantCreate, "Cannot create: the state folder, the socket or the output cannot be created or written."},
 	{fault.TempFail, "Try again: timed out, an inbox is busy (another fleet-recv drains it) or full, or another gateway holds the state folder or socket."},
 	{fault.Refused, "Refused: a missing, malformed or invalid credential, or a peer of another user."},

@@ -54,6 +54,12 @@ var examples = map[string][]example{
 		{"Send the tail of a build log, and get the result as JSON:",
 			"make test 2>&1 | tail -n 20 | fleet-send --as ci --json alice"},
 	},
+	"fleet-ask": {
+		{"Ask main a question from inside a turn and wait up to two minutes for the answer:",
+			"fleet-ask --as worker1 --ttl 2m main 'may I force-push to feature/x?'"},
+		{"Answer it, as main, with the ask id that fleet-recv showed:",
+			"fleet-send --as main --answer ASK_ID 'yes, go ahead'"},
+	},
 	"fleet-bcast": {
 		{"Tell every entity on every host, as main:",
 			"fleet-bcast --as main 'everyone: stop and report status'"},
@@ -61,6 +67,26 @@ var examples = map[string][]example{
 			"git log -1 --format=%s | fleet-bcast --as main --group reviewers -"},
 		{"Add bob to group reviewers; broadcasts published from now on reach him:",
 			"fleet-roster group bob --add reviewers"},
+	},
+	"fleet-spawn": {
+		{"Start an agent called reviewer1 on host build2, with the default profile of that host's gateway, " +
+			"as main. It prints the new entity's gid once the agent runs there, registered:",
+			"fleet-spawn --as main --host build2 reviewer1"},
+		{"The profiles are in the config file of the target host's fleet-gw: here a tmux window running claude " +
+			"(messages are pasted into it), and a detached job whose messages wait for fleet-recv:",
+			"# ~/.config/fleet/config on build2\n" +
+				"profile.default.command = claude\n" +
+				"profile.job.launcher = exec\n" +
+				"profile.job.command = ./worker.sh \"$@\""},
+		{"Start a job in group ci with arguments, as JSON. Sent again with the same request id, it starts " +
+			"nothing new and answers with the same gid:",
+			"fleet-spawn --as main --host build2 --profile job --group ci --request-id nightly-42 --json job7 -- --since yesterday"},
+	},
+	"fleet-stop": {
+		{"Stop reviewer1 wherever it runs, as main: its tmux window closes, and what waits in its inbox is dead-lettered:",
+			"fleet-stop --as main reviewer1"},
+		{"Stop job7 of host build2 and get the outcome as JSON:",
+			"fleet-stop --as main --json job7@build2"},
 	},
 	"fleet-recv": {
 		{"Drain the inbox of the entity whose credential is in FLEET_TOKEN:",
@@ -93,7 +119,7 @@ var examples = map[string][]example{
 	},
 }
 
-var configLine = regexp.MustCompile(`^([a-z][a-z-]*) = `)
+var configLine = regexp.MustCompile(`^([a-z][a-zA-Z0-9._-]*) = `)
 
 // checkExamples parses every fleet command line in the examples and holds
 // its command, flags and required flags to the definitions, the way
@@ -116,7 +142,7 @@ func checkExamples(apps []*ucli.App) error {
 		for _, ex := range exs {
 			for _, line := range strings.Split(ex.Cmd, "\n") {
 				if m := configLine.FindStringSubmatch(line); m != nil {
-					if !known[m[1]] {
+					if !known[m[1]] && !config.IsProfileKey(m[1]) {
 						errs = append(errs, fmt.Sprintf("%s example %q: no config key %s", page, line, m[1]))
 					}
 					continue

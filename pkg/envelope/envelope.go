@@ -98,9 +98,16 @@ type Envelope struct {
 	Body      string    `json:"body"`
 }
 
-// NewID returns a fresh random identifier (a UUIDv4 string) for msg ids,
-// trace ids and gids.
-func NewID() string { return uuid.NewString() }
+// NewID returns a fresh identifier for msg ids, trace ids and gids: a
+// UUIDv7, time-ordered, so ids written together land together in the
+// store's B+tree (fewer pages per commit than random v4 ids).
+func NewID() string {
+	id, err := uuid.NewV7()
+	if err != nil {
+		return uuid.NewString()
+	}
+	return id.String()
+}
 
 // NewToken returns 32 random bytes, hex encoded.
 func NewToken() string {

@@ -45,6 +45,13 @@ type Gateway struct {
 	waiters map[string]*replyWaiter // msg id of an open send -> its waiter
 	claimed map[string]bool         // reply keys being handed to an open send
 
+	askMu       sync.Mutex
+	asks        map[string]*askWaiter  // ask msg id -> the fleet-ask waiting for it
+	seen        map[string]askSeen     // asks delivered here, for answering
+	answerWaits map[string]chan string // answer msg id -> the fleet-send --answer waiting
+
+	ctl controlState // control.go: fleet-spawn / fleet-stop
+
 	recMu sync.Mutex
 	recCh chan struct{} // closed and replaced when a delivery record changes
 
@@ -84,6 +91,9 @@ func New(cfg *config.Config, log *slog.Logger) *Gateway {
 		presenceKick: make(chan struct{}, 1),
 		recCh:        make(chan struct{}),
 		waiters:      map[string]*replyWaiter{},
+		asks:         map[string]*askWaiter{},
+		seen:         map[string]askSeen{},
+		answerWaits:  map[string]chan string{},
 		claimed:      map[string]bool{},
 		ready:        make(chan struct{}),
 	}
@@ -113,8 +123,9 @@ func (g *Gateway) Run(ctx context.Context) error {
 			Host: g.cfg.Host, Heartbeat: g.cfg.Heartbeat, PublishTimeout: g.cfg.PublishTimeout,
 			MaxBody: g.cfg.MaxBody, Attempts: g.cfg.DeliveryAttempts,
 			Limits: broker.Limits{MaxLength: g.cfg.InboxMaxLength, TTL: g.cfg.InboxTTL, DLQLength: 100000},
-		}, g.log, g.takeRemote)
+		}, g.log, g.takeBroker) // control.go: control answers, then takeRemote
 		g.br.OnPresence(g.onPresence)
+		g.br.OnControl(g.onControl) // control.go: SPAWN/STOP for this host
 	}
 	if err := g.loadEntities(); err != nil {
 		g.closeState()
@@ -338,6 +349,7 @@ func (g *Gateway) janitor() {
 		} else if n > 0 {
 			g.log.Info("pruned delivery records past the dedup window", "count", n)
 		}
+		g.pruneControl() // control.go
 		select {
 		case <-g.runCtx.Done():
 			return

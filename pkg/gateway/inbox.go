@@ -20,8 +20,9 @@ import (
 type mailbox struct {
 	mu       sync.Mutex
 	ent      store.Entity
-	changed  chan struct{} // closed and replaced on every change
-	draining bool          // a fleet-recv holds the inbox
+	changed  chan struct{}        // closed and replaced on every change
+	draining bool                 // a fleet-recv holds the inbox
+	live     []*envelope.Envelope // asks: in memory only, never stored
 	stop     context.CancelFunc
 	done     chan struct{}
 }
@@ -117,6 +118,19 @@ func (g *Gateway) injectLoop(ctx context.Context, b *mailbox) {
 				return
 			case <-changed:
 			}
+			continue
+		}
+		if asks := b.liveHead(time.Now()); len(asks) > 0 {
+			// a live ask first: its asker's turn is waiting
+			env := asks[0]
+			err := g.adapter(ent).Deliver(g.hardCtx, env)
+			if err == nil || errors.Is(err, deliver.ErrUncertain) {
+				b.liveDone(env.MsgID)
+				g.audit.Message("delivered", env, 1, "injected ask")
+				continue
+			}
+			g.log.Warn("ask not injected: retrying until it expires", "msg_id", env.MsgID, "trace_id", env.TraceID, "err", err)
+			sleep(ctx, pol.Delay(1))
 			continue
 		}
 		items, err := g.st.Head(ent.Gid, 0, 16)

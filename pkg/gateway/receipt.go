@@ -85,6 +85,10 @@ func (g *Gateway) onReceipt(env *envelope.Envelope) error {
 		g.log.Warn("ignoring a malformed receipt", "trace_id", env.TraceID, "err", err)
 		return nil
 	}
+	if rb.State == "answered" {
+		g.answerReceipt(rb.MsgID)
+		return nil
+	}
 	rec, err := g.st.SettleOutbound(rb.MsgID, rb.State, rb.Reason, rb.Attempts, rb.At)
 	if err != nil {
 		g.log.Info("receipt for a message this host does not know", "msg_id", rb.MsgID, "trace_id", env.TraceID)

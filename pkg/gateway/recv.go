@@ -86,6 +86,9 @@ func (g *Gateway) recv(c *conn, req *api.Request) {
 		}
 		now := time.Now()
 		batch := make([]api.Delivery, 0, len(items))
+		for _, a := range b.liveHead(now) { // live asks first: a turn waits
+			batch = append(batch, api.Delivery{Envelope: a})
+		}
 		expired := 0
 		for _, it := range items {
 			if g.isClaimed(store.Key(it.Env)) {
@@ -142,10 +145,16 @@ func (g *Gateway) recv(c *conn, req *api.Request) {
 			var keys []string
 			var done []*envelope.Envelope
 			for _, d := range batch {
-				if acked[d.Envelope.MsgID] {
-					keys = append(keys, store.Key(d.Envelope))
-					done = append(done, d.Envelope)
+				if !acked[d.Envelope.MsgID] {
+					continue
 				}
+				if d.Envelope.Kind == envelope.Ask {
+					b.liveDone(d.Envelope.MsgID) // shown: gone from memory
+					g.audit.Message("delivered", d.Envelope, 1, "drained ask")
+					continue
+				}
+				keys = append(keys, store.Key(d.Envelope))
+				done = append(done, d.Envelope)
 			}
 			if err := g.st.DeliveredAll(keys, time.Now().UTC()); err != nil {
 				c.fail(fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "could not record the acknowledgement"))

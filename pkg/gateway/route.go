@@ -173,12 +173,22 @@ func (g *Gateway) publish(env *envelope.Envelope) error {
 // the gateway never nears RabbitMQ's consumer_timeout however long a pull
 // entity stays away, and one durable store carries every guarantee.
 func (g *Gateway) takeRemote(env *envelope.Envelope) error {
-	if env.Kind == envelope.Receipt {
-		return g.onReceipt(env) // for this gateway, not for the entity
+	switch env.Kind { // for this gateway, not for the entity's inbox
+	case envelope.Receipt:
+		return g.onReceipt(env)
+	case envelope.Answer:
+		return g.onAnswer(env)
 	}
 	b := g.box(env.Recipient.Gid)
 	if b == nil {
 		return fmt.Errorf("no local entity %s", env.Recipient.Gid)
+	}
+	switch env.Kind {
+	case envelope.Ask:
+		g.liveAdd(b, env) // live-only: memory, never the store
+		return nil
+	case envelope.TooLate:
+		return g.onTooLate(env)
 	}
 	if env.Recipient.Group != "" {
 		if env.Sender.Gid == env.Recipient.Gid {

@@ -111,6 +111,10 @@ func (g *Gateway) handle(uc *net.UnixConn) {
 			g.recv(c, req)
 			return
 		}
+		if req.Op == api.OpAsk {
+			g.ask(c, req)
+			return
+		}
 		if req.Op == api.OpSend && req.Wait {
 			g.sendWait(c, req)
 			return
@@ -184,6 +188,9 @@ func (g *Gateway) dispatch(c *conn, req *api.Request) (*api.Response, error) {
 	case api.OpStatus:
 		return g.setStatus(req)
 	case api.OpSend:
+		if req.AnswerTo != "" {
+			return g.answer(req)
+		}
 		return g.send(req)
 	case api.OpLookup:
 		return g.lookup(req)
@@ -193,6 +200,10 @@ func (g *Gateway) dispatch(c *conn, req *api.Request) (*api.Response, error) {
 		return g.broadcast(req)
 	case api.OpGroups:
 		return g.setGroups(req)
+	case api.OpSpawn: // control.go
+		return g.spawn(req)
+	case api.OpStop: // control.go
+		return g.stop(req)
 	case api.OpDead:
 		return g.dead(req)
 	case api.OpAck:
@@ -223,56 +234,79 @@ func (g *Gateway) caller(req *api.Request) (*mailbox, error) {
 var nameRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_-]{0,63}$`)
 
 func (g *Gateway) join(req *api.Request) (*api.Response, error) {
-	if !nameRE.MatchString(req.Name) {
-		return nil, fault.New(fault.Usage, fault.KindUsage,
-			"%q is not a valid name (a letter, then up to 63 letters, digits, '-' or '_')", req.Name)
+	e := &store.Entity{
+		Name: req.Name, Mode: req.Mode,
+		TmuxTarget: req.TmuxTarget, Exec: req.Exec, Nudge: req.Nudge, Groups: req.Groups,
 	}
-	for _, gr := range req.Groups {
+	token, path, err := g.register(e)
+	if err != nil {
+		return nil, err
+	}
+	row := g.row(*e, nil)
+	return &api.Response{Entity: &row, Token: token, CredFile: path}, nil
+}
+
+// checkEntity validates a new entity's name, groups, mode and targets.
+func checkEntity(e *store.Entity) error {
+	if !nameRE.MatchString(e.Name) {
+		return fault.New(fault.Usage, fault.KindUsage,
+			"%q is not a valid name (a letter, then up to 63 letters, digits, '-' or '_')", e.Name)
+	}
+	for _, gr := range e.Groups {
 		if !nameRE.MatchString(gr) || gr == "all" {
-			return nil, fault.New(fault.Usage, fault.KindUsage, "%q is not a valid group name", gr)
+			return fault.New(fault.Usage, fault.KindUsage, "%q is not a valid group name", gr)
 		}
 	}
-	switch req.Mode {
+	switch e.Mode {
 	case "pull":
-		if req.TmuxTarget != "" || req.Exec != "" {
-			return nil, fault.New(fault.Usage, fault.KindUsage, "a pull entity takes no --tmux-target or --exec")
+		if e.TmuxTarget != "" || e.Exec != "" {
+			return fault.New(fault.Usage, fault.KindUsage, "a pull entity takes no --tmux-target or --exec")
 		}
 	case "inject":
-		if (req.TmuxTarget == "") == (req.Exec == "") {
-			return nil, fault.New(fault.Usage, fault.KindUsage, "an inject entity needs exactly one of --tmux-target or --exec")
+		if (e.TmuxTarget == "") == (e.Exec == "") {
+			return fault.New(fault.Usage, fault.KindUsage, "an inject entity needs exactly one of --tmux-target or --exec")
 		}
-		if req.Nudge != "" {
-			return nil, fault.New(fault.Usage, fault.KindUsage, "--nudge is for pull entities")
+		if e.Nudge != "" {
+			return fault.New(fault.Usage, fault.KindUsage, "--nudge is for pull entities")
 		}
 	default:
-		return nil, fault.New(fault.Usage, fault.KindUsage, "mode must be pull or inject, not %q", req.Mode)
+		return fault.New(fault.Usage, fault.KindUsage, "mode must be pull or inject, not %q", e.Mode)
 	}
-	gid := envelope.NewID()
+	return nil
+}
+
+// register validates e and registers it as a local entity: the one path of
+// fleet-roster join and fleet-spawn. It fills in the gid (unless preset),
+// host, credential hash, status and times; issues the credential and saves
+// it owner-only; starts delivery and announces the entity.
+func (g *Gateway) register(e *store.Entity) (token, credFile string, err error) {
+	if err := checkEntity(e); err != nil {
+		return "", "", err
+	}
+	if e.Gid == "" {
+		e.Gid = envelope.NewID()
+	}
+	gid := e.Gid
 	token, hash := ident.Issue(gid)
 	now := time.Now().UTC()
-	e := &store.Entity{
-		Gid: gid, Name: req.Name, Host: g.cfg.Host, Mode: req.Mode,
-		TmuxTarget: req.TmuxTarget, Exec: req.Exec, Nudge: req.Nudge, Groups: req.Groups,
-		TokenHash: hash, Status: "idle", StatusAt: now, Created: now,
-	}
+	e.Host, e.TokenHash, e.Status, e.StatusAt, e.Created = g.cfg.Host, hash, "idle", now, now
 	if err := g.st.CreateEntity(e); err != nil {
 		if errors.Is(err, store.ErrNameTaken) {
-			return nil, fault.New(fault.Usage, fault.KindNameTaken, "%s is already registered on this host", req.Name).
-				WithHint("choose another name, or remove it with: fleet-roster leave %s", req.Name)
+			return "", "", fault.New(fault.Usage, fault.KindNameTaken, "%s is already registered on this host", e.Name).
+				WithHint("choose another name, or remove it with: fleet-roster leave %s", e.Name)
 		}
-		return nil, fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot register %s", req.Name)
+		return "", "", fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot register %s", e.Name)
 	}
-	path, err := ident.Save(g.cfg.StateDir, req.Name, token)
+	path, err := ident.Save(g.cfg.StateDir, e.Name, token)
 	if err != nil {
 		g.st.DeleteEntity(gid, "registration failed")
-		return nil, fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot store the credential of %s", req.Name)
+		return "", "", fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot store the credential of %s", e.Name)
 	}
 	g.addBox(e)
 	g.kickPresence()
 	g.audit.Write(audit.Line{Event: "joined", Entity: e.Name, Recipient: gid})
 	g.log.Info("entity joined", "entity", e.Name, "gid", gid, "mode", e.Mode)
-	row := g.row(*e, nil)
-	return &api.Response{Entity: &row, Token: token, CredFile: path}, nil
+	return token, path, nil
 }
 
 func (g *Gateway) leave(req *api.Request) (*api.Response, error) {
@@ -283,6 +317,19 @@ func (g *Gateway) leave(req *api.Request) (*api.Response, error) {
 		return nil, fault.New(fault.NoRecipient, fault.KindUnknownEntity, "no entity named %s on this host", req.Name).
 			WithHint("list them with: fleet-roster")
 	}
+	n, err := g.unregister(gid, req.Name)
+	if err != nil {
+		return nil, err
+	}
+	return &api.Response{Count: n}, nil
+}
+
+// unregister removes local entity gid: the one path of fleet-roster leave
+// and fleet-stop. Its broker inbox stops receiving and what is queued there
+// is taken in; then everything waiting for it is dead-lettered ("recipient
+// left the fleet") and its credential dies. It returns how many messages
+// were dead-lettered.
+func (g *Gateway) unregister(gid, name string) (int, error) {
 	var groups []string
 	if b := g.box(gid); b != nil {
 		groups = b.snapshot().Groups
@@ -290,19 +337,22 @@ func (g *Gateway) leave(req *api.Request) (*api.Response, error) {
 	if g.br != nil {
 		// stop routing to it, take in what is queued, delete the queue
 		if err := g.br.RemoveInbox(gid, groups); err != nil {
-			g.log.Warn("inbox queue not removed from the broker", "entity", req.Name, "gid", gid, "err", err)
+			g.log.Warn("inbox queue not removed from the broker", "entity", name, "gid", gid, "err", err)
 		}
 	}
 	g.removeBox(gid)
 	n, err := g.st.DeleteEntity(gid, "recipient left the fleet")
 	if err != nil {
-		return nil, fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot remove %s", req.Name)
+		return 0, fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot remove %s", name)
 	}
-	ident.Remove(g.cfg.StateDir, req.Name)
+	ident.Remove(g.cfg.StateDir, name)
+	if err := g.st.DeleteLaunched(gid); err != nil { // spawned: how it was started (control.go)
+		g.log.Warn("forgetting how an entity was launched", "entity", name, "gid", gid, "err", err)
+	}
 	g.kickPresence()
-	g.audit.Write(audit.Line{Event: "left", Entity: req.Name, Recipient: gid})
-	g.log.Info("entity left", "entity", req.Name, "gid", gid, "dead_lettered", n)
-	return &api.Response{Count: n}, nil
+	g.audit.Write(audit.Line{Event: "left", Entity: name, Recipient: gid})
+	g.log.Info("entity left", "entity", name, "gid", gid, "dead_lettered", n)
+	return n, nil
 }
 
 func (g *Gateway) row(e store.Entity, dead map[string]int) api.EntityRow {

@@ -116,7 +116,13 @@ type op struct {
 // Open opens (creating if needed) the store at path. It fails at once when
 // another process holds it.
 func Open(path string) (*Store, error) {
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 200 * time.Millisecond})
+	// The free-page list is rebuilt at open instead of written on every
+	// commit: fewer pages per fsync'd commit on the hot path.
+	db, err := bolt.Open(path, 0o600, &bolt.Options{
+		Timeout:        200 * time.Millisecond,
+		NoFreelistSync: true,
+		FreelistType:   bolt.FreelistMapType,
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -477,40 +483,51 @@ func (s *Store) Failed(msgID, reason string) error {
 // Delivered records msgID as delivered and removes it from its inbox, in one
 // transaction: there is no moment where it is recorded but still queued.
 func (s *Store) Delivered(msgID string, now time.Time) error {
-	return s.update(func(tx *bolt.Tx) error { return deliveredTx(tx, msgID, now) })
+	return s.update(func(tx *bolt.Tx) error {
+		gid, err := deliveredTx(tx, msgID, now)
+		if err != nil || gid == "" {
+			return err
+		}
+		return touchEntity(tx, gid, now)
+	})
 }
 
-func deliveredTx(tx *bolt.Tx, msgID string, now time.Time) error {
+// deliveredTx records one delivery and returns the recipient's gid ("" if
+// it was recorded already).
+func deliveredTx(tx *bolt.Tx, msgID string, now time.Time) (string, error) {
 	var r Record
 	if err := getJSON(tx.Bucket(bRecords), msgID, &r); err != nil {
-		return err
+		return "", err
 	}
 	if r.State == Delivered {
-		return nil
+		return "", nil
 	}
 	if r.State != Accepted {
-		return fmt.Errorf("message %s is %s, not deliverable", msgID, r.State)
+		return "", fmt.Errorf("message %s is %s, not deliverable", msgID, r.State)
 	}
 	if ib := tx.Bucket(bInbox).Bucket([]byte(r.Recipient)); ib != nil {
 		if err := ib.Delete(u64(r.Seq)); err != nil {
-			return err
+			return "", err
 		}
 	}
 	if err := tx.Bucket(bInflight).Delete([]byte(msgID)); err != nil {
-		return err
+		return "", err
 	}
 	r.State, r.Done, r.Reason = Delivered, now, ""
 	if r.Attempts == 0 {
 		r.Attempts = 1
 	}
+	return r.Recipient, putJSON(tx.Bucket(bRecords), msgID, &r)
+}
+
+// touchEntity records an entity's last delivery.
+func touchEntity(tx *bolt.Tx, gid string, now time.Time) error {
 	var e Entity
-	if getJSON(tx.Bucket(bEntities), r.Recipient, &e) == nil {
-		e.LastDelivery = now
-		if err := putJSON(tx.Bucket(bEntities), r.Recipient, &e); err != nil {
-			return err
-		}
+	if getJSON(tx.Bucket(bEntities), gid, &e) != nil {
+		return nil
 	}
-	return putJSON(tx.Bucket(bRecords), msgID, &r)
+	e.LastDelivery = now
+	return putJSON(tx.Bucket(bEntities), gid, &e)
 }
 
 // Kill dead-letters msgID with its reason: out of the inbox, into the dead
@@ -625,8 +642,18 @@ func (s *Store) Prune(cutoff time.Time) (int, error) {
 // (a pull client's acknowledgement of a batch).
 func (s *Store) DeliveredAll(msgIDs []string, now time.Time) error {
 	return s.update(func(tx *bolt.Tx) error {
+		touched := map[string]bool{}
 		for _, id := range msgIDs {
-			if err := deliveredTx(tx, id, now); err != nil {
+			gid, err := deliveredTx(tx, id, now)
+			if err != nil {
+				return err
+			}
+			if gid != "" {
+				touched[gid] = true
+			}
+		}
+		for gid := range touched { // the entity once per batch, not per message
+			if err := touchEntity(tx, gid, now); err != nil {
 				return err
 			}
 		}
@@ -719,4 +746,174 @@ func (s *Store) SettleOutbound(msgID, state, reason string, attempts int, at tim
 		return nil, err
 	}
 	return &out, nil
+}
+
+// ---- control requests (fleet-spawn, fleet-stop) ----
+//
+// A SPAWN or STOP is carried out at most once per request id, however often
+// it is delivered: the control bucket remembers each request id handled on
+// this host, and its answer, for the dedup window. The launched bucket
+// keeps how a spawned entity's process was started, so fleet-stop can stop
+// it after a gateway restart too. Both buckets are created on first use.
+
+var (
+	bControl  = []byte("control")  // request id -> Control JSON
+	bLaunched = []byte("launched") // gid -> launcher info JSON (opaque here)
+)
+
+// Control request states: running from the moment it is claimed, done once
+// its answer is recorded. A request found running by a later delivery was
+// cut short by a crash: what it did is unknown.
+const (
+	ControlRunning = "running"
+	ControlDone    = "done"
+)
+
+// Control is one control request handled on this host.
+type Control struct {
+	RequestID string          `json:"request_id"`
+	Kind      envelope.Kind   `json:"kind"`
+	Subject   string          `json:"subject"` // what it acts on (a name, a gid): a reused id is told apart
+	State     string          `json:"state"`
+	Result    json.RawMessage `json:"result,omitempty"` // the answer, as sent
+	Started   time.Time       `json:"started"`
+	Done      time.Time       `json:"done,omitzero"`
+}
+
+// BeginControl claims request id for handling. A new id is recorded as
+// running, durably, and BeginControl returns nil: go ahead. A known id is
+// left as it is and returned: it was handled (or cut short) before and must
+// not be carried out again.
+func (s *Store) BeginControl(id string, kind envelope.Kind, subject string, now time.Time) (*Control, error) {
+	var prev *Control
+	err := s.update(func(tx *bolt.Tx) error {
+		prev = nil
+		b, err := tx.CreateBucketIfNotExists(bControl)
+		if err != nil {
+			return err
+		}
+		var c Control
+		switch err := getJSON(b, id, &c); {
+		case err == nil:
+			prev = &c
+			return nil
+		case !errors.Is(err, ErrNotFound):
+			return err
+		}
+		return putJSON(b, id, &Control{RequestID: id, Kind: kind, Subject: subject, State: ControlRunning, Started: now})
+	})
+	return prev, err
+}
+
+// EndControl records the answer of request id: from now on every delivery
+// of it gets this answer.
+func (s *Store) EndControl(id string, result []byte, now time.Time) error {
+	return s.update(func(tx *bolt.Tx) error {
+		b, err := tx.CreateBucketIfNotExists(bControl)
+		if err != nil {
+			return err
+		}
+		var c Control
+		if err := getJSON(b, id, &c); err != nil {
+			return err
+		}
+		c.State, c.Result, c.Done = ControlDone, append(json.RawMessage(nil), result...), now
+		return putJSON(b, id, &c)
+	})
+}
+
+// ForgetControl drops request id: it had no effect (it failed cleanly), so
+// a later delivery may carry it out anew.
+func (s *Store) ForgetControl(id string) error {
+	return s.update(func(tx *bolt.Tx) error {
+		if b := tx.Bucket(bControl); b != nil {
+			return b.Delete([]byte(id))
+		}
+		return nil
+	})
+}
+
+// ControlRequest returns the record of request id.
+func (s *Store) ControlRequest(id string) (*Control, error) {
+	var c Control
+	err := s.db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bControl)
+		if b == nil {
+			return ErrNotFound
+		}
+		return getJSON(b, id, &c)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// PruneControl forgets requests answered before cutoff (the end of the
+// dedup window). Running ones are kept.
+func (s *Store) PruneControl(cutoff time.Time) (int, error) {
+	var n int
+	err := s.update(func(tx *bolt.Tx) error {
+		n = 0
+		b := tx.Bucket(bControl)
+		if b == nil {
+			return nil
+		}
+		var del [][]byte
+		err := b.ForEach(func(k, v []byte) error {
+			var c Control
+			if json.Unmarshal(v, &c) == nil && c.State == ControlDone && c.Done.Before(cutoff) {
+				del = append(del, append([]byte(nil), k...))
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, k := range del {
+			if err := b.Delete(k); err != nil {
+				return err
+			}
+		}
+		n = len(del)
+		return nil
+	})
+	return n, err
+}
+
+// PutLaunched records how the process of spawned entity gid was started.
+func (s *Store) PutLaunched(gid string, info []byte) error {
+	return s.update(func(tx *bolt.Tx) error {
+		b, err := tx.CreateBucketIfNotExists(bLaunched)
+		if err != nil {
+			return err
+		}
+		return b.Put([]byte(gid), append([]byte(nil), info...))
+	})
+}
+
+// Launched returns what PutLaunched recorded for gid (ErrNotFound for an
+// entity that was not spawned, but joined).
+func (s *Store) Launched(gid string) ([]byte, error) {
+	var out []byte
+	err := s.db.View(func(tx *bolt.Tx) error {
+		if b := tx.Bucket(bLaunched); b != nil {
+			out = append([]byte(nil), b.Get([]byte(gid))...)
+		}
+		if out == nil {
+			return ErrNotFound
+		}
+		return nil
+	})
+	return out, err
+}
+
+// DeleteLaunched forgets how gid was started.
+func (s *Store) DeleteLaunched(gid string) error {
+	return s.update(func(tx *bolt.Tx) error {
+		if b := tx.Bucket(bLaunched); b != nil {
+			return b.Delete([]byte(gid))
+		}
+		return nil
+	})
 }

@@ -1,0 +1,10 @@
+// Command fleet-ask — see pkg/cli for its definition.
+package main
+
+import (
+	"os"
+
+	"github.com/fleetd/fleet/pkg/cli"
+)
+
+func main() { os.Exit(cli.Main(cli.NewAskApp(), os.Args)) }

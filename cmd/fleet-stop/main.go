@@ -1,0 +1,10 @@
+// Command fleet-stop — see pkg/cli for its definition.
+package main
+
+import (
+	"os"
+
+	"github.com/fleetd/fleet/pkg/cli"
+)
+
+func main() { os.Exit(cli.Main(cli.NewStopApp(), os.Args)) }

@@ -1,0 +1,203 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/fleetd/fleet/pkg/envelope"
+	"github.com/fleetd/fleet/pkg/fault"
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// The control plane (U4): SPAWN and STOP go to bridge.control with the
+// target host as routing key, and so to that gateway's durable
+// control.<host> queue (declared and bound in connect). Each gateway
+// consumes its own control queue with one exclusive, manual-ack consumer
+// and hands every request to its ControlHandler; the answer travels back
+// on bridge.msg to the requester's inbox (the gateway does that, with
+// Publish).
+
+// ControlHandler carries out one control request. nil means it was handled
+// (answered, or dropped on purpose) and the delivery is acked; an error
+// requeues it, up to the configured attempts.
+type ControlHandler func(env *envelope.Envelope) error
+
+// OnControl sets the control handler; call before Run. Without one, the
+// control queue is not consumed.
+func (b *Broker) OnControl(h ControlHandler) { b.control = h }
+
+// PublishControl sends a control request to host's control queue:
+// persistent, mandatory, confirmed; the envelope's expiry becomes its
+// per-message TTL, so a request nobody took in time is never carried out.
+//
+//	fault.Unavailable (69)  broker down, blocked, or no confirm in time
+//	fault.NoRecipient (67)  returned unroutable: no gateway ever ran as host
+func (b *Broker) PublishControl(ctx context.Context, host string, env *envelope.Envelope) error {
+	msg, err := b.publishing(env, true)
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(b.cfg.PublishTimeout)
+	for attempt := 1; ; attempt++ {
+		b.mu.Lock()
+		gen, blocked, lastErr := b.gen, b.blocked, b.lastErr
+		b.mu.Unlock()
+		if blocked != "" {
+			return fault.New(fault.Unavailable, "broker_blocked", "the broker is blocking publishers (%s): request not sent", blocked).
+				WithHint("free the broker's memory or disk")
+		}
+		if gen == nil {
+			msg := "broker unreachable"
+			if lastErr != nil {
+				msg += ": " + lastErr.Error()
+			}
+			return fault.New(fault.Unavailable, "broker_down", "%s", msg).
+				WithHint("requests to other hosts work again once the gateway reconnects")
+		}
+		switch gen.pub.publish(ctx, ExControl, host, msg, deadline) {
+		case resAck:
+			return nil
+		case resReturned:
+			return fault.New(fault.NoRecipient, "unknown_host", "no host %s: no gateway has a control queue for it on the broker", host).
+				WithHint("list the hosts with: fleet-roster")
+		case resNack:
+			return fault.New(fault.TempFail, "broker_refused", "the broker refused the request to %s", host)
+		case resTimeout:
+			return fault.New(fault.Unavailable, "broker_timeout",
+				"the broker did not confirm the request within %v; it may still reach %s", b.cfg.PublishTimeout, host)
+		case resClosed:
+			// unknown outcome: the same request id again is safe, the
+			// target carries out each request id once
+		}
+		if time.Now().After(deadline) || attempt >= 5 {
+			return fault.New(fault.Unavailable, "broker_down", "the broker connection failed while sending; outcome unknown, not confirmed")
+		}
+		sleep(ctx, 50*time.Millisecond*time.Duration(attempt))
+	}
+}
+
+// publishing is env as an AMQP message, as Publish builds it.
+func (b *Broker) publishing(env *envelope.Envelope, persistent bool) (amqp.Publishing, error) {
+	body, err := envelope.Encode(env)
+	if err != nil {
+		return amqp.Publishing{}, err
+	}
+	msg := amqp.Publishing{
+		ContentType: "application/json",
+		MessageId:   env.MsgID,
+		Type:        string(env.Kind),
+		Timestamp:   env.Created,
+		Body:        body,
+		Headers:     amqp.Table{"fleet-schema": env.Schema, "fleet-trace-id": env.TraceID, "fleet-host": b.cfg.Host},
+	}
+	if persistent {
+		msg.DeliveryMode = amqp.Persistent
+	}
+	if !env.Expires.IsZero() {
+		ms := time.Until(env.Expires).Milliseconds()
+		if ms < 1 {
+			ms = 1
+		}
+		msg.Expiration = fmt.Sprint(ms)
+	}
+	return msg, nil
+}
+
+// consumeControl consumes this host's control queue, one request at a
+// time, until the generation ends. The consumer is exclusive: a second
+// gateway with the same host id is refused (loudly) and keeps retrying, as
+// does this one while the broker still holds the queue for our previous,
+// dying connection.
+func (b *Broker) consumeControl(gen *generation) {
+	defer gen.wg.Done()
+	q := ControlQueue(b.cfg.Host)
+	log := b.log.With("queue", q)
+	reported := false
+	for gen.ctx.Err() == nil {
+		ch, err := gen.subConn.Channel()
+		if err != nil {
+			return // the connection is gone: the next generation starts over
+		}
+		closed := ch.NotifyClose(make(chan *amqp.Error, 1))
+		var d <-chan amqp.Delivery
+		if err = ch.Qos(1, 0, false); err == nil {
+			d, err = ch.Consume(q, "fleet-gw/"+b.cfg.Host+"/control", false, true, false, false, nil)
+		}
+		if err != nil {
+			ch.Close()
+			var ae *amqp.Error
+			refused := errors.As(err, &ae) && ae.Code == amqp.AccessRefused
+			b.mu.Lock()
+			since := b.reconnected
+			b.mu.Unlock()
+			switch {
+			case gen.ctx.Err() != nil || reported:
+			case refused && !since.IsZero() && time.Since(since) < b.rivalGrace():
+				log.Info("control queue still held by our previous connection: retrying until the broker reaps it")
+			case refused:
+				log.Error("the control queue is consumed by another connection (another gateway as host "+b.cfg.Host+"?): retrying",
+					"err", ae.Reason)
+				reported = true
+			default:
+				log.Error("cannot consume the control queue: retrying", "err", err)
+				reported = true
+			}
+			sleep(gen.ctx, time.Second)
+			continue
+		}
+		if reported {
+			log.Info("consuming the control queue")
+			reported = false
+		}
+	serve:
+		for {
+			select {
+			case <-gen.ctx.Done():
+				ch.Close() // an unacked request goes back to the queue
+				return
+			case <-closed:
+				break serve
+			case m, ok := <-d:
+				if !ok {
+					break serve
+				}
+				b.takeControl(m)
+			}
+		}
+	}
+}
+
+// takeControl hands one control request to the handler and settles it.
+func (b *Broker) takeControl(d amqp.Delivery) {
+	q := ControlQueue(b.cfg.Host)
+	env, err := envelope.Decode(d.Body, b.cfg.MaxBody)
+	if err == nil && env.Kind != envelope.Spawn && env.Kind != envelope.Stop {
+		err = fmt.Errorf("kind %s is not a control request", env.Kind)
+	}
+	if err != nil {
+		b.log.Error("poison control message: dropped", "queue", q, "msg_id", d.MessageId, "err", err)
+		_ = d.Nack(false, false)
+		return
+	}
+	log := b.log.With("msg_id", env.MsgID, "trace_id", env.TraceID, "queue", q)
+	if err := b.control(env); err != nil {
+		n := b.noteFailure(env.MsgID)
+		if n >= b.cfg.Attempts {
+			log.Error("control request failed again and again: dropped", "attempts", n, "err", err)
+			_ = d.Nack(false, false)
+			b.forget(env.MsgID)
+			return
+		}
+		log.Warn("control request failed: requeued", "attempt", n, "err", err)
+		time.Sleep(500 * time.Millisecond)
+		_ = d.Nack(false, true)
+		return
+	}
+	b.forget(env.MsgID)
+	if err := d.Ack(false); err != nil {
+		// redelivered later: the handler answers it from its record
+		log.Warn("ack of a control request failed; a redelivery is answered from the record", "err", err)
+	}
+}

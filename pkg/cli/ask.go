@@ -1,0 +1,78 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/fleetd/fleet/pkg/api"
+	"github.com/fleetd/fleet/pkg/fault"
+	"github.com/urfave/cli/v2"
+)
+
+// NewAskApp is fleet-ask.
+func NewAskApp() *cli.App {
+	app := newApp("fleet-ask", "ask an entity a question and wait for its answer (live only, with a TTL)")
+	app.UsageText = "fleet-ask [options] NAME|NAME@HOST|GID [TEXT...|-]"
+	app.Description = "Asks are live-only: the question lives in memory and on the wire with an expiry, " +
+		"never in a durable store. fleet-ask blocks until the askee answers (fleet-send --answer ASK_ID) " +
+		"and prints the answer, or exits 75 when the TTL passes. If this process is gone when the " +
+		"answer comes, the answer is never delivered anywhere and the answerer is told TOO_LATE. " +
+		"The asking turn is FLEET_TURN_ID (or --turn), else a fresh id."
+	app.Flags = append(connFlags(), jsonFlag(), asFlag(),
+		&cli.DurationFlag{Name: "ttl", Usage: "how long to wait for the answer (default: the gateway's ask-ttl, 10m)"},
+		&cli.StringFlag{Name: "turn", Usage: "the asking turn's id (default: env FLEET_TURN_ID, else a fresh one)"},
+	)
+	app.Action = func(c *cli.Context) error {
+		args := c.Args().Slice()
+		if len(args) == 0 {
+			return usage("no askee").WithHint("fleet-ask NAME QUESTION")
+		}
+		s, err := connect(c)
+		if err != nil {
+			return err
+		}
+		defer s.client.Close()
+		body, err := readBody(args[1:], s.client.Hello.MaxBody)
+		if err != nil {
+			return err
+		}
+		turn := c.String("turn")
+		if turn == "" {
+			turn = os.Getenv("FLEET_TURN_ID")
+		}
+		ttl := c.Duration("ttl")
+		resp, err := s.client.Call(&api.Request{Op: api.OpAsk, To: args[0], Body: body, TurnID: turn, TimeoutMS: ttl.Milliseconds()})
+		if err != nil {
+			return err
+		}
+		if isTerminal(os.Stderr) {
+			wait := "the gateway's ask-ttl"
+			if ttl > 0 {
+				wait = ttl.String()
+			}
+			fmt.Fprintf(c.App.ErrWriter, "fleet-ask: asked %s (ask %s); waiting up to %s for the answer\n", resp.Sent.Recipient, resp.Sent.MsgID, wait)
+		}
+		go func() {
+			<-c.Context.Done()
+			s.client.Close()
+		}()
+		ans, err := s.client.Read()
+		if err != nil {
+			if c.Context.Err() != nil {
+				return fault.New(fault.TempFail, fault.KindTimeout, "interrupted: the answer to %s will be refused as TOO_LATE", resp.Sent.MsgID)
+			}
+			return err
+		}
+		if len(ans.Batch) == 0 {
+			return fault.New(fault.Software, fault.KindProtocol, "the gateway ended the ask without an answer")
+		}
+		env := ans.Batch[0].Envelope
+		if c.Bool("json") {
+			return printJSON(c.App.Writer, message{Type: "answer", Envelope: env})
+		}
+		_, err = fmt.Fprintln(c.App.Writer, strings.TrimRight(env.Body, "\n"))
+		return err
+	}
+	return app
+}

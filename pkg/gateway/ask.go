@@ -1,0 +1,300 @@
+package gateway
+
+import (
+	"context"
+	"time"
+
+	"github.com/fleetd/fleet/pkg/api"
+	"github.com/fleetd/fleet/pkg/envelope"
+	"github.com/fleetd/fleet/pkg/fault"
+)
+
+// Asks (U2, §7.4) are live-only: an ASK carries a TTL and the asking
+// turn's id and lives only in memory — in the asker's open fleet-ask and in
+// the askee's mailbox — and, across hosts, as a non-persistent message with
+// a per-message expiry. Nothing of an ask or its answer is written to a
+// durable store. An answer whose turn is gone (expired, interrupted, the
+// asking process killed, the gateway restarted) is never injected anywhere:
+// the answerer is told TOO_LATE — at once when its fleet-send can know, or
+// by a notice in its inbox.
+
+type askWaiter struct {
+	gid, turn string
+	ch        chan *envelope.Envelope
+}
+
+// askSeen is an ask this host delivered, kept (in memory) so an answer
+// can find its asker, until a grace period after it expired.
+type askSeen struct {
+	env  *envelope.Envelope
+	keep time.Time
+}
+
+const askGrace = 10 * time.Minute
+
+// liveAdd puts an ask in an entity's in-memory live queue.
+func (g *Gateway) liveAdd(b *mailbox, env *envelope.Envelope) {
+	if env.Expired(time.Now()) {
+		g.log.Info("ask expired before it reached its askee: dropped", "msg_id", env.MsgID, "trace_id", env.TraceID)
+		return
+	}
+	g.pruneSeen(time.Now())
+	g.askMu.Lock()
+	g.seen[env.MsgID] = askSeen{env: env, keep: env.Expires.Add(askGrace)}
+	g.askMu.Unlock()
+	b.mu.Lock()
+	for _, e := range b.live {
+		if e.MsgID == env.MsgID {
+			b.mu.Unlock()
+			return // a redelivered copy
+		}
+	}
+	b.live = append(b.live, env)
+	b.mu.Unlock()
+	b.notify()
+}
+
+// liveHead returns the live asks not yet expired (dropping expired ones).
+func (b *mailbox) liveHead(now time.Time) []*envelope.Envelope {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	kept := b.live[:0]
+	for _, e := range b.live {
+		if !e.Expired(now) {
+			kept = append(kept, e)
+		}
+	}
+	b.live = kept
+	return append([]*envelope.Envelope(nil), kept...)
+}
+
+// liveDone removes an ask that was shown to its askee.
+func (b *mailbox) liveDone(msgID string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i, e := range b.live {
+		if e.MsgID == msgID {
+			b.live = append(b.live[:i], b.live[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+// ask serves fleet-ask: the Sent frame, then the answer or a timeout.
+func (g *Gateway) ask(c *conn, req *api.Request) {
+	from, err := g.caller(req)
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	if err := envelope.CheckBody([]byte(req.Body), g.cfg.MaxBody); err != nil {
+		c.fail(err)
+		return
+	}
+	ttl := time.Duration(req.TimeoutMS) * time.Millisecond
+	if ttl <= 0 {
+		ttl = g.cfg.AskTTL
+	}
+	t, err := g.resolve(req.To)
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	sender := from.snapshot()
+	rcpt := envelope.Party{Gid: t.gid, Name: t.name, Host: t.host}
+	if t.box != nil {
+		e := t.box.snapshot()
+		rcpt = envelope.Party{Gid: e.Gid, Name: e.Name, Host: e.Host}
+	}
+	env := envelope.New(envelope.Ask, envelope.Party{Gid: sender.Gid, Name: sender.Name, Host: sender.Host}, rcpt, req.Body)
+	env.TurnID = req.TurnID
+	if env.TurnID == "" {
+		env.TurnID = envelope.NewID()
+	}
+	env.Expires = time.Now().Add(ttl).UTC()
+	w := &askWaiter{gid: sender.Gid, turn: env.TurnID, ch: make(chan *envelope.Envelope, 1)}
+	g.askMu.Lock()
+	g.asks[env.MsgID] = w
+	g.askMu.Unlock()
+	defer func() {
+		g.askMu.Lock()
+		delete(g.asks, env.MsgID) // the turn is gone: later answers are TOO_LATE
+		g.askMu.Unlock()
+	}()
+	g.audit.Message("ask", env, 0, "")
+	if t.box != nil {
+		g.liveAdd(t.box, env)
+	} else if err := g.br.Publish(g.runCtx, rcpt.Gid, env, false); err != nil {
+		c.fail(err)
+		return
+	}
+	if c.reply(&api.Response{OK: true, Sent: &api.Sent{
+		MsgID: env.MsgID, TraceID: env.TraceID, State: "asked", Recipient: rcpt.String(), Gid: rcpt.Gid,
+	}}) != nil {
+		return
+	}
+	gone := make(chan struct{})
+	go func() {
+		_, _ = c.read() // any read ends the wait: the asking process went away
+		close(gone)
+	}()
+	timer := time.NewTimer(ttl)
+	defer timer.Stop()
+	select {
+	case ans := <-w.ch:
+		c.reply(&api.Response{OK: true, Batch: []api.Delivery{{Envelope: ans}}})
+	case <-timer.C:
+		c.fail(fault.New(fault.TempFail, fault.KindTimeout, "no answer to ask %s within %v", env.MsgID, ttl))
+	case <-gone:
+	case <-g.runCtx.Done():
+		c.fail(fault.New(fault.Unavailable, fault.KindShuttingDown, "the gateway is shutting down"))
+	}
+}
+
+// handAnswer gives an answer to the turn that waits for it; false: the
+// turn is gone.
+func (g *Gateway) handAnswer(ans *envelope.Envelope) bool {
+	g.askMu.Lock()
+	w := g.asks[ans.InReplyTo]
+	if w != nil && (w.turn != ans.TurnID || w.gid != ans.Recipient.Gid) {
+		w = nil // another turn's: never crossed
+	}
+	if w != nil {
+		delete(g.asks, ans.InReplyTo)
+	}
+	g.askMu.Unlock()
+	if w == nil {
+		return false
+	}
+	w.ch <- ans
+	g.audit.Message("answered", ans, 0, "")
+	return true
+}
+
+// answer serves fleet-send --answer ASK_ID.
+func (g *Gateway) answer(req *api.Request) (*api.Response, error) {
+	from, err := g.caller(req)
+	if err != nil {
+		return nil, err
+	}
+	if err := envelope.CheckBody([]byte(req.Body), g.cfg.MaxBody); err != nil {
+		return nil, err
+	}
+	me := from.snapshot()
+	g.askMu.Lock()
+	s, ok := g.seen[req.AnswerTo]
+	g.askMu.Unlock()
+	if !ok || s.env.Recipient.Gid != me.Gid {
+		return nil, fault.New(fault.NoRecipient, fault.KindUnknownMessage, "no ask %s was put to %s (or it is long gone)", req.AnswerTo, me.Name)
+	}
+	ask := s.env
+	ans := envelope.New(envelope.Answer, envelope.Party{Gid: me.Gid, Name: me.Name, Host: me.Host}, ask.Sender, req.Body)
+	ans.TraceID, ans.InReplyTo, ans.TurnID = ask.TraceID, ask.MsgID, ask.TurnID
+	ans.Expires = ask.Expires
+	sent := &api.Sent{MsgID: ans.MsgID, TraceID: ans.TraceID, Recipient: ask.Sender.String(), Gid: ask.Sender.Gid}
+	tooLate := func(why string) error {
+		g.audit.Message("too_late", ans, 0, why)
+		return fault.New(fault.TempFail, "too_late", "too late: %s; the answer was not delivered", why)
+	}
+	if ask.Expired(time.Now()) {
+		return nil, tooLate("the ask expired at " + ask.Expires.Format(time.RFC3339))
+	}
+	if ask.Sender.Host == g.cfg.Host {
+		if !g.handAnswer(ans) {
+			return nil, tooLate("the asking turn is gone")
+		}
+		sent.State = "answered"
+		return &api.Response{Sent: sent}, nil
+	}
+	// across hosts: wait a moment for the asker's gateway to say
+	w := make(chan string, 1)
+	g.askMu.Lock()
+	g.answerWaits[ans.MsgID] = w
+	g.askMu.Unlock()
+	defer func() {
+		g.askMu.Lock()
+		delete(g.answerWaits, ans.MsgID)
+		g.askMu.Unlock()
+	}()
+	if err := g.br.Publish(g.runCtx, ask.Sender.Gid, ans, false); err != nil {
+		return nil, err
+	}
+	select {
+	case outcome := <-w:
+		if outcome != "answered" {
+			return nil, tooLate("the asking turn is gone")
+		}
+		sent.State = "answered"
+	case <-time.After(g.cfg.PublishTimeout):
+		sent.State = "sent" // no word yet: a TOO_LATE notice would reach the inbox
+	}
+	return &api.Response{Sent: sent}, nil
+}
+
+// onAnswer takes an ANSWER from another host: to its turn, or TOO_LATE
+// back to the answerer.
+func (g *Gateway) onAnswer(ans *envelope.Envelope) error {
+	outcome := "answered"
+	if !g.handAnswer(ans) {
+		outcome = "too_late"
+		g.log.Info("answer for a turn that is gone: TOO_LATE to the answerer", "msg_id", ans.MsgID, "trace_id", ans.TraceID)
+	}
+	n := envelope.New(envelope.TooLate, envelope.Party{Host: g.cfg.Host}, ans.Sender, outcome)
+	n.TraceID, n.InReplyTo, n.TurnID = ans.TraceID, ans.MsgID, ans.TurnID
+	if outcome == "answered" {
+		n.Kind = envelope.Receipt
+		n.Body = `{"msg_id":"` + ans.MsgID + `","state":"answered"}`
+	} else {
+		n.Body = "too late: the asking turn for ask " + ans.InReplyTo + " is gone; your answer " + ans.MsgID + " was not delivered"
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(g.runCtx, g.cfg.PublishTimeout)
+		defer cancel()
+		_ = g.br.Publish(ctx, ans.Sender.Gid, n, false)
+	}()
+	return nil
+}
+
+// onTooLate takes a TOO_LATE from another host: to the answerer's waiting
+// fleet-send if it still waits, else as a notice in its inbox.
+func (g *Gateway) onTooLate(n *envelope.Envelope) error {
+	g.askMu.Lock()
+	w := g.answerWaits[n.InReplyTo]
+	g.askMu.Unlock()
+	if w != nil {
+		select {
+		case w <- "too_late":
+		default:
+		}
+		return nil
+	}
+	_, err := g.accept(n)
+	return err
+}
+
+// answerReceipt signals an answerer's waiting send that its answer landed.
+func (g *Gateway) answerReceipt(msgID string) bool {
+	g.askMu.Lock()
+	w := g.answerWaits[msgID]
+	g.askMu.Unlock()
+	if w == nil {
+		return false
+	}
+	select {
+	case w <- "answered":
+	default:
+	}
+	return true
+}
+
+// pruneSeen forgets asks long past their expiry.
+func (g *Gateway) pruneSeen(now time.Time) {
+	g.askMu.Lock()
+	defer g.askMu.Unlock()
+	for id, s := range g.seen {
+		if now.After(s.keep) {
+			delete(g.seen, id)
+		}
+	}
+}

@@ -1,0 +1,932 @@
+// Command benchlocal measures a real fleet-gw on this machine: durable
+// sender-to-pull-receiver throughput over the socket API, the raw bbolt
+// "one fsync per message" floor beside it, the wall time of one fleet-send
+// call beside a bare process start, and the gateway's resident memory idle
+// and with many entities.
+//
+// It starts bin/fleet-gw run in a temporary state folder with its own
+// socket, and always stops it again (SIGTERM, then SIGKILL), also on error,
+// on SIGINT/SIGTERM and when the overall -timeout passes. Missed targets are
+// reported, never turned into a failing exit status.
+//
+//	go run ./scripts/benchlocal [-n 20000] [-calls 200] [-entities 1000]
+package main
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/fleetd/fleet/pkg/api"
+	bolt "go.etcd.io/bbolt"
+)
+
+// Targets.
+const (
+	targetRate    = 5000.0                 // msgs/s with 8 senders
+	targetSendP50 = 3 * time.Millisecond   // fleet-send p50
+	maxSocketPath = 107                    // sun_path minus the NUL
+	stopGrace     = 5 * time.Second        // SIGTERM to SIGKILL
+	readyTimeout  = 10 * time.Second       // gateway start
+	rssSettle     = 500 * time.Millisecond // before reading VmRSS
+)
+
+var (
+	flagBin      = flag.String("bin", "bin", "folder holding the fleet-gw and fleet-send binaries")
+	flagN        = flag.Int("n", 20000, "messages per gateway throughput run")
+	flagRawN     = flag.Int("raw-n", 0, "puts per raw bbolt run (0: same as -n)")
+	flagBody     = flag.Int("body", 512, "message body size in bytes")
+	flagSenders  = flag.String("senders", "1,8", "comma-separated concurrent sender counts")
+	flagCalls    = flag.Int("calls", 200, "fleet-send (and /bin/true) exec calls")
+	flagEntities = flag.Int("entities", 1000, "entities to register for the memory figure")
+	flagDir      = flag.String("dir", "", "parent of the temporary folders (default $TMPDIR); gateway and raw bbolt share it")
+	flagPidfile  = flag.String("pidfile", "", "write the gateway's pid here while it runs (for a wrapper's cleanup)")
+	flagKeep     = flag.Bool("keep", false, "keep the temporary folder (gateway log, state)")
+	flagTimeout  = flag.Duration("timeout", 20*time.Minute, "overall bound: stop the gateway and exit 3 when it passes")
+)
+
+// ---- cleanup ----
+
+var (
+	cleanMu     sync.Mutex // held while cleaning up: a second caller waits
+	cleanups    []func()
+	interrupted atomic.Bool
+)
+
+func atCleanup(f func()) {
+	cleanMu.Lock()
+	cleanups = append(cleanups, f)
+	cleanMu.Unlock()
+}
+
+// cleanup runs the registered cleanups, last first, once each; a
+// concurrent caller returns only when they are done.
+func cleanup() {
+	cleanMu.Lock()
+	defer cleanMu.Unlock()
+	for i := len(cleanups) - 1; i >= 0; i-- {
+		cleanups[i]()
+	}
+	cleanups = nil
+}
+
+func main() {
+	flag.Parse()
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	go func() {
+		s := <-sig
+		interrupted.Store(true)
+		fmt.Fprintf(os.Stderr, "benchlocal: %v: stopping the gateway\n", s)
+		cleanup()
+		os.Exit(130)
+	}()
+	watchdog := time.AfterFunc(*flagTimeout, func() {
+		interrupted.Store(true)
+		fmt.Fprintf(os.Stderr, "benchlocal: -timeout %v passed: stopping the gateway\n", *flagTimeout)
+		cleanup()
+		os.Exit(3)
+	})
+	err := run()
+	if interrupted.Load() {
+		select {} // the signal or timeout path exits
+	}
+	watchdog.Stop()
+	cleanup()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "benchlocal: error: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+// ---- the gateway process ----
+
+type gateway struct {
+	bin    string
+	dir    string // the temporary folder
+	state  string
+	socket string
+	env    []string // for the gateway and for exec'd clients
+	cmd    *exec.Cmd
+	exited chan struct{}
+	log    string
+}
+
+// baseEnv is the environment minus anything that would point a fleet
+// command at another gateway or config file.
+func baseEnv() []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(k, "FLEET_") || k == "XDG_CONFIG_HOME" || k == "XDG_RUNTIME_DIR" || k == "XDG_STATE_HOME" {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
+}
+
+func startGateway(bin, dir string) (*gateway, error) {
+	g := &gateway{
+		bin:    bin,
+		dir:    dir,
+		state:  filepath.Join(dir, "state"),
+		socket: filepath.Join(dir, "gw.sock"),
+		log:    filepath.Join(dir, "gw.log"),
+		exited: make(chan struct{}),
+	}
+	if len(g.socket) > maxSocketPath {
+		return nil, fmt.Errorf("socket path %s is too long for a unix socket; use a shorter -dir", g.socket)
+	}
+	g.env = append(baseEnv(),
+		"FLEET_STATE_DIR="+g.state,
+		"FLEET_SOCKET="+g.socket,
+		"FLEET_HOST=bench",
+		"XDG_CONFIG_HOME="+filepath.Join(dir, "no-config"), // no user config file
+	)
+	logf, err := os.OpenFile(g.log, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	g.cmd = exec.Command(filepath.Join(bin, "fleet-gw"), "run")
+	g.cmd.Env = g.env
+	g.cmd.Stdout = logf
+	g.cmd.Stderr = logf
+	// If this process dies without cleaning up, the kernel kills the gateway.
+	g.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	if err := g.cmd.Start(); err != nil {
+		logf.Close()
+		return nil, err
+	}
+	go func() {
+		g.cmd.Wait()
+		logf.Close()
+		close(g.exited)
+	}()
+	atCleanup(g.stop)
+	if *flagPidfile != "" {
+		if err := os.WriteFile(*flagPidfile, []byte(strconv.Itoa(g.cmd.Process.Pid)+"\n"), 0o600); err != nil {
+			return nil, err
+		}
+	}
+	deadline := time.Now().Add(readyTimeout)
+	for {
+		c, err := api.Dial(g.socket)
+		if err == nil {
+			c.Close()
+			return g, nil
+		}
+		select {
+		case <-g.exited:
+			return nil, fmt.Errorf("fleet-gw exited at start; its log:\n%s", tail(g.log))
+		default:
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("fleet-gw not ready after %v: %v; its log:\n%s", readyTimeout, err, tail(g.log))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (g *gateway) pid() int { return g.cmd.Process.Pid }
+
+// stop sends SIGTERM, waits for the drain, then SIGKILLs. Idempotent.
+func (g *gateway) stop() {
+	select {
+	case <-g.exited:
+	default:
+		_ = g.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-g.exited:
+		case <-time.After(stopGrace):
+			_ = g.cmd.Process.Kill()
+			<-g.exited
+		}
+	}
+	if *flagPidfile != "" {
+		_ = os.Remove(*flagPidfile)
+	}
+}
+
+func (g *gateway) alive() error {
+	select {
+	case <-g.exited:
+		return fmt.Errorf("fleet-gw exited; its log:\n%s", tail(g.log))
+	default:
+		return nil
+	}
+}
+
+// memory is a few lines of /proc/PID/status, in KiB (Threads a count).
+// RssFile is mostly the bbolt file's mmap'd pages, RssAnon the Go heap and
+// stacks.
+type memory struct{ RSS, HWM, Anon, File, Threads int64 }
+
+func (g *gateway) memory() (memory, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", g.pid()))
+	if err != nil {
+		return memory{}, err
+	}
+	var m memory
+	for _, line := range strings.Split(string(data), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		f := strings.Fields(v)
+		if len(f) == 0 {
+			continue
+		}
+		n, _ := strconv.ParseInt(f[0], 10, 64)
+		switch k {
+		case "VmRSS":
+			m.RSS = n
+		case "VmHWM":
+			m.HWM = n
+		case "RssAnon":
+			m.Anon = n
+		case "RssFile":
+			m.File = n
+		case "Threads":
+			m.Threads = n
+		}
+	}
+	if m.RSS == 0 {
+		return m, fmt.Errorf("no VmRSS in /proc/%d/status", g.pid())
+	}
+	return m, nil
+}
+
+// cpu returns the gateway's user+system CPU time so far, from
+// /proc/PID/stat (fields 14 and 15, in clock ticks of 1/100 s on Linux).
+func (g *gateway) cpu() time.Duration {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", g.pid()))
+	if err != nil {
+		return 0
+	}
+	i := bytes.LastIndexByte(data, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(data[i+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * 10 * time.Millisecond
+}
+
+// selfCPU returns this process's user+system CPU time so far.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func tail(path string) string {
+	data, _ := os.ReadFile(path)
+	if len(data) > 4000 {
+		data = data[len(data)-4000:]
+	}
+	return string(data)
+}
+
+// ---- helpers ----
+
+func dial(g *gateway, token string) (*api.Client, error) {
+	c, err := api.Dial(g.socket)
+	if err != nil {
+		return nil, err
+	}
+	c.Token = token
+	return c, nil
+}
+
+func join(c *api.Client, name string) (string, error) {
+	resp, err := c.Call(&api.Request{Op: api.OpJoin, Name: name, Mode: "pull"})
+	if err != nil {
+		return "", fmt.Errorf("join %s: %w", name, err)
+	}
+	if resp.Token == "" {
+		return "", fmt.Errorf("join %s: no credential in the reply", name)
+	}
+	return resp.Token, nil
+}
+
+func makeBody(n int) string {
+	const text = "fleet local benchmark payload, plain ASCII so JSON needs no escaping. "
+	var b strings.Builder
+	for b.Len() < n {
+		b.WriteString(text)
+	}
+	return b.String()[:n]
+}
+
+// pct returns the p-th percentile (nearest rank) of sorted d.
+func pct(d []time.Duration, p float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(p/100*float64(len(d)))) - 1
+	if i < 0 {
+		i = 0
+	}
+	if i >= len(d) {
+		i = len(d) - 1
+	}
+	return d[i]
+}
+
+func sorted(d []time.Duration) []time.Duration {
+	out := append([]time.Duration(nil), d...)
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond)) }
+
+func mib(kib int64) string { return fmt.Sprintf("%.1f MiB", float64(kib)/1024) }
+
+func split(total, parts, i int) int {
+	n := total / parts
+	if i < total%parts {
+		n++
+	}
+	return n
+}
+
+// ---- a. gateway throughput ----
+
+type tpResult struct {
+	senders  int
+	n        int
+	elapsed  time.Duration // first send to the receiver's last ack on disk
+	sendDone time.Duration // first send to the last sender's last accepted
+	batches  int
+	lat      []time.Duration // per-send round trips, sorted
+	gwCPU    time.Duration   // the gateway's CPU time during the run
+	benchCPU time.Duration   // this process's (the clients') CPU time
+}
+
+func (r tpResult) rate() float64 { return float64(r.n) / r.elapsed.Seconds() }
+
+// throughput registers one pull receiver and `senders` senders, starts a
+// following receiver, then has every sender send its share sequentially on
+// its own connection, and times until the receiver's last ack is durable
+// (the gateway answers the recv with End only after committing the ack that
+// reaches -max).
+func throughput(g *gateway, admin *api.Client, tag string, senders, n int, body string) (tpResult, error) {
+	res := tpResult{senders: senders, n: n}
+	rname := tag + "-r"
+	rtok, err := join(admin, rname)
+	if err != nil {
+		return res, err
+	}
+	clients := make([]*api.Client, senders)
+	for i := range clients {
+		tok, err := join(admin, fmt.Sprintf("%s-s%d", tag, i))
+		if err != nil {
+			return res, err
+		}
+		if clients[i], err = dial(g, tok); err != nil {
+			return res, err
+		}
+		defer clients[i].Close()
+	}
+	rc, err := dial(g, rtok)
+	if err != nil {
+		return res, err
+	}
+	defer rc.Close()
+	if err := rc.Send(&api.Request{Op: api.OpRecv, Follow: true, Max: n}); err != nil {
+		return res, err
+	}
+
+	type recvOut struct {
+		ids     map[string]bool
+		batches int
+		end     time.Time
+		err     error
+	}
+	recvDone := make(chan recvOut, 1)
+	go func() {
+		out := recvOut{ids: make(map[string]bool, n)}
+		for {
+			resp, err := rc.Read()
+			if err != nil {
+				out.err = err
+				recvDone <- out
+				return
+			}
+			if resp.End {
+				out.end = time.Now()
+				recvDone <- out
+				return
+			}
+			out.batches++
+			acks := make([]string, 0, len(resp.Batch))
+			for _, d := range resp.Batch {
+				acks = append(acks, d.Envelope.MsgID)
+				out.ids[d.Envelope.MsgID] = true
+			}
+			if err := rc.Send(&api.Request{Op: api.OpAck, Acks: acks}); err != nil {
+				out.err = err
+				recvDone <- out
+				return
+			}
+		}
+	}()
+
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	lats := make([][]time.Duration, senders)
+	sent := make([][]string, senders)
+	errs := make([]error, senders)
+	ends := make([]time.Time, senders)
+	for i := range clients {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			k := split(n, senders, i)
+			lats[i] = make([]time.Duration, 0, k)
+			sent[i] = make([]string, 0, k)
+			<-start
+			for j := 0; j < k; j++ {
+				t := time.Now()
+				resp, err := clients[i].Call(&api.Request{Op: api.OpSend, To: rname, Body: body})
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				lats[i] = append(lats[i], time.Since(t))
+				if resp.Sent == nil || resp.Sent.State != "accepted" {
+					errs[i] = fmt.Errorf("send: unexpected reply %+v", resp.Sent)
+					return
+				}
+				sent[i] = append(sent[i], resp.Sent.MsgID)
+			}
+			ends[i] = time.Now()
+		}(i)
+	}
+	gw0, self0 := g.cpu(), selfCPU()
+	t0 := time.Now()
+	close(start)
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		rc.Close() // unblock the receiver
+		<-recvDone
+		return res, fmt.Errorf("%d sender(s): %w", senders, err)
+	}
+	for _, e := range ends {
+		if d := e.Sub(t0); d > res.sendDone {
+			res.sendDone = d
+		}
+	}
+	out := <-recvDone // bounded by the overall -timeout
+	res.gwCPU, res.benchCPU = g.cpu()-gw0, selfCPU()-self0
+	if out.err != nil {
+		return res, fmt.Errorf("receiver: %w", out.err)
+	}
+	res.elapsed = out.end.Sub(t0)
+	res.batches = out.batches
+	total := 0
+	for i := range sent {
+		total += len(sent[i])
+		for _, id := range sent[i] {
+			if !out.ids[id] {
+				return res, fmt.Errorf("message %s was accepted but never received", id)
+			}
+		}
+		res.lat = append(res.lat, lats[i]...)
+	}
+	if total != n || len(out.ids) != n {
+		return res, fmt.Errorf("sent %d, received %d distinct, want %d", total, len(out.ids), n)
+	}
+	res.lat = sorted(res.lat)
+	return res, nil
+}
+
+// ---- b. raw bbolt baseline ----
+
+type rawResult struct {
+	mode    string // "Update" or "Batch"
+	writers int
+	n       int
+	elapsed time.Duration
+}
+
+func (r rawResult) rate() float64 { return float64(r.n) / r.elapsed.Seconds() }
+
+// rawBolt does n puts of size bytes into a fresh bbolt file (opened like the
+// store opens its own) from `writers` goroutines, each put its own
+// db.Update (one commit, one fsync) or its own db.Batch call.
+func rawBolt(dir, mode string, writers, n, size int) (rawResult, error) {
+	res := rawResult{mode: mode, writers: writers, n: n}
+	path := filepath.Join(dir, fmt.Sprintf("raw-%s-%d.db", strings.ToLower(mode), writers))
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 200 * time.Millisecond})
+	if err != nil {
+		return res, err
+	}
+	defer os.Remove(path)
+	defer db.Close()
+	bucket := []byte("b")
+	if err := db.Update(func(tx *bolt.Tx) error {
+		_, err := tx.CreateBucketIfNotExists(bucket)
+		return err
+	}); err != nil {
+		return res, err
+	}
+	val := []byte(makeBody(size))
+	do := db.Update
+	if mode == "Batch" {
+		do = db.Batch
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, writers)
+	start := make(chan struct{})
+	for w := 0; w < writers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			k := split(n, writers, w)
+			<-start
+			for i := 0; i < k; i++ {
+				var key [8]byte
+				binary.BigEndian.PutUint64(key[:], uint64(w)<<32|uint64(i))
+				if err := do(func(tx *bolt.Tx) error { return tx.Bucket(bucket).Put(key[:], val) }); err != nil {
+					errs[w] = err
+					return
+				}
+			}
+		}(w)
+	}
+	t0 := time.Now()
+	close(start)
+	wg.Wait()
+	res.elapsed = time.Since(t0)
+	if err := errors.Join(errs...); err != nil {
+		return res, err
+	}
+	var got int
+	if err := db.View(func(tx *bolt.Tx) error { got = tx.Bucket(bucket).Stats().KeyN; return nil }); err != nil {
+		return res, err
+	}
+	if got != n {
+		return res, fmt.Errorf("raw %s: %d keys stored, want %d", mode, got, n)
+	}
+	return res, nil
+}
+
+// ---- c. per-call wall time of an exec'd command ----
+
+// execTimes runs each of cmds calls times, interleaved (so drift hits all
+// alike), every one the same way: exec.Command, the same environment,
+// stdout and stderr captured. It returns sorted wall times per command.
+func execTimes(env []string, calls int, cmds [][]string) ([][]time.Duration, error) {
+	out := make([][]time.Duration, len(cmds))
+	once := func(argv []string) (time.Duration, error) {
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.Env = env
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		t := time.Now()
+		err := cmd.Run()
+		d := time.Since(t)
+		if err != nil {
+			return d, fmt.Errorf("%s: %v: %s", filepath.Base(argv[0]), err, strings.TrimSpace(stderr.String()))
+		}
+		return d, nil
+	}
+	// warm the page cache and the gateway
+	for i := 0; i < 5; i++ {
+		for _, argv := range cmds {
+			if _, err := once(argv); err != nil {
+				return nil, err
+			}
+		}
+	}
+	for i := 0; i < calls; i++ {
+		for k, argv := range cmds {
+			d, err := once(argv)
+			if err != nil {
+				return nil, err
+			}
+			out[k] = append(out[k], d)
+		}
+	}
+	for k := range out {
+		out[k] = sorted(out[k])
+	}
+	return out, nil
+}
+
+// inprocSend times, in this process, what fleet-send does minus the
+// process: dial, hello, send (durable), close.
+func inprocSend(g *gateway, token, to, body string, calls int) ([]time.Duration, error) {
+	out := make([]time.Duration, 0, calls)
+	for i := 0; i < calls; i++ {
+		t := time.Now()
+		c, err := dial(g, token)
+		if err != nil {
+			return nil, err
+		}
+		_, err = c.Call(&api.Request{Op: api.OpSend, To: to, Body: body})
+		c.Close()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, time.Since(t))
+	}
+	return sorted(out), nil
+}
+
+// ---- run ----
+
+func run() error {
+	senderCounts, err := parseCounts(*flagSenders)
+	if err != nil {
+		return err
+	}
+	if *flagN <= 0 || *flagCalls <= 0 || *flagBody <= 0 || *flagEntities < 0 {
+		return errors.New("-n, -calls and -body must be positive, -entities not negative")
+	}
+	rawN := *flagRawN
+	if rawN <= 0 {
+		rawN = *flagN
+	}
+	bin, err := filepath.Abs(*flagBin)
+	if err != nil {
+		return err
+	}
+	for _, b := range []string{"fleet-gw", "fleet-send"} {
+		if _, err := os.Stat(filepath.Join(bin, b)); err != nil {
+			return fmt.Errorf("%s not built (run make build): %w", filepath.Join(bin, b), err)
+		}
+	}
+	tmp, err := os.MkdirTemp(*flagDir, "fleet-bench-")
+	if err != nil {
+		return err
+	}
+	if *flagKeep {
+		fmt.Printf("temporary folder kept: %s\n", tmp)
+	} else {
+		atCleanup(func() { os.RemoveAll(tmp) })
+	}
+	body := makeBody(*flagBody)
+
+	host, _ := os.Hostname()
+	fmt.Printf("fleet local benchmark — %s, %s/%s, %d CPUs, GOMAXPROCS %d, %s\n",
+		host, runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.GOMAXPROCS(0), time.Now().Format(time.RFC3339))
+	fmt.Printf("state and raw bbolt files under %s (%s); load average at start: %s\n", tmp, fsType(tmp), loadavg())
+	fmt.Printf("body %d bytes; throughput N=%d per run; raw N=%d; exec calls %d; entities %d\n\n",
+		*flagBody, *flagN, rawN, *flagCalls, *flagEntities)
+
+	g, err := startGateway(bin, tmp)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("fleet-gw pid %d, socket %s\n\n", g.pid(), g.socket)
+	admin, err := dial(g, "")
+	if err != nil {
+		return err
+	}
+	defer admin.Close()
+
+	// d. memory: idle, then with the entities (registered before any
+	// traffic, so the figure is the registry's cost, not leftover buffers).
+	fmt.Println("== d. gateway resident memory (VmRSS, /proc/PID/status)")
+	time.Sleep(rssSettle)
+	idle, err := g.memory()
+	if err != nil {
+		return err
+	}
+	fmt.Printf("idle, 0 entities:         VmRSS %s  (anon %s, file %s; threads %d)\n", mib(idle.RSS), mib(idle.Anon), mib(idle.File), idle.Threads)
+	joinStart := time.Now()
+	if err := joinMany(g, *flagEntities); err != nil {
+		return err
+	}
+	joinTook := time.Since(joinStart)
+	time.Sleep(rssSettle)
+	full, err := g.memory()
+	if err != nil {
+		return err
+	}
+	perEnt := 0.0
+	if *flagEntities > 0 {
+		perEnt = float64(full.RSS-idle.RSS) / float64(*flagEntities)
+	}
+	fmt.Printf("%d entities (OpJoin):   VmRSS %s  (anon %s, file %s; threads %d, VmHWM %s; +%.1f KiB per entity)\n",
+		*flagEntities, mib(full.RSS), mib(full.Anon), mib(full.File), full.Threads, mib(full.HWM), perEnt)
+	fmt.Printf("registering them took %v (%.0f joins/s, 8 connections)\n\n", joinTook.Round(time.Millisecond),
+		float64(*flagEntities)/joinTook.Seconds())
+
+	// a. throughput
+	fmt.Printf("== a. durable throughput, sender -> pull receiver (%d-byte bodies, N=%d, fsync before accepted)\n", *flagBody, *flagN)
+	var tps []tpResult
+	for _, s := range senderCounts {
+		r, err := throughput(g, admin, fmt.Sprintf("tp%d", s), s, *flagN, body)
+		if err != nil {
+			return err
+		}
+		tps = append(tps, r)
+		fmt.Printf("%d sender(s): %8.0f msgs/s  (all %d acked in %v; senders done in %v; %d recv batches; send round trip p50 %s p99 %s)\n",
+			s, r.rate(), r.n, r.elapsed.Round(time.Millisecond), r.sendDone.Round(time.Millisecond), r.batches,
+			ms(pct(r.lat, 50)), ms(pct(r.lat, 99)))
+		fmt.Printf("              CPU: gateway %v (%.0f%% of one core, %.0f µs/msg), benchmark clients %v (%.0f%% of one core)\n",
+			r.gwCPU.Round(10*time.Millisecond), 100*r.gwCPU.Seconds()/r.elapsed.Seconds(),
+			float64(r.gwCPU.Microseconds())/float64(r.n),
+			r.benchCPU.Round(10*time.Millisecond), 100*r.benchCPU.Seconds()/r.elapsed.Seconds())
+	}
+	fmt.Println()
+
+	// c. fleet-send per call
+	fmt.Printf("== c. per-call wall time, exec'd with FLEET_TOKEN set (%d calls each, interleaved, 5 warm-up)\n", *flagCalls)
+	stok, err := join(admin, "exec-s")
+	if err != nil {
+		return err
+	}
+	if _, err := join(admin, "exec-r"); err != nil {
+		return err
+	}
+	env := append(append([]string(nil), g.env...), "FLEET_TOKEN="+stok)
+	send := filepath.Join(bin, "fleet-send")
+	times, err := execTimes(env, *flagCalls, [][]string{
+		{send, "exec-r", body},
+		{"/bin/true", "exec-r", body},
+		{send, "--version"},
+	})
+	if err != nil {
+		return err
+	}
+	sendT, trueT, verT := times[0], times[1], times[2]
+	inproc, err := inprocSend(g, stok, "exec-r", body, *flagCalls)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("fleet-send NAME TEXT:        p50 %s  p99 %s\n", ms(pct(sendT, 50)), ms(pct(sendT, 99)))
+	fmt.Printf("/bin/true (process start):   p50 %s  p99 %s\n", ms(pct(trueT, 50)), ms(pct(trueT, 99)))
+	fmt.Printf("fleet-send --version:        p50 %s  p99 %s  (Go binary start, no socket)\n", ms(pct(verT, 50)), ms(pct(verT, 99)))
+	fmt.Printf("in-process dial+hello+send:  p50 %s  p99 %s  (no process; includes the fsync)\n\n", ms(pct(inproc, 50)), ms(pct(inproc, 99)))
+
+	after, err := g.memory()
+	if err != nil {
+		return err
+	}
+	if err := g.alive(); err != nil {
+		return err
+	}
+	admin.Close()
+	g.stop()
+
+	// b. raw bbolt baseline, with the gateway stopped, on the same filesystem
+	fmt.Printf("== b. raw bbolt baseline (%d-byte puts, N=%d, same folder, gateway stopped)\n", *flagBody, rawN)
+	raw := map[string]rawResult{}
+	for _, w := range senderCounts {
+		r, err := rawBolt(tmp, "Update", w, rawN, *flagBody)
+		if err != nil {
+			return err
+		}
+		raw[fmt.Sprintf("Update%d", w)] = r
+		fmt.Printf("db.Update per put, %d writer(s): %8.0f puts/s  (%v)\n", w, r.rate(), r.elapsed.Round(time.Millisecond))
+	}
+	batchW := senderCounts[len(senderCounts)-1]
+	if batchW > 1 {
+		r, err := rawBolt(tmp, "Batch", batchW, rawN, *flagBody)
+		if err != nil {
+			return err
+		}
+		raw["Batch"] = r
+		fmt.Printf("db.Batch per put,  %d writers:   %8.0f puts/s  (%v; default MaxBatchDelay 10ms)\n", batchW, r.rate(), r.elapsed.Round(time.Millisecond))
+	}
+	fmt.Println()
+
+	// summary
+	fmt.Println("==================== summary ====================")
+	var tp8 *tpResult
+	for i, r := range tps {
+		b := raw[fmt.Sprintf("Update%d", r.senders)]
+		fmt.Printf("gateway, %d sender(s):  %8.0f msgs/s   raw bbolt Update %d writer(s): %8.0f puts/s   ratio %.2fx\n",
+			r.senders, r.rate(), r.senders, b.rate(), r.rate()/b.rate())
+		if r.senders == 8 {
+			tp8 = &tps[i]
+		}
+	}
+	if b, ok := raw["Batch"]; ok {
+		fmt.Printf("raw bbolt db.Batch, %d writers: %8.0f puts/s (reference)\n", b.writers, b.rate())
+	}
+	fmt.Printf("fleet-send per call:    p50 %s  p99 %s   (/bin/true p50 %s p99 %s; fleet-send --version p50 %s; in-process send p50 %s)\n",
+		ms(pct(sendT, 50)), ms(pct(sendT, 99)), ms(pct(trueT, 50)), ms(pct(trueT, 99)), ms(pct(verT, 50)), ms(pct(inproc, 50)))
+	fmt.Printf("gateway VmRSS:          idle 0 entities %s; %d entities %s (+%.1f KiB/entity); after the load %s (VmHWM %s)\n",
+		mib(idle.RSS), *flagEntities, mib(full.RSS), perEnt, mib(after.RSS), mib(after.HWM))
+	fmt.Printf("load average at end:    %s (other work on this machine skews every figure)\n", loadavg())
+	fmt.Println("targets:")
+	if tp8 != nil {
+		fmt.Printf("  >= %.0f msgs/s with 8 senders:  %.0f msgs/s  -> %s\n", targetRate, tp8.rate(), met(tp8.rate() >= targetRate))
+	} else {
+		fmt.Printf("  >= %.0f msgs/s with 8 senders:  not measured (-senders has no 8)\n", targetRate)
+	}
+	p50 := pct(sendT, 50)
+	fmt.Printf("  fleet-send p50 <= %s:          %s  -> %s\n", ms(targetSendP50), ms(p50), met(p50 <= targetSendP50))
+	return nil
+}
+
+func met(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "NOT MET"
+}
+
+// joinMany registers n pull entities over 8 connections.
+func joinMany(g *gateway, n int) error {
+	const conns = 8
+	var wg sync.WaitGroup
+	errs := make([]error, conns)
+	for c := 0; c < conns; c++ {
+		wg.Add(1)
+		go func(c int) {
+			defer wg.Done()
+			cl, err := dial(g, "")
+			if err != nil {
+				errs[c] = err
+				return
+			}
+			defer cl.Close()
+			for i := c; i < n; i += conns {
+				if _, err := join(cl, fmt.Sprintf("ent%05d", i)); err != nil {
+					errs[c] = err
+					return
+				}
+			}
+		}(c)
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func parseCounts(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 || n > 256 {
+			return nil, fmt.Errorf("-senders: %q is not a count from 1 to 256", f)
+		}
+		out = append(out, n)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("-senders is empty")
+	}
+	return out, nil
+}
+
+// loadavg returns the 1, 5 and 15 minute load averages.
+func loadavg() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(data))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// fsType names the filesystem under path (from /proc/self/mounts), since
+// fsync cost depends on it.
+func fsType(path string) string {
+	data, err := os.ReadFile("/proc/self/mounts")
+	if err != nil {
+		return "filesystem unknown"
+	}
+	best, typ := "", "unknown"
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 3 {
+			continue
+		}
+		mnt := f[1]
+		if (path == mnt || strings.HasPrefix(path, strings.TrimSuffix(mnt, "/")+"/")) && len(mnt) > len(best) {
+			best, typ = mnt, f[2]
+		}
+	}
+	return typ + " filesystem"
+}
