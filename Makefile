@@ -12,7 +12,7 @@ all: build
 
 build:
 	@mkdir -p bin
-	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/ ./cmd/...
+	$(GO) build -trimpath -tags urfave_cli_no_docs -ldflags '$(LDFLAGS)' -o bin/ ./cmd/...
 
 # Every test: unit tests, and end-to-end tests that build the real binaries
 # and run them against real gateways, a real tmux and a private RabbitMQ node

@@ -5,6 +5,7 @@ import (
 	"os"
 
 	"github.com/fleetd/fleet/pkg/cli"
+	"github.com/fleetd/fleet/pkg/cli/gwapp"
 )
 
-func main() { os.Exit(cli.Main(cli.NewGatewayApp(), os.Args)) }
+func main() { os.Exit(cli.Main(gwapp.NewGatewayApp(), os.Args)) }

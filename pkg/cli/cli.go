@@ -30,7 +30,8 @@ func init() {
 }
 
 // Apps lists every command's constructor, for the doc generator.
-var Apps = []func() *cli.App{NewGatewayApp, NewSendApp, NewRecvApp, NewRosterApp, NewBcastApp, NewAskApp, NewSpawnApp, NewStopApp}
+// (fleet-gw is in pkg/cli/gwapp; pkg/docs adds it.)
+var Apps = []func() *cli.App{NewSendApp, NewRecvApp, NewRosterApp, NewBcastApp, NewAskApp, NewSpawnApp, NewStopApp}
 
 // Main runs app with args and returns the exit status. Every failure is one
 // line on stderr ("NAME: error: ..."), a hint line when there is a next
@@ -194,3 +195,18 @@ func isTerminal(f *os.File) bool { return term.IsTerminal(int(f.Fd())) }
 func printJSON(w io.Writer, v any) error {
 	return json.NewEncoder(w).Encode(v)
 }
+
+// Exported for pkg/cli/gwapp, which shares the house settings.
+
+// NewApp returns an app with the house settings.
+func NewApp(name, usage string) *cli.App { return newApp(name, usage) }
+
+// Usage returns a usage error (exit 64).
+func Usage(format string, args ...any) *fault.Error { return usage(format, args...) }
+
+// LoadConfig resolves the gateway configuration from the command's flags,
+// the environment and the config file.
+func LoadConfig(c *cli.Context) (*config.Config, error) { return loadConfig(c) }
+
+// IsTerminal reports whether f is a terminal.
+func IsTerminal(f *os.File) bool { return isTerminal(f) }

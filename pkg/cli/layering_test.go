@@ -117,3 +117,25 @@ func importChain(graph map[string]listedPackage, from, target string) []string {
 	}
 	return nil
 }
+
+// The short commands link neither the gateway nor what only it uses: every
+// package linked is initialised on every call, and fleet-send's start-up
+// time is part of each send.
+func TestShortCommandsStayLight(t *testing.T) {
+	const self = "github.com/fleetd/fleet/pkg/cli"
+	graph := goListDeps(t, []string{self, "github.com/fleetd/fleet/pkg/cli/gwapp"})
+	if importChain(graph, "github.com/fleetd/fleet/pkg/cli/gwapp", "github.com/fleetd/fleet/pkg/gateway") == nil {
+		t.Fatal("control failed: gwapp does not appear to import pkg/gateway; the dependency graph is not being read")
+	}
+	for _, heavy := range []string{
+		"github.com/fleetd/fleet/pkg/gateway",
+		"github.com/fleetd/fleet/pkg/store",
+		"github.com/fleetd/fleet/pkg/broker",
+		"go.etcd.io/bbolt",
+		"github.com/rabbitmq/amqp091-go",
+	} {
+		if chain := importChain(graph, self, heavy); chain != nil {
+			t.Errorf("pkg/cli links %s: %s", heavy, strings.Join(chain, " -> "))
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -36,13 +37,15 @@ type Profile struct {
 // ProfileFields are the keys a profile takes.
 var ProfileFields = []string{"command", "launcher", "mode", "session", "dir", "deliver", "grace"}
 
-var profileName = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_-]{0,63}$`)
+// profileName is compiled on first use: every short command loads the
+// config, and an eager regexp is paid on each start.
+var profileName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_-]{0,63}$`) })
 
 // IsProfileKey reports whether key is a profile.NAME.FIELD key with a known
 // field and a valid name.
 func IsProfileKey(key string) bool {
 	name, field, ok := splitProfileKey(key)
-	if !ok || !profileName.MatchString(name) {
+	if !ok || !profileName().MatchString(name) {
 		return false
 	}
 	for _, f := range ProfileFields {

@@ -21,6 +21,7 @@ import (
 	"strings"
 
 	"github.com/fleetd/fleet/pkg/cli"
+	"github.com/fleetd/fleet/pkg/cli/gwapp"
 	"github.com/fleetd/fleet/pkg/config"
 	"github.com/fleetd/fleet/pkg/fault"
 	"github.com/fleetd/fleet/pkg/launch"
@@ -30,14 +31,19 @@ import (
 // Dirs are the folders, relative to the output folder, that Render fills.
 var Dirs = []string{"man", "completions"}
 
+// AllApps is every command's constructor: fleet-gw's and the short ones.
+func AllApps() []func() *ucli.App {
+	return append([]func() *ucli.App{gwapp.NewGatewayApp}, cli.Apps...)
+}
+
 // Render returns every generated file, keyed by its slash-separated path
 // relative to the output folder.
 func Render() (map[string][]byte, error) {
 	// Every use gets a fresh app from its constructor: rendering may
 	// change the app it is given.
 	fresh := func() []*ucli.App {
-		apps := make([]*ucli.App, 0, len(cli.Apps))
-		for _, newApp := range cli.Apps {
+		apps := make([]*ucli.App, 0, len(AllApps()))
+		for _, newApp := range AllApps() {
 			apps = append(apps, newApp())
 		}
 		return apps

@@ -5,13 +5,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fleetd/fleet/pkg/cli"
 	ucli "github.com/urfave/cli/v2"
 )
 
 func apps() map[string]*ucli.App {
 	m := map[string]*ucli.App{}
-	for _, newApp := range cli.Apps {
+	for _, newApp := range AllApps() {
 		a := newApp()
 		m[a.Name] = a
 	}
@@ -27,8 +26,8 @@ func TestRenderIsDeterministic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(a) != 3*len(cli.Apps) {
-		t.Errorf("%d files, want 3 per app (%d apps)", len(a), len(cli.Apps))
+	if len(a) != 3*len(AllApps()) {
+		t.Errorf("%d files, want 3 per app (%d apps)", len(a), len(AllApps()))
 	}
 	for p, data := range a {
 		if !bytes.Equal(data, b[p]) {

@@ -1,24 +1,29 @@
-package cli
+// Package gwapp is fleet-gw's command definition. It lives apart from
+// pkg/cli so that the short commands do not link (and initialise) the
+// gateway, the store and the broker client: their start-up time is part of
+// every call.
+package gwapp
 
 import (
 	"log/slog"
 	"net/url"
 	"os"
 
+	"github.com/fleetd/fleet/pkg/cli"
 	"github.com/fleetd/fleet/pkg/config"
 	"github.com/fleetd/fleet/pkg/gateway"
-	"github.com/urfave/cli/v2"
+	ucli "github.com/urfave/cli/v2"
 )
 
 // NewGatewayApp is fleet-gw.
-func NewGatewayApp() *cli.App {
-	app := newApp("fleet-gw", "the fleet gateway: owns this host's entities and their inboxes")
+func NewGatewayApp() *ucli.App {
+	app := cli.NewApp("fleet-gw", "the fleet gateway: owns this host's entities and their inboxes")
 	app.Description = "One fleet-gw runs per host. It keeps the host's entities, stores their messages " +
 		"durably, delivers them (inject into tmux or a command, or hold for fleet-recv) and serves the " +
 		"local socket every other fleet command talks to. With no broker configured it runs a whole " +
 		"single-host fleet on its embedded store."
 	app.UsageText = "fleet-gw run [options]"
-	app.Commands = []*cli.Command{{
+	app.Commands = []*ucli.Command{{
 		Name:            "run",
 		HideHelpCommand: true,
 		OnUsageError:    app.OnUsageError,
@@ -26,25 +31,25 @@ func NewGatewayApp() *cli.App {
 		Description: "The first SIGINT/SIGTERM stops taking new work and drains in-flight deliveries " +
 			"within --drain-timeout; a second one aborts at once.",
 		Flags: gwFlags(),
-		Action: func(c *cli.Context) error {
+		Action: func(c *ucli.Context) error {
 			if c.NArg() > 0 {
-				return usage("fleet-gw run takes no arguments, got %q", c.Args().First())
+				return cli.Usage("fleet-gw run takes no arguments, got %q", c.Args().First())
 			}
 			if c.IsSet("broker") {
 				if u, err := url.Parse(c.String("broker")); err == nil {
 					if _, has := u.User.Password(); has {
-						return usage("--broker would show the broker password to every user through ps").
+						return cli.Usage("--broker would show the broker password to every user through ps").
 							WithHint("put the URI in FLEET_BROKER or in the config file (mode 0600)")
 					}
 				}
 			}
-			cfg, err := loadConfig(c)
+			cfg, err := cli.LoadConfig(c)
 			if err != nil {
 				return err
 			}
 			var h slog.Handler
 			opts := &slog.HandlerOptions{Level: slog.LevelInfo}
-			if isTerminal(os.Stderr) {
+			if cli.IsTerminal(os.Stderr) {
 				h = slog.NewTextHandler(os.Stderr, opts)
 			} else {
 				h = slog.NewJSONHandler(os.Stderr, opts)
@@ -56,13 +61,13 @@ func NewGatewayApp() *cli.App {
 }
 
 // gwFlags are fleet-gw run's flags: one per configuration key.
-func gwFlags() []cli.Flag {
-	var flags []cli.Flag
+func gwFlags() []ucli.Flag {
+	var flags []ucli.Flag
 	for _, k := range config.Keys {
-		flags = append(flags, &cli.StringFlag{
+		flags = append(flags, &ucli.StringFlag{
 			Name:  k.Name,
 			Usage: k.Usage + " (env " + k.Env + "; default " + k.Default + ")",
 		})
 	}
-	return append(flags, &cli.StringFlag{Name: "config", Usage: "config file (env FLEET_CONFIG)"})
+	return append(flags, &ucli.StringFlag{Name: "config", Usage: "config file (env FLEET_CONFIG)"})
 }
