@@ -73,6 +73,23 @@ func (g *Gateway) recv(c *conn, req *api.Request) {
 	}
 	left := req.Max // 0: no limit
 	log := g.log.With("entity", ent.Name)
+	// The commit of one acknowledgement runs while the next batch goes
+	// out (sharing its fsync with other writers): one at most in flight,
+	// its messages kept out of later batches, and always finished before
+	// End — so a fleet-recv that ends has every acknowledgement on disk.
+	var pend *ackCommit
+	finish := func() bool {
+		if pend == nil {
+			return true
+		}
+		err := <-pend.done
+		pend = nil
+		if err != nil {
+			c.fail(fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "could not record the acknowledgement"))
+			return false
+		}
+		return true
+	}
 	for {
 		changed := b.watch()
 		n := window
@@ -94,6 +111,9 @@ func (g *Gateway) recv(c *conn, req *api.Request) {
 			if g.isClaimed(store.Key(it.Env)) {
 				continue // being handed to an open send
 			}
+			if pend != nil && pend.keys[store.Key(it.Env)] {
+				continue // acknowledged; its commit is under way
+			}
 			if it.Env.Expired(now) {
 				g.kill(it.Env, "expired before delivery", 0)
 				expired++
@@ -104,6 +124,12 @@ func (g *Gateway) recv(c *conn, req *api.Request) {
 		if len(batch) == 0 {
 			if expired > 0 {
 				continue // only expired ones: look again
+			}
+			if pend != nil { // settle the last acknowledgement, then look again
+				if !finish() {
+					return
+				}
+				continue
 			}
 			if !req.Follow {
 				c.reply(&api.Response{OK: true, End: true})
@@ -137,47 +163,72 @@ func (g *Gateway) recv(c *conn, req *api.Request) {
 			c.fail(fault.New(fault.Data, fault.KindProtocol, "want ack, got %q", ack.Op))
 			return
 		}
+		if !finish() { // at most one acknowledgement in flight
+			return
+		}
 		if len(ack.Acks) > 0 {
-			acked := make(map[string]bool, len(ack.Acks))
-			for _, id := range ack.Acks {
-				acked[id] = true
-			}
-			var keys []string
-			var done []*envelope.Envelope
-			for _, d := range batch {
-				if !acked[d.Envelope.MsgID] {
-					continue
+			pend = g.commitAck(b, batch, ack.Acks)
+		}
+		if left > 0 {
+			left -= len(ack.Acks)
+			if left <= 0 {
+				if finish() {
+					c.reply(&api.Response{OK: true, End: true})
 				}
-				if d.Envelope.Kind == envelope.Ask {
-					b.liveDone(d.Envelope.MsgID) // shown: gone from memory
-					g.audit.Message("delivered", d.Envelope, 1, "drained ask")
-					continue
-				}
-				keys = append(keys, store.Key(d.Envelope))
-				done = append(done, d.Envelope)
-			}
-			if err := g.st.DeliveredAll(keys, time.Now().UTC()); err != nil {
-				c.fail(fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "could not record the acknowledgement"))
 				return
 			}
+		}
+		if g.runCtx.Err() != nil {
+			if finish() {
+				c.reply(&api.Response{OK: true, End: true})
+			}
+			return
+		}
+	}
+}
+
+// ackCommit is an acknowledgement being recorded.
+type ackCommit struct {
+	keys map[string]bool
+	done chan error
+}
+
+// commitAck records the acknowledged messages of a batch as delivered,
+// in the background; live asks leave memory at once.
+func (g *Gateway) commitAck(b *mailbox, batch []api.Delivery, acks []string) *ackCommit {
+	acked := make(map[string]bool, len(acks))
+	for _, id := range acks {
+		acked[id] = true
+	}
+	a := &ackCommit{keys: map[string]bool{}, done: make(chan error, 1)}
+	var keys []string
+	var done []*envelope.Envelope
+	for _, d := range batch {
+		if !acked[d.Envelope.MsgID] {
+			continue
+		}
+		if d.Envelope.Kind == envelope.Ask {
+			b.liveDone(d.Envelope.MsgID) // shown: gone from memory
+			g.audit.Message("delivered", d.Envelope, 1, "drained ask")
+			continue
+		}
+		k := store.Key(d.Envelope)
+		keys = append(keys, k)
+		a.keys[k] = true
+		done = append(done, d.Envelope)
+	}
+	go func() {
+		err := g.st.DeliveredAll(keys, time.Now().UTC())
+		if err == nil {
 			for _, env := range done {
 				g.audit.Message("delivered", env, 1, "drained")
 				g.settled(env, store.Delivered, "", 1)
 			}
 			g.crashAt("after-ack")
 		}
-		if left > 0 {
-			left -= len(ack.Acks)
-			if left <= 0 {
-				c.reply(&api.Response{OK: true, End: true})
-				return
-			}
-		}
-		if g.runCtx.Err() != nil {
-			c.reply(&api.Response{OK: true, End: true})
-			return
-		}
-	}
+		a.done <- err
+	}()
+	return a
 }
 
 func (g *Gateway) logRecvEnd(log interface{ Warn(string, ...any) }, err error) {
