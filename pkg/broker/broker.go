@@ -456,27 +456,9 @@ func (b *Broker) RemoveInbox(gid string, groups []string) error {
 // outcome: the same bytes, same msg id, are published again, which the
 // receiver's dedup makes safe.
 func (b *Broker) Publish(ctx context.Context, key string, env *envelope.Envelope, persistent bool) error {
-	body, err := envelope.Encode(env)
+	msg, err := b.publishing(env, persistent)
 	if err != nil {
 		return err
-	}
-	msg := amqp.Publishing{
-		ContentType: "application/json",
-		MessageId:   env.MsgID,
-		Type:        string(env.Kind),
-		Timestamp:   env.Created,
-		Body:        body,
-		Headers:     amqp.Table{"fleet-schema": env.Schema, "fleet-trace-id": env.TraceID, "fleet-host": b.cfg.Host},
-	}
-	if persistent {
-		msg.DeliveryMode = amqp.Persistent
-	}
-	if !env.Expires.IsZero() {
-		ms := time.Until(env.Expires).Milliseconds()
-		if ms < 1 {
-			ms = 1
-		}
-		msg.Expiration = fmt.Sprint(ms)
 	}
 	nacks := 0
 	deadline := time.Now().Add(b.cfg.PublishTimeout)
