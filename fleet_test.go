@@ -61,6 +61,7 @@ func TestScripts(t *testing.T) {
 			"broker":   cmdBroker,
 			"amqp":     cmdAMQP,
 			"proxy":    cmdProxy,
+			"tmpfs":    cmdTmpfs,
 		},
 	})
 }
@@ -343,4 +344,18 @@ func cmdRawFrame(ts *testscript.TestScript, neg bool, args []string) {
 		}
 		fmt.Fprintln(ts.Stdout(), string(data))
 	}
+}
+
+// tmpfs DIR SIZE — mount a small tmpfs on DIR (unmounted at the end): a
+// disk that fills up. The tests run as root (make test installs packages).
+func cmdTmpfs(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) != 2 {
+		ts.Fatalf("usage: tmpfs DIR SIZE")
+	}
+	dir := ts.MkAbs(args[0])
+	ts.Check(os.MkdirAll(dir, 0o700))
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+args[1], "tmpfs", dir).CombinedOutput(); err != nil {
+		ts.Fatalf("mounting a tmpfs (needs root): %v\n%s", err, out)
+	}
+	ts.Defer(func() { exec.Command("umount", "-l", dir).Run() })
 }

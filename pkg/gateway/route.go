@@ -223,7 +223,8 @@ func (g *Gateway) accept(env *envelope.Envelope) (*store.Record, error) {
 			return nil, fault.New(fault.NoRecipient, fault.KindUnknownRecipient, "no recipient %s", env.Recipient)
 		}
 		g.log.Error("storing a message", "msg_id", env.MsgID, "trace_id", env.TraceID, "err", err)
-		return nil, fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "could not store the message")
+		return nil, fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "could not store the message").
+			WithHint("free space in the state folder %s; nothing accepted before is lost", g.cfg.StateDir)
 	}
 	if dup {
 		g.log.Info("duplicate msg id: not stored again", "msg_id", env.MsgID, "trace_id", env.TraceID)
