@@ -288,26 +288,12 @@ func (g *Gateway) learn(host string, res *controlResult) {
 	default:
 		return
 	}
-	g.peersMu.Lock()
-	defer g.peersMu.Unlock()
-	p := g.peers[host]
-	if p == nil {
-		if add == nil {
-			return
-		}
-		p = &peer{heard: time.Now(), interval: g.cfg.PresenceInterval}
-		g.peers[host] = p
-	}
-	rows := make([]api.EntityRow, 0, len(p.rows)+1)
-	for _, r := range p.rows {
-		if r.Gid != drop && (add == nil || r.Gid != add.Gid) {
-			rows = append(rows, r)
-		}
+	if drop != "" {
+		g.peerDrop(host, drop)
 	}
 	if add != nil {
-		rows = append(rows, *add)
+		g.peerUpsert(host, *add, time.Now(), g.cfg.PresenceInterval)
 	}
-	p.rows = rows
 }
 
 // takeBroker is the broker's handler for every local inbox: the answers to

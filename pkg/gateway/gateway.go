@@ -55,10 +55,9 @@ type Gateway struct {
 	recMu sync.Mutex
 	recCh chan struct{} // closed and replaced when a delivery record changes
 
-	peersMu      sync.Mutex
-	peers        map[string]*peer // host -> what we last heard of it
-	presenceKick chan struct{}
-	crash        string // test hook: FLEET_CRASHPOINT
+	peersMu sync.Mutex
+	peers   map[string]*peer // host -> what we last heard of it
+	crash   string           // test hook: FLEET_CRASHPOINT
 
 	mu     sync.RWMutex
 	boxes  map[string]*mailbox // gid -> mailbox
@@ -82,20 +81,19 @@ func New(cfg *config.Config, log *slog.Logger) *Gateway {
 		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
 	return &Gateway{
-		cfg:          cfg,
-		log:          log.With("host", cfg.Host),
-		boxes:        map[string]*mailbox{},
-		byName:       map[string]string{},
-		crash:        os.Getenv("FLEET_CRASHPOINT"),
-		peers:        map[string]*peer{},
-		presenceKick: make(chan struct{}, 1),
-		recCh:        make(chan struct{}),
-		waiters:      map[string]*replyWaiter{},
-		asks:         map[string]*askWaiter{},
-		seen:         map[string]askSeen{},
-		answerWaits:  map[string]chan string{},
-		claimed:      map[string]bool{},
-		ready:        make(chan struct{}),
+		cfg:         cfg,
+		log:         log.With("host", cfg.Host),
+		boxes:       map[string]*mailbox{},
+		byName:      map[string]string{},
+		crash:       os.Getenv("FLEET_CRASHPOINT"),
+		peers:       map[string]*peer{},
+		recCh:       make(chan struct{}),
+		waiters:     map[string]*replyWaiter{},
+		asks:        map[string]*askWaiter{},
+		seen:        map[string]askSeen{},
+		answerWaits: map[string]chan string{},
+		claimed:     map[string]bool{},
+		ready:       make(chan struct{}),
 	}
 }
 
@@ -163,7 +161,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 func (g *Gateway) shutdown() {
 	g.log.Info("gateway stopping: draining in-flight work", "bound", g.cfg.DrainTimeout.String())
 	if g.br != nil {
-		g.announce(true) // other hosts drop us now, not after the TTL
+		g.announceLeaving() // other hosts drop us now, not after the TTL
 	}
 	g.stopRun()
 	if g.ln != nil {

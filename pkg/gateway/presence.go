@@ -3,44 +3,61 @@ package gateway
 import (
 	"encoding/json"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/fleetd/fleet/pkg/api"
 	"github.com/fleetd/fleet/pkg/envelope"
 )
 
-// Presence (U5) is soft state. Every presence-interval, and at once on any
-// change, each gateway announces a snapshot of its local entities on
-// bridge.roster (key roster.<host>.snapshot); every gateway folds the
-// snapshots it hears into one union view. A host not heard for two
-// intervals reads "stale"; one not heard for presence-ttl is dropped; while
-// this gateway is cut off from the broker, every remote host reads
-// "unknown" with the time it was last heard. One message per host per
-// interval, not one per entity: the traffic grows with hosts, not agents.
+// Presence (U5) is soft state. Every presence-interval, and at once on a
+// change, each gateway announces each local entity on bridge.roster with
+// key roster.<host>.<gid> (status, pending, groups, mode, last activity);
+// an entity that leaves is announced as gone, and a gateway that stops
+// cleanly announces roster.<host>.leaving. Every gateway folds what it
+// hears into one union view: an entity not heard for two intervals reads
+// "stale", for presence-ttl it is dropped; while this gateway is cut off
+// from the broker, every remote entity reads "unknown" with the time it
+// was last heard. A restarted gateway rebuilds the view within one
+// interval, since every gateway announces everything every interval.
 
-// snapshotBody is the body of a PRESENCE message.
-type snapshotBody struct {
-	Host       string          `json:"host"`
-	IntervalMS int64           `json:"interval_ms"`
-	Leaving    bool            `json:"leaving,omitempty"`
-	Entities   []api.EntityRow `json:"entities"`
+// presenceBody is the body of a PRESENCE message.
+type presenceBody struct {
+	Host       string         `json:"host"`
+	IntervalMS int64          `json:"interval_ms"`
+	Entity     *api.EntityRow `json:"entity,omitempty"` // a heartbeat
+	Gone       string         `json:"gone,omitempty"`   // a gid that left
+	Leaving    bool           `json:"leaving,omitempty"`
 }
 
 // peer is what this gateway knows of another host.
 type peer struct {
-	rows     []api.EntityRow
-	heard    time.Time
+	entities map[string]*heardRow // gid -> last heartbeat
 	interval time.Duration
 }
 
-func (g *Gateway) kickPresence() {
+type heardRow struct {
+	row   api.EntityRow
+	heard time.Time
+}
+
+// announceEntity publishes one entity's heartbeat now (it joined, or its
+// status or groups changed), without waiting for the interval.
+func (g *Gateway) announceEntity(gid string) {
 	if g.br == nil {
 		return
 	}
-	select {
-	case g.presenceKick <- struct{}{}:
-	default:
+	b := g.box(gid)
+	if b == nil {
+		return
 	}
+	r := g.row(b.snapshot(), nil)
+	r.Target = ""
+	go func() {
+		if err := g.publishPresence(gid, presenceBody{Entity: &r}); err != nil {
+			g.log.Debug("presence not announced", "entity", r.Name, "err", err)
+		}
+	}()
 }
 
 func (g *Gateway) presenceLoop() {
@@ -53,62 +70,114 @@ func (g *Gateway) presenceLoop() {
 		case <-g.runCtx.Done():
 			return
 		case <-t.C:
-		case <-g.presenceKick:
 		case ok := <-up:
 			if !ok {
 				continue
 			}
 		}
-		g.announce(false)
+		g.announce()
 	}
 }
 
-// announce publishes this host's snapshot.
-func (g *Gateway) announce(leaving bool) {
+// publishPresence sends one presence message with key roster.<host>.<what>.
+func (g *Gateway) publishPresence(what string, b presenceBody) error {
+	b.Host, b.IntervalMS = g.cfg.Host, g.cfg.PresenceInterval.Milliseconds()
+	body, _ := json.Marshal(b)
+	env := envelope.New(envelope.Presence, envelope.Party{Host: g.cfg.Host}, envelope.Party{Group: "roster"}, string(body))
+	return g.br.PublishPresence(env, what, 2*g.cfg.PresenceTTL)
+}
+
+// announce publishes a heartbeat for every local entity. The publishes are
+// pipelined (a few in flight) so a thousand entities take a moment, not a
+// thousand round trips.
+func (g *Gateway) announce() {
 	rows, err := g.localRows()
 	if err != nil {
 		return
 	}
-	if leaving {
-		rows = nil
-	}
+	sem := make(chan struct{}, 32)
+	var wg sync.WaitGroup
 	for i := range rows {
-		rows[i].Target = "" // a pane or command is this host's business
+		r := rows[i]
+		r.Target = "" // a pane or command is this host's business
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if err := g.publishPresence(r.Gid, presenceBody{Entity: &r}); err != nil {
+				g.log.Debug("presence not announced", "entity", r.Name, "err", err)
+			}
+		}()
 	}
-	body, _ := json.Marshal(snapshotBody{
-		Host: g.cfg.Host, IntervalMS: g.cfg.PresenceInterval.Milliseconds(), Leaving: leaving, Entities: rows,
-	})
-	env := envelope.New(envelope.Presence, envelope.Party{Host: g.cfg.Host}, envelope.Party{Group: "roster"}, string(body))
-	if err := g.br.PublishPresence(env, "snapshot", 2*g.cfg.PresenceTTL); err != nil {
-		g.log.Debug("presence not announced", "err", err)
+	wg.Wait()
+}
+
+// announceGone tells the other hosts at once that an entity left.
+func (g *Gateway) announceGone(gid string) {
+	if g.br == nil {
+		return
+	}
+	if err := g.publishPresence(gid, presenceBody{Gone: gid}); err != nil {
+		g.log.Debug("departure not announced", "gid", gid, "err", err)
 	}
 }
 
-// onPresence folds a snapshot heard from another host into the view.
+// announceLeaving tells the other hosts this gateway stops: they drop it
+// now, not after the TTL.
+func (g *Gateway) announceLeaving() {
+	_ = g.publishPresence("leaving", presenceBody{Leaving: true})
+}
+
+// onPresence folds a presence message heard from another host into the view.
 func (g *Gateway) onPresence(env *envelope.Envelope) {
-	var s snapshotBody
-	if err := json.Unmarshal([]byte(env.Body), &s); err != nil || s.Host == "" {
-		g.log.Warn("ignoring a malformed presence snapshot", "trace_id", env.TraceID, "err", err)
+	var b presenceBody
+	if err := json.Unmarshal([]byte(env.Body), &b); err != nil || b.Host == "" {
+		g.log.Warn("ignoring a malformed presence message", "trace_id", env.TraceID, "err", err)
 		return
 	}
-	if s.Host == g.cfg.Host {
+	if b.Host == g.cfg.Host {
 		return // the local view is exact
+	}
+	interval := time.Duration(b.IntervalMS) * time.Millisecond
+	switch {
+	case b.Leaving:
+		g.peersMu.Lock()
+		delete(g.peers, b.Host)
+		g.peersMu.Unlock()
+	case b.Gone != "":
+		g.peerDrop(b.Host, b.Gone)
+	case b.Entity != nil:
+		b.Entity.Host = b.Host
+		g.peerUpsert(b.Host, *b.Entity, time.Now(), interval)
+	}
+}
+
+// peerUpsert records what was heard of one remote entity.
+func (g *Gateway) peerUpsert(host string, row api.EntityRow, heard time.Time, interval time.Duration) {
+	if interval <= 0 {
+		interval = g.cfg.PresenceInterval
 	}
 	g.peersMu.Lock()
 	defer g.peersMu.Unlock()
-	if s.Leaving {
-		delete(g.peers, s.Host)
-		return
-	}
-	p := g.peers[s.Host]
+	p := g.peers[host]
 	if p == nil {
-		p = &peer{}
-		g.peers[s.Host] = p
-		g.log.Info("host joined the view", "peer", s.Host, "entities", len(s.Entities))
+		p = &peer{entities: map[string]*heardRow{}}
+		g.peers[host] = p
+		g.log.Info("host joined the view", "peer", host)
 	}
-	p.rows, p.heard, p.interval = s.Entities, time.Now(), time.Duration(s.IntervalMS)*time.Millisecond
-	if p.interval <= 0 {
-		p.interval = g.cfg.PresenceInterval
+	p.interval = interval
+	p.entities[row.Gid] = &heardRow{row: row, heard: heard}
+}
+
+// peerDrop forgets one remote entity.
+func (g *Gateway) peerDrop(host, gid string) {
+	g.peersMu.Lock()
+	defer g.peersMu.Unlock()
+	if p := g.peers[host]; p != nil {
+		delete(p.entities, gid)
+		if len(p.entities) == 0 {
+			delete(g.peers, host)
+		}
 	}
 }
 
@@ -120,14 +189,15 @@ func (g *Gateway) remoteRows() []api.EntityRow {
 	defer g.peersMu.Unlock()
 	var out []api.EntityRow
 	for host, p := range g.peers {
-		age := now.Sub(p.heard)
-		if connected && age > g.cfg.PresenceTTL {
-			delete(g.peers, host)
-			g.log.Info("host dropped from the view: not heard within the presence TTL", "peer", host)
-			continue
-		}
-		for _, r := range p.rows {
-			r.LastSeen = p.heard.UTC()
+		for gid, h := range p.entities {
+			age := now.Sub(h.heard)
+			if connected && age > g.cfg.PresenceTTL {
+				delete(p.entities, gid)
+				g.log.Info("entity dropped from the view: not heard within the presence TTL", "peer", host, "entity", h.row.Name)
+				continue
+			}
+			r := h.row
+			r.LastSeen = h.heard.UTC()
 			switch {
 			case !connected:
 				r.Status = "unknown"
@@ -135,6 +205,9 @@ func (g *Gateway) remoteRows() []api.EntityRow {
 				r.Status = "stale"
 			}
 			out = append(out, r)
+		}
+		if len(p.entities) == 0 {
+			delete(g.peers, host)
 		}
 	}
 	sort.Slice(out, func(i, j int) bool {

@@ -303,7 +303,7 @@ func (g *Gateway) register(e *store.Entity) (token, credFile string, err error) 
 		return "", "", fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot store the credential of %s", e.Name)
 	}
 	g.addBox(e)
-	g.kickPresence()
+	g.announceEntity(gid)
 	g.audit.Write(audit.Line{Event: "joined", Entity: e.Name, Recipient: gid})
 	g.log.Info("entity joined", "entity", e.Name, "gid", gid, "mode", e.Mode)
 	return token, path, nil
@@ -349,7 +349,7 @@ func (g *Gateway) unregister(gid, name string) (int, error) {
 	if err := g.st.DeleteLaunched(gid); err != nil { // spawned: how it was started (control.go)
 		g.log.Warn("forgetting how an entity was launched", "entity", name, "gid", gid, "err", err)
 	}
-	g.kickPresence()
+	go g.announceGone(gid)
 	g.audit.Write(audit.Line{Event: "left", Entity: name, Recipient: gid})
 	g.log.Info("entity left", "entity", name, "gid", gid, "dead_lettered", n)
 	return n, nil
@@ -414,7 +414,7 @@ func (g *Gateway) setStatus(req *api.Request) (*api.Response, error) {
 	b.ent.Status, b.ent.StatusAt = e.Status, e.StatusAt
 	b.mu.Unlock()
 	b.notify()
-	g.kickPresence()
+	g.announceEntity(e.Gid)
 	row := g.row(*e, nil)
 	return &api.Response{Entity: &row}, nil
 }
