@@ -32,6 +32,7 @@ fuzz:
 
 bench: build
 	scripts/bench-local.sh
+	scripts/bench-broker.sh
 
 demo: build
 	scripts/demo.sh

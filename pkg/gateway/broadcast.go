@@ -3,6 +3,7 @@ package gateway
 import (
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/fleetd/fleet/pkg/api"
 	"github.com/fleetd/fleet/pkg/envelope"
@@ -33,6 +34,16 @@ func (g *Gateway) broadcast(req *api.Request) (*api.Response, error) {
 	env := envelope.New(envelope.Broadcast,
 		envelope.Party{Gid: sender.Gid, Name: sender.Name, Host: sender.Host},
 		envelope.Party{Group: group}, req.Body)
+	// The publish for other hosts starts at once; this host's copies are
+	// stored meanwhile, concurrently, so they share group commits.
+	var pubErr chan error
+	if g.br != nil {
+		pubErr = make(chan error, 1)
+		go func() { pubErr <- g.br.Publish(g.runCtx, "broadcast."+group, env, true) }()
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var storeErr error
 	local := 0
 	for _, b := range g.members(group) {
 		e := b.snapshot()
@@ -41,10 +52,23 @@ func (g *Gateway) broadcast(req *api.Request) (*api.Response, error) {
 		}
 		cp := *env
 		cp.Recipient = envelope.Party{Gid: e.Gid, Name: e.Name, Host: e.Host, Group: group}
-		if _, err := g.accept(&cp); err != nil {
-			return nil, err
-		}
 		local++
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := g.accept(&cp); err != nil {
+				mu.Lock()
+				storeErr = err
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if storeErr != nil {
+		if pubErr != nil {
+			<-pubErr
+		}
+		return nil, storeErr
 	}
 	sent := &api.Sent{MsgID: env.MsgID, TraceID: env.TraceID, State: store.Accepted, Recipient: "broadcast." + group}
 	resp := &api.Response{Sent: sent, Count: local}
@@ -54,7 +78,7 @@ func (g *Gateway) broadcast(req *api.Request) (*api.Response, error) {
 		}
 		return resp, nil
 	}
-	err = g.br.Publish(g.runCtx, "broadcast."+group, env, true)
+	err = <-pubErr
 	switch {
 	case err == nil:
 		g.audit.Message("published", env, 0, "")

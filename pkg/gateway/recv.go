@@ -217,6 +217,10 @@ func (g *Gateway) commitAck(b *mailbox, batch []api.Delivery, acks []string) *ac
 		a.keys[k] = true
 		done = append(done, d.Envelope)
 	}
+	if len(keys) == 0 { // only live asks: nothing to write
+		a.done <- nil
+		return a
+	}
 	go func() {
 		err := g.st.DeliveredAll(keys, time.Now().UTC())
 		if err == nil {
