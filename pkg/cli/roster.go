@@ -384,6 +384,10 @@ func runDead(c *cli.Context) error {
 		}
 		return nil
 	}
+	if len(resp.Dead) == 0 {
+		fmt.Fprintln(c.App.ErrWriter, "fleet-roster: no dead letters")
+		return nil
+	}
 	rows := make([][]string, 0, len(resp.Dead))
 	for _, d := range resp.Dead {
 		rows = append(rows, []string{d.Record.MsgID, d.Record.Recipient, strconv.Itoa(d.Record.Attempts),

@@ -26,6 +26,8 @@ func renderTable(w io.Writer, header []string, rows [][]string) error {
 		tablewriter.WithHeaderAutoFormat(tw.Off),
 		tablewriter.WithHeaderAlignment(tw.AlignLeft),
 		tablewriter.WithRowAlignment(tw.AlignLeft),
+		tablewriter.WithRowAutoWrap(tw.WrapNone),
+		tablewriter.WithHeaderAutoWrap(tw.WrapNone),
 	)
 	t.Header(header)
 	for _, r := range rows {
