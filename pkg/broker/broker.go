@@ -119,7 +119,10 @@ func (b *Broker) Subscribe() <-chan bool {
 }
 
 func (b *Broker) setState(up bool) {
-	for _, c := range b.stateSubs {
+	b.mu.Lock()
+	subs := append([]chan bool(nil), b.stateSubs...)
+	b.mu.Unlock()
+	for _, c := range subs {
 		select {
 		case c <- up:
 		default:

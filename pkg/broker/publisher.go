@@ -31,6 +31,7 @@ type publisher struct {
 	reqs chan *pubReq
 	log  *slog.Logger
 
+	done    chan struct{} // closed when the channel closes: the owner stops
 	mu      sync.Mutex
 	byTag   map[uint64]*pubReq
 	byMsgID map[string]*pubReq
@@ -56,7 +57,7 @@ func newPublisher(conn *amqp.Connection, log *slog.Logger) (*publisher, error) {
 		return nil, err
 	}
 	p := &publisher{
-		ch: ch, reqs: make(chan *pubReq), log: log,
+		ch: ch, reqs: make(chan *pubReq), log: log, done: make(chan struct{}),
 		byTag: map[uint64]*pubReq{}, byMsgID: map[string]*pubReq{},
 	}
 	returns := ch.NotifyReturn(make(chan amqp.Return))
@@ -69,7 +70,13 @@ func newPublisher(conn *amqp.Connection, log *slog.Logger) (*publisher, error) {
 
 // owner is the only goroutine that publishes on the channel.
 func (p *publisher) owner(closed <-chan *amqp.Error) {
-	for r := range p.reqs {
+	for {
+		var r *pubReq
+		select {
+		case r = <-p.reqs:
+		case <-p.done:
+			return
+		}
 		p.mu.Lock()
 		if p.closed {
 			p.mu.Unlock()
@@ -131,6 +138,7 @@ func (p *publisher) events(returns <-chan amqp.Return, confirms <-chan amqp.Conf
 				r.done <- resAck
 			}
 		case <-closed:
+			close(p.done)
 			p.mu.Lock()
 			p.closed = true
 			pending := p.byTag
@@ -166,6 +174,8 @@ func (p *publisher) publishTo(ctx context.Context, exchange, key string, msg amq
 	}
 	select {
 	case p.reqs <- r:
+	case <-p.done:
+		return resClosed
 	case <-ctx.Done():
 		return resTimeout
 	}

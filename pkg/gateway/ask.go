@@ -40,6 +40,10 @@ func (g *Gateway) liveAdd(b *mailbox, env *envelope.Envelope) {
 	}
 	g.pruneSeen(time.Now())
 	g.askMu.Lock()
+	if _, dup := g.seen[env.MsgID]; dup {
+		g.askMu.Unlock()
+		return // a redelivered or retransmitted copy: shown once at most
+	}
 	g.seen[env.MsgID] = askSeen{env: env, keep: env.Expires.Add(askGrace)}
 	g.askMu.Unlock()
 	b.mu.Lock()

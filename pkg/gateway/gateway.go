@@ -192,10 +192,11 @@ func (g *Gateway) shutdown() {
 
 func (g *Gateway) closeState() {
 	if g.st != nil {
+		// the closed store stays in place: a straggler past the drain bound
+		// gets "store closed", not a nil pointer
 		if err := g.st.Close(); err != nil {
 			g.log.Error("closing store", "err", err)
 		}
-		g.st = nil
 	}
 	if g.audit != nil {
 		g.audit.Close()

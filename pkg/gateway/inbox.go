@@ -164,10 +164,21 @@ func (g *Gateway) injectLoop(ctx context.Context, b *mailbox) {
 		err = g.adapter(ent).Deliver(g.hardCtx, env)
 		g.crashAt("after-inject")
 		if err == nil {
-			if err := g.st.Delivered(store.Key(env), time.Now().UTC()); err != nil {
-				log.Error("recording delivery", "err", err)
-				sleep(ctx, time.Second)
-				continue
+			// Injected: record it, retrying the record alone — going back to
+			// the head would inject it again. If the gateway stops first, the
+			// in-flight marker makes it "uncertain" at the next start.
+			recorded := false
+			for try := 1; ctx.Err() == nil; try++ {
+				if err := g.st.Delivered(store.Key(env), time.Now().UTC()); err != nil {
+					log.Error("recording delivery", "err", err, "try", try)
+					sleep(ctx, pol.Delay(try))
+					continue
+				}
+				recorded = true
+				break
+			}
+			if !recorded {
+				return
 			}
 			g.audit.Message("delivered", env, attempt, "injected")
 			log.Info("delivered", "attempt", attempt, "mode", "inject")

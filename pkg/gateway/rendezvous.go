@@ -94,6 +94,10 @@ func (g *Gateway) sendWait(c *conn, req *api.Request) {
 	defer t.Stop()
 	select {
 	case env := <-w.ch:
+		if env == nil { // the reply could not be stored
+			c.fail(fault.New(fault.CantCreate, fault.KindStateDir, "the reply to %s arrived but could not be stored", msgID))
+			return
+		}
 		key := store.Key(env)
 		defer func() {
 			g.unclaim(key)
@@ -111,22 +115,38 @@ func (g *Gateway) sendWait(c *conn, req *api.Request) {
 		g.audit.Message("delivered", env, 1, "rendezvous")
 		g.settled(env, store.Delivered, "", 1)
 	case <-t.C:
-		g.dropWaiter(msgID)
+		g.abandon(msgID, w)
 		c.fail(fault.New(fault.TempFail, fault.KindTimeout, "no reply to %s within %v", msgID, timeout).
 			WithHint("a late reply waits in your inbox: fleet-recv"))
 	case err := <-gone:
-		g.dropWaiter(msgID)
+		g.abandon(msgID, w)
 		if err != nil && !errors.Is(err, io.EOF) {
 			g.log.Warn("waiting send ended", "msg_id", msgID, "err", err)
 		}
 	case <-g.runCtx.Done():
-		g.dropWaiter(msgID)
+		g.abandon(msgID, w)
 		c.fail(fault.New(fault.Unavailable, fault.KindShuttingDown, "the gateway is shutting down"))
 	}
 }
 
-func (g *Gateway) dropWaiter(msgID string) {
+func (g *Gateway) dropWaiter(msgID string) bool {
 	g.waitMu.Lock()
+	defer g.waitMu.Unlock()
+	_, ok := g.waiters[msgID]
 	delete(g.waiters, msgID)
-	g.waitMu.Unlock()
+	return ok
+}
+
+// abandon ends a wait. If a reply already claimed the waiter, it is
+// released to the inbox like any late reply, never left claimed.
+func (g *Gateway) abandon(msgID string, w *replyWaiter) {
+	if g.dropWaiter(msgID) {
+		return
+	}
+	if env := <-w.ch; env != nil {
+		g.unclaim(store.Key(env))
+		if bx := g.box(env.Recipient.Gid); bx != nil {
+			bx.notify()
+		}
+	}
 }

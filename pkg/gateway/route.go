@@ -147,20 +147,30 @@ func (g *Gateway) send(req *api.Request) (*api.Response, error) {
 // An inbox that is full there dead-letters it here, with that reason.
 func (g *Gateway) publish(env *envelope.Envelope) error {
 	log := g.log.With("msg_id", env.MsgID, "trace_id", env.TraceID)
-	err := g.br.Publish(g.runCtx, env.Recipient.Gid, env, true)
 	now := time.Now().UTC()
-	switch {
+	// The record comes first: the recipient's receipt may arrive before
+	// the broker's confirm does.
+	if err := g.st.RecordOutbound(env, now); err != nil {
+		return fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "could not record the message").
+			WithHint("free space in the state folder %s", g.cfg.StateDir)
+	}
+	err := g.br.Publish(g.runCtx, env.Recipient.Gid, env, true)
+	switch kind := fault.KindOf(err); {
 	case err == nil:
 		g.audit.Message("published", env, 0, "")
-		if err := g.st.RecordOutbound(env, now); err != nil {
-			log.Error("recording a published message", "err", err)
-		}
 		return nil
-	case fault.KindOf(err) == "inbox_full":
+	case kind == "inbox_full":
 		g.audit.Message("dead", env, 0, "inbox full")
 		log.Warn("remote inbox full: dead-lettered here", "recipient", env.Recipient.Gid)
 		if derr := g.st.DeadOutbound(env, "inbox full: the broker refused it", now); derr != nil {
 			log.Error("dead-lettering", "err", derr)
+		}
+	case kind == "broker_timeout":
+		// outcome unknown: the record stays, a receipt may still settle it
+	default:
+		// not sent (no route, broker down or blocked): no record
+		if derr := g.st.ForgetRecord(env.MsgID); derr != nil {
+			log.Error("forgetting an unsent message", "err", derr)
 		}
 	}
 	return err
@@ -212,10 +222,12 @@ func (g *Gateway) accept(env *envelope.Envelope) (*store.Record, error) {
 	w := g.claimWaiter(env) // a reply an open send waits for
 	rec, dup, err := g.st.Accept(env, time.Now().UTC())
 	if w != nil {
+		// always answer a claimed waiter: the reply, or nil for nothing
 		if err == nil && !dup {
 			w.ch <- env
 		} else {
 			g.unclaim(store.Key(env))
+			w.ch <- nil
 		}
 	}
 	if err != nil {

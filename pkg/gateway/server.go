@@ -335,15 +335,24 @@ func (g *Gateway) unregister(gid, name string) (int, error) {
 		groups = b.snapshot().Groups
 	}
 	if g.br != nil {
-		// stop routing to it, take in what is queued, delete the queue
+		// stop routing to it, take in what is queued, delete the queue.
+		// Without the broker that cannot be done, and a queue left behind
+		// would swallow mail nobody reads: refuse, and keep the entity.
 		if err := g.br.RemoveInbox(gid, groups); err != nil {
-			g.log.Warn("inbox queue not removed from the broker", "entity", name, "gid", gid, "err", err)
+			g.br.AddInbox(gid, groups) // still ours: consumed again on reconnect
+			return 0, fault.Wrap(fault.Unavailable, "broker_down", err, "cannot remove %s now: its inbox queue on the broker must go with it", name).
+				WithHint("try again once the broker is back")
 		}
 	}
 	g.removeBox(gid)
+	// what waits is dead-lettered: each sender hears why (bounce or receipt)
+	waiting, _ := g.st.Head(gid, 0, 1<<30)
 	n, err := g.st.DeleteEntity(gid, "recipient left the fleet")
 	if err != nil {
 		return 0, fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot remove %s", name)
+	}
+	for _, it := range waiting {
+		g.settled(it.Env, store.Dead, "recipient left the fleet", 0)
 	}
 	ident.Remove(g.cfg.StateDir, name)
 	if err := g.st.DeleteLaunched(gid); err != nil { // spawned: how it was started (control.go)

@@ -696,12 +696,20 @@ func (s *Store) SetMeta(key, value string) error {
 // state, and a reply to it finds its trace.
 func (s *Store) RecordOutbound(env *envelope.Envelope, now time.Time) error {
 	return s.update(func(tx *bolt.Tx) error {
+		if tx.Bucket(bRecords).Get([]byte(env.MsgID)) != nil {
+			return nil // a retransmit: the record (maybe settled) stays
+		}
 		return putJSON(tx.Bucket(bRecords), env.MsgID, &Record{
 			MsgID: env.MsgID, Kind: env.Kind, TraceID: env.TraceID,
 			Sender: env.Sender.Gid, Recipient: env.Recipient.Gid,
 			State: Accepted, Accepted: now,
 		})
 	})
+}
+
+// ForgetRecord drops the record of a message that was never sent.
+func (s *Store) ForgetRecord(msgID string) error {
+	return s.update(func(tx *bolt.Tx) error { return tx.Bucket(bRecords).Delete([]byte(msgID)) })
 }
 
 // DeadOutbound dead-letters a message this host could not hand to the
