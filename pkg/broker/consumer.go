@@ -18,6 +18,8 @@ type consumer struct {
 	done chan struct{}
 }
 
+var errRemoved = errors.New("inbox removed")
+
 func (c *consumer) stop() {
 	close(c.quit)
 	<-c.done
@@ -59,6 +61,9 @@ func (b *Broker) consume(gen *generation, c *consumer, groups []string) {
 		default:
 		}
 		ch, deliveries, err := b.openInbox(gen, c.gid, groups)
+		if errors.Is(err, errRemoved) {
+			return
+		}
 		if err != nil {
 			var ae *amqp.Error
 			if errors.As(err, &ae) && ae.Code == amqp.AccessRefused {
@@ -117,6 +122,12 @@ func wait(c *consumer, gen *generation, d time.Duration) bool {
 // arg) is not redeclared in a loop: it is used as it is and the mismatch is
 // logged loudly, once per connection.
 func (b *Broker) openInbox(gen *generation, gid string, groups []string) (*amqp.Channel, <-chan amqp.Delivery, error) {
+	b.mu.Lock()
+	_, wanted := b.inboxes[gid]
+	b.mu.Unlock()
+	if !wanted { // removed meanwhile: never declare it again
+		return nil, nil, errRemoved
+	}
 	q := InboxQueue(gid)
 	ch, err := gen.subConn.Channel()
 	if err != nil {

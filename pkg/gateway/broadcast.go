@@ -120,6 +120,9 @@ func (g *Gateway) setGroups(req *api.Request) (*api.Response, error) {
 		return nil, fault.New(fault.NoRecipient, fault.KindUnknownEntity, "no entity named %s on this host", req.Name)
 	}
 	b := g.box(gid)
+	if b == nil { // left meanwhile
+		return nil, fault.New(fault.NoRecipient, fault.KindUnknownEntity, "no entity named %s on this host", req.Name)
+	}
 	groups := slices.Clone(b.snapshot().Groups)
 	for _, gr := range req.Add {
 		if !nameRE.MatchString(gr) || gr == "all" {
