@@ -30,6 +30,10 @@ func Dial(socket string) (*Client, error) {
 			return nil, fault.New(fault.Unavailable, fault.KindNoGateway, "no gateway running at %s", socket).
 				WithHint("start one with: fleet-gw run")
 		}
+		if errors.Is(err, os.ErrPermission) {
+			return nil, fault.New(fault.Refused, fault.KindPeer, "the gateway at %s belongs to another user", socket).
+				WithHint("run as the gateway's user, or start your own: fleet-gw run")
+		}
 		return nil, fault.Wrap(fault.Unavailable, fault.KindNoGateway, err, "cannot reach the gateway at %s", socket).
 			WithHint("start one with: fleet-gw run")
 	}
@@ -57,6 +61,11 @@ func (c *Client) Call(req *Request) (*Response, error) {
 		req.Token = c.Token
 	}
 	if err := WriteFrame(c.conn, req); err != nil {
+		// the gateway may have said why before it closed (a refused peer)
+		c.conn.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+		if _, rerr := c.Read(); fault.KindOf(rerr) != fault.KindNoGateway && rerr != nil {
+			return nil, rerr
+		}
 		return nil, c.lost(err)
 	}
 	return c.Read()
