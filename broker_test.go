@@ -2,6 +2,8 @@ package fleet_test
 
 import (
 	"context"
+	"crypto/ed25519"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"net"
@@ -177,6 +179,28 @@ func cmdAMQP(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Check(ch.Confirm(false))
 		dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), args[1], key, false, false,
 			amqp.Publishing{Body: []byte(body), MessageId: "raw", DeliveryMode: amqp.Persistent})
+		ts.Check(err)
+		if !dc.Wait() {
+			ts.Fatalf("publish not confirmed")
+		}
+	case "publish-signed":
+		// amqp publish-signed KEYFILE HOST EXCHANGE KEY @BODY — sign as a
+		// gateway would, with the key in KEYFILE, naming HOST
+		if len(args) != 6 {
+			ts.Fatalf("usage: amqp publish-signed KEYFILE HOST EXCHANGE KEY @BODY")
+		}
+		seed, err := base64.StdEncoding.DecodeString(strings.TrimSpace(ts.ReadFile(args[1])))
+		ts.Check(err)
+		key := args[4]
+		if strings.HasPrefix(key, "@") {
+			key = strings.TrimSpace(ts.ReadFile(key[1:]))
+		}
+		body := []byte(ts.ReadFile(strings.TrimPrefix(args[5], "@")))
+		sig := ed25519.Sign(ed25519.NewKeyFromSeed(seed), body)
+		ts.Check(ch.Confirm(false))
+		dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), args[3], key, false, false,
+			amqp.Publishing{Body: body, MessageId: "signed", DeliveryMode: amqp.Persistent, Headers: amqp.Table{
+				"fleet-host": args[2], "fleet-sig": base64.StdEncoding.EncodeToString(sig)}})
 		ts.Check(err)
 		if !dc.Wait() {
 			ts.Fatalf("publish not confirmed")

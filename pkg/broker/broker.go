@@ -56,6 +56,8 @@ type Broker struct {
 	fails       map[string]int // msg id -> failed hand-overs
 	presence    PresenceHandler
 	control     ControlHandler // control.go: SPAWN/STOP from control.<host>
+	sign        Signer         // auth.go: this gateway signs what it publishes
+	verify      Verifier       // auth.go: and checks what it takes in
 }
 
 // generation is one pair of connections and everything opened on them.
@@ -529,6 +531,7 @@ func (b *Broker) DeadLetter(env *envelope.Envelope, reason string, attempts int)
 			"fleet-host": b.cfg.Host, "fleet-trace-id": env.TraceID,
 		},
 	}
+	b.signHeaders(&msg)
 	// fanout: any key; not mandatory (bridge.dlq is always bound)
 	switch gen.pub.publishTo(context.Background(), ExDLX, "", msg, time.Now().Add(b.cfg.PublishTimeout), false) {
 	case resAck:

@@ -203,6 +203,13 @@ func (b *Broker) take(d amqp.Delivery, gid string) {
 		_ = d.Nack(false, false)
 		return
 	}
+	if err := b.authentic(d, env); err != nil {
+		// unsigned, forged, replayed or from the wrong host: never delivered
+		b.log.Error("message refused: not authentic; rejected to bridge.dlq", "queue", InboxQueue(gid),
+			"msg_id", env.MsgID, "trace_id", env.TraceID, "claimed_sender", env.Sender.String(), "err", err)
+		_ = d.Nack(false, false)
+		return
+	}
 	log := b.log.With("msg_id", env.MsgID, "trace_id", env.TraceID, "queue", InboxQueue(gid))
 	if err := b.handle(env); err != nil {
 		n := b.noteFailure(env.MsgID)

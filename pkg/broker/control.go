@@ -102,6 +102,7 @@ func (b *Broker) publishing(env *envelope.Envelope, persistent bool) (amqp.Publi
 		}
 		msg.Expiration = fmt.Sprint(ms)
 	}
+	b.signHeaders(&msg)
 	return msg, nil
 }
 
@@ -175,6 +176,11 @@ func (b *Broker) takeControl(d amqp.Delivery) {
 	env, err := envelope.Decode(d.Body, b.cfg.MaxBody)
 	if err == nil && env.Kind != envelope.Spawn && env.Kind != envelope.Stop {
 		err = fmt.Errorf("kind %s is not a control request", env.Kind)
+	}
+	if err == nil {
+		if aerr := b.authentic(d, env); aerr != nil {
+			err = fmt.Errorf("not authentic: %w", aerr)
+		}
 	}
 	if err != nil {
 		b.log.Error("poison control message: dropped", "queue", q, "msg_id", d.MessageId, "err", err)

@@ -35,6 +35,7 @@ func (b *Broker) PublishPresence(env *envelope.Envelope, what string, ttl time.D
 		Expiration: itoa(ttl.Milliseconds()),
 		Headers:    amqp.Table{"fleet-host": b.cfg.Host},
 	}
+	b.signHeaders(&msg)
 	switch gen.pub.publishTo(context.Background(), ExRoster, "roster."+b.cfg.Host+"."+what, msg, time.Now().Add(b.cfg.PublishTimeout), false) {
 	case resAck:
 		return nil
@@ -84,6 +85,10 @@ func (b *Broker) consumeRoster(gen *generation) {
 			env, err := envelope.Decode(m.Body, 16<<20)
 			if err != nil || env.Kind != envelope.Presence {
 				b.log.Warn("ignoring a bad presence message", "err", err)
+				continue
+			}
+			if err := b.authentic(m, env); err != nil {
+				b.log.Error("ignoring a presence message that is not authentic", "msg_id", env.MsgID, "err", err)
 				continue
 			}
 			if b.presence != nil {

@@ -45,6 +45,7 @@ type Config struct {
 	InboxTTL       time.Duration // broker inbox message TTL (x-message-ttl)
 	PublishTimeout time.Duration // bound on a broker confirm
 
+	TrustFile        string        // host public keys admitted across hosts
 	AskTTL           time.Duration // default time an ask waits for its answer
 	PresenceInterval time.Duration // heartbeat interval on bridge.roster
 	PresenceTTL      time.Duration // a host not heard this long leaves the view
@@ -82,6 +83,7 @@ var Keys = []Key{
 	{"inbox-max-length", "FLEET_INBOX_MAX_LENGTH", "broker inbox cap in messages; over it, senders are told the inbox is full", "10000"},
 	{"inbox-ttl", "FLEET_INBOX_TTL", "how long a message may wait in a broker inbox before it is dead-lettered", "168h"},
 	{"publish-timeout", "FLEET_PUBLISH_TIMEOUT", "longest wait for the broker to confirm a remote send", "5s"},
+	{"trust-file", "FLEET_TRUST_FILE", "host public keys whose signed messages are admitted (lines HOST KEY; fleet-gw key prints this host's)", "STATE_DIR/trust"},
 	{"ask-ttl", "FLEET_ASK_TTL", "how long fleet-ask waits for an answer unless --ttl says otherwise", "10m"},
 	{"presence-interval", "FLEET_PRESENCE_INTERVAL", "how often this gateway announces its entities on bridge.roster", "5s"},
 	{"presence-ttl", "FLEET_PRESENCE_TTL", "a host not heard this long leaves the roster view", "3 intervals"},
@@ -205,6 +207,7 @@ func load(lookup Lookup, configPath string, client bool) (*Config, error) {
 	c.InboxMaxLength = num("inbox-max-length", 10000)
 	c.InboxTTL = dur("inbox-ttl", 7*24*time.Hour)
 	c.PublishTimeout = dur("publish-timeout", 5*time.Second)
+	c.TrustFile = str("trust-file", filepath.Join(c.StateDir, "trust"))
 	c.AskTTL = dur("ask-ttl", 10*time.Minute)
 	c.PresenceInterval = dur("presence-interval", 5*time.Second)
 	if c.PresenceInterval <= 0 {

@@ -123,6 +123,10 @@ func (g *Gateway) Run(ctx context.Context) error {
 			Limits: broker.Limits{MaxLength: g.cfg.InboxMaxLength, TTL: g.cfg.InboxTTL, DLQLength: 100000},
 		}, g.log, g.takeBroker) // control.go: control answers, then takeRemote
 		g.br.OnPresence(g.onPresence)
+		if err := g.setupAuth(); err != nil {
+			g.closeState()
+			return fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot set up this host's signing key")
+		}
 		g.br.OnControl(g.onControl) // control.go: SPAWN/STOP for this host
 	}
 	if err := g.loadEntities(); err != nil {

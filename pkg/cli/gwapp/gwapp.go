@@ -5,12 +5,15 @@
 package gwapp
 
 import (
+	"fmt"
+
 	"log/slog"
 	"net/url"
 	"os"
 
 	"github.com/fleetd/fleet/pkg/cli"
 	"github.com/fleetd/fleet/pkg/config"
+	"github.com/fleetd/fleet/pkg/fault"
 	"github.com/fleetd/fleet/pkg/gateway"
 	ucli "github.com/urfave/cli/v2"
 )
@@ -55,6 +58,25 @@ func NewGatewayApp() *ucli.App {
 				h = slog.NewJSONHandler(os.Stderr, opts)
 			}
 			return gateway.New(cfg, slog.New(h)).Run(c.Context)
+		},
+	}, {
+		Name:            "key",
+		Usage:           "print this host's trust line (HOST PUBLIC-KEY), creating its signing key if needed",
+		Description:     "Collect every host's line into each gateway's trust file (trust-file): across hosts, a message is admitted only when a host in it signed it.",
+		HideHelpCommand: true,
+		OnUsageError:    app.OnUsageError,
+		Flags:           gwFlags(),
+		Action: func(c *ucli.Context) error {
+			cfg, err := cli.LoadConfig(c)
+			if err != nil {
+				return err
+			}
+			priv, err := gateway.HostKey(cfg)
+			if err != nil {
+				return fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot read or create the host key in %s", cfg.StateDir)
+			}
+			_, err = fmt.Fprintln(c.App.Writer, gateway.TrustLine(cfg.Host, priv))
+			return err
 		},
 	}}
 	return app
