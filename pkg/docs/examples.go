@@ -25,6 +25,9 @@ var examples = map[string][]example{
 		{"Run this host's gateway with the default state folder and socket. " +
 			"It logs to stderr: text on a terminal, JSON lines otherwise.",
 			"fleet-gw run"},
+		{"Across hosts, trust each other's signatures: collect every host's line into each host's trust file " +
+			"(the default is STATE_DIR/trust; a running gateway rereads it when it changes):",
+			"fleet-gw key >> /srv/fleet/trust"},
 		{"Keep the state and the socket in chosen places. Every other command then needs the same " +
 			"socket, and the same state folder to use --as:",
 			"fleet-gw run --state-dir /srv/fleet --socket /srv/fleet/gw.sock\n" +
