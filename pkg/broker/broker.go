@@ -468,20 +468,9 @@ func (b *Broker) Publish(ctx context.Context, key string, env *envelope.Envelope
 	nacks := 0
 	deadline := time.Now().Add(b.cfg.PublishTimeout)
 	for attempt := 1; ; attempt++ {
-		b.mu.Lock()
-		gen, blocked, lastErr := b.gen, b.blocked, b.lastErr
-		b.mu.Unlock()
-		if blocked != "" {
-			return fault.New(fault.Unavailable, "broker_blocked", "the broker is blocking publishers (%s): remote send refused", blocked).
-				WithHint("free the broker's memory or disk; local sends keep working")
-		}
-		if gen == nil {
-			msg := "broker unreachable"
-			if lastErr != nil {
-				msg += ": " + lastErr.Error()
-			}
-			return fault.New(fault.Unavailable, "broker_down", "%s", msg).
-				WithHint("local sends keep working; remote ones work again once the gateway reconnects")
+		gen, err := b.current("remote send refused", "local sends keep working; remote ones work again once the gateway reconnects")
+		if err != nil {
+			return err
 		}
 		res := gen.pub.publish(ctx, ExMsg, key, msg, deadline)
 		switch res {
@@ -507,6 +496,26 @@ func (b *Broker) Publish(ctx context.Context, key string, env *envelope.Envelope
 		}
 		sleep(ctx, 50*time.Millisecond*time.Duration(attempt))
 	}
+}
+
+// current returns the live generation, or the fault that says why there is
+// none: the broker blocks publishers, or it is unreachable. Nothing waits.
+func (b *Broker) current(refused, downHint string) (*generation, error) {
+	b.mu.Lock()
+	gen, blocked, lastErr := b.gen, b.blocked, b.lastErr
+	b.mu.Unlock()
+	if blocked != "" {
+		return nil, fault.New(fault.Unavailable, "broker_blocked", "the broker is blocking publishers (%s): %s", blocked, refused).
+			WithHint("free the broker's memory or disk; local sends keep working")
+	}
+	if gen == nil {
+		msg := "broker unreachable"
+		if lastErr != nil {
+			msg += ": " + lastErr.Error()
+		}
+		return nil, fault.New(fault.Unavailable, "broker_down", "%s", msg).WithHint("%s", downHint)
+	}
+	return gen, nil
 }
 
 // DeadLetter publishes a copy of env to bridge.dlx (and so bridge.dlq) with

@@ -41,20 +41,9 @@ func (b *Broker) PublishControl(ctx context.Context, host string, env *envelope.
 	}
 	deadline := time.Now().Add(b.cfg.PublishTimeout)
 	for attempt := 1; ; attempt++ {
-		b.mu.Lock()
-		gen, blocked, lastErr := b.gen, b.blocked, b.lastErr
-		b.mu.Unlock()
-		if blocked != "" {
-			return fault.New(fault.Unavailable, "broker_blocked", "the broker is blocking publishers (%s): request not sent", blocked).
-				WithHint("free the broker's memory or disk")
-		}
-		if gen == nil {
-			msg := "broker unreachable"
-			if lastErr != nil {
-				msg += ": " + lastErr.Error()
-			}
-			return fault.New(fault.Unavailable, "broker_down", "%s", msg).
-				WithHint("requests to other hosts work again once the gateway reconnects")
+		gen, err := b.current("request not sent", "requests to other hosts work again once the gateway reconnects")
+		if err != nil {
+			return err
 		}
 		switch gen.pub.publish(ctx, ExControl, host, msg, deadline) {
 		case resAck:
