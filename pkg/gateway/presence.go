@@ -229,3 +229,16 @@ func (g *Gateway) remoteByName(name, host string) []api.EntityRow {
 	}
 	return out
 }
+
+// remoteHostOf returns the host the view places a remote gid on ("" if
+// unknown): one map lookup per host, for the check on every inbound message.
+func (g *Gateway) remoteHostOf(gid string) string {
+	g.peersMu.Lock()
+	defer g.peersMu.Unlock()
+	for host, p := range g.peers {
+		if _, ok := p.entities[gid]; ok {
+			return host
+		}
+	}
+	return ""
+}

@@ -140,10 +140,8 @@ func (g *Gateway) setupAuth() error {
 				return fmt.Errorf("sender claims host %q but %q signed it", env.Sender.Host, host)
 			}
 			if env.Sender.Gid != "" && host != g.cfg.Host {
-				for _, r := range g.remoteRows() {
-					if r.Gid == env.Sender.Gid && r.Host != host {
-						return fmt.Errorf("sender %s lives on %q in the roster, not on %q", env.Sender.Gid, r.Host, host)
-					}
+				if at := g.remoteHostOf(env.Sender.Gid); at != "" && at != host {
+					return fmt.Errorf("sender %s lives on %q in the roster, not on %q", env.Sender.Gid, at, host)
 				}
 			}
 			if env.Kind != envelope.Presence && time.Since(env.Created) > g.cfg.DedupWindow {
