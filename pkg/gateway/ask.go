@@ -121,10 +121,12 @@ func (g *Gateway) ask(c *conn, req *api.Request) {
 	g.askMu.Lock()
 	g.asks[env.MsgID] = w
 	g.askMu.Unlock()
+	g.announceEntity(sender.Gid) // reads "waiting" in the roster
 	defer func() {
 		g.askMu.Lock()
 		delete(g.asks, env.MsgID) // the turn is gone: later answers are TOO_LATE
 		g.askMu.Unlock()
+		g.announceEntity(sender.Gid)
 	}()
 	g.audit.Message("ask", env, 0, "")
 	if t.box != nil {
@@ -290,6 +292,18 @@ func (g *Gateway) answerReceipt(msgID string) bool {
 	default:
 	}
 	return true
+}
+
+// asking reports whether gid has an ask of its own waiting for an answer.
+func (g *Gateway) asking(gid string) bool {
+	g.askMu.Lock()
+	defer g.askMu.Unlock()
+	for _, w := range g.asks {
+		if w.gid == gid {
+			return true
+		}
+	}
+	return false
 }
 
 // pruneSeen forgets asks long past their expiry.

@@ -373,9 +373,13 @@ func (g *Gateway) row(e store.Entity, dead map[string]int) api.EntityRow {
 	if target == "" {
 		target = e.Exec
 	}
+	status := e.Status
+	if status == "idle" && g.asking(e.Gid) {
+		status = "waiting" // on an ask of its own (U2)
+	}
 	return api.EntityRow{
 		Name: e.Name, Gid: e.Gid, Host: e.Host, Mode: e.Mode, Target: target, Groups: groups,
-		Status: e.Status, Pending: g.st.Pending(e.Gid), Dead: dead[e.Gid], LastDelivery: e.LastDelivery,
+		Status: status, Pending: g.st.Pending(e.Gid), Dead: dead[e.Gid], LastDelivery: e.LastDelivery,
 	}
 }
 
