@@ -216,6 +216,8 @@ func (g *Gateway) kill(env *envelope.Envelope, reason string, attempts int) {
 		// a remote message: its copy in bridge.dlq carries the reason too
 		if err := g.br.DeadLetter(env, reason, attempts); err != nil {
 			g.log.Warn("dead letter not copied to bridge.dlq", "msg_id", env.MsgID, "trace_id", env.TraceID, "err", err)
+		} else {
+			g.log.Info("dead letter copied to bridge.dlq", "msg_id", env.MsgID, "trace_id", env.TraceID)
 		}
 	}
 	g.settled(env, store.Dead, reason, attempts)
