@@ -5,6 +5,7 @@ import (
 	"os"
 
 	"github.com/fleetd/fleet/pkg/cli"
+	"github.com/fleetd/fleet/pkg/cli/rosterapp"
 )
 
-func main() { os.Exit(cli.Main(cli.NewRosterApp(), os.Args)) }
+func main() { os.Exit(cli.Main(rosterapp.NewRosterApp(), os.Args)) }

@@ -30,8 +30,9 @@ func init() {
 }
 
 // Apps lists every command's constructor, for the doc generator.
-// (fleet-gw is in pkg/cli/gwapp; pkg/docs adds it.)
-var Apps = []func() *cli.App{NewSendApp, NewRecvApp, NewRosterApp, NewBcastApp, NewAskApp, NewSpawnApp, NewStopApp}
+// (fleet-gw and fleet-roster are in pkg/cli/gwapp and pkg/cli/rosterapp;
+// pkg/docs adds them.)
+var Apps = []func() *cli.App{NewSendApp, NewRecvApp, NewBcastApp, NewAskApp, NewSpawnApp, NewStopApp}
 
 // Main runs app with args and returns the exit status. Every failure is one
 // line on stderr ("NAME: error: ..."), a hint line when there is a next
@@ -210,3 +211,36 @@ func LoadConfig(c *cli.Context) (*config.Config, error) { return loadConfig(c) }
 
 // IsTerminal reports whether f is a terminal.
 func IsTerminal(f *os.File) bool { return isTerminal(f) }
+
+// Exported for pkg/cli/rosterapp.
+
+// ConnFlags are the flags that find the gateway.
+func ConnFlags() []cli.Flag { return connFlags() }
+
+// JSONFlag is --json.
+func JSONFlag() cli.Flag { return jsonFlag() }
+
+// AsFlag is --as NAME.
+func AsFlag() cli.Flag { return asFlag() }
+
+// Session is a connected command.
+type Session struct {
+	Cfg    *config.Config
+	Client *api.Client
+}
+
+// Connect dials the gateway as connect does.
+func Connect(c *cli.Context) (*Session, error) {
+	s, err := connect(c)
+	if err != nil {
+		return nil, err
+	}
+	return &Session{Cfg: s.cfg, Client: s.client}, nil
+}
+
+// PrintJSON writes v as one JSON line.
+func PrintJSON(w io.Writer, v any) error { return printJSON(w, v) }
+
+// Interspersed is the argument reordering Main applies (for the other app
+// packages' tests).
+func Interspersed(app *cli.App, args []string) []string { return interspersed(app, args) }

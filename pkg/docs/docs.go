@@ -22,6 +22,7 @@ import (
 
 	"github.com/fleetd/fleet/pkg/cli"
 	"github.com/fleetd/fleet/pkg/cli/gwapp"
+	"github.com/fleetd/fleet/pkg/cli/rosterapp"
 	"github.com/fleetd/fleet/pkg/config"
 	"github.com/fleetd/fleet/pkg/fault"
 	"github.com/fleetd/fleet/pkg/launch"
@@ -33,7 +34,7 @@ var Dirs = []string{"man", "completions"}
 
 // AllApps is every command's constructor: fleet-gw's and the short ones.
 func AllApps() []func() *ucli.App {
-	return append([]func() *ucli.App{gwapp.NewGatewayApp}, cli.Apps...)
+	return append([]func() *ucli.App{gwapp.NewGatewayApp, rosterapp.NewRosterApp}, cli.Apps...)
 }
 
 // Render returns every generated file, keyed by its slash-separated path

@@ -1,4 +1,8 @@
-package cli
+// Package rosterapp is fleet-roster's command definition. It lives apart
+// from pkg/cli because it alone renders tables: tablewriter and its width
+// tables are initialised at every start of a binary that links them, and
+// fleet-send should not pay for fleet-roster's tables.
+package rosterapp
 
 import (
 	"encoding/json"
@@ -10,27 +14,28 @@ import (
 	"time"
 
 	"github.com/fleetd/fleet/pkg/api"
-	"github.com/urfave/cli/v2"
+	fleetcli "github.com/fleetd/fleet/pkg/cli"
+	ucli "github.com/urfave/cli/v2"
 )
 
 // NewRosterApp is fleet-roster.
-func NewRosterApp() *cli.App {
-	app := newApp("fleet-roster", "list, register and remove this host's entities; set the caller's status")
+func NewRosterApp() *ucli.App {
+	app := fleetcli.NewApp("fleet-roster", "list, register and remove this host's entities; set the caller's status")
 	app.UsageText = "fleet-roster [options] [list]\n" +
 		"fleet-roster join NAME --mode pull|inject [--tmux-target T | --exec CMD] [--nudge CMD] [--group G ...]\n" +
 		"fleet-roster leave NAME\n" +
 		"fleet-roster status busy|idle\n" +
 		"fleet-roster group NAME [--add G ...] [--remove G ...]\n" +
 		"fleet-roster dead [NAME]"
-	app.Flags = append(connFlags(), append(listFlags(), jsonFlag())...)
-	list := &cli.Command{
+	app.Flags = append(fleetcli.ConnFlags(), append(listFlags(), fleetcli.JSONFlag())...)
+	list := &ucli.Command{
 		Name:   "list",
 		Usage:  "list entities on every host: name, host, gid, mode, groups, status, pending, dead, last seen",
-		Flags:  append(listFlags(), jsonFlag()),
+		Flags:  append(listFlags(), fleetcli.JSONFlag()),
 		Action: runList,
 	}
 	app.Action = runList
-	app.Commands = []*cli.Command{
+	app.Commands = []*ucli.Command{
 		list,
 		{
 			Name:      "join",
@@ -38,13 +43,13 @@ func NewRosterApp() *cli.App {
 			ArgsUsage: "NAME",
 			Description: "Prints the credential on stdout (export it as FLEET_TOKEN in the entity's environment) " +
 				"and saves it owner-only in the state folder, where --as NAME finds it.",
-			Flags: []cli.Flag{
-				jsonFlag(),
-				&cli.StringFlag{Name: "mode", Usage: "pull (held for fleet-recv) or inject (delivered into a pane or command)", Required: true},
-				&cli.StringFlag{Name: "tmux-target", Usage: "inject: paste messages into this tmux pane"},
-				&cli.StringFlag{Name: "exec", Usage: "inject: run this command with the message JSON on stdin; exit 0 means delivered"},
-				&cli.StringFlag{Name: "nudge", Usage: "pull: run this command, with backoff, while unread messages wait"},
-				&cli.StringSliceFlag{Name: "group", Usage: "member of group G (repeat for more)"},
+			Flags: []ucli.Flag{
+				fleetcli.JSONFlag(),
+				&ucli.StringFlag{Name: "mode", Usage: "pull (held for fleet-recv) or inject (delivered into a pane or command)", Required: true},
+				&ucli.StringFlag{Name: "tmux-target", Usage: "inject: paste messages into this tmux pane"},
+				&ucli.StringFlag{Name: "exec", Usage: "inject: run this command with the message JSON on stdin; exit 0 means delivered"},
+				&ucli.StringFlag{Name: "nudge", Usage: "pull: run this command, with backoff, while unread messages wait"},
+				&ucli.StringSliceFlag{Name: "group", Usage: "member of group G (repeat for more)"},
 			},
 			Action: runJoin,
 		},
@@ -52,24 +57,24 @@ func NewRosterApp() *cli.App {
 			Name:      "leave",
 			Usage:     "remove an entity; what waits in its inbox is dead-lettered",
 			ArgsUsage: "NAME",
-			Flags:     []cli.Flag{jsonFlag()},
+			Flags:     []ucli.Flag{fleetcli.JSONFlag()},
 			Action:    runLeave,
 		},
 		{
 			Name:      "status",
 			Usage:     "mark the caller busy (inject waits) or idle",
 			ArgsUsage: "busy|idle",
-			Flags:     []cli.Flag{jsonFlag(), asFlag()},
+			Flags:     []ucli.Flag{fleetcli.JSONFlag(), fleetcli.AsFlag()},
 			Action:    runSetStatus,
 		},
 		{
 			Name:      "group",
 			Usage:     "add an entity to groups or remove it; its inbox is rebound at once",
 			ArgsUsage: "NAME",
-			Flags: []cli.Flag{
-				jsonFlag(),
-				&cli.StringSliceFlag{Name: "add", Usage: "join group G (repeat for more)"},
-				&cli.StringSliceFlag{Name: "remove", Usage: "leave group G (repeat for more)"},
+			Flags: []ucli.Flag{
+				fleetcli.JSONFlag(),
+				&ucli.StringSliceFlag{Name: "add", Usage: "join group G (repeat for more)"},
+				&ucli.StringSliceFlag{Name: "remove", Usage: "leave group G (repeat for more)"},
 			},
 			Action: runGroup,
 		},
@@ -77,29 +82,29 @@ func NewRosterApp() *cli.App {
 			Name:      "dead",
 			Usage:     "list dead letters, with the reason each died",
 			ArgsUsage: "[NAME]",
-			Flags:     []cli.Flag{jsonFlag()},
+			Flags:     []ucli.Flag{fleetcli.JSONFlag()},
 			Action:    runDead,
 		},
 	}
 	for _, cmd := range app.Commands {
 		// every subcommand takes the connection flags too, wherever they
 		// are written, and reports usage errors the house way
-		cmd.Flags = append(cmd.Flags, connFlags()...)
+		cmd.Flags = append(cmd.Flags, fleetcli.ConnFlags()...)
 		cmd.HideHelpCommand = true
 		cmd.OnUsageError = app.OnUsageError
 	}
 	return app
 }
 
-func listFlags() []cli.Flag {
-	return []cli.Flag{
-		&cli.StringFlag{Name: "host", Usage: "only entities on host H"},
-		&cli.StringFlag{Name: "group", Usage: "only members of group G"},
-		&cli.BoolFlag{Name: "watch", Aliases: []string{"w"}, Usage: "stream changes (JSON Lines) or redraw the table (terminal)"},
+func listFlags() []ucli.Flag {
+	return []ucli.Flag{
+		&ucli.StringFlag{Name: "host", Usage: "only entities on host H"},
+		&ucli.StringFlag{Name: "group", Usage: "only members of group G"},
+		&ucli.BoolFlag{Name: "watch", Aliases: []string{"w"}, Usage: "stream changes (JSON Lines) or redraw the table (terminal)"},
 	}
 }
 
-func lineageString(c *cli.Context, name string) string {
+func lineageString(c *ucli.Context, name string) string {
 	for _, ctx := range c.Lineage() {
 		if ctx.IsSet(name) {
 			return ctx.String(name)
@@ -108,7 +113,7 @@ func lineageString(c *cli.Context, name string) string {
 	return ""
 }
 
-func lineageBool(c *cli.Context, name string) bool {
+func lineageBool(c *ucli.Context, name string) bool {
 	for _, ctx := range c.Lineage() {
 		if ctx.Bool(name) {
 			return true
@@ -117,34 +122,34 @@ func lineageBool(c *cli.Context, name string) bool {
 	return false
 }
 
-func jsonOut(c *cli.Context) bool {
+func jsonOut(c *ucli.Context) bool {
 	for _, ctx := range c.Lineage() {
 		if ctx.Bool("json") {
 			return true
 		}
 	}
-	return !isTerminal(os.Stdout)
+	return !fleetcli.IsTerminal(os.Stdout)
 }
 
-func oneArg(c *cli.Context, what string) (string, error) {
+func oneArg(c *ucli.Context, what string) (string, error) {
 	if c.NArg() != 1 {
-		return "", usage("want exactly one %s, got %d arguments", what, c.NArg())
+		return "", fleetcli.Usage("want exactly one %s, got %d arguments", what, c.NArg())
 	}
 	return c.Args().First(), nil
 }
 
-func runList(c *cli.Context) error {
+func runList(c *ucli.Context) error {
 	if c.NArg() > 0 {
-		return usage("unknown command %q", c.Args().First()).WithHint("see: fleet-roster --help")
+		return fleetcli.Usage("unknown command %q", c.Args().First()).WithHint("see: fleet-roster --help")
 	}
-	s, err := connect(c)
+	s, err := fleetcli.Connect(c)
 	if err != nil {
 		return err
 	}
-	defer s.client.Close()
+	defer s.Client.Close()
 	host, group := lineageString(c, "host"), lineageString(c, "group")
 	fetch := func() ([]api.EntityRow, error) {
-		resp, err := s.client.Call(&api.Request{Op: api.OpRoster})
+		resp, err := s.Client.Call(&api.Request{Op: api.OpRoster})
 		if err != nil {
 			return nil, err
 		}
@@ -166,10 +171,10 @@ func runList(c *cli.Context) error {
 	return watchRoster(c, rows, fetch)
 }
 
-func printRoster(c *cli.Context, rows []api.EntityRow) error {
+func printRoster(c *ucli.Context, rows []api.EntityRow) error {
 	if jsonOut(c) {
 		for _, r := range rows {
-			if err := printJSON(c.App.Writer, r); err != nil {
+			if err := fleetcli.PrintJSON(c.App.Writer, r); err != nil {
 				return err
 			}
 		}
@@ -206,7 +211,7 @@ func tableRows(rows []api.EntityRow) [][]string {
 // watchRoster polls the view and prints what changed: JSON Lines of
 // {"type":"entity",...} and {"type":"gone",...}, or a redrawn table on a
 // terminal. It runs until interrupted.
-func watchRoster(c *cli.Context, rows []api.EntityRow, fetch func() ([]api.EntityRow, error)) error {
+func watchRoster(c *ucli.Context, rows []api.EntityRow, fetch func() ([]api.EntityRow, error)) error {
 	asJSON := jsonOut(c)
 	type key struct{ host, gid string }
 	seen := map[key]string{}
@@ -227,7 +232,7 @@ func watchRoster(c *cli.Context, rows []api.EntityRow, fetch func() ([]api.Entit
 				continue
 			}
 			seen[k] = string(data)
-			if err := printJSON(c.App.Writer, struct {
+			if err := fleetcli.PrintJSON(c.App.Writer, struct {
 				Type string `json:"type"`
 				api.EntityRow
 			}{"entity", r}); err != nil {
@@ -237,7 +242,7 @@ func watchRoster(c *cli.Context, rows []api.EntityRow, fetch func() ([]api.Entit
 		for k := range seen {
 			if !now[k] {
 				delete(seen, k)
-				if err := printJSON(c.App.Writer, struct {
+				if err := fleetcli.PrintJSON(c.App.Writer, struct {
 					Type string `json:"type"`
 					Host string `json:"host"`
 					Gid  string `json:"gid"`
@@ -269,17 +274,17 @@ func watchRoster(c *cli.Context, rows []api.EntityRow, fetch func() ([]api.Entit
 	}
 }
 
-func runJoin(c *cli.Context) error {
+func runJoin(c *ucli.Context) error {
 	name, err := oneArg(c, "NAME")
 	if err != nil {
 		return err
 	}
-	s, err := connect(c)
+	s, err := fleetcli.Connect(c)
 	if err != nil {
 		return err
 	}
-	defer s.client.Close()
-	resp, err := s.client.Call(&api.Request{
+	defer s.Client.Close()
+	resp, err := s.Client.Call(&api.Request{
 		Op: api.OpJoin, Name: name, Mode: c.String("mode"), TmuxTarget: c.String("tmux-target"),
 		Exec: c.String("exec"), Nudge: c.String("nudge"), Groups: c.StringSlice("group"),
 	})
@@ -287,7 +292,7 @@ func runJoin(c *cli.Context) error {
 		return err
 	}
 	if c.Bool("json") {
-		return printJSON(c.App.Writer, map[string]any{"entity": resp.Entity, "token": resp.Token, "credential_file": resp.CredFile})
+		return fleetcli.PrintJSON(c.App.Writer, map[string]any{"entity": resp.Entity, "token": resp.Token, "credential_file": resp.CredFile})
 	}
 	fmt.Fprintf(c.App.ErrWriter, "fleet-roster: registered %s (gid %s); credential saved to %s — shown once, below\n",
 		resp.Entity.Name, resp.Entity.Gid, resp.CredFile)
@@ -295,90 +300,90 @@ func runJoin(c *cli.Context) error {
 	return err
 }
 
-func runLeave(c *cli.Context) error {
+func runLeave(c *ucli.Context) error {
 	name, err := oneArg(c, "NAME")
 	if err != nil {
 		return err
 	}
-	s, err := connect(c)
+	s, err := fleetcli.Connect(c)
 	if err != nil {
 		return err
 	}
-	defer s.client.Close()
-	resp, err := s.client.Call(&api.Request{Op: api.OpLeave, Name: name})
+	defer s.Client.Close()
+	resp, err := s.Client.Call(&api.Request{Op: api.OpLeave, Name: name})
 	if err != nil {
 		return err
 	}
 	if c.Bool("json") {
-		return printJSON(c.App.Writer, map[string]any{"name": name, "dead_lettered": resp.Count})
+		return fleetcli.PrintJSON(c.App.Writer, map[string]any{"name": name, "dead_lettered": resp.Count})
 	}
 	fmt.Fprintf(c.App.ErrWriter, "fleet-roster: %s left; %d waiting message(s) dead-lettered\n", name, resp.Count)
 	return nil
 }
 
-func runGroup(c *cli.Context) error {
+func runGroup(c *ucli.Context) error {
 	name, err := oneArg(c, "NAME")
 	if err != nil {
 		return err
 	}
 	if len(c.StringSlice("add")) == 0 && len(c.StringSlice("remove")) == 0 {
-		return usage("nothing to do: give --add G or --remove G")
+		return fleetcli.Usage("nothing to do: give --add G or --remove G")
 	}
-	s, err := connect(c)
+	s, err := fleetcli.Connect(c)
 	if err != nil {
 		return err
 	}
-	defer s.client.Close()
-	resp, err := s.client.Call(&api.Request{Op: api.OpGroups, Name: name, Add: c.StringSlice("add"), Remove: c.StringSlice("remove")})
+	defer s.Client.Close()
+	resp, err := s.Client.Call(&api.Request{Op: api.OpGroups, Name: name, Add: c.StringSlice("add"), Remove: c.StringSlice("remove")})
 	if err != nil {
 		return err
 	}
 	if c.Bool("json") {
-		return printJSON(c.App.Writer, resp.Entity)
+		return fleetcli.PrintJSON(c.App.Writer, resp.Entity)
 	}
 	fmt.Fprintf(c.App.ErrWriter, "fleet-roster: %s is in groups: %s\n", name, strings.Join(resp.Entity.Groups, ", "))
 	return nil
 }
 
-func runSetStatus(c *cli.Context) error {
+func runSetStatus(c *ucli.Context) error {
 	st, err := oneArg(c, "status (busy or idle)")
 	if err != nil {
 		return err
 	}
 	if st != "busy" && st != "idle" {
-		return usage("status must be busy or idle, not %q", st)
+		return fleetcli.Usage("status must be busy or idle, not %q", st)
 	}
-	s, err := connect(c)
+	s, err := fleetcli.Connect(c)
 	if err != nil {
 		return err
 	}
-	defer s.client.Close()
-	resp, err := s.client.Call(&api.Request{Op: api.OpStatus, Status: st})
+	defer s.Client.Close()
+	resp, err := s.Client.Call(&api.Request{Op: api.OpStatus, Status: st})
 	if err != nil {
 		return err
 	}
 	if c.Bool("json") {
-		return printJSON(c.App.Writer, resp.Entity)
+		return fleetcli.PrintJSON(c.App.Writer, resp.Entity)
 	}
 	return nil
 }
 
-func runDead(c *cli.Context) error {
+func runDead(c *ucli.Context) error {
 	if c.NArg() > 1 {
-		return usage("want at most one NAME")
+		return fleetcli.Usage("want at most one NAME")
 	}
-	s, err := connect(c)
+	s, err := fleetcli.Connect(c)
 	if err != nil {
 		return err
 	}
-	defer s.client.Close()
-	resp, err := s.client.Call(&api.Request{Op: api.OpDead, Name: c.Args().First()})
+	defer s.Client.Close()
+	resp, err := s.Client.Call(&api.Request{Op: api.OpDead, Name: c.Args().First()})
 	if err != nil {
 		return err
 	}
 	if jsonOut(c) {
 		for _, d := range resp.Dead {
-			if err := printJSON(c.App.Writer, d); err != nil {
+			if err := fleetcli.PrintJSON(c.App.Writer, d); err != nil {
 				return err
 			}
 		}
