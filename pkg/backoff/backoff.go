@@ -4,6 +4,7 @@
 package backoff
 
 import (
+	"context"
 	"math/rand/v2"
 	"time"
 )
@@ -33,4 +34,14 @@ func (p Policy) Delay(n int) time.Duration {
 		d = half + time.Duration(rand.Int64N(int64(d-half)+1))
 	}
 	return d
+}
+
+// Sleep waits d, or less if ctx ends first.
+func Sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
 }

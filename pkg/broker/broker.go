@@ -192,7 +192,7 @@ func (b *Broker) Run(ctx context.Context) {
 			if failures == 1 || failures%10 == 0 {
 				b.log.Error("broker unreachable", "err", err, "attempt", failures)
 			}
-			sleep(ctx, pol.Delay(failures))
+			backoff.Sleep(ctx, pol.Delay(failures))
 			continue
 		}
 		if failures > 0 || b.lostOnce {
@@ -217,7 +217,7 @@ func (b *Broker) Run(ctx context.Context) {
 			return
 		}
 		b.log.Warn("broker connection lost: reconnecting", "err", err)
-		sleep(ctx, pol.Delay(1))
+		backoff.Sleep(ctx, pol.Delay(1))
 	}
 }
 
@@ -494,7 +494,7 @@ func (b *Broker) Publish(ctx context.Context, key string, env *envelope.Envelope
 		if time.Now().After(deadline) || attempt >= 5 {
 			return fault.New(fault.Unavailable, "broker_down", "the broker connection failed while sending; outcome unknown, not confirmed")
 		}
-		sleep(ctx, 50*time.Millisecond*time.Duration(attempt))
+		backoff.Sleep(ctx, 50*time.Millisecond*time.Duration(attempt))
 	}
 }
 
@@ -547,14 +547,5 @@ func (b *Broker) DeadLetter(env *envelope.Envelope, reason string, attempts int)
 		return nil
 	default:
 		return errors.New("dead letter not confirmed")
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
 	}
 }

@@ -3,6 +3,7 @@ package broker
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/fleetd/fleet/pkg/envelope"
@@ -211,24 +212,31 @@ func (b *Broker) take(d amqp.Delivery, gid string) {
 		return
 	}
 	log := b.log.With("msg_id", env.MsgID, "trace_id", env.TraceID, "queue", InboxQueue(gid))
-	if err := b.handle(env); err != nil {
+	// an ack that fails (the channel died after the host took it) means a
+	// redelivery, which the host's dedup by msg id drops
+	b.settle(d, env, b.handle(env), log, "could not take a message into the host store", 200*time.Millisecond)
+}
+
+// settle acks a delivery its handler took (err == nil), or requeues it
+// after pause, or — after the configured attempts — rejects it without
+// requeue (to bridge.dlq). It runs on the delivery's own channel's goroutine.
+func (b *Broker) settle(d amqp.Delivery, env *envelope.Envelope, err error, log *slog.Logger, what string, pause time.Duration) {
+	if err != nil {
 		n := b.noteFailure(env.MsgID)
 		if n >= b.cfg.Attempts {
-			log.Error("could not take a message into the host store: rejected to bridge.dlq", "attempts", n, "err", err)
+			log.Error(what+": rejected", "attempts", n, "err", err)
 			_ = d.Nack(false, false)
 			b.forget(env.MsgID)
 			return
 		}
-		log.Warn("could not take a message into the host store: requeued", "attempt", n, "err", err)
-		time.Sleep(200 * time.Millisecond)
+		log.Warn(what+": requeued", "attempt", n, "err", err)
+		time.Sleep(pause)
 		_ = d.Nack(false, true)
 		return
 	}
 	b.forget(env.MsgID)
 	if err := d.Ack(false); err != nil {
-		// the channel died after the host took it: the broker redelivers,
-		// and the host's dedup by msg id drops the copy
-		log.Warn("ack failed; a redelivery will be deduplicated", "err", err)
+		log.Warn("ack failed; the redelivery will be recognised by its msg id", "err", err)
 	}
 }
 

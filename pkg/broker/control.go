@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/fleetd/fleet/pkg/backoff"
 	"github.com/fleetd/fleet/pkg/envelope"
 	"github.com/fleetd/fleet/pkg/fault"
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -63,7 +64,7 @@ func (b *Broker) PublishControl(ctx context.Context, host string, env *envelope.
 		if time.Now().After(deadline) || attempt >= 5 {
 			return fault.New(fault.Unavailable, "broker_down", "the broker connection failed while sending; outcome unknown, not confirmed")
 		}
-		sleep(ctx, 50*time.Millisecond*time.Duration(attempt))
+		backoff.Sleep(ctx, 50*time.Millisecond*time.Duration(attempt))
 	}
 }
 
@@ -134,7 +135,7 @@ func (b *Broker) consumeControl(gen *generation) {
 				log.Error("cannot consume the control queue: retrying", "err", err)
 				reported = true
 			}
-			sleep(gen.ctx, time.Second)
+			backoff.Sleep(gen.ctx, time.Second)
 			continue
 		}
 		if reported {
@@ -177,22 +178,6 @@ func (b *Broker) takeControl(d amqp.Delivery) {
 		return
 	}
 	log := b.log.With("msg_id", env.MsgID, "trace_id", env.TraceID, "queue", q)
-	if err := b.control(env); err != nil {
-		n := b.noteFailure(env.MsgID)
-		if n >= b.cfg.Attempts {
-			log.Error("control request failed again and again: dropped", "attempts", n, "err", err)
-			_ = d.Nack(false, false)
-			b.forget(env.MsgID)
-			return
-		}
-		log.Warn("control request failed: requeued", "attempt", n, "err", err)
-		time.Sleep(500 * time.Millisecond)
-		_ = d.Nack(false, true)
-		return
-	}
-	b.forget(env.MsgID)
-	if err := d.Ack(false); err != nil {
-		// redelivered later: the handler answers it from its record
-		log.Warn("ack of a control request failed; a redelivery is answered from the record", "err", err)
-	}
+	// a redelivery after a failed ack is answered from the handler's record
+	b.settle(d, env, b.control(env), log, "control request failed", 500*time.Millisecond)
 }

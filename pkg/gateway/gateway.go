@@ -52,8 +52,7 @@ type Gateway struct {
 
 	ctl controlState // control.go: fleet-spawn / fleet-stop
 
-	recMu sync.Mutex
-	recCh chan struct{} // closed and replaced when a delivery record changes
+	records signal // a delivery record changed
 
 	peersMu sync.Mutex
 	peers   map[string]*peer // host -> what we last heard of it
@@ -87,7 +86,6 @@ func New(cfg *config.Config, log *slog.Logger) *Gateway {
 		byName:      map[string]string{},
 		crash:       os.Getenv("FLEET_CRASHPOINT"),
 		peers:       map[string]*peer{},
-		recCh:       make(chan struct{}),
 		waiters:     map[string]*replyWaiter{},
 		asks:        map[string]*askWaiter{},
 		seen:        map[string]askSeen{},

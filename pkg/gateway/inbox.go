@@ -20,7 +20,7 @@ import (
 type mailbox struct {
 	mu       sync.Mutex
 	ent      store.Entity
-	changed  chan struct{}        // closed and replaced on every change
+	changed  signal               // new mail, a status change, a drained inbox
 	draining bool                 // a fleet-recv holds the inbox
 	live     []*envelope.Envelope // asks: in memory only, never stored
 	stop     context.CancelFunc
@@ -34,24 +34,15 @@ func (b *mailbox) snapshot() store.Entity {
 }
 
 // watch returns a channel closed at the next change.
-func (b *mailbox) watch() <-chan struct{} {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.changed
-}
+func (b *mailbox) watch() <-chan struct{} { return b.changed.wait() }
 
 // notify wakes everyone waiting on the mailbox: new mail, a status change,
 // a drained inbox.
-func (b *mailbox) notify() {
-	b.mu.Lock()
-	close(b.changed)
-	b.changed = make(chan struct{})
-	b.mu.Unlock()
-}
+func (b *mailbox) notify() { b.changed.notify() }
 
 func (g *Gateway) addBox(e *store.Entity) *mailbox {
 	ctx, cancel := context.WithCancel(g.runCtx)
-	b := &mailbox{ent: *e, changed: make(chan struct{}), stop: cancel, done: make(chan struct{})}
+	b := &mailbox{ent: *e, stop: cancel, done: make(chan struct{})}
 	g.mu.Lock()
 	g.boxes[e.Gid] = b
 	g.byName[e.Name] = e.Gid
@@ -130,7 +121,7 @@ func (g *Gateway) injectLoop(ctx context.Context, b *mailbox) {
 				continue
 			}
 			g.log.Warn("ask not injected: retrying until it expires", "msg_id", env.MsgID, "trace_id", env.TraceID, "err", err)
-			sleep(ctx, pol.Delay(1))
+			backoff.Sleep(ctx, pol.Delay(1))
 			continue
 		}
 		items, err := g.st.Head(ent.Gid, 0, 16)
@@ -158,7 +149,7 @@ func (g *Gateway) injectLoop(ctx context.Context, b *mailbox) {
 		attempt, err := g.st.BeginInject(store.Key(env))
 		if err != nil {
 			log.Error("recording delivery attempt", "err", err)
-			sleep(ctx, time.Second)
+			backoff.Sleep(ctx, time.Second)
 			continue
 		}
 		err = g.adapter(ent).Deliver(g.hardCtx, env)
@@ -171,7 +162,7 @@ func (g *Gateway) injectLoop(ctx context.Context, b *mailbox) {
 			for try := 1; ctx.Err() == nil; try++ {
 				if err := g.st.Delivered(store.Key(env), time.Now().UTC()); err != nil {
 					log.Error("recording delivery", "err", err, "try", try)
-					sleep(ctx, pol.Delay(try))
+					backoff.Sleep(ctx, pol.Delay(try))
 					continue
 				}
 				recorded = true
@@ -200,7 +191,7 @@ func (g *Gateway) injectLoop(ctx context.Context, b *mailbox) {
 			g.kill(env, "delivery failed "+strconv.Itoa(attempt)+" times: "+err.Error(), attempt)
 			continue
 		}
-		sleep(ctx, pol.Delay(attempt))
+		backoff.Sleep(ctx, pol.Delay(attempt))
 	}
 }
 
@@ -223,15 +214,6 @@ func (g *Gateway) kill(env *envelope.Envelope, reason string, attempts int) {
 	g.settled(env, store.Dead, reason, attempts)
 }
 
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
-}
-
 // nudgeLoop runs a pull entity's nudge hook while unread mail waits: first
 // after nudge-after, then with doubling intervals up to nudge-max. It checks
 // right before each run that mail still waits and no fleet-recv is draining,
@@ -246,8 +228,7 @@ func (g *Gateway) nudgeLoop(ctx context.Context, b *mailbox) {
 		b.mu.Lock()
 		draining := b.draining
 		b.mu.Unlock()
-		pending := g.st.Pending(ent.Gid)
-		if pending == 0 || draining || ent.Nudge == "" {
+		if draining || ent.Nudge == "" || !g.st.HasPending(ent.Gid) {
 			since, n = time.Time{}, 0
 			select {
 			case <-ctx.Done():
@@ -276,10 +257,10 @@ func (g *Gateway) nudgeLoop(ctx context.Context, b *mailbox) {
 		b.mu.Lock()
 		draining = b.draining
 		b.mu.Unlock()
-		pending = g.st.Pending(ent.Gid)
-		if pending == 0 || draining {
+		if draining || !g.st.HasPending(ent.Gid) {
 			continue
 		}
+		pending := g.st.Pending(ent.Gid) // counted only when a nudge fires
 		n++
 		err := deliver.Run(ctx, ent.Nudge, g.cfg.ExecTimeout, bytes.NewReader(nil), []string{
 			"FLEET_ENTITY=" + ent.Name,

@@ -38,18 +38,9 @@ func quiet(k envelope.Kind) bool {
 
 // recordsChanged returns a channel closed at the next change of any
 // delivery record this gateway knows of.
-func (g *Gateway) recordsChanged() <-chan struct{} {
-	g.recMu.Lock()
-	defer g.recMu.Unlock()
-	return g.recCh
-}
+func (g *Gateway) recordsChanged() <-chan struct{} { return g.records.wait() }
 
-func (g *Gateway) notifyRecords() {
-	g.recMu.Lock()
-	close(g.recCh)
-	g.recCh = make(chan struct{})
-	g.recMu.Unlock()
-}
+func (g *Gateway) notifyRecords() { g.records.notify() }
 
 // settled is called once a message in a local inbox was delivered or died.
 func (g *Gateway) settled(env *envelope.Envelope, state, reason string, attempts int) {

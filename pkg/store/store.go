@@ -417,6 +417,20 @@ func (s *Store) Head(gid string, after uint64, n int) ([]Item, error) {
 	return out, err
 }
 
+// HasPending reports whether anything waits in gid's inbox, without
+// counting (Pending walks the whole bucket).
+func (s *Store) HasPending(gid string) bool {
+	has := false
+	_ = s.db.View(func(tx *bolt.Tx) error {
+		if ib := tx.Bucket(bInbox).Bucket([]byte(gid)); ib != nil {
+			k, _ := ib.Cursor().First()
+			has = k != nil
+		}
+		return nil
+	})
+	return has
+}
+
 // Pending returns how many messages wait in gid's inbox.
 func (s *Store) Pending(gid string) int {
 	n := 0
