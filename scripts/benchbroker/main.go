@@ -31,6 +31,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/fleetd/fleet/scripts/internal/benchkit"
 	"math"
 	"net/url"
 	"os"
@@ -91,28 +92,7 @@ var (
 
 // ---- cleanup ----
 
-var (
-	cleanMu     sync.Mutex // held while cleaning up: a second caller waits
-	cleanups    []func()
-	interrupted atomic.Bool
-)
-
-func atCleanup(f func()) {
-	cleanMu.Lock()
-	cleanups = append(cleanups, f)
-	cleanMu.Unlock()
-}
-
-// cleanup runs the registered cleanups, last first, once each; a
-// concurrent caller returns only when they are done.
-func cleanup() {
-	cleanMu.Lock()
-	defer cleanMu.Unlock()
-	for i := len(cleanups) - 1; i >= 0; i-- {
-		cleanups[i]()
-	}
-	cleanups = nil
-}
+var interrupted atomic.Bool
 
 func main() {
 	flag.Parse()
@@ -122,13 +102,13 @@ func main() {
 		s := <-sig
 		interrupted.Store(true)
 		fmt.Fprintf(os.Stderr, "benchbroker: %v: cleaning up (gateways, spawned processes, vhost)\n", s)
-		cleanup()
+		benchkit.Cleanup()
 		os.Exit(130)
 	}()
 	watchdog := time.AfterFunc(*flagTimeout, func() {
 		interrupted.Store(true)
 		fmt.Fprintf(os.Stderr, "benchbroker: -timeout %v passed: cleaning up\n", *flagTimeout)
-		cleanup()
+		benchkit.Cleanup()
 		os.Exit(3)
 	})
 	err := run()
@@ -136,7 +116,7 @@ func main() {
 		select {} // the signal or timeout path exits
 	}
 	watchdog.Stop()
-	cleanup()
+	benchkit.Cleanup()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "benchbroker: error: %v\n", err)
 		os.Exit(1)
@@ -184,7 +164,7 @@ func createVhost(name string) error {
 		marker = filepath.Join(*flagPiddir, "vhost")
 		_ = os.WriteFile(marker, []byte(name+"\n"), 0o600)
 	}
-	atCleanup(func() {
+	benchkit.AtCleanup(func() {
 		if _, err := rmq("ctl", "delete_vhost", name); err != nil {
 			fmt.Fprintf(os.Stderr, "benchbroker: deleting vhost %s: %v\n", name, err)
 			return // the wrapper tries again from the marker
@@ -275,7 +255,7 @@ func startGateway(bin, root, tag, host, brokerURL, conf string, interval time.Du
 		logf.Close()
 		close(g.exited)
 	}()
-	atCleanup(g.stop)
+	benchkit.AtCleanup(g.stop)
 	if *flagPiddir != "" {
 		g.pidfile = filepath.Join(*flagPiddir, "gw-"+tag+"-"+host+".pid")
 		if err := os.WriteFile(g.pidfile, []byte(strconv.Itoa(g.cmd.Process.Pid)+"\n"), 0o600); err != nil {
@@ -294,7 +274,7 @@ func startGateway(bin, root, tag, host, brokerURL, conf string, interval time.Du
 			return nil, err
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("fleet-gw %s not ready after %v: %v; its log:\n%s", host, readyTimeout, err, tail(g.log))
+			return nil, fmt.Errorf("fleet-gw %s not ready after %v: %v; its log:\n%s", host, readyTimeout, err, benchkit.Tail(g.log))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -303,7 +283,7 @@ func startGateway(bin, root, tag, host, brokerURL, conf string, interval time.Du
 			return nil, err
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("fleet-gw %s: no broker connection after %v; its log:\n%s", host, readyTimeout, tail(g.log))
+			return nil, fmt.Errorf("fleet-gw %s: no broker connection after %v; its log:\n%s", host, readyTimeout, benchkit.Tail(g.log))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -333,7 +313,7 @@ func (g *gateway) stop() {
 func (g *gateway) alive() error {
 	select {
 	case <-g.exited:
-		return fmt.Errorf("fleet-gw %s exited; its log:\n%s", g.host, tail(g.log))
+		return fmt.Errorf("fleet-gw %s exited; its log:\n%s", g.host, benchkit.Tail(g.log))
 	default:
 		return nil
 	}
@@ -362,73 +342,10 @@ func stopSet(gws []*gateway) {
 	wg.Wait()
 }
 
-// memory is a few lines of /proc/PID/status, in KiB (Threads a count).
-type memory struct{ RSS, HWM, Anon, File, Threads int64 }
-
-func (g *gateway) memory() (memory, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", g.pid()))
-	if err != nil {
-		return memory{}, err
-	}
-	var m memory
-	for _, line := range strings.Split(string(data), "\n") {
-		k, v, ok := strings.Cut(line, ":")
-		if !ok {
-			continue
-		}
-		f := strings.Fields(v)
-		if len(f) == 0 {
-			continue
-		}
-		n, _ := strconv.ParseInt(f[0], 10, 64)
-		switch k {
-		case "VmRSS":
-			m.RSS = n
-		case "VmHWM":
-			m.HWM = n
-		case "RssAnon":
-			m.Anon = n
-		case "RssFile":
-			m.File = n
-		case "Threads":
-			m.Threads = n
-		}
-	}
-	if m.RSS == 0 {
-		return m, fmt.Errorf("no VmRSS in /proc/%d/status", g.pid())
-	}
-	return m, nil
-}
+func (g *gateway) memory() (benchkit.Memory, error) { return benchkit.ReadMemory(g.pid()) }
 
 // cpu returns the gateway's user+system CPU time so far (/proc/PID/stat).
-func (g *gateway) cpu() time.Duration { return procCPU(g.pid()) }
-
-func procCPU(pid int) time.Duration {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	i := bytes.LastIndexByte(data, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(string(data[i+1:]))
-	if len(f) < 13 {
-		return 0
-	}
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(ut+st) * 10 * time.Millisecond
-}
-
-// selfCPU returns this process's user+system CPU time so far.
-func selfCPU() time.Duration {
-	var ru syscall.Rusage
-	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
+func (g *gateway) cpu() time.Duration { return benchkit.ProcCPU(g.pid()) }
 
 // brokerCPU is the CPU time of the RabbitMQ node (beam.smp) so far, found
 // through its pid file; 0 when unknown.
@@ -436,19 +353,11 @@ func brokerCPU(pid int) time.Duration {
 	if pid <= 0 {
 		return 0
 	}
-	return procCPU(pid)
+	return benchkit.ProcCPU(pid)
 }
 
 func readFile(path string) string {
 	data, _ := os.ReadFile(path)
-	return string(data)
-}
-
-func tail(path string) string {
-	data, _ := os.ReadFile(path)
-	if len(data) > 4000 {
-		data = data[len(data)-4000:]
-	}
 	return string(data)
 }
 
@@ -536,74 +445,9 @@ func hasEntity(name, host string) func([]api.EntityRow) bool {
 	}
 }
 
-// pct returns the p-th percentile (nearest rank) of sorted d.
-func pct(d []time.Duration, p float64) time.Duration {
-	if len(d) == 0 {
-		return 0
-	}
-	i := int(math.Ceil(p/100*float64(len(d)))) - 1
-	if i < 0 {
-		i = 0
-	}
-	if i >= len(d) {
-		i = len(d) - 1
-	}
-	return d[i]
-}
-
-func sorted(d []time.Duration) []time.Duration {
-	out := append([]time.Duration(nil), d...)
-	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
-	return out
-}
-
-func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond)) }
-
-func mib(kib int64) string { return fmt.Sprintf("%.1f MiB", float64(kib)/1024) }
-
 func p5099(d []time.Duration) string {
-	s := sorted(d)
-	return fmt.Sprintf("p50 %s  p99 %s", ms(pct(s, 50)), ms(pct(s, 99)))
-}
-
-func split(total, parts, i int) int {
-	n := total / parts
-	if i < total%parts {
-		n++
-	}
-	return n
-}
-
-func met(ok bool) string {
-	if ok {
-		return "met"
-	}
-	return "NOT MET"
-}
-
-// loadavg returns the 1, 5 and 15 minute load averages.
-func loadavg() string {
-	f := strings.Fields(readFile("/proc/loadavg"))
-	if len(f) < 3 {
-		return "unknown"
-	}
-	return strings.Join(f[:3], " ")
-}
-
-// fsType names the filesystem under path (from /proc/self/mounts).
-func fsType(path string) string {
-	best, typ := "", "unknown"
-	for _, line := range strings.Split(readFile("/proc/self/mounts"), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 3 {
-			continue
-		}
-		mnt := f[1]
-		if (path == mnt || strings.HasPrefix(path, strings.TrimSuffix(mnt, "/")+"/")) && len(mnt) > len(best) {
-			best, typ = mnt, f[2]
-		}
-	}
-	return typ
+	s := benchkit.Sorted(d)
+	return fmt.Sprintf("p50 %s  p99 %s", benchkit.Ms(benchkit.Pct(s, 50)), benchkit.Ms(benchkit.Pct(s, 99)))
 }
 
 // ---- 1. ask round trip, and the raw two-hop baseline ----
@@ -1047,7 +891,7 @@ func askPhase(gws []*gateway, vhostURL string, bpid int) (*askResult, error) {
 	for okWarm < *flagWarmup {
 		tries++
 		if tries > *flagWarmup+50 {
-			return nil, fmt.Errorf("ask warm-up: only %d of %d tries answered; h1 log:\n%s", okWarm, tries-1, tail(h1.log))
+			return nil, fmt.Errorf("ask warm-up: only %d of %d tries answered; h1 log:\n%s", okWarm, tries-1, benchkit.Tail(h1.log))
 		}
 		if _, _, _, _, err := askOnce(h1, askTok, a, to); err != nil {
 			fmt.Printf("  warm-up ask failed (retried): %v\n", err)
@@ -1074,7 +918,7 @@ func askPhase(gws []*gateway, vhostURL string, bpid int) (*askResult, error) {
 		for i, g := range gws {
 			c0[i] = g.cpu()
 		}
-		b0, s0 := brokerCPU(bpid), selfCPU()
+		b0, s0 := brokerCPU(bpid), benchkit.SelfCPU()
 		t := time.Now()
 		for i := 0; i < k; i++ {
 			rt, sent, leg1, dt, err := askOnce(h1, askTok, a, to)
@@ -1093,8 +937,8 @@ func askPhase(gws []*gateway, vhostURL string, bpid int) (*askResult, error) {
 			gwCPU[i] += g.cpu() - c0[i]
 		}
 		fleetBroker += brokerCPU(bpid) - b0
-		fleetSelf += selfCPU() - s0
-		b0, s0 = brokerCPU(bpid), selfCPU()
+		fleetSelf += benchkit.SelfCPU() - s0
+		b0, s0 = brokerCPU(bpid), benchkit.SelfCPU()
 		t = time.Now()
 		for i := 0; i < k; i++ {
 			rt, leg1, err := raw.once()
@@ -1105,7 +949,7 @@ func askPhase(gws []*gateway, vhostURL string, bpid int) (*askResult, error) {
 		}
 		res.rawWall += time.Since(t)
 		rawBroker += brokerCPU(bpid) - b0
-		rawSelf += selfCPU() - s0
+		rawSelf += benchkit.SelfCPU() - s0
 		for i := 0; i < k; i++ {
 			rt, _, _, _, err := askOnce(h2, localTok, a, to)
 			if err != nil {
@@ -1144,9 +988,9 @@ func askPhase(gws []*gateway, vhostURL string, bpid int) (*askResult, error) {
 	fmt.Printf("raw two-hop (amqp091-go, %d-byte body = one encoded ASK, persistent=false, confirms, manual ack): %s  (n=%d)\n",
 		res.envBytes, p5099(res.raw), len(res.raw))
 	fmt.Printf("   leg 1: publish on A -> delivered to B: %s;  leg 2: B -> delivered to A: %s\n", p5099(res.rawLeg1), p5099(rawLeg2))
-	rs, fs := sorted(res.raw), sorted(res.rt)
+	rs, fs := benchkit.Sorted(res.raw), benchkit.Sorted(res.rt)
 	fmt.Printf("ratio fleet/raw: p50 %.2fx  p99 %.2fx  (target <= %.1fx)\n",
-		ratio(pct(fs, 50), pct(rs, 50)), ratio(pct(fs, 99), pct(rs, 99)), targetAskRatio)
+		ratio(benchkit.Pct(fs, 50), benchkit.Pct(rs, 50)), ratio(benchkit.Pct(fs, 99), benchkit.Pct(rs, 99)), targetAskRatio)
 	fmt.Printf("same-host ask round trip (localasker@%s -> answerer@%s, no broker; same answerer): %s  (n=%d)\n", h2.host, h2.host, p5099(res.local), len(res.local))
 	var cpus []string
 	for _, g := range gws {
@@ -1407,7 +1251,7 @@ func bcastPhase(gws []*gateway, vhostURL string, bpid int) (*bcastResult, error)
 	n := *flagInboxes
 	var spread []string
 	for i, g := range gws {
-		spread = append(spread, fmt.Sprintf("%d@%s", split(n, len(gws), i), g.host))
+		spread = append(spread, fmt.Sprintf("%d@%s", benchkit.Split(n, len(gws), i), g.host))
 	}
 	fmt.Printf("== 2. fleet-bcast to %d pull inboxes (%s; sender bcaster@%s, not a member), %d measured after 1 warm-up\n",
 		n, strings.Join(spread, "/"), gws[0].host, *flagBcasts)
@@ -1429,7 +1273,7 @@ func bcastPhase(gws []*gateway, vhostURL string, bpid int) (*bcastResult, error)
 	var jwg sync.WaitGroup
 	var jmu sync.Mutex
 	for gi, g := range gws {
-		k := split(n, len(gws), gi)
+		k := benchkit.Split(n, len(gws), gi)
 		names := make([]string, k)
 		base := idx
 		for j := 0; j < k; j++ {
@@ -1576,15 +1420,15 @@ func bcastPhase(gws []*gateway, vhostURL string, bpid int) (*bcastResult, error)
 			}
 		}
 		tr.mu.Unlock()
-		all = sorted(all)
-		br.all, br.median = all[len(all)-1], pct(all, 50)
+		all = benchkit.Sorted(all)
+		br.all, br.median = all[len(all)-1], benchkit.Pct(all, 50)
 		res.rounds = append(res.rounds, br)
 		var ph []string
 		for _, g := range gws {
-			ph = append(ph, fmt.Sprintf("%s %s", g.host, ms(br.perHost[g.host])))
+			ph = append(ph, fmt.Sprintf("%s %s", g.host, benchkit.Ms(br.perHost[g.host])))
 		}
 		fmt.Printf("broadcast %d: all %d inboxes in %s  (OpBcast call %s, %d served locally; median inbox %s; last per host: %s; duplicates %d)\n",
-			k, n, ms(br.all), ms(br.call), br.local, ms(br.median), strings.Join(ph, ", "), br.dups)
+			k, n, benchkit.Ms(br.all), benchkit.Ms(br.call), br.local, benchkit.Ms(br.median), strings.Join(ph, ", "), br.dups)
 		time.Sleep(500 * time.Millisecond)
 		c0 := brokerCPU(bpid)
 		rconf, rall, err := raw.once()
@@ -1593,7 +1437,7 @@ func bcastPhase(gws []*gateway, vhostURL string, bpid int) (*bcastResult, error)
 		}
 		res.rawCPU += brokerCPU(bpid) - c0
 		res.rawConf, res.rawAll = append(res.rawConf, rconf), append(res.rawAll, rall)
-		fmt.Printf("   raw fan-out %d: one persistent confirmed publish to %d queues: confirmed in %s, in every queue's consumer in %s\n", k, n, ms(rconf), ms(rall))
+		fmt.Printf("   raw fan-out %d: one persistent confirmed publish to %d queues: confirmed in %s, in every queue's consumer in %s\n", k, n, benchkit.Ms(rconf), benchkit.Ms(rall))
 	}
 	res.wall = time.Since(wall0)
 	if len(res.rounds) == 0 || len(res.rawAll) == 0 {
@@ -1610,8 +1454,8 @@ func bcastPhase(gws []*gateway, vhostURL string, bpid int) (*bcastResult, error)
 		*flagBcasts, res.wall.Round(time.Millisecond), strings.Join(cpus, ", "),
 		(res.bcpu / time.Duration(len(res.rounds))).Round(time.Millisecond), (res.rawCPU / time.Duration(len(res.rawAll))).Round(time.Millisecond))
 	alls := res.alls()
-	fmt.Printf("fleet-bcast to all %d inboxes: median %s  max %s  (over %d broadcasts)\n", n, ms(pct(alls, 50)), ms(alls[len(alls)-1]), len(alls))
-	fmt.Printf("raw fan-out to %d queues:      median %s  max %s  (confirm p50 %s)\n\n", n, ms(pct(sorted(res.rawAll), 50)), ms(pct(sorted(res.rawAll), 100)), ms(pct(sorted(res.rawConf), 50)))
+	fmt.Printf("fleet-bcast to all %d inboxes: median %s  max %s  (over %d broadcasts)\n", n, benchkit.Ms(benchkit.Pct(alls, 50)), benchkit.Ms(alls[len(alls)-1]), len(alls))
+	fmt.Printf("raw fan-out to %d queues:      median %s  max %s  (confirm p50 %s)\n\n", n, benchkit.Ms(benchkit.Pct(benchkit.Sorted(res.rawAll), 50)), benchkit.Ms(benchkit.Pct(benchkit.Sorted(res.rawAll), 100)), benchkit.Ms(benchkit.Pct(benchkit.Sorted(res.rawConf), 50)))
 	return res, nil
 }
 
@@ -1630,7 +1474,7 @@ func (r *bcastResult) alls() []time.Duration {
 	for _, x := range r.rounds {
 		out = append(out, x.all)
 	}
-	return sorted(out)
+	return benchkit.Sorted(out)
 }
 
 // ---- 4. spawn to first delivered message ----
@@ -1714,7 +1558,7 @@ func spawnPhase(gws []*gateway) ([]*spawnSeries, error) {
 				s.failed = append(s.failed, fmt.Sprintf("%s after %v: %v", name, time.Since(t0).Round(time.Millisecond), err))
 				fmt.Printf("   spawn %s on %s FAILED after %v: %v\n", name, h2.host, time.Since(t0).Round(time.Millisecond), err)
 				if len(s.failed) > maxFailed {
-					return nil, fmt.Errorf("%d spawns failed, last: %w; %s log:\n%s", len(s.failed), err, h1.host, tail(h1.log))
+					return nil, fmt.Errorf("%d spawns failed, last: %w; %s log:\n%s", len(s.failed), err, h1.host, benchkit.Tail(h1.log))
 				}
 				continue
 			}
@@ -1758,7 +1602,7 @@ func spawnPhase(gws []*gateway) ([]*spawnSeries, error) {
 			s.stop = append(s.stop, time.Since(tstop))
 		}
 		fmt.Printf("profile %s (grace %s): spawn -> first delivered message %s  (OpSpawn call %s; then to delivery %s; OpSend %s; OpStop %s; failed spawns %d)\n",
-			p.name, p.grace, p5099(s.total), ms(pct(sorted(s.spawn), 50)), ms(pct(sorted(s.deliver), 50)), ms(pct(sorted(s.send), 50)), ms(pct(sorted(s.stop), 50)), len(s.failed))
+			p.name, p.grace, p5099(s.total), benchkit.Ms(benchkit.Pct(benchkit.Sorted(s.spawn), 50)), benchkit.Ms(benchkit.Pct(benchkit.Sorted(s.deliver), 50)), benchkit.Ms(benchkit.Pct(benchkit.Sorted(s.send), 50)), benchkit.Ms(benchkit.Pct(benchkit.Sorted(s.stop), 50)), len(s.failed))
 		out = append(out, s)
 	}
 	fmt.Println()
@@ -1807,8 +1651,8 @@ type presenceResult struct {
 	perHost   []int
 	joinTook  time.Duration
 	converge  time.Duration
-	idle      map[string]memory
-	full      map[string]memory
+	idle      map[string]benchkit.Memory
+	full      map[string]benchkit.Memory
 	msgs      int
 	bytes     int64
 	byHost    map[string]*rosterTraffic // the <host> of roster.<host>.<what>
@@ -1827,7 +1671,7 @@ func presencePhase(bin, root, vhostURL string, bpid int) (*presenceResult, error
 		return nil, err
 	}
 	defer stopSet(gws)
-	res := &presenceResult{hosts: hosts, idle: map[string]memory{}, full: map[string]memory{},
+	res := &presenceResult{hosts: hosts, idle: map[string]benchkit.Memory{}, full: map[string]benchkit.Memory{},
 		byHost: map[string]*rosterTraffic{}, gwCPU: map[string]time.Duration{}}
 	time.Sleep(2 * rssSettle)
 	for _, g := range gws {
@@ -1842,7 +1686,7 @@ func presencePhase(bin, root, vhostURL string, bpid int) (*presenceResult, error
 	errs := make([]error, len(gws))
 	idx := 0
 	for gi, g := range gws {
-		k := split(n, len(gws), gi)
+		k := benchkit.Split(n, len(gws), gi)
 		res.perHost = append(res.perHost, k)
 		names := make([]string, k)
 		for j := range names {
@@ -1972,7 +1816,7 @@ func presencePhase(bin, root, vhostURL string, bpid int) (*presenceResult, error
 	for i, g := range gws {
 		id, fu := res.idle[g.host], res.full[g.host]
 		fmt.Printf("%s VmRSS: idle %s -> %d entities %s (anon %s, file %s; threads %d; VmHWM %s; +%.1f KiB/entity); CPU %v in the window (%.1f%% of a core)\n",
-			g.host, mib(id.RSS), res.perHost[i], mib(fu.RSS), mib(fu.Anon), mib(fu.File), fu.Threads, mib(fu.HWM),
+			g.host, benchkit.MiB(id.RSS), res.perHost[i], benchkit.MiB(fu.RSS), benchkit.MiB(fu.Anon), benchkit.MiB(fu.File), fu.Threads, benchkit.MiB(fu.HWM),
 			float64(fu.RSS-id.RSS)/float64(max(1, res.perHost[i])), res.gwCPU[g.host].Round(10*time.Millisecond), 100*res.gwCPU[g.host].Seconds()/secs)
 	}
 	if bpid > 0 {
@@ -2030,7 +1874,7 @@ func run() error {
 	if *flagKeep {
 		fmt.Printf("temporary folder kept: %s\n", tmp)
 	} else {
-		atCleanup(func() { os.RemoveAll(tmp) })
+		benchkit.AtCleanup(func() { os.RemoveAll(tmp) })
 	}
 	if err := createVhost(*flagVhost); err != nil {
 		return err
@@ -2040,7 +1884,7 @@ func run() error {
 	fmt.Printf("fleet broker benchmark — %s, %s/%s, %d CPUs, GOMAXPROCS %d, %s\n",
 		host, runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.GOMAXPROCS(0), time.Now().Format(time.RFC3339))
 	fmt.Printf("broker %s (vhost %s, created for this run; node pid %d); state under %s (%s); load average at start: %s\n",
-		redact(vhostURL), *flagVhost, bpid, tmp, fsType(tmp), loadavg())
+		redact(vhostURL), *flagVhost, bpid, tmp, benchkit.FSType(tmp), benchkit.Loadavg())
 	fmt.Printf("every gateway, the broker and this benchmark share the machine's %d CPUs\n\n", runtime.NumCPU())
 
 	var (
@@ -2054,7 +1898,7 @@ func run() error {
 		if *flagPiddir != "" {
 			spawnPids = filepath.Join(*flagPiddir, "spawned.pids")
 		}
-		atCleanup(func() { killSpawned(spawnPids) }) // after the gateways stop (cleanups run last first)
+		benchkit.AtCleanup(func() { killSpawned(spawnPids) }) // after the gateways stop (cleanups run last first)
 		conf := filepath.Join(tmp, "gw.conf")
 		cmd := strconv.Quote(spawnCommand(spawnPids))
 		if err := os.WriteFile(conf, []byte(strings.Join([]string{
@@ -2109,19 +1953,19 @@ func run() error {
 
 	fmt.Println("==================== summary ====================")
 	if r := askRes; r != nil {
-		fs, rs := sorted(r.rt), sorted(r.raw)
-		r50, r99 := ratio(pct(fs, 50), pct(rs, 50)), ratio(pct(fs, 99), pct(rs, 99))
+		fs, rs := benchkit.Sorted(r.rt), benchkit.Sorted(r.raw)
+		r50, r99 := ratio(benchkit.Pct(fs, 50), benchkit.Pct(rs, 50)), ratio(benchkit.Pct(fs, 99), benchkit.Pct(rs, 99))
 		fmt.Printf("1. ask -> answer across hosts (n=%d): p50 %s  p99 %s   raw two-hop (n=%d): p50 %s  p99 %s   ratio p50 %.2fx  p99 %.2fx\n",
-			len(fs), ms(pct(fs, 50)), ms(pct(fs, 99)), len(rs), ms(pct(rs, 50)), ms(pct(rs, 99)), r50, r99)
-		fmt.Printf("   same-host ask (no broker) p50 %s  p99 %s\n", ms(pct(sorted(r.local), 50)), ms(pct(sorted(r.local), 99)))
-		fmt.Printf("   target ask <= %.1fx raw: p50 -> %s, p99 -> %s   (failed asks: %d)\n", targetAskRatio, met(r50 <= targetAskRatio), met(r99 <= targetAskRatio), len(r.failures))
+			len(fs), benchkit.Ms(benchkit.Pct(fs, 50)), benchkit.Ms(benchkit.Pct(fs, 99)), len(rs), benchkit.Ms(benchkit.Pct(rs, 50)), benchkit.Ms(benchkit.Pct(rs, 99)), r50, r99)
+		fmt.Printf("   same-host ask (no broker) p50 %s  p99 %s\n", benchkit.Ms(benchkit.Pct(benchkit.Sorted(r.local), 50)), benchkit.Ms(benchkit.Pct(benchkit.Sorted(r.local), 99)))
+		fmt.Printf("   target ask <= %.1fx raw: p50 -> %s, p99 -> %s   (failed asks: %d)\n", targetAskRatio, benchkit.Met(r50 <= targetAskRatio), benchkit.Met(r99 <= targetAskRatio), len(r.failures))
 	}
 	if r := bcastRes; r != nil {
 		alls := r.alls()
 		fmt.Printf("2. fleet-bcast to all %d inboxes (%s): median %s  max %s  over %d broadcasts (OpBcast call p50 %s)\n",
-			r.inboxes, r.spread, ms(pct(alls, 50)), ms(alls[len(alls)-1]), len(alls), ms(pct(sorted(r.calls()), 50)))
+			r.inboxes, r.spread, benchkit.Ms(benchkit.Pct(alls, 50)), benchkit.Ms(alls[len(alls)-1]), len(alls), benchkit.Ms(benchkit.Pct(benchkit.Sorted(r.calls()), 50)))
 		fmt.Printf("   raw fan-out baseline (one persistent confirmed publish to %d queues): median %s  max %s   (failed broadcasts: %d)\n",
-			r.inboxes, ms(pct(sorted(r.rawAll), 50)), ms(pct(sorted(r.rawAll), 100)), len(r.failed))
+			r.inboxes, benchkit.Ms(benchkit.Pct(benchkit.Sorted(r.rawAll), 50)), benchkit.Ms(benchkit.Pct(benchkit.Sorted(r.rawAll), 100)), len(r.failed))
 		for _, f := range r.failed {
 			fmt.Printf("   failed: %s\n", f)
 		}
@@ -2130,7 +1974,7 @@ func run() error {
 		secs := r.window.Seconds()
 		var mem []string
 		for i, h := range r.hosts {
-			mem = append(mem, fmt.Sprintf("%s %s (%d entities; idle %s)", h, mib(r.full[h].RSS), r.perHost[i], mib(r.idle[h].RSS)))
+			mem = append(mem, fmt.Sprintf("%s %s (%d entities; idle %s)", h, benchkit.MiB(r.full[h].RSS), r.perHost[i], benchkit.MiB(r.idle[h].RSS)))
 		}
 		fmt.Printf("3. presence, %d entities, interval %v: %.2f msgs/s, %.1f KiB/s on bridge.roster (%d msgs, %d bytes in %.1fs)\n",
 			*flagEntities, *flagInterval, float64(r.msgs)/secs, float64(r.bytes)/1024/secs, r.msgs, r.bytes, secs)
@@ -2138,12 +1982,12 @@ func run() error {
 	}
 	for _, s := range spawnRes {
 		fmt.Printf("4. fleet-spawn -> first delivered message, profile %s (grace %s), n=%d: p50 %s  p99 %s  (OpSpawn call p50 %s; failed spawns %d)\n",
-			s.profile, s.grace, len(s.total), ms(pct(sorted(s.total), 50)), ms(pct(sorted(s.total), 99)), ms(pct(sorted(s.spawn), 50)), len(s.failed))
+			s.profile, s.grace, len(s.total), benchkit.Ms(benchkit.Pct(benchkit.Sorted(s.total), 50)), benchkit.Ms(benchkit.Pct(benchkit.Sorted(s.total), 99)), benchkit.Ms(benchkit.Pct(benchkit.Sorted(s.spawn), 50)), len(s.failed))
 		for _, f := range s.failed {
 			fmt.Printf("   failed: %s\n", f)
 		}
 	}
-	fmt.Printf("load average at end: %s (other work on this machine skews every figure)\n", loadavg())
+	fmt.Printf("load average at end: %s (other work on this machine skews every figure)\n", benchkit.Loadavg())
 	return nil
 }
 

@@ -18,13 +18,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"math"
+	"github.com/fleetd/fleet/scripts/internal/benchkit"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"runtime"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -62,28 +61,7 @@ var (
 
 // ---- cleanup ----
 
-var (
-	cleanMu     sync.Mutex // held while cleaning up: a second caller waits
-	cleanups    []func()
-	interrupted atomic.Bool
-)
-
-func atCleanup(f func()) {
-	cleanMu.Lock()
-	cleanups = append(cleanups, f)
-	cleanMu.Unlock()
-}
-
-// cleanup runs the registered cleanups, last first, once each; a
-// concurrent caller returns only when they are done.
-func cleanup() {
-	cleanMu.Lock()
-	defer cleanMu.Unlock()
-	for i := len(cleanups) - 1; i >= 0; i-- {
-		cleanups[i]()
-	}
-	cleanups = nil
-}
+var interrupted atomic.Bool
 
 func main() {
 	flag.Parse()
@@ -93,13 +71,13 @@ func main() {
 		s := <-sig
 		interrupted.Store(true)
 		fmt.Fprintf(os.Stderr, "benchlocal: %v: stopping the gateway\n", s)
-		cleanup()
+		benchkit.Cleanup()
 		os.Exit(130)
 	}()
 	watchdog := time.AfterFunc(*flagTimeout, func() {
 		interrupted.Store(true)
 		fmt.Fprintf(os.Stderr, "benchlocal: -timeout %v passed: stopping the gateway\n", *flagTimeout)
-		cleanup()
+		benchkit.Cleanup()
 		os.Exit(3)
 	})
 	err := run()
@@ -107,7 +85,7 @@ func main() {
 		select {} // the signal or timeout path exits
 	}
 	watchdog.Stop()
-	cleanup()
+	benchkit.Cleanup()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "benchlocal: error: %v\n", err)
 		os.Exit(1)
@@ -178,7 +156,7 @@ func startGateway(bin, dir string) (*gateway, error) {
 		logf.Close()
 		close(g.exited)
 	}()
-	atCleanup(g.stop)
+	benchkit.AtCleanup(g.stop)
 	if *flagPidfile != "" {
 		if err := os.WriteFile(*flagPidfile, []byte(strconv.Itoa(g.cmd.Process.Pid)+"\n"), 0o600); err != nil {
 			return nil, err
@@ -193,11 +171,11 @@ func startGateway(bin, dir string) (*gateway, error) {
 		}
 		select {
 		case <-g.exited:
-			return nil, fmt.Errorf("fleet-gw exited at start; its log:\n%s", tail(g.log))
+			return nil, fmt.Errorf("fleet-gw exited at start; its log:\n%s", benchkit.Tail(g.log))
 		default:
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("fleet-gw not ready after %v: %v; its log:\n%s", readyTimeout, err, tail(g.log))
+			return nil, fmt.Errorf("fleet-gw not ready after %v: %v; its log:\n%s", readyTimeout, err, benchkit.Tail(g.log))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -226,88 +204,15 @@ func (g *gateway) stop() {
 func (g *gateway) alive() error {
 	select {
 	case <-g.exited:
-		return fmt.Errorf("fleet-gw exited; its log:\n%s", tail(g.log))
+		return fmt.Errorf("fleet-gw exited; its log:\n%s", benchkit.Tail(g.log))
 	default:
 		return nil
 	}
 }
 
-// memory is a few lines of /proc/PID/status, in KiB (Threads a count).
-// RssFile is mostly the bbolt file's mmap'd pages, RssAnon the Go heap and
-// stacks.
-type memory struct{ RSS, HWM, Anon, File, Threads int64 }
+func (g *gateway) memory() (benchkit.Memory, error) { return benchkit.ReadMemory(g.pid()) }
 
-func (g *gateway) memory() (memory, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", g.pid()))
-	if err != nil {
-		return memory{}, err
-	}
-	var m memory
-	for _, line := range strings.Split(string(data), "\n") {
-		k, v, ok := strings.Cut(line, ":")
-		if !ok {
-			continue
-		}
-		f := strings.Fields(v)
-		if len(f) == 0 {
-			continue
-		}
-		n, _ := strconv.ParseInt(f[0], 10, 64)
-		switch k {
-		case "VmRSS":
-			m.RSS = n
-		case "VmHWM":
-			m.HWM = n
-		case "RssAnon":
-			m.Anon = n
-		case "RssFile":
-			m.File = n
-		case "Threads":
-			m.Threads = n
-		}
-	}
-	if m.RSS == 0 {
-		return m, fmt.Errorf("no VmRSS in /proc/%d/status", g.pid())
-	}
-	return m, nil
-}
-
-// cpu returns the gateway's user+system CPU time so far, from
-// /proc/PID/stat (fields 14 and 15, in clock ticks of 1/100 s on Linux).
-func (g *gateway) cpu() time.Duration {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", g.pid()))
-	if err != nil {
-		return 0
-	}
-	i := bytes.LastIndexByte(data, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(string(data[i+1:]))
-	if len(f) < 13 {
-		return 0
-	}
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(ut+st) * 10 * time.Millisecond
-}
-
-// selfCPU returns this process's user+system CPU time so far.
-func selfCPU() time.Duration {
-	var ru syscall.Rusage
-	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-func tail(path string) string {
-	data, _ := os.ReadFile(path)
-	if len(data) > 4000 {
-		data = data[len(data)-4000:]
-	}
-	return string(data)
-}
+func (g *gateway) cpu() time.Duration { return benchkit.ProcCPU(g.pid()) }
 
 // ---- helpers ----
 
@@ -338,39 +243,6 @@ func makeBody(n int) string {
 		b.WriteString(text)
 	}
 	return b.String()[:n]
-}
-
-// pct returns the p-th percentile (nearest rank) of sorted d.
-func pct(d []time.Duration, p float64) time.Duration {
-	if len(d) == 0 {
-		return 0
-	}
-	i := int(math.Ceil(p/100*float64(len(d)))) - 1
-	if i < 0 {
-		i = 0
-	}
-	if i >= len(d) {
-		i = len(d) - 1
-	}
-	return d[i]
-}
-
-func sorted(d []time.Duration) []time.Duration {
-	out := append([]time.Duration(nil), d...)
-	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
-	return out
-}
-
-func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond)) }
-
-func mib(kib int64) string { return fmt.Sprintf("%.1f MiB", float64(kib)/1024) }
-
-func split(total, parts, i int) int {
-	n := total / parts
-	if i < total%parts {
-		n++
-	}
-	return n
 }
 
 // ---- a. gateway throughput ----
@@ -465,7 +337,7 @@ func throughput(g *gateway, admin *api.Client, tag string, senders, n int, body 
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			k := split(n, senders, i)
+			k := benchkit.Split(n, senders, i)
 			lats[i] = make([]time.Duration, 0, k)
 			sent[i] = make([]string, 0, k)
 			<-start
@@ -486,7 +358,7 @@ func throughput(g *gateway, admin *api.Client, tag string, senders, n int, body 
 			ends[i] = time.Now()
 		}(i)
 	}
-	gw0, self0 := g.cpu(), selfCPU()
+	gw0, self0 := g.cpu(), benchkit.SelfCPU()
 	t0 := time.Now()
 	close(start)
 	wg.Wait()
@@ -501,7 +373,7 @@ func throughput(g *gateway, admin *api.Client, tag string, senders, n int, body 
 		}
 	}
 	out := <-recvDone // bounded by the overall -timeout
-	res.gwCPU, res.benchCPU = g.cpu()-gw0, selfCPU()-self0
+	res.gwCPU, res.benchCPU = g.cpu()-gw0, benchkit.SelfCPU()-self0
 	if out.err != nil {
 		return res, fmt.Errorf("receiver: %w", out.err)
 	}
@@ -520,7 +392,7 @@ func throughput(g *gateway, admin *api.Client, tag string, senders, n int, body 
 	if total != n || len(out.ids) != n {
 		return res, fmt.Errorf("sent %d, received %d distinct, want %d", total, len(out.ids), n)
 	}
-	res.lat = sorted(res.lat)
+	res.lat = benchkit.Sorted(res.lat)
 	return res, nil
 }
 
@@ -566,7 +438,7 @@ func rawBolt(dir, mode string, writers, n, size int) (rawResult, error) {
 		wg.Add(1)
 		go func(w int) {
 			defer wg.Done()
-			k := split(n, writers, w)
+			k := benchkit.Split(n, writers, w)
 			<-start
 			for i := 0; i < k; i++ {
 				var key [8]byte
@@ -633,7 +505,7 @@ func execTimes(env []string, calls int, cmds [][]string) ([][]time.Duration, err
 		}
 	}
 	for k := range out {
-		out[k] = sorted(out[k])
+		out[k] = benchkit.Sorted(out[k])
 	}
 	return out, nil
 }
@@ -655,7 +527,7 @@ func inprocSend(g *gateway, token, to, body string, calls int) ([]time.Duration,
 		}
 		out = append(out, time.Since(t))
 	}
-	return sorted(out), nil
+	return benchkit.Sorted(out), nil
 }
 
 // ---- run ----
@@ -688,14 +560,14 @@ func run() error {
 	if *flagKeep {
 		fmt.Printf("temporary folder kept: %s\n", tmp)
 	} else {
-		atCleanup(func() { os.RemoveAll(tmp) })
+		benchkit.AtCleanup(func() { os.RemoveAll(tmp) })
 	}
 	body := makeBody(*flagBody)
 
 	host, _ := os.Hostname()
 	fmt.Printf("fleet local benchmark — %s, %s/%s, %d CPUs, GOMAXPROCS %d, %s\n",
 		host, runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.GOMAXPROCS(0), time.Now().Format(time.RFC3339))
-	fmt.Printf("state and raw bbolt files under %s (%s); load average at start: %s\n", tmp, fsType(tmp), loadavg())
+	fmt.Printf("state and raw bbolt files under %s (%s filesystem); load average at start: %s\n", tmp, benchkit.FSType(tmp), benchkit.Loadavg())
 	fmt.Printf("body %d bytes; throughput N=%d per run; raw N=%d; exec calls %d; entities %d\n\n",
 		*flagBody, *flagN, rawN, *flagCalls, *flagEntities)
 
@@ -718,7 +590,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("idle, 0 entities:         VmRSS %s  (anon %s, file %s; threads %d)\n", mib(idle.RSS), mib(idle.Anon), mib(idle.File), idle.Threads)
+	fmt.Printf("idle, 0 entities:         VmRSS %s  (anon %s, file %s; threads %d)\n", benchkit.MiB(idle.RSS), benchkit.MiB(idle.Anon), benchkit.MiB(idle.File), idle.Threads)
 	joinStart := time.Now()
 	if err := joinMany(g, *flagEntities); err != nil {
 		return err
@@ -734,7 +606,7 @@ func run() error {
 		perEnt = float64(full.RSS-idle.RSS) / float64(*flagEntities)
 	}
 	fmt.Printf("%d entities (OpJoin):   VmRSS %s  (anon %s, file %s; threads %d, VmHWM %s; +%.1f KiB per entity)\n",
-		*flagEntities, mib(full.RSS), mib(full.Anon), mib(full.File), full.Threads, mib(full.HWM), perEnt)
+		*flagEntities, benchkit.MiB(full.RSS), benchkit.MiB(full.Anon), benchkit.MiB(full.File), full.Threads, benchkit.MiB(full.HWM), perEnt)
 	fmt.Printf("registering them took %v (%.0f joins/s, 8 connections)\n\n", joinTook.Round(time.Millisecond),
 		float64(*flagEntities)/joinTook.Seconds())
 
@@ -749,7 +621,7 @@ func run() error {
 		tps = append(tps, r)
 		fmt.Printf("%d sender(s): %8.0f msgs/s  (all %d acked in %v; senders done in %v; %d recv batches; send round trip p50 %s p99 %s)\n",
 			s, r.rate(), r.n, r.elapsed.Round(time.Millisecond), r.sendDone.Round(time.Millisecond), r.batches,
-			ms(pct(r.lat, 50)), ms(pct(r.lat, 99)))
+			benchkit.Ms(benchkit.Pct(r.lat, 50)), benchkit.Ms(benchkit.Pct(r.lat, 99)))
 		fmt.Printf("              CPU: gateway %v (%.0f%% of one core, %.0f µs/msg), benchmark clients %v (%.0f%% of one core)\n",
 			r.gwCPU.Round(10*time.Millisecond), 100*r.gwCPU.Seconds()/r.elapsed.Seconds(),
 			float64(r.gwCPU.Microseconds())/float64(r.n),
@@ -781,10 +653,10 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("fleet-send NAME TEXT:        p50 %s  p99 %s\n", ms(pct(sendT, 50)), ms(pct(sendT, 99)))
-	fmt.Printf("/bin/true (process start):   p50 %s  p99 %s\n", ms(pct(trueT, 50)), ms(pct(trueT, 99)))
-	fmt.Printf("fleet-send --version:        p50 %s  p99 %s  (Go binary start, no socket)\n", ms(pct(verT, 50)), ms(pct(verT, 99)))
-	fmt.Printf("in-process dial+hello+send:  p50 %s  p99 %s  (no process; includes the fsync)\n\n", ms(pct(inproc, 50)), ms(pct(inproc, 99)))
+	fmt.Printf("fleet-send NAME TEXT:        p50 %s  p99 %s\n", benchkit.Ms(benchkit.Pct(sendT, 50)), benchkit.Ms(benchkit.Pct(sendT, 99)))
+	fmt.Printf("/bin/true (process start):   p50 %s  p99 %s\n", benchkit.Ms(benchkit.Pct(trueT, 50)), benchkit.Ms(benchkit.Pct(trueT, 99)))
+	fmt.Printf("fleet-send --version:        p50 %s  p99 %s  (Go binary start, no socket)\n", benchkit.Ms(benchkit.Pct(verT, 50)), benchkit.Ms(benchkit.Pct(verT, 99)))
+	fmt.Printf("in-process dial+hello+send:  p50 %s  p99 %s  (no process; includes the fsync)\n\n", benchkit.Ms(benchkit.Pct(inproc, 50)), benchkit.Ms(benchkit.Pct(inproc, 99)))
 
 	after, err := g.memory()
 	if err != nil {
@@ -833,26 +705,19 @@ func run() error {
 		fmt.Printf("raw bbolt db.Batch, %d writers: %8.0f puts/s (reference)\n", b.writers, b.rate())
 	}
 	fmt.Printf("fleet-send per call:    p50 %s  p99 %s   (/bin/true p50 %s p99 %s; fleet-send --version p50 %s; in-process send p50 %s)\n",
-		ms(pct(sendT, 50)), ms(pct(sendT, 99)), ms(pct(trueT, 50)), ms(pct(trueT, 99)), ms(pct(verT, 50)), ms(pct(inproc, 50)))
+		benchkit.Ms(benchkit.Pct(sendT, 50)), benchkit.Ms(benchkit.Pct(sendT, 99)), benchkit.Ms(benchkit.Pct(trueT, 50)), benchkit.Ms(benchkit.Pct(trueT, 99)), benchkit.Ms(benchkit.Pct(verT, 50)), benchkit.Ms(benchkit.Pct(inproc, 50)))
 	fmt.Printf("gateway VmRSS:          idle 0 entities %s; %d entities %s (+%.1f KiB/entity); after the load %s (VmHWM %s)\n",
-		mib(idle.RSS), *flagEntities, mib(full.RSS), perEnt, mib(after.RSS), mib(after.HWM))
-	fmt.Printf("load average at end:    %s (other work on this machine skews every figure)\n", loadavg())
+		benchkit.MiB(idle.RSS), *flagEntities, benchkit.MiB(full.RSS), perEnt, benchkit.MiB(after.RSS), benchkit.MiB(after.HWM))
+	fmt.Printf("load average at end:    %s (other work on this machine skews every figure)\n", benchkit.Loadavg())
 	fmt.Println("targets:")
 	if tp8 != nil {
-		fmt.Printf("  >= %.0f msgs/s with 8 senders:  %.0f msgs/s  -> %s\n", targetRate, tp8.rate(), met(tp8.rate() >= targetRate))
+		fmt.Printf("  >= %.0f msgs/s with 8 senders:  %.0f msgs/s  -> %s\n", targetRate, tp8.rate(), benchkit.Met(tp8.rate() >= targetRate))
 	} else {
 		fmt.Printf("  >= %.0f msgs/s with 8 senders:  not measured (-senders has no 8)\n", targetRate)
 	}
-	p50 := pct(sendT, 50)
-	fmt.Printf("  fleet-send p50 <= %s:          %s  -> %s\n", ms(targetSendP50), ms(p50), met(p50 <= targetSendP50))
+	p50 := benchkit.Pct(sendT, 50)
+	fmt.Printf("  fleet-send p50 <= %s:          %s  -> %s\n", benchkit.Ms(targetSendP50), benchkit.Ms(p50), benchkit.Met(p50 <= targetSendP50))
 	return nil
-}
-
-func met(ok bool) string {
-	if ok {
-		return "met"
-	}
-	return "NOT MET"
 }
 
 // joinMany registers n pull entities over 8 connections.
@@ -895,38 +760,4 @@ func parseCounts(s string) ([]int, error) {
 		return nil, errors.New("-senders is empty")
 	}
 	return out, nil
-}
-
-// loadavg returns the 1, 5 and 15 minute load averages.
-func loadavg() string {
-	data, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(data))
-	if len(f) < 3 {
-		return "unknown"
-	}
-	return strings.Join(f[:3], " ")
-}
-
-// fsType names the filesystem under path (from /proc/self/mounts), since
-// fsync cost depends on it.
-func fsType(path string) string {
-	data, err := os.ReadFile("/proc/self/mounts")
-	if err != nil {
-		return "filesystem unknown"
-	}
-	best, typ := "", "unknown"
-	for _, line := range strings.Split(string(data), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 3 {
-			continue
-		}
-		mnt := f[1]
-		if (path == mnt || strings.HasPrefix(path, strings.TrimSuffix(mnt, "/")+"/")) && len(mnt) > len(best) {
-			best, typ = mnt, f[2]
-		}
-	}
-	return typ + " filesystem"
 }
