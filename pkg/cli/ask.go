@@ -3,7 +3,6 @@ package cli
 import (
 	"fmt"
 	"os"
-	"strings"
 
 	"github.com/fleetd/fleet/pkg/api"
 	"github.com/fleetd/fleet/pkg/fault"
@@ -53,26 +52,8 @@ func NewAskApp() *cli.App {
 			}
 			fmt.Fprintf(c.App.ErrWriter, "fleet-ask: asked %s (ask %s); waiting up to %s for the answer\n", resp.Sent.Recipient, resp.Sent.MsgID, wait)
 		}
-		go func() {
-			<-c.Context.Done()
-			s.client.Close()
-		}()
-		ans, err := s.client.Read()
-		if err != nil {
-			if c.Context.Err() != nil {
-				return fault.New(fault.TempFail, fault.KindTimeout, "interrupted: the answer to %s will be refused as TOO_LATE", resp.Sent.MsgID)
-			}
-			return err
-		}
-		if len(ans.Batch) == 0 {
-			return fault.New(fault.Software, fault.KindProtocol, "the gateway ended the ask without an answer")
-		}
-		env := ans.Batch[0].Envelope
-		if c.Bool("json") {
-			return printJSON(c.App.Writer, message{Type: "answer", Envelope: env})
-		}
-		_, err = fmt.Fprintln(c.App.Writer, strings.TrimRight(env.Body, "\n"))
-		return err
+		return awaitEnvelope(c, s, "answer",
+			fault.New(fault.TempFail, fault.KindTimeout, "interrupted: the answer to %s will be refused as TOO_LATE", resp.Sent.MsgID))
 	}
 	return app
 }

@@ -83,6 +83,15 @@ func readReply(c *cli.Context, s *session, sent *api.Sent, timeout time.Duration
 	if isTerminal(os.Stderr) && timeout > time.Second {
 		fmt.Fprintf(c.App.ErrWriter, "fleet-send: sent %s; waiting up to %v for %s to reply\n", sent.MsgID, timeout, sent.Recipient)
 	}
+	return awaitEnvelope(c, s, "reply",
+		fault.New(fault.TempFail, fault.KindTimeout, "interrupted while waiting for the reply to %s", sent.MsgID).
+			WithHint("a late reply waits in your inbox: fleet-recv"))
+}
+
+// awaitEnvelope reads the second frame of a held-open request (--wait,
+// fleet-ask) and prints the envelope it carries: the body, or with --json
+// {"type":kind,...}. Ctrl-C closes the connection and returns interrupted.
+func awaitEnvelope(c *cli.Context, s *session, kind string, interrupted error) error {
 	go func() {
 		<-c.Context.Done()
 		s.client.Close()
@@ -90,17 +99,16 @@ func readReply(c *cli.Context, s *session, sent *api.Sent, timeout time.Duration
 	resp, err := s.client.Read()
 	if err != nil {
 		if c.Context.Err() != nil {
-			return fault.New(fault.TempFail, fault.KindTimeout, "interrupted while waiting for the reply to %s", sent.MsgID).
-				WithHint("a late reply waits in your inbox: fleet-recv")
+			return interrupted
 		}
 		return err
 	}
 	if len(resp.Batch) == 0 {
-		return fault.New(fault.Software, fault.KindProtocol, "the gateway ended the wait without a reply")
+		return fault.New(fault.Software, fault.KindProtocol, "the gateway ended the wait without the %s", kind)
 	}
 	env := resp.Batch[0].Envelope
 	if c.Bool("json") {
-		return printJSON(c.App.Writer, message{Type: "reply", Envelope: env})
+		return printJSON(c.App.Writer, message{Type: kind, Envelope: env})
 	}
 	_, err = fmt.Fprintln(c.App.Writer, strings.TrimRight(env.Body, "\n"))
 	return err
