@@ -3,9 +3,12 @@
 // (which is also the dedup window), the in-flight markers that make a crash
 // during injection visible, and the dead letters.
 //
-// Writes go through a group committer: concurrent callers' changes share one
-// transaction and one fsync, so throughput does not collapse to one fsync per
-// message, and no caller hears "done" before its change is on disk.
+// Every operation runs in one goroutine, the committer (commit.go), against
+// an open bbolt transaction; concurrent callers' changes are made durable
+// together by one append to a write-ahead log (wal.go), so throughput does
+// not collapse to one flush per message, and no caller hears "done" before
+// its change is on disk. bbolt is brought up to date from time to time (a
+// checkpoint), and after a crash the log is replayed into it.
 package store
 
 import (
@@ -14,11 +17,9 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"sync"
 	"time"
 
 	"github.com/fleetd/fleet/pkg/envelope"
-	bolt "go.etcd.io/bbolt"
 )
 
 // Buckets. Inboxes are nested: inbox/<gid>/<seq> -> envelope JSON.
@@ -98,151 +99,13 @@ type Item struct {
 	Env *envelope.Envelope
 }
 
-// Store is the embedded store. Safe for concurrent use.
-type Store struct {
-	db     *bolt.DB
-	ops    chan *op
-	done   chan struct{}
-	wg     sync.WaitGroup
-	mu     sync.RWMutex // held for reading while queueing a write
-	closed bool
-}
-
-type op struct {
-	fn  func(*bolt.Tx) error
-	err chan error
-}
-
-// Open opens (creating if needed) the store at path. It fails at once when
-// another process holds it.
-func Open(path string) (*Store, error) {
-	// The free-page list is rebuilt at open instead of written on every
-	// commit: fewer pages per fsync'd commit on the hot path.
-	db, err := bolt.Open(path, 0o600, &bolt.Options{
-		Timeout:        200 * time.Millisecond,
-		NoFreelistSync: true,
-		FreelistType:   bolt.FreelistMapType,
-	})
-	if err != nil {
-		return nil, err
-	}
-	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bEntities, bNames, bInbox, bRecords, bInflight, bDead, bMeta} {
-			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
-				return err
-			}
-		}
-		return tx.Bucket(bMeta).Put([]byte("schema"), []byte("1"))
-	})
-	if err != nil {
-		db.Close()
-		return nil, err
-	}
-	s := &Store{db: db, ops: make(chan *op, 1024), done: make(chan struct{})}
-	s.wg.Add(1)
-	go s.commitLoop()
-	return s, nil
-}
-
-// Close stops the committer after the queued writes and closes the file.
-func (s *Store) Close() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return nil
-	}
-	s.closed = true
-	s.mu.Unlock()
-	close(s.done)
-	s.wg.Wait()
-	return s.db.Close()
-}
-
-// maxGroup bounds how many callers share one transaction.
-const maxGroup = 512
-
-// commitLoop is the group committer: it takes every write queued while the
-// previous commit was in flight and commits them in one transaction. If any
-// of them fails, the transaction is rolled back and each is run alone, so one
-// caller's error never undoes another's write.
-func (s *Store) commitLoop() {
-	defer s.wg.Done()
-	batch := make([]*op, 0, maxGroup)
-	for {
-		var first *op
-		select {
-		case first = <-s.ops:
-		case <-s.done:
-			// drain what is queued, then stop
-			for {
-				select {
-				case o := <-s.ops:
-					o.err <- s.db.Update(o.fn)
-				default:
-					return
-				}
-			}
-		}
-		batch = append(batch[:0], first)
-	fill:
-		for len(batch) < maxGroup {
-			select {
-			case o := <-s.ops:
-				batch = append(batch, o)
-			default:
-				break fill
-			}
-		}
-		if len(batch) == 1 {
-			first.err <- s.db.Update(first.fn)
-			continue
-		}
-		failed := false
-		err := s.db.Update(func(tx *bolt.Tx) error {
-			for _, o := range batch {
-				if err := o.fn(tx); err != nil {
-					failed = true
-					return err
-				}
-			}
-			return nil
-		})
-		if failed {
-			for _, o := range batch {
-				o.err <- s.db.Update(o.fn)
-			}
-			continue
-		}
-		for _, o := range batch {
-			o.err <- err
-		}
-	}
-}
-
-// update runs fn in a group-committed write transaction and returns once it
-// is on disk. fn may run twice (alone, after a rolled-back group), so it must
-// have no effects outside tx.
-func (s *Store) update(fn func(*bolt.Tx) error) error {
-	o := &op{fn: fn, err: make(chan error, 1)}
-	// Queue under the read lock: Close cannot start draining until every
-	// write queued before it is in s.ops, so none is left unanswered.
-	s.mu.RLock()
-	if s.closed {
-		s.mu.RUnlock()
-		return errors.New("store closed")
-	}
-	s.ops <- o
-	s.mu.RUnlock()
-	return <-o.err
-}
-
 func u64(n uint64) []byte {
 	var b [8]byte
 	binary.BigEndian.PutUint64(b[:], n)
 	return b[:]
 }
 
-func getJSON(b *bolt.Bucket, key string, v any) error {
+func getJSON(b *wbucket, key string, v any) error {
 	data := b.Get([]byte(key))
 	if data == nil {
 		return ErrNotFound
@@ -250,7 +113,7 @@ func getJSON(b *bolt.Bucket, key string, v any) error {
 	return json.Unmarshal(data, v)
 }
 
-func putJSON(b *bolt.Bucket, key string, v any) error {
+func putJSON(b *wbucket, key string, v any) error {
 	data, err := json.Marshal(v)
 	if err != nil {
 		return err
@@ -262,7 +125,7 @@ func putJSON(b *bolt.Bucket, key string, v any) error {
 
 // CreateEntity registers a new entity; its name must be free.
 func (s *Store) CreateEntity(e *Entity) error {
-	return s.update(func(tx *bolt.Tx) error {
+	return s.update(func(tx *wtx) error {
 		names := tx.Bucket(bNames)
 		if g := names.Get([]byte(e.Name)); g != nil {
 			return fmt.Errorf("%w: %s is %s", ErrNameTaken, e.Name, g)
@@ -280,7 +143,7 @@ func (s *Store) CreateEntity(e *Entity) error {
 // UpdateEntity applies fn to the stored entity and saves it.
 func (s *Store) UpdateEntity(gid string, fn func(*Entity) error) (*Entity, error) {
 	var out Entity
-	err := s.update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *wtx) error {
 		var e Entity
 		if err := getJSON(tx.Bucket(bEntities), gid, &e); err != nil {
 			return err
@@ -298,7 +161,7 @@ func (s *Store) UpdateEntity(gid string, fn func(*Entity) error) (*Entity, error
 // with the given reason. It returns how many messages were dead-lettered.
 func (s *Store) DeleteEntity(gid, reason string) (int, error) {
 	var n int
-	err := s.update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *wtx) error {
 		n = 0
 		var e Entity
 		if err := getJSON(tx.Bucket(bEntities), gid, &e); err != nil {
@@ -338,7 +201,7 @@ func (s *Store) DeleteEntity(gid, reason string) (int, error) {
 // Entities lists every registered entity, by name.
 func (s *Store) Entities() ([]*Entity, error) {
 	var out []*Entity
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *wtx) error {
 		return tx.Bucket(bEntities).ForEach(func(_, v []byte) error {
 			var e Entity
 			if err := json.Unmarshal(v, &e); err != nil {
@@ -364,7 +227,7 @@ func (s *Store) Accept(env *envelope.Envelope, now time.Time) (rec *Record, dup 
 		return nil, false, err
 	}
 	var out Record
-	err = s.update(func(tx *bolt.Tx) error {
+	err = s.update(func(tx *wtx) error {
 		dup = false
 		recs := tx.Bucket(bRecords)
 		if err := getJSON(recs, Key(env), &out); err == nil {
@@ -399,7 +262,7 @@ func (s *Store) Accept(env *envelope.Envelope, now time.Time) (rec *Record, dup 
 // greater than after, oldest first.
 func (s *Store) Head(gid string, after uint64, n int) ([]Item, error) {
 	var out []Item
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *wtx) error {
 		ib := tx.Bucket(bInbox).Bucket([]byte(gid))
 		if ib == nil {
 			return ErrNotFound
@@ -421,7 +284,7 @@ func (s *Store) Head(gid string, after uint64, n int) ([]Item, error) {
 // counting (Pending walks the whole bucket).
 func (s *Store) HasPending(gid string) bool {
 	has := false
-	_ = s.db.View(func(tx *bolt.Tx) error {
+	_ = s.view(func(tx *wtx) error {
 		if ib := tx.Bucket(bInbox).Bucket([]byte(gid)); ib != nil {
 			k, _ := ib.Cursor().First()
 			has = k != nil
@@ -434,9 +297,14 @@ func (s *Store) HasPending(gid string) bool {
 // Pending returns how many messages wait in gid's inbox.
 func (s *Store) Pending(gid string) int {
 	n := 0
-	_ = s.db.View(func(tx *bolt.Tx) error {
+	_ = s.view(func(tx *wtx) error {
 		if ib := tx.Bucket(bInbox).Bucket([]byte(gid)); ib != nil {
-			n = ib.Stats().KeyN
+			// a cursor walk: Stats reads committed pages only, and the
+			// committer's transaction holds changes not yet checkpointed
+			c := ib.Cursor()
+			for k, _ := c.First(); k != nil; k, _ = c.Next() {
+				n++
+			}
 		}
 		return nil
 	})
@@ -446,7 +314,7 @@ func (s *Store) Pending(gid string) int {
 // Record returns the delivery record of msgID.
 func (s *Store) Record(msgID string) (*Record, error) {
 	var r Record
-	err := s.db.View(func(tx *bolt.Tx) error { return getJSON(tx.Bucket(bRecords), msgID, &r) })
+	err := s.view(func(tx *wtx) error { return getJSON(tx.Bucket(bRecords), msgID, &r) })
 	if err != nil {
 		return nil, err
 	}
@@ -457,7 +325,7 @@ func (s *Store) Record(msgID string) (*Record, error) {
 // If the gateway dies before EndInject or Fail, the marker survives and
 // Uncertain finds it on the next start.
 func (s *Store) BeginInject(msgID string) (attempt int, err error) {
-	err = s.update(func(tx *bolt.Tx) error {
+	err = s.update(func(tx *wtx) error {
 		var r Record
 		if err := getJSON(tx.Bucket(bRecords), msgID, &r); err != nil {
 			return err
@@ -478,7 +346,7 @@ func (s *Store) BeginInject(msgID string) (attempt int, err error) {
 // Failed clears the in-flight marker of a failed attempt and keeps the
 // reason; the message stays at the head of its inbox.
 func (s *Store) Failed(msgID, reason string) error {
-	return s.update(func(tx *bolt.Tx) error {
+	return s.update(func(tx *wtx) error {
 		var r Record
 		if err := getJSON(tx.Bucket(bRecords), msgID, &r); err != nil {
 			return err
@@ -497,7 +365,7 @@ func (s *Store) Failed(msgID, reason string) error {
 // Delivered records msgID as delivered and removes it from its inbox, in one
 // transaction: there is no moment where it is recorded but still queued.
 func (s *Store) Delivered(msgID string, now time.Time) error {
-	return s.update(func(tx *bolt.Tx) error {
+	return s.update(func(tx *wtx) error {
 		gid, err := deliveredTx(tx, msgID, now)
 		if err != nil || gid == "" {
 			return err
@@ -508,7 +376,7 @@ func (s *Store) Delivered(msgID string, now time.Time) error {
 
 // deliveredTx records one delivery and returns the recipient's gid ("" if
 // it was recorded already).
-func deliveredTx(tx *bolt.Tx, msgID string, now time.Time) (string, error) {
+func deliveredTx(tx *wtx, msgID string, now time.Time) (string, error) {
 	var r Record
 	if err := getJSON(tx.Bucket(bRecords), msgID, &r); err != nil {
 		return "", err
@@ -535,7 +403,7 @@ func deliveredTx(tx *bolt.Tx, msgID string, now time.Time) (string, error) {
 }
 
 // touchEntity records an entity's last delivery.
-func touchEntity(tx *bolt.Tx, gid string, now time.Time) error {
+func touchEntity(tx *wtx, gid string, now time.Time) error {
 	var e Entity
 	if getJSON(tx.Bucket(bEntities), gid, &e) != nil {
 		return nil
@@ -547,10 +415,10 @@ func touchEntity(tx *bolt.Tx, gid string, now time.Time) error {
 // Kill dead-letters msgID with its reason: out of the inbox, into the dead
 // letters, state dead. attempts < 0 keeps the recorded count.
 func (s *Store) Kill(msgID, reason string, attempts int) error {
-	return s.update(func(tx *bolt.Tx) error { return deadTx(tx, msgID, reason, attempts) })
+	return s.update(func(tx *wtx) error { return deadTx(tx, msgID, reason, attempts) })
 }
 
-func deadTx(tx *bolt.Tx, msgID, reason string, attempts int) error {
+func deadTx(tx *wtx, msgID, reason string, attempts int) error {
 	var r Record
 	if err := getJSON(tx.Bucket(bRecords), msgID, &r); err != nil {
 		return err
@@ -581,7 +449,7 @@ func deadTx(tx *bolt.Tx, msgID, reason string, attempts int) error {
 // DeadLetters lists the dead letters, optionally only those to gid.
 func (s *Store) DeadLetters(gid string) ([]*DeadLetter, error) {
 	var out []*DeadLetter
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *wtx) error {
 		return tx.Bucket(bDead).ForEach(func(_, v []byte) error {
 			var d DeadLetter
 			if err := json.Unmarshal(v, &d); err != nil {
@@ -601,7 +469,7 @@ func (s *Store) DeadLetters(gid string) ([]*DeadLetter, error) {
 // the gateway died between starting an injection and recording its outcome.
 func (s *Store) Inflight() ([]string, error) {
 	var out []string
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *wtx) error {
 		return tx.Bucket(bInflight).ForEach(func(k, _ []byte) error {
 			out = append(out, string(k))
 			return nil
@@ -612,14 +480,14 @@ func (s *Store) Inflight() ([]string, error) {
 
 // ClearInflight drops the in-flight marker of msgID (re-inject policy).
 func (s *Store) ClearInflight(msgID string) error {
-	return s.update(func(tx *bolt.Tx) error { return tx.Bucket(bInflight).Delete([]byte(msgID)) })
+	return s.update(func(tx *wtx) error { return tx.Bucket(bInflight).Delete([]byte(msgID)) })
 }
 
 // Prune forgets delivery records finished before cutoff: the end of the
 // dedup window. Records of queued messages and dead letters are kept.
 func (s *Store) Prune(cutoff time.Time) (int, error) {
 	var n int
-	err := s.update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *wtx) error {
 		n = 0
 		recs := tx.Bucket(bRecords)
 		dead := tx.Bucket(bDead)
@@ -655,7 +523,7 @@ func (s *Store) Prune(cutoff time.Time) (int, error) {
 // DeliveredAll records several messages as delivered in one transaction
 // (a pull client's acknowledgement of a batch).
 func (s *Store) DeliveredAll(msgIDs []string, now time.Time) error {
-	return s.update(func(tx *bolt.Tx) error {
+	return s.update(func(tx *wtx) error {
 		touched := map[string]bool{}
 		for _, id := range msgIDs {
 			gid, err := deliveredTx(tx, id, now)
@@ -678,7 +546,7 @@ func (s *Store) DeliveredAll(msgIDs []string, now time.Time) error {
 // DeadCounts returns the number of dead letters per recipient gid.
 func (s *Store) DeadCounts() map[string]int {
 	m := map[string]int{}
-	_ = s.db.View(func(tx *bolt.Tx) error {
+	_ = s.view(func(tx *wtx) error {
 		return tx.Bucket(bDead).ForEach(func(_, v []byte) error {
 			var d DeadLetter
 			if json.Unmarshal(v, &d) == nil {
@@ -693,7 +561,7 @@ func (s *Store) DeadCounts() map[string]int {
 // Meta returns a metadata value ("" if unset).
 func (s *Store) Meta(key string) string {
 	var v string
-	_ = s.db.View(func(tx *bolt.Tx) error {
+	_ = s.view(func(tx *wtx) error {
 		v = string(tx.Bucket(bMeta).Get([]byte(key)))
 		return nil
 	})
@@ -702,14 +570,14 @@ func (s *Store) Meta(key string) string {
 
 // SetMeta stores a metadata value.
 func (s *Store) SetMeta(key, value string) error {
-	return s.update(func(tx *bolt.Tx) error { return tx.Bucket(bMeta).Put([]byte(key), []byte(value)) })
+	return s.update(func(tx *wtx) error { return tx.Bucket(bMeta).Put([]byte(key), []byte(value)) })
 }
 
 // RecordOutbound records a message this host sent to another host through
 // the broker, once the broker confirmed it: the sender can look up its
 // state, and a reply to it finds its trace.
 func (s *Store) RecordOutbound(env *envelope.Envelope, now time.Time) error {
-	return s.update(func(tx *bolt.Tx) error {
+	return s.update(func(tx *wtx) error {
 		if tx.Bucket(bRecords).Get([]byte(env.MsgID)) != nil {
 			return nil // a retransmit: the record (maybe settled) stays
 		}
@@ -723,7 +591,7 @@ func (s *Store) RecordOutbound(env *envelope.Envelope, now time.Time) error {
 
 // ForgetRecord drops the record of a message that was never sent.
 func (s *Store) ForgetRecord(msgID string) error {
-	return s.update(func(tx *bolt.Tx) error { return tx.Bucket(bRecords).Delete([]byte(msgID)) })
+	return s.update(func(tx *wtx) error { return tx.Bucket(bRecords).Delete([]byte(msgID)) })
 }
 
 // DeadOutbound dead-letters a message this host could not hand to the
@@ -733,7 +601,7 @@ func (s *Store) DeadOutbound(env *envelope.Envelope, reason string, now time.Tim
 	if err != nil {
 		return err
 	}
-	return s.update(func(tx *bolt.Tx) error {
+	return s.update(func(tx *wtx) error {
 		r := Record{
 			MsgID: env.MsgID, Kind: env.Kind, TraceID: env.TraceID,
 			Sender: env.Sender.Gid, Recipient: env.Recipient.Gid,
@@ -750,7 +618,7 @@ func (s *Store) DeadOutbound(env *envelope.Envelope, reason string, now time.Tim
 // recipient's host: accepted -> delivered|dead, never back.
 func (s *Store) SettleOutbound(msgID, state, reason string, attempts int, at time.Time) (*Record, error) {
 	var out Record
-	err := s.update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *wtx) error {
 		var r Record
 		if err := getJSON(tx.Bucket(bRecords), msgID, &r); err != nil {
 			return err
@@ -808,7 +676,7 @@ type Control struct {
 // not be carried out again.
 func (s *Store) BeginControl(id string, kind envelope.Kind, subject string, now time.Time) (*Control, error) {
 	var prev *Control
-	err := s.update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *wtx) error {
 		prev = nil
 		b, err := tx.CreateBucketIfNotExists(bControl)
 		if err != nil {
@@ -830,7 +698,7 @@ func (s *Store) BeginControl(id string, kind envelope.Kind, subject string, now 
 // EndControl records the answer of request id: from now on every delivery
 // of it gets this answer.
 func (s *Store) EndControl(id string, result []byte, now time.Time) error {
-	return s.update(func(tx *bolt.Tx) error {
+	return s.update(func(tx *wtx) error {
 		b, err := tx.CreateBucketIfNotExists(bControl)
 		if err != nil {
 			return err
@@ -847,7 +715,7 @@ func (s *Store) EndControl(id string, result []byte, now time.Time) error {
 // ForgetControl drops request id: it had no effect (it failed cleanly), so
 // a later delivery may carry it out anew.
 func (s *Store) ForgetControl(id string) error {
-	return s.update(func(tx *bolt.Tx) error {
+	return s.update(func(tx *wtx) error {
 		if b := tx.Bucket(bControl); b != nil {
 			return b.Delete([]byte(id))
 		}
@@ -858,7 +726,7 @@ func (s *Store) ForgetControl(id string) error {
 // ControlRequest returns the record of request id.
 func (s *Store) ControlRequest(id string) (*Control, error) {
 	var c Control
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *wtx) error {
 		b := tx.Bucket(bControl)
 		if b == nil {
 			return ErrNotFound
@@ -875,7 +743,7 @@ func (s *Store) ControlRequest(id string) (*Control, error) {
 // dedup window). Running ones are kept.
 func (s *Store) PruneControl(cutoff time.Time) (int, error) {
 	var n int
-	err := s.update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *wtx) error {
 		n = 0
 		b := tx.Bucket(bControl)
 		if b == nil {
@@ -905,7 +773,7 @@ func (s *Store) PruneControl(cutoff time.Time) (int, error) {
 
 // PutLaunched records how the process of spawned entity gid was started.
 func (s *Store) PutLaunched(gid string, info []byte) error {
-	return s.update(func(tx *bolt.Tx) error {
+	return s.update(func(tx *wtx) error {
 		b, err := tx.CreateBucketIfNotExists(bLaunched)
 		if err != nil {
 			return err
@@ -918,7 +786,7 @@ func (s *Store) PutLaunched(gid string, info []byte) error {
 // entity that was not spawned, but joined).
 func (s *Store) Launched(gid string) ([]byte, error) {
 	var out []byte
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *wtx) error {
 		if b := tx.Bucket(bLaunched); b != nil {
 			out = append([]byte(nil), b.Get([]byte(gid))...)
 		}
@@ -932,7 +800,7 @@ func (s *Store) Launched(gid string) ([]byte, error) {
 
 // DeleteLaunched forgets how gid was started.
 func (s *Store) DeleteLaunched(gid string) error {
-	return s.update(func(tx *bolt.Tx) error {
+	return s.update(func(tx *wtx) error {
 		if b := tx.Bucket(bLaunched); b != nil {
 			return b.Delete([]byte(gid))
 		}

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/fleetd/fleet/pkg/envelope"
-	bolt "go.etcd.io/bbolt"
 )
 
 var t0 = time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
@@ -822,7 +821,7 @@ func holdCommitter(t *testing.T, s *Store) (release func()) {
 	entered, gate, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
 	var once sync.Once
 	go func() {
-		done <- s.update(func(*bolt.Tx) error {
+		done <- s.update(func(*wtx) error {
 			once.Do(func() { close(entered) })
 			<-gate
 			return nil

@@ -1,0 +1,532 @@
+package store
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Store is the embedded store. Safe for concurrent use.
+//
+// Two goroutines do all the work, in a pipeline:
+//
+//   - the committer owns an open bbolt write transaction and runs every
+//     operation, read or write, against it in arrival order, a group at a
+//     time (all that queued meanwhile). A group's changes are encoded as one
+//     log record and handed on; the committer goes straight on to the next
+//     group.
+//   - the syncer writes the records handed to it — all that queued during
+//     its previous flush, in one write — fdatasyncs the log, and only then
+//     answers the operations of those groups.
+//
+// So a caller hears "done" only once its change is on disk, and reads see
+// every change already acknowledged; a read that saw changes still on their
+// way to disk is answered after them. The transaction is committed to bbolt
+// (a checkpoint) every few megabytes of log or every second, and the log
+// starts over. When the log cannot be written, the refused groups are undone
+// (each change keeps its before-image, wtx.go), and no write is taken until
+// a checkpoint succeeds.
+type Store struct {
+	db     *bolt.DB
+	log    *wal
+	ops    chan *op
+	done   chan struct{}
+	wg     sync.WaitGroup
+	mu     sync.RWMutex // held for reading while queueing an operation
+	closed bool
+
+	flushes chan *flush // committer -> syncer, in log order
+	syncWG  sync.WaitGroup
+	durable atomic.Uint64 // last log record on disk
+	failed  atomic.Uint64 // first log record the syncer could not write (0: none)
+	failErr atomic.Pointer[error]
+
+	// owned by the committer
+	tx      *bolt.Tx
+	lsn     uint64    // last log record handed to the syncer
+	ckptLSN uint64    // last log record held by a bbolt commit
+	dirty   time.Time // when the open transaction first changed (zero: clean)
+	pending []pendingGroup
+	broken  error // a log write failed: writes are refused until a checkpoint succeeds
+}
+
+type op struct {
+	fn   func(*wtx) error
+	read bool
+	err  chan error
+}
+
+// pendingGroup is a group handed to the syncer and not yet known to be on
+// disk, with what undoes it.
+type pendingGroup struct {
+	lsn  uint64
+	undo []undo
+}
+
+// flush is one item for the syncer: a log record and the operations it
+// answers; or, with no record, a barrier (its operations are answered once
+// everything before is on disk); or a fence (done is answered when the
+// syncer reaches it); or a reset of the log to a new epoch.
+type flush struct {
+	lsn     uint64
+	payload []byte
+	ops     []*op
+	errs    []error
+	fence   chan struct{}
+	reset   bool
+	salt    uint64
+}
+
+// Checkpoint policy: the open transaction is committed to bbolt once the
+// log holds this much, or this long after its first change.
+const (
+	checkpointBytes = walPrealloc - (1 << 20)
+	checkpointEvery = time.Second
+)
+
+// maxGroup bounds how many operations share one log record.
+const maxGroup = 512
+
+// Meta keys of the checkpoint.
+var (
+	metaLSN  = []byte("wal_lsn")
+	metaSalt = []byte("wal_salt")
+)
+
+// Open opens (creating if needed) the store at path, with its log at
+// path+"-wal", and replays the log. It fails at once when another process
+// holds the store.
+func Open(path string) (*Store, error) {
+	// The free-page list is rebuilt at open instead of written on every
+	// commit: fewer pages per checkpoint.
+	db, err := bolt.Open(path, 0o600, &bolt.Options{
+		Timeout:        200 * time.Millisecond,
+		NoFreelistSync: true,
+		FreelistType:   bolt.FreelistMapType,
+	})
+	if err != nil {
+		return nil, err
+	}
+	log, err := openWAL(path + "-wal")
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	s := &Store{db: db, log: log, ops: make(chan *op, 1024), done: make(chan struct{}), flushes: make(chan *flush, 1024)}
+	if err := s.recover(1<<63 - 1); err != nil {
+		log.close()
+		db.Close()
+		return nil, err
+	}
+	s.durable.Store(s.lsn)
+	s.syncWG.Add(1)
+	go s.syncLoop()
+	if err := s.checkpoint(); err != nil {
+		if s.tx != nil {
+			s.tx.Rollback()
+		}
+		close(s.flushes)
+		s.syncWG.Wait()
+		log.close()
+		db.Close()
+		return nil, err
+	}
+	s.wg.Add(1)
+	go s.commitLoop()
+	return s, nil
+}
+
+// recover begins the committer's transaction from the last checkpoint and
+// applies the log records after it, up to limit. The syncer must be idle.
+func (s *Store) recover(limit uint64) error {
+	tx, err := s.db.Begin(true)
+	if err != nil {
+		return err
+	}
+	for _, b := range [][]byte{bEntities, bNames, bInbox, bRecords, bInflight, bDead, bMeta} {
+		if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+			tx.Rollback()
+			return err
+		}
+	}
+	meta := tx.Bucket(bMeta)
+	if err := meta.Put([]byte("schema"), []byte("1")); err != nil {
+		tx.Rollback()
+		return err
+	}
+	var ckpt, salt uint64
+	if v := meta.Get(metaLSN); len(v) == 8 {
+		ckpt = binary.BigEndian.Uint64(v)
+	}
+	if v := meta.Get(metaSalt); len(v) == 8 {
+		salt = binary.BigEndian.Uint64(v)
+	}
+	lsn := ckpt
+	if salt != 0 { // no salt: no log was ever written for this store
+		lsn, err = s.log.replay(salt, ckpt, limit, func(muts []mut) error {
+			for i := range muts {
+				if err := applyMut(tx, &muts[i]); err != nil {
+					return fmt.Errorf("store: replaying the log: %w", err)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			tx.Rollback()
+			return err
+		}
+	}
+	s.tx, s.lsn, s.ckptLSN, s.pending = tx, lsn, ckpt, nil
+	s.dirty = time.Now()
+	return nil
+}
+
+// checkpoint waits until every record handed to the syncer is on disk (or
+// refused: then it is undone first), commits the open transaction to bbolt
+// with the log position it holds and a new salt, begins the next
+// transaction, and starts the log over. On failure the transaction is
+// gone (s.tx is nil): recover rebuilds it from the log.
+func (s *Store) checkpoint() error {
+	s.fence()
+	s.takeFailure()
+	if s.tx == nil {
+		if err := s.recover(s.durable.Load()); err != nil {
+			return err
+		}
+	}
+	salt := newSalt()
+	meta := s.tx.Bucket(bMeta)
+	if err := meta.Put(metaLSN, u64(s.lsn)); err != nil {
+		return err
+	}
+	if err := meta.Put(metaSalt, u64(salt)); err != nil {
+		return err
+	}
+	if err := s.tx.Commit(); err != nil {
+		s.tx = nil
+		return err
+	}
+	s.flushes <- &flush{reset: true, salt: salt}
+	s.fence()
+	s.ckptLSN, s.dirty, s.pending, s.broken = s.lsn, time.Time{}, nil, nil
+	tx, err := s.db.Begin(true)
+	if err != nil {
+		s.tx = nil
+		return err
+	}
+	s.tx = tx
+	return nil
+}
+
+// fence waits until the syncer has dealt with everything handed to it.
+func (s *Store) fence() {
+	f := &flush{fence: make(chan struct{})}
+	s.flushes <- f
+	<-f.fence
+}
+
+// takeFailure undoes, newest first, every group the syncer refused, and
+// marks the store broken. Every group before the first refused one is on
+// disk; the refused ones' callers have heard the error.
+func (s *Store) takeFailure() {
+	first := s.failed.Load()
+	if first == 0 || s.tx == nil || s.lsn < first {
+		return // none, or taken already
+	}
+	err := errors.New("store: the log could not be written")
+	if p := s.failErr.Load(); p != nil {
+		err = *p
+	}
+	w := &wtx{tx: s.tx}
+	i := len(s.pending) - 1
+	for ; i >= 0 && s.pending[i].lsn >= first; i-- {
+		w.undo = s.pending[i].undo
+		if uerr := w.rollback(0); uerr != nil {
+			s.tx.Rollback()
+			s.tx = nil // recover() rebuilds it from what is on disk
+			break
+		}
+	}
+	if i >= 0 {
+		s.pending = s.pending[:i+1]
+	} else {
+		s.pending = nil
+	}
+	s.lsn = first - 1
+	s.broken = err
+}
+
+func newSalt() uint64 {
+	var b [8]byte
+	for {
+		if _, err := rand.Read(b[:]); err != nil {
+			panic(err) // crypto/rand does not fail on Linux
+		}
+		if v := binary.BigEndian.Uint64(b[:]); v != 0 {
+			return v
+		}
+	}
+}
+
+// Close stops the committer after the queued operations, checkpoints, and
+// closes the files.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	close(s.done)
+	s.wg.Wait()
+	var err error
+	if s.tx == nil {
+		s.fence()
+		err = s.recover(s.durable.Load())
+	}
+	if err == nil {
+		err = s.checkpoint() // what it cannot commit stays in the log
+	}
+	if s.tx != nil {
+		s.tx.Rollback()
+	}
+	close(s.flushes)
+	s.syncWG.Wait()
+	return errors.Join(err, s.log.close(), s.db.Close())
+}
+
+// commitLoop is the committer.
+func (s *Store) commitLoop() {
+	defer s.wg.Done()
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	armed := false
+	for {
+		if !armed && !s.dirty.IsZero() {
+			timer.Reset(time.Until(s.dirty.Add(checkpointEvery)))
+			armed = true
+		}
+		var first *op
+		select {
+		case first = <-s.ops:
+		case <-timer.C:
+			armed = false
+			s.maybeCheckpoint(time.Since(s.dirty) >= checkpointEvery)
+			continue
+		case <-s.done:
+			for { // run what is queued, then stop
+				select {
+				case o := <-s.ops:
+					s.runGroup([]*op{o})
+				default:
+					return
+				}
+			}
+		}
+		batch := make([]*op, 1, 8)
+		batch[0] = first
+	fill:
+		for len(batch) < maxGroup {
+			select {
+			case o := <-s.ops:
+				batch = append(batch, o)
+			default:
+				break fill
+			}
+		}
+		s.runGroup(batch)
+		s.maybeCheckpoint(false)
+	}
+}
+
+// runGroup runs one group against the open transaction and hands its
+// changes to the syncer, which answers the group once they are on disk.
+// An operation that fails is undone alone.
+func (s *Store) runGroup(batch []*op) {
+	errs := make([]error, len(batch))
+	s.takeFailure()
+	if s.broken != nil && s.tx != nil {
+		_ = s.checkpoint() // on success the log works again (broken is cleared)
+	}
+	if s.tx == nil { // a failed checkpoint lost the transaction
+		if err := s.recover(s.durable.Load()); err != nil {
+			for _, o := range batch {
+				o.err <- fmt.Errorf("store: %w", err)
+			}
+			return
+		}
+	}
+	w := &wtx{tx: s.tx, refuse: s.broken}
+	for i, o := range batch {
+		mark, umark := len(w.muts), len(w.undo)
+		w.readOnly = o.read
+		err := o.fn(w)
+		if err != nil && len(w.undo) > umark {
+			if uerr := w.rollback(umark); uerr != nil {
+				// the transaction cannot be trusted: drop it, and every
+				// change not yet on disk with it
+				s.fence()
+				s.tx.Rollback()
+				s.tx = nil
+				for _, o := range batch {
+					o.err <- fmt.Errorf("store: undoing a failed operation: %w", uerr)
+				}
+				return
+			}
+			w.muts = w.muts[:mark]
+		}
+		errs[i] = err
+	}
+	switch {
+	case len(w.muts) > 0:
+		s.lsn++
+		s.pending = append(s.pending, pendingGroup{lsn: s.lsn, undo: w.undo})
+		s.flushes <- &flush{lsn: s.lsn, payload: appendMuts(nil, w.muts), ops: batch, errs: errs}
+		if s.dirty.IsZero() {
+			s.dirty = time.Now()
+		}
+	case s.lsn > s.durable.Load():
+		// reads may have seen changes still on their way to disk
+		s.flushes <- &flush{ops: batch, errs: errs}
+	default:
+		for i, o := range batch {
+			o.err <- errs[i]
+		}
+	}
+	// forget the undo logs of groups now on disk
+	d := s.durable.Load()
+	n := 0
+	for n < len(s.pending) && s.pending[n].lsn <= d {
+		n++
+	}
+	if n > 0 {
+		s.pending = append(s.pending[:0], s.pending[n:]...)
+	}
+}
+
+// maybeCheckpoint commits to bbolt when the log is big enough, or, when
+// due, once the transaction has had changes for checkpointEvery.
+func (s *Store) maybeCheckpoint(due bool) {
+	if s.tx == nil || s.dirty.IsZero() {
+		return
+	}
+	if s.log.size() < checkpointBytes && !due {
+		return
+	}
+	if err := s.checkpoint(); err != nil && s.tx == nil {
+		// The changes are safe in the log: rebuild the transaction from
+		// it now, and try again at the next checkpoint.
+		_ = s.recover(s.durable.Load())
+	}
+}
+
+// syncLoop is the syncer: it writes the records handed to it, all that
+// queued during the previous flush in one write and one fdatasync, then
+// answers their operations.
+func (s *Store) syncLoop() {
+	defer s.syncWG.Done()
+	var batch []*flush
+	for {
+		f, ok := <-s.flushes
+		if !ok {
+			return
+		}
+		batch = append(batch[:0], f)
+	fill:
+		for {
+			select {
+			case g, ok := <-s.flushes:
+				if !ok {
+					break fill
+				}
+				batch = append(batch, g)
+			default:
+				break fill
+			}
+		}
+		s.syncBatch(batch)
+	}
+}
+
+// syncBatch writes the records of batch up to each reset or fence, and
+// answers each item in order.
+func (s *Store) syncBatch(batch []*flush) {
+	var buf []byte
+	var last uint64
+	from := 0
+	write := func(to int) {
+		var err error
+		switch {
+		case s.failed.Load() != 0:
+			err = *s.failErr.Load()
+		case len(buf) > 0:
+			if err = s.log.write(buf); err == nil {
+				s.durable.Store(last)
+			} else {
+				for _, f := range batch[from:to] {
+					if f.lsn != 0 {
+						s.failErr.Store(&err)
+						s.failed.Store(f.lsn)
+						break
+					}
+				}
+			}
+		}
+		for _, f := range batch[from:to] {
+			for i, o := range f.ops {
+				if err != nil {
+					o.err <- err
+				} else {
+					o.err <- f.errs[i]
+				}
+			}
+		}
+		buf, from = buf[:0], to
+	}
+	for i, f := range batch {
+		switch {
+		case f.fence != nil:
+			write(i)
+			from = i + 1
+			close(f.fence)
+		case f.reset:
+			write(i)
+			from = i + 1
+			s.log.reset(f.salt)
+			s.failed.Store(0)
+		case f.lsn != 0:
+			buf = s.log.frame(buf, f.lsn, f.payload)
+			last = f.lsn
+		}
+	}
+	write(len(batch))
+}
+
+// update runs fn in the committer and returns once its changes are on
+// disk. An error from fn undoes fn's changes (and only fn's).
+func (s *Store) update(fn func(*wtx) error) error { return s.run(fn, false) }
+
+// view runs fn in the committer, read-only: it sees every change already
+// acknowledged. Slices fn reads are valid only inside fn.
+func (s *Store) view(fn func(*wtx) error) error { return s.run(fn, true) }
+
+func (s *Store) run(fn func(*wtx) error, read bool) error {
+	o := &op{fn: fn, read: read, err: make(chan error, 1)}
+	// Queue under the read lock: Close cannot start draining until every
+	// operation queued before it is in s.ops, so none is left unanswered.
+	s.mu.RLock()
+	if s.closed {
+		s.mu.RUnlock()
+		return errors.New("store closed")
+	}
+	s.ops <- o
+	s.mu.RUnlock()
+	return <-o.err
+}
