@@ -49,6 +49,7 @@ setup_env() {
 	export RABBITMQ_CONFIG_FILE="$dir/rabbitmq"
 	export RABBITMQ_ENABLED_PLUGINS_FILE="$dir/enabled_plugins"
 	export RABBITMQ_PID_FILE="$dir/rabbit.pid"
+	export ERL_CRASH_DUMP="$dir/erl_crash.dump" # not in the caller's folder
 	export ERL_EPMD_ADDRESS=127.0.0.1
 	make_certs
 	cat >"$dir/rabbitmq.conf" <<-CONF
