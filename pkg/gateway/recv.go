@@ -96,13 +96,18 @@ func (g *Gateway) recv(c *conn, req *api.Request) {
 		if left > 0 && left < n {
 			n = left
 		}
-		items, err := g.st.Head(ent.Gid, 0, n)
+		after := uint64(0)
+		if pend != nil { // what the pending acknowledgement covers is not read again
+			after = pend.upTo
+		}
+		items, err := g.st.Head(ent.Gid, after, n)
 		if err != nil {
 			c.fail(err)
 			return
 		}
 		now := time.Now()
 		batch := make([]api.Delivery, 0, len(items))
+		seqs := make(map[string]uint64, len(items))
 		for _, a := range b.liveHead(now) { // live asks first: a turn waits
 			batch = append(batch, api.Delivery{Envelope: a})
 		}
@@ -120,6 +125,7 @@ func (g *Gateway) recv(c *conn, req *api.Request) {
 				continue
 			}
 			batch = append(batch, api.Delivery{Envelope: it.Env})
+			seqs[it.Env.MsgID] = it.Seq
 		}
 		if len(batch) == 0 {
 			if expired > 0 {
@@ -167,7 +173,7 @@ func (g *Gateway) recv(c *conn, req *api.Request) {
 			return
 		}
 		if len(ack.Acks) > 0 {
-			pend = g.commitAck(b, batch, ack.Acks)
+			pend = g.commitAck(b, batch, seqs, ack.Acks)
 		}
 		if left > 0 {
 			left -= len(ack.Acks)
@@ -190,12 +196,13 @@ func (g *Gateway) recv(c *conn, req *api.Request) {
 // ackCommit is an acknowledgement being recorded.
 type ackCommit struct {
 	keys map[string]bool
+	upTo uint64 // the highest inbox sequence it covers, when every message up to it was acknowledged
 	done chan error
 }
 
 // commitAck records the acknowledged messages of a batch as delivered,
 // in the background; live asks leave memory at once.
-func (g *Gateway) commitAck(b *mailbox, batch []api.Delivery, acks []string) *ackCommit {
+func (g *Gateway) commitAck(b *mailbox, batch []api.Delivery, seqs map[string]uint64, acks []string) *ackCommit {
 	acked := make(map[string]bool, len(acks))
 	for _, id := range acks {
 		acked[id] = true
@@ -216,6 +223,13 @@ func (g *Gateway) commitAck(b *mailbox, batch []api.Delivery, acks []string) *ac
 		keys = append(keys, k)
 		a.keys[k] = true
 		done = append(done, d.Envelope)
+	}
+	// Reading on after the batch is right only when the whole batch was
+	// acknowledged; otherwise the next read starts from the head again.
+	if len(done) == len(seqs) {
+		for _, env := range done {
+			a.upTo = max(a.upTo, seqs[env.MsgID])
+		}
 	}
 	if len(keys) == 0 { // only live asks: nothing to write
 		a.done <- nil

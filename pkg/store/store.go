@@ -261,23 +261,35 @@ func (s *Store) Accept(env *envelope.Envelope, now time.Time) (rec *Record, dup 
 // Head returns up to n messages at the head of gid's inbox with a sequence
 // greater than after, oldest first.
 func (s *Store) Head(gid string, after uint64, n int) ([]Item, error) {
-	var out []Item
+	type raw struct {
+		seq uint64
+		v   []byte
+	}
+	var rows []raw
 	err := s.view(func(tx *wtx) error {
 		ib := tx.Bucket(bInbox).Bucket([]byte(gid))
 		if ib == nil {
 			return ErrNotFound
 		}
 		c := ib.Cursor()
-		for k, v := c.Seek(u64(after + 1)); k != nil && len(out) < n; k, v = c.Next() {
-			var env envelope.Envelope
-			if err := json.Unmarshal(v, &env); err != nil {
-				return fmt.Errorf("inbox %s seq %d: %w", gid, binary.BigEndian.Uint64(k), err)
-			}
-			out = append(out, Item{Seq: binary.BigEndian.Uint64(k), Env: &env})
+		for k, v := c.Seek(u64(after + 1)); k != nil && len(rows) < n; k, v = c.Next() {
+			rows = append(rows, raw{binary.BigEndian.Uint64(k), clone(v)})
 		}
 		return nil
 	})
-	return out, err
+	if err != nil {
+		return nil, err
+	}
+	// decoded here, by the caller, not in the committer every caller waits on
+	out := make([]Item, 0, len(rows))
+	for _, r := range rows {
+		var env envelope.Envelope
+		if err := json.Unmarshal(r.v, &env); err != nil {
+			return out, fmt.Errorf("inbox %s seq %d: %w", gid, r.seq, err)
+		}
+		out = append(out, Item{Seq: r.seq, Env: &env})
+	}
+	return out, nil
 }
 
 // HasPending reports whether anything waits in gid's inbox, without
