@@ -50,6 +50,10 @@ setup_env() {
 	export RABBITMQ_ENABLED_PLUGINS_FILE="$dir/enabled_plugins"
 	export RABBITMQ_PID_FILE="$dir/rabbit.pid"
 	export ERL_CRASH_DUMP="$dir/erl_crash.dump" # not in the caller's folder
+	# Schedulers sleep when out of work instead of spinning: on a small
+	# host the broker shares with gateways and tests, spinning takes the
+	# CPU they need (the setting Red Hat OpenStack ships for its brokers).
+	export RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="${RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS:-+sbwt none +sbwtdcpu none +sbwtdio none}"
 	export ERL_EPMD_ADDRESS=127.0.0.1
 	make_certs
 	cat >"$dir/rabbitmq.conf" <<-CONF

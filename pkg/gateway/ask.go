@@ -121,12 +121,12 @@ func (g *Gateway) ask(c *conn, req *api.Request) {
 	g.askMu.Lock()
 	g.asks[env.MsgID] = w
 	g.askMu.Unlock()
-	g.announceEntity(sender.Gid) // reads "waiting" in the roster
+	g.announceStatusSoon(sender.Gid) // reads "waiting" in the roster
 	defer func() {
 		g.askMu.Lock()
 		delete(g.asks, env.MsgID) // the turn is gone: later answers are TOO_LATE
 		g.askMu.Unlock()
-		g.announceEntity(sender.Gid)
+		g.announceStatusSoon(sender.Gid)
 	}()
 	g.audit.Message("ask", env, 0, "")
 	if t.box != nil {

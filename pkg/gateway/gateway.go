@@ -56,6 +56,10 @@ type Gateway struct {
 
 	peersMu sync.Mutex
 	peers   map[string]*peer // host -> what we last heard of it
+
+	presMu   sync.Mutex
+	presDue  map[string]bool   // gid -> a settled status announcement is scheduled
+	presSaid map[string]string // gid -> the status last announced
 	crash   string           // test hook: FLEET_CRASHPOINT
 
 	mu     sync.RWMutex
@@ -86,6 +90,8 @@ func New(cfg *config.Config, log *slog.Logger) *Gateway {
 		byName:      map[string]string{},
 		crash:       os.Getenv("FLEET_CRASHPOINT"),
 		peers:       map[string]*peer{},
+		presDue:     map[string]bool{},
+		presSaid:    map[string]string{},
 		waiters:     map[string]*replyWaiter{},
 		asks:        map[string]*askWaiter{},
 		seen:        map[string]askSeen{},

@@ -60,6 +60,39 @@ func (g *Gateway) announceEntity(gid string) {
 	}()
 }
 
+// statusSettle is how long a status change from an ask waits before it is
+// announced: an ask answered within it ("waiting", then back) costs the
+// fleet no presence traffic at all, where announcing each change would
+// put two presence messages, copied to every gateway, beside each ask. A
+// longer ask reads "waiting" on the other hosts this much later; the local
+// roster shows it at once either way.
+const statusSettle = 500 * time.Millisecond
+
+// announceStatusSoon announces gid's row statusSettle from now, unless by
+// then its status is back to the one last announced.
+func (g *Gateway) announceStatusSoon(gid string) {
+	if g.br == nil {
+		return
+	}
+	g.presMu.Lock()
+	defer g.presMu.Unlock()
+	if g.presDue[gid] {
+		return
+	}
+	g.presDue[gid] = true
+	time.AfterFunc(statusSettle, func() {
+		g.presMu.Lock()
+		delete(g.presDue, gid)
+		said := g.presSaid[gid]
+		g.presMu.Unlock()
+		b := g.box(gid)
+		if b == nil || g.row(b.snapshot(), nil).Status == said {
+			return // gone, or flapped back: nothing new to say
+		}
+		g.announceEntity(gid)
+	})
+}
+
 func (g *Gateway) presenceLoop() {
 	defer g.workers.Done()
 	t := time.NewTicker(g.cfg.PresenceInterval)
@@ -81,6 +114,11 @@ func (g *Gateway) presenceLoop() {
 
 // publishPresence sends one presence message with key roster.<host>.<what>.
 func (g *Gateway) publishPresence(what string, b presenceBody) error {
+	if b.Entity != nil {
+		g.presMu.Lock()
+		g.presSaid[b.Entity.Gid] = b.Entity.Status
+		g.presMu.Unlock()
+	}
 	b.Host, b.IntervalMS = g.cfg.Host, g.cfg.PresenceInterval.Milliseconds()
 	body, _ := json.Marshal(b)
 	env := envelope.New(envelope.Presence, envelope.Party{Host: g.cfg.Host}, envelope.Party{Group: "roster"}, string(body))
@@ -117,6 +155,9 @@ func (g *Gateway) announceGone(gid string) {
 	if g.br == nil {
 		return
 	}
+	g.presMu.Lock()
+	delete(g.presSaid, gid)
+	g.presMu.Unlock()
 	if err := g.publishPresence(gid, presenceBody{Gone: gid}); err != nil {
 		g.log.Debug("departure not announced", "gid", gid, "err", err)
 	}
