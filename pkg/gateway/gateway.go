@@ -60,7 +60,7 @@ type Gateway struct {
 	presMu   sync.Mutex
 	presDue  map[string]bool   // gid -> a settled status announcement is scheduled
 	presSaid map[string]string // gid -> the status last announced
-	crash   string           // test hook: FLEET_CRASHPOINT
+	crash    string            // test hook: FLEET_CRASHPOINT
 
 	mu     sync.RWMutex
 	boxes  map[string]*mailbox // gid -> mailbox
