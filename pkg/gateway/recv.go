@@ -96,19 +96,26 @@ func (g *Gateway) recv(c *conn, req *api.Request) {
 		if left > 0 && left < n {
 			n = left
 		}
-		after := uint64(0)
-		if pend != nil { // what the pending acknowledgement covers is not read again
-			after = pend.upTo
-		}
-		items, err := g.st.Head(ent.Gid, after, n)
-		if err != nil {
-			c.fail(err)
-			return
-		}
 		now := time.Now()
-		batch := make([]api.Delivery, 0, len(items))
+		// Live asks go first, alone: a turn waits for each, and the store
+		// need not be read to hand them out. Stored mail follows in the
+		// next batch.
+		asks := b.liveHead(now)
+		var items []store.Item
+		if len(asks) == 0 {
+			after := uint64(0)
+			if pend != nil { // what the pending acknowledgement covers is not read again
+				after = pend.upTo
+			}
+			var err error
+			if items, err = g.st.Head(ent.Gid, after, n); err != nil {
+				c.fail(err)
+				return
+			}
+		}
+		batch := make([]api.Delivery, 0, len(asks)+len(items))
 		seqs := make(map[string]uint64, len(items))
-		for _, a := range b.liveHead(now) { // live asks first: a turn waits
+		for _, a := range asks {
 			batch = append(batch, api.Delivery{Envelope: a})
 		}
 		expired := 0

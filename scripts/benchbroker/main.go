@@ -28,6 +28,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"flag"
 	"fmt"
@@ -826,9 +827,30 @@ type askResult struct {
 	answerOther        int
 	answerErrs         int
 	envBytes           int
+	sign, verify       time.Duration   // p50 of crypto/ed25519 over one encoded ASK, in this process
 	local              []time.Duration // ask round trips on one gateway (h2 to h2): no broker
 	gwCPU              map[string]time.Duration
 	fleetWall, rawWall time.Duration
+}
+
+// edTimes measures crypto/ed25519 signing and verifying n bytes here (the
+// gateways sign and verify with it, once per message each way): p50 of 500.
+func edTimes(n int) (sign, verify time.Duration) {
+	pub, priv, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		return 0, 0
+	}
+	msg := bytes.Repeat([]byte("a"), max(n, 1))
+	var st, vt []time.Duration
+	for range 500 {
+		t := time.Now()
+		sig := ed25519.Sign(priv, msg)
+		st = append(st, time.Since(t))
+		t = time.Now()
+		ed25519.Verify(pub, msg, sig)
+		vt = append(vt, time.Since(t))
+	}
+	return benchkit.Pct(benchkit.Sorted(st), 50), benchkit.Pct(benchkit.Sorted(vt), 50)
 }
 
 func askPhase(gws []*gateway, vhostURL string, bpid int) (*askResult, error) {
@@ -992,6 +1014,12 @@ func askPhase(gws []*gateway, vhostURL string, bpid int) (*askResult, error) {
 	fmt.Printf("ratio fleet/raw: p50 %.2fx  p99 %.2fx  (target <= %.1fx)\n",
 		ratio(benchkit.Pct(fs, 50), benchkit.Pct(rs, 50)), ratio(benchkit.Pct(fs, 99), benchkit.Pct(rs, 99)), targetAskRatio)
 	fmt.Printf("same-host ask round trip (localasker@%s -> answerer@%s, no broker; same answerer): %s  (n=%d)\n", h2.host, h2.host, p5099(res.local), len(res.local))
+	res.sign, res.verify = edTimes(res.envBytes)
+	crypto := 2 * (res.sign + res.verify)
+	fmt.Printf("signatures on the round trip (decision 6: the ASK and the ANSWER each signed and verified): 2 x (sign p50 %s + verify p50 %s) = %s,\n",
+		benchkit.Ms(res.sign), benchkit.Ms(res.verify), benchkit.Ms(crypto))
+	fmt.Printf("   %.0f%% of the raw p50; raw p50 + signatures alone = %.2fx raw, before any socket hop or routing\n",
+		100*float64(crypto)/float64(benchkit.Pct(rs, 50)), ratio(benchkit.Pct(rs, 50)+crypto, benchkit.Pct(rs, 50)))
 	var cpus []string
 	for _, g := range gws {
 		cpus = append(cpus, fmt.Sprintf("%s %.0f µs", g.host, perOp(res.gwCPU[g.host], len(res.rt))))
@@ -1958,6 +1986,8 @@ func run() error {
 		fmt.Printf("1. ask -> answer across hosts (n=%d): p50 %s  p99 %s   raw two-hop (n=%d): p50 %s  p99 %s   ratio p50 %.2fx  p99 %.2fx\n",
 			len(fs), benchkit.Ms(benchkit.Pct(fs, 50)), benchkit.Ms(benchkit.Pct(fs, 99)), len(rs), benchkit.Ms(benchkit.Pct(rs, 50)), benchkit.Ms(benchkit.Pct(rs, 99)), r50, r99)
 		fmt.Printf("   same-host ask (no broker) p50 %s  p99 %s\n", benchkit.Ms(benchkit.Pct(benchkit.Sorted(r.local), 50)), benchkit.Ms(benchkit.Pct(benchkit.Sorted(r.local), 99)))
+		fmt.Printf("   signatures alone (2 signs + 2 verifies): %s = %.2fx raw p50 added to the raw round trip\n",
+			benchkit.Ms(2*(r.sign+r.verify)), ratio(benchkit.Pct(rs, 50)+2*(r.sign+r.verify), benchkit.Pct(rs, 50)))
 		fmt.Printf("   target ask <= %.1fx raw: p50 -> %s, p99 -> %s   (failed asks: %d)\n", targetAskRatio, benchkit.Met(r50 <= targetAskRatio), benchkit.Met(r99 <= targetAskRatio), len(r.failures))
 	}
 	if r := bcastRes; r != nil {

@@ -57,7 +57,13 @@ var (
 	flagPidfile  = flag.String("pidfile", "", "write the gateway's pid here while it runs (for a wrapper's cleanup)")
 	flagKeep     = flag.Bool("keep", false, "keep the temporary folder (gateway log, state)")
 	flagTimeout  = flag.Duration("timeout", 20*time.Minute, "overall bound: stop the gateway and exit 3 when it passes")
+	flagFloor    = flag.String("floor", "", "folder holding the floor baselines hello and minsend (built from scripts/benchlocal/floor like the fleet binaries); empty: not measured")
 )
+
+// floorTimes are the per-call floors (-floor), when measured.
+type floorTimes struct{ hello, min time.Duration }
+
+var floor *floorTimes
 
 // ---- cleanup ----
 
@@ -640,11 +646,17 @@ func run() error {
 	}
 	env := append(append([]string(nil), g.env...), "FLEET_TOKEN="+stok)
 	send := filepath.Join(bin, "fleet-send")
-	times, err := execTimes(env, *flagCalls, [][]string{
+	cmds := [][]string{
 		{send, "exec-r", body},
 		{"/bin/true", "exec-r", body},
 		{send, "--version"},
-	})
+	}
+	if *flagFloor != "" {
+		cmds = append(cmds,
+			[]string{filepath.Join(*flagFloor, "hello")},
+			[]string{filepath.Join(*flagFloor, "minsend"), "exec-r", body})
+	}
+	times, err := execTimes(env, *flagCalls, cmds)
 	if err != nil {
 		return err
 	}
@@ -656,6 +668,12 @@ func run() error {
 	fmt.Printf("fleet-send NAME TEXT:        p50 %s  p99 %s\n", benchkit.Ms(benchkit.Pct(sendT, 50)), benchkit.Ms(benchkit.Pct(sendT, 99)))
 	fmt.Printf("/bin/true (process start):   p50 %s  p99 %s\n", benchkit.Ms(benchkit.Pct(trueT, 50)), benchkit.Ms(benchkit.Pct(trueT, 99)))
 	fmt.Printf("fleet-send --version:        p50 %s  p99 %s  (Go binary start, no socket)\n", benchkit.Ms(benchkit.Pct(verT, 50)), benchkit.Ms(benchkit.Pct(verT, 99)))
+	if *flagFloor != "" {
+		helloT, minT := times[3], times[4]
+		floor = &floorTimes{hello: benchkit.Pct(helloT, 50), min: benchkit.Pct(minT, 50)}
+		fmt.Printf("Go hello world (static):     p50 %s  p99 %s  (the floor of any Go command here)\n", benchkit.Ms(benchkit.Pct(helloT, 50)), benchkit.Ms(benchkit.Pct(helloT, 99)))
+		fmt.Printf("minimal client, no CLI:      p50 %s  p99 %s  (dial+hello+send through pkg/api, static)\n", benchkit.Ms(benchkit.Pct(minT, 50)), benchkit.Ms(benchkit.Pct(minT, 99)))
+	}
 	fmt.Printf("in-process dial+hello+send:  p50 %s  p99 %s  (no process; includes the fsync)\n\n", benchkit.Ms(benchkit.Pct(inproc, 50)), benchkit.Ms(benchkit.Pct(inproc, 99)))
 
 	after, err := g.memory()
@@ -706,6 +724,10 @@ func run() error {
 	}
 	fmt.Printf("fleet-send per call:    p50 %s  p99 %s   (/bin/true p50 %s p99 %s; fleet-send --version p50 %s; in-process send p50 %s)\n",
 		benchkit.Ms(benchkit.Pct(sendT, 50)), benchkit.Ms(benchkit.Pct(sendT, 99)), benchkit.Ms(benchkit.Pct(trueT, 50)), benchkit.Ms(benchkit.Pct(trueT, 99)), benchkit.Ms(benchkit.Pct(verT, 50)), benchkit.Ms(benchkit.Pct(inproc, 50)))
+	if floor != nil {
+		fmt.Printf("floors of that figure:  Go hello world (static) p50 %s; minimal client without a CLI framework p50 %s\n",
+			benchkit.Ms(floor.hello), benchkit.Ms(floor.min))
+	}
 	fmt.Printf("gateway VmRSS:          idle 0 entities %s; %d entities %s (+%.1f KiB/entity); after the load %s (VmHWM %s)\n",
 		benchkit.MiB(idle.RSS), *flagEntities, benchkit.MiB(full.RSS), perEnt, benchkit.MiB(after.RSS), benchkit.MiB(after.HWM))
 	fmt.Printf("load average at end:    %s (other work on this machine skews every figure)\n", benchkit.Loadavg())
