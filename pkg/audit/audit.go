@@ -55,12 +55,33 @@ func (l *Log) Message(event string, env *envelope.Envelope, attempt int, reason 
 	})
 }
 
+// Messages records one event about each of envs, with one write.
+func (l *Log) Messages(event string, envs []*envelope.Envelope, attempt int, reason string) {
+	if l == nil || len(envs) == 0 {
+		return
+	}
+	var data []byte
+	for _, env := range envs {
+		size, sum := env.Digest()
+		data = l.appendLine(data, Line{
+			Event: event, TraceID: env.TraceID, MsgID: env.MsgID, Kind: string(env.Kind),
+			Sender: env.Sender.Gid, Recipient: env.Recipient.Gid, Size: size, SHA256: sum,
+			Attempt: attempt, Reason: reason,
+		})
+	}
+	l.write(data)
+}
+
 // Write appends one line. Lines without a trace id (registry events) carry
 // "-" so every line has the key.
 func (l *Log) Write(line Line) {
 	if l == nil {
 		return
 	}
+	l.write(l.appendLine(nil, line))
+}
+
+func (l *Log) appendLine(dst []byte, line Line) []byte {
 	if line.Time.IsZero() {
 		line.Time = time.Now().UTC()
 	}
@@ -70,9 +91,16 @@ func (l *Log) Write(line Line) {
 	line.Host = l.host
 	data, err := json.Marshal(line)
 	if err != nil {
+		return dst
+	}
+	dst = append(dst, data...)
+	return append(dst, '\n')
+}
+
+func (l *Log) write(data []byte) {
+	if len(data) == 0 {
 		return
 	}
-	data = append(data, '\n')
 	l.mu.Lock()
 	_, _ = l.f.Write(data)
 	l.mu.Unlock()

@@ -245,8 +245,8 @@ func (g *Gateway) commitAck(b *mailbox, batch []api.Delivery, seqs map[string]ui
 	go func() {
 		err := g.st.DeliveredAll(keys, time.Now().UTC())
 		if err == nil {
+			g.audit.Messages("delivered", done, 1, "drained")
 			for _, env := range done {
-				g.audit.Message("delivered", env, 1, "drained")
 				g.settled(env, store.Delivered, "", 1)
 			}
 			g.crashAt("after-ack")
