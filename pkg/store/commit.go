@@ -48,12 +48,13 @@ type Store struct {
 	failErr atomic.Pointer[error]
 
 	// owned by the committer
-	tx      *bolt.Tx
-	lsn     uint64    // last log record handed to the syncer
-	ckptLSN uint64    // last log record held by a bbolt commit
-	dirty   time.Time // when the open transaction first changed (zero: clean)
-	pending []pendingGroup
-	broken  error // a log write failed: writes are refused until a checkpoint succeeds
+	tx        *bolt.Tx
+	lsn       uint64    // last log record handed to the syncer
+	ckptLSN   uint64    // last log record held by a bbolt commit
+	dirty     time.Time // when the open transaction first changed (zero: clean)
+	pending   []pendingGroup
+	broken    error  // a log write or a checkpoint failed: writes are refused until a checkpoint succeeds
+	failTaken uint64 // the failure (first refused lsn) takeFailure has dealt with
 }
 
 type op struct {
@@ -90,8 +91,12 @@ const (
 	checkpointEvery = time.Second
 )
 
-// maxGroup bounds how many operations share one log record.
-const maxGroup = 512
+// maxGroup bounds how many operations share one log record, groupBytes
+// how much they write (a group ends early past it).
+const (
+	maxGroup   = 512
+	groupBytes = 64 << 20
+)
 
 // Meta keys of the checkpoint.
 var (
@@ -181,6 +186,10 @@ func (s *Store) recover(limit uint64) error {
 			tx.Rollback()
 			return err
 		}
+		if limit != 1<<63-1 && lsn != limit && limit > ckpt {
+			tx.Rollback()
+			return fmt.Errorf("store: the log ends at record %d, but record %d was written", lsn, limit)
+		}
 	}
 	s.tx, s.lsn, s.ckptLSN, s.pending = tx, lsn, ckpt, nil
 	s.dirty = time.Now()
@@ -209,12 +218,17 @@ func (s *Store) checkpoint() error {
 		return err
 	}
 	if err := s.tx.Commit(); err != nil {
+		// The commit may have reached the file in part (its meta page
+		// written, the flush failed): no log record is written until a
+		// checkpoint succeeds, so none can land in an epoch the disk does
+		// not have.
 		s.tx = nil
+		s.broken = fmt.Errorf("store: the checkpoint failed: %w", err)
 		return err
 	}
 	s.flushes <- &flush{reset: true, salt: salt}
 	s.fence()
-	s.ckptLSN, s.dirty, s.pending, s.broken = s.lsn, time.Time{}, nil, nil
+	s.ckptLSN, s.dirty, s.pending, s.broken, s.failTaken = s.lsn, time.Time{}, nil, nil, 0
 	tx, err := s.db.Begin(true)
 	if err != nil {
 		s.tx = nil
@@ -232,34 +246,38 @@ func (s *Store) fence() {
 }
 
 // takeFailure undoes, newest first, every group the syncer refused, and
-// marks the store broken. Every group before the first refused one is on
-// disk; the refused ones' callers have heard the error.
+// marks the store broken: no write is taken until a checkpoint succeeds.
+// Every group before the first refused one is on disk; the refused ones'
+// callers have heard the error.
 func (s *Store) takeFailure() {
 	first := s.failed.Load()
-	if first == 0 || s.tx == nil || s.lsn < first {
+	if first == 0 || s.failTaken == first {
 		return // none, or taken already
 	}
+	s.fence() // the syncer has answered everything queued
 	err := errors.New("store: the log could not be written")
 	if p := s.failErr.Load(); p != nil {
 		err = *p
 	}
-	w := &wtx{tx: s.tx}
-	i := len(s.pending) - 1
-	for ; i >= 0 && s.pending[i].lsn >= first; i-- {
-		w.undo = s.pending[i].undo
-		if uerr := w.rollback(0); uerr != nil {
-			s.tx.Rollback()
-			s.tx = nil // recover() rebuilds it from what is on disk
-			break
+	if s.tx != nil {
+		w := &wtx{tx: s.tx}
+		for i := len(s.pending) - 1; i >= 0 && s.pending[i].lsn >= first; i-- {
+			w.undo = s.pending[i].undo
+			if uerr := w.rollback(0); uerr != nil {
+				s.tx.Rollback()
+				s.tx = nil // recover() rebuilds it from what is on disk
+				break
+			}
 		}
 	}
-	if i >= 0 {
-		s.pending = s.pending[:i+1]
-	} else {
-		s.pending = nil
+	n := 0
+	for n < len(s.pending) && s.pending[n].lsn < first {
+		n++
 	}
+	s.pending = s.pending[:n]
 	s.lsn = first - 1
 	s.broken = err
+	s.failTaken = first
 }
 
 func newSalt() uint64 {
@@ -324,7 +342,9 @@ func (s *Store) commitLoop() {
 			for { // run what is queued, then stop
 				select {
 				case o := <-s.ops:
-					s.runGroup([]*op{o})
+					for b := []*op{o}; len(b) > 0; {
+						b = b[s.runGroup(b):]
+					}
 				default:
 					return
 				}
@@ -341,33 +361,45 @@ func (s *Store) commitLoop() {
 				break fill
 			}
 		}
-		s.runGroup(batch)
+		for len(batch) > 0 {
+			batch = batch[s.runGroup(batch):]
+		}
 		s.maybeCheckpoint(false)
 	}
 }
 
-// runGroup runs one group against the open transaction and hands its
-// changes to the syncer, which answers the group once they are on disk.
-// An operation that fails is undone alone.
-func (s *Store) runGroup(batch []*op) {
-	errs := make([]error, len(batch))
+// runGroup runs the head of batch as one group against the open
+// transaction and hands its changes to the syncer, which answers the group
+// once they are on disk. It returns how many operations it took: a group
+// ends early once its changes reach groupBytes. An operation that fails is
+// undone alone.
+func (s *Store) runGroup(batch []*op) int {
 	s.takeFailure()
 	if s.broken != nil && s.tx != nil {
 		_ = s.checkpoint() // on success the log works again (broken is cleared)
 	}
-	if s.tx == nil { // a failed checkpoint lost the transaction
+	if s.tx == nil { // a failed checkpoint or undo lost the transaction
 		if err := s.recover(s.durable.Load()); err != nil {
 			for _, o := range batch {
 				o.err <- fmt.Errorf("store: %w", err)
 			}
-			return
+			return len(batch)
 		}
 	}
 	w := &wtx{tx: s.tx, refuse: s.broken}
-	for i, o := range batch {
-		mark, umark := len(w.muts), len(w.undo)
+	errs := make([]error, 0, len(batch))
+	taken := 0
+	for _, o := range batch {
+		if w.size >= groupBytes {
+			break // the rest make the next group
+		}
+		taken++
+		mark, umark, size := len(w.muts), len(w.undo), w.size
 		w.readOnly = o.read
 		err := o.fn(w)
+		if err == nil && w.size-size > maxRecord/2 {
+			err = fmt.Errorf("store: one change of %d MiB is too large to write at once", (w.size-size)>>20)
+		}
 		if err != nil && len(w.undo) > umark {
 			if uerr := w.rollback(umark); uerr != nil {
 				// the transaction cannot be trusted: drop it, and every
@@ -378,25 +410,26 @@ func (s *Store) runGroup(batch []*op) {
 				for _, o := range batch {
 					o.err <- fmt.Errorf("store: undoing a failed operation: %w", uerr)
 				}
-				return
+				return len(batch)
 			}
-			w.muts = w.muts[:mark]
+			w.muts, w.size = w.muts[:mark], size
 		}
-		errs[i] = err
+		errs = append(errs, err)
 	}
+	ops := batch[:taken]
 	switch {
 	case len(w.muts) > 0:
 		s.lsn++
 		s.pending = append(s.pending, pendingGroup{lsn: s.lsn, undo: w.undo})
-		s.flushes <- &flush{lsn: s.lsn, payload: appendMuts(nil, w.muts), ops: batch, errs: errs}
+		s.flushes <- &flush{lsn: s.lsn, payload: appendMuts(nil, w.muts), ops: ops, errs: errs}
 		if s.dirty.IsZero() {
 			s.dirty = time.Now()
 		}
 	case s.lsn > s.durable.Load():
 		// reads may have seen changes still on their way to disk
-		s.flushes <- &flush{ops: batch, errs: errs}
+		s.flushes <- &flush{ops: ops, errs: errs}
 	default:
-		for i, o := range batch {
+		for i, o := range ops {
 			o.err <- errs[i]
 		}
 	}
@@ -409,21 +442,34 @@ func (s *Store) runGroup(batch []*op) {
 	if n > 0 {
 		s.pending = append(s.pending[:0], s.pending[n:]...)
 	}
+	return taken
 }
 
 // maybeCheckpoint commits to bbolt when the log is big enough, or, when
-// due, once the transaction has had changes for checkpointEvery.
+// due, once the transaction has had changes for checkpointEvery. A failed
+// checkpoint is tried again checkpointEvery later (writes are refused
+// meanwhile: see checkpoint).
 func (s *Store) maybeCheckpoint(due bool) {
-	if s.tx == nil || s.dirty.IsZero() {
+	if s.dirty.IsZero() {
 		return
 	}
-	if s.log.size() < checkpointBytes && !due {
+	if s.tx != nil && s.log.size() < checkpointBytes && !due {
 		return
 	}
-	if err := s.checkpoint(); err != nil && s.tx == nil {
-		// The changes are safe in the log: rebuild the transaction from
-		// it now, and try again at the next checkpoint.
-		_ = s.recover(s.durable.Load())
+	var err error
+	if s.tx == nil {
+		err = s.recover(s.durable.Load())
+	}
+	if err == nil {
+		err = s.checkpoint()
+	}
+	if err != nil {
+		if s.tx == nil {
+			// the changes are safe in the log: rebuild the transaction
+			// from it now if the disk lets us, else at the next operation
+			_ = s.recover(s.durable.Load())
+		}
+		s.dirty = time.Now() // back off
 	}
 }
 

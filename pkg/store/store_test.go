@@ -976,9 +976,8 @@ func TestCloseFinishesQueuedWrites(t *testing.T) {
 	}
 }
 
-// A write after Close must fail, not wait forever. update selects between
-// sending on s.ops and <-s.done; after Close both are ready, so about half
-// of the calls queue an op that the stopped committer never answers.
+// A write after Close must fail at once, not queue an operation the
+// stopped committer never answers.
 func TestWriteAfterCloseFails(t *testing.T) {
 	s, _ := newStore(t)
 	closeStore(t, s)

@@ -3,6 +3,7 @@ package store
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"hash/crc32"
 	"io"
 	"os"
@@ -47,6 +48,8 @@ type wal struct {
 	off  int64
 	salt uint64
 	end  atomic.Int64 // off, for other goroutines
+
+	failWrite func(*wal, []byte) error // tests: stands in for the write
 }
 
 func openWAL(path string) (*wal, error) {
@@ -102,17 +105,47 @@ func (l *wal) frame(dst []byte, lsn uint64, payload []byte) []byte {
 }
 
 // write puts records at the end of the log and flushes them. On error the
-// log's end does not move.
+// log's end does not move, and what may have reached the file is made
+// unreadable before write returns: records whose writers hear an error
+// must never be replayed.
 func (l *wal) write(records []byte) error {
-	if _, err := l.f.WriteAt(records, l.off); err != nil {
-		return err
+	first := int64(len(records))
+	if len(records) >= walHeader {
+		first = walHeader + int64(binary.LittleEndian.Uint32(records))
+	}
+	if l.failWrite != nil {
+		if err := l.failWrite(l, records); err != nil {
+			return l.refused(err, first)
+		}
+	} else if _, err := l.f.WriteAt(records, l.off); err != nil {
+		return l.refused(err, first)
 	}
 	if err := fdatasync(l.f); err != nil {
-		return err
+		return l.refused(err, first)
 	}
 	l.off += int64(len(records))
 	l.end.Store(l.off)
 	return nil
+}
+
+// refused zeroes the header at the log's end, where a failed write may
+// have left a whole record, and flushes that: replay stops there. If that
+// fails too while the file is long enough to hold the first record whole,
+// nobody can say whether the refused changes survive a crash, and the
+// error says so.
+func (l *wal) refused(err error, first int64) error {
+	var zero [walHeader]byte
+	_, zerr := l.f.WriteAt(zero[:], l.off)
+	if zerr == nil {
+		zerr = fdatasync(l.f)
+	}
+	if zerr == nil {
+		return err
+	}
+	if fi, serr := l.f.Stat(); serr == nil && fi.Size() < l.off+first {
+		return err // the record is torn: replay stops there anyway
+	}
+	return fmt.Errorf("%w (and the failed log record could not be cleared: the change may or may not survive a restart)", err)
 }
 
 // append writes one record of muts and flushes it.
@@ -147,7 +180,10 @@ func (l *wal) replay(salt, after, limit uint64, fn func([]mut) error) (uint64, e
 	var hdr [walHeader]byte
 	for lsn < limit {
 		if _, err := io.ReadFull(r, hdr[:]); err != nil {
-			break // end of file, or a torn header
+			if endOfLog(err) {
+				break // end of file, or a torn header
+			}
+			return lsn, fmt.Errorf("store: reading the log: %w", err)
 		}
 		n := binary.LittleEndian.Uint32(hdr[0:])
 		if n == 0 || n > maxRecord {
@@ -158,7 +194,10 @@ func (l *wal) replay(salt, after, limit uint64, fn func([]mut) error) (uint64, e
 		}
 		payload := make([]byte, n)
 		if _, err := io.ReadFull(r, payload); err != nil {
-			break
+			if endOfLog(err) {
+				break // a torn record
+			}
+			return lsn, fmt.Errorf("store: reading the log: %w", err)
 		}
 		if binary.LittleEndian.Uint32(hdr[4:]) != l.sum(lsn+1, payload) {
 			break
@@ -175,6 +214,12 @@ func (l *wal) replay(salt, after, limit uint64, fn func([]mut) error) (uint64, e
 	}
 	l.end.Store(l.off)
 	return lsn, nil
+}
+
+// endOfLog tells a log that simply ends (or ends torn) from one that
+// cannot be read: only the first ends a replay quietly.
+func endOfLog(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
 // maxRecord bounds one record (a group of up to maxGroup operations, each

@@ -5,7 +5,10 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/fleetd/fleet/pkg/envelope"
 )
@@ -30,6 +33,16 @@ func crash(t *testing.T, s *Store) {
 	}
 	s.log.close()
 	s.db.Close()
+}
+
+// logState reads the committer's log positions from inside the committer
+// (race-free), and the syncer's log end.
+func logState(t *testing.T, s *Store) (lsn, ckpt uint64, end int64) {
+	t.Helper()
+	if err := s.view(func(*wtx) error { lsn, ckpt = s.lsn, s.ckptLSN; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return lsn, ckpt, s.log.size()
 }
 
 // state is what a test compares before a crash and after the replay.
@@ -94,7 +107,7 @@ func TestReplayAfterCrashRestoresEveryAcknowledgedChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := state(t, s, a.Gid, b.Gid)
-	if s.lsn == s.ckptLSN {
+	if lsn, ckpt, _ := logState(t, s); lsn == ckpt {
 		t.Fatal("everything was checkpointed: the test proves nothing about the log")
 	}
 
@@ -127,9 +140,9 @@ func TestReplayStopsAtTornRecord(t *testing.T) {
 	accept(t, s, msg(a.Gid, b.Gid, "one"))
 	accept(t, s, msg(a.Gid, b.Gid, "two"))
 	want := state(t, s, a.Gid, b.Gid)
-	end := s.log.off
+	_, _, end := logState(t, s)
 	accept(t, s, msg(a.Gid, b.Gid, "three"))
-	torn := s.log.off
+	_, _, torn := logState(t, s)
 	crash(t, s)
 
 	// the last record, half written
@@ -151,7 +164,7 @@ func TestReplayStopsAtTornRecord(t *testing.T) {
 	if got := state(t, s, a.Gid, b.Gid); got != want {
 		t.Errorf("after a torn record:\n%s\nwant:\n%s", got, want)
 	}
-	// the log goes on after what was kept
+	// and the store goes on from what was kept (in the next epoch)
 	accept(t, s, msg(a.Gid, b.Gid, "four"))
 	crash(t, s)
 	s = openTracked(t, path)
@@ -173,7 +186,6 @@ func TestReplayRefusesRecordsOfAnotherEpoch(t *testing.T) {
 	}
 	// a forged record: the put that would bring "gone" back, with the
 	// right sequence number, under another salt
-	forged := &wal{salt: s.log.salt + 1}
 	s = reopen(t, s, path) // checkpoint: new epoch, log starts over
 	keep := msg(a.Gid, b.Gid, "after the checkpoint")
 	accept(t, s, keep)
@@ -182,9 +194,9 @@ func TestReplayRefusesRecordsOfAnotherEpoch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	forged.f = f
-	forged.off = s.log.off
-	if err := forged.append(s.lsn+1, []mut{{kind: mutPut, path: [][]byte{bInbox, []byte(b.Gid)}, key: u64(99), value: raw}}); err != nil {
+	lsn, _, end := logState(t, s)
+	forged := &wal{f: f, off: end, salt: newSalt()} // not this epoch's salt
+	if err := forged.append(lsn+1, []mut{{kind: mutPut, path: [][]byte{bInbox, []byte(b.Gid)}, key: u64(99), value: raw}}); err != nil {
 		t.Fatal(err)
 	}
 	f.Close()
@@ -250,8 +262,8 @@ func TestCheckpointStartsTheLogOver(t *testing.T) {
 		last = msg(a.Gid, b.Gid, body)
 		accept(t, s, last)
 	}
-	if s.ckptLSN == 0 || s.log.off >= checkpointBytes {
-		t.Errorf("no checkpoint: log at %d bytes, checkpoint lsn %d", s.log.off, s.ckptLSN)
+	if _, ckpt, end := logState(t, s); ckpt == 0 || end >= checkpointBytes {
+		t.Errorf("no checkpoint: log at %d bytes, checkpoint lsn %d", end, ckpt)
 	}
 	n := len(inbox(t, s, b.Gid))
 	crash(t, s)
@@ -288,4 +300,139 @@ func TestMutationsRoundTrip(t *testing.T) {
 			t.Errorf("decodeMuts(%v) accepted", bad)
 		}
 	}
+}
+
+// A write whose flush failed after its record reached the file is refused,
+// and stays refused after a crash: the record is cleared before the
+// writer hears the error, and the store takes no write until a checkpoint.
+func TestRefusedWriteIsNotReplayed(t *testing.T) {
+	s, path := newStore(t)
+	a, b := mkEntity(t, s, "alice"), mkEntity(t, s, "bob")
+	kept := msg(a.Gid, b.Gid, "kept")
+	accept(t, s, kept)
+
+	var fail atomic.Bool
+	fail.Store(true)
+	s.log.failWrite = func(l *wal, rec []byte) error {
+		if _, err := l.f.WriteAt(rec, l.off); err != nil { // the record reaches the file ...
+			return err
+		}
+		if fail.Load() {
+			return errors.New("fdatasync: input/output error") // ... its flush fails
+		}
+		return fdatasync(l.f)
+	}
+	lost := msg(a.Gid, b.Gid, "lost")
+	if _, _, err := s.Accept(lost, t0); err == nil {
+		t.Fatal("Accept with a failing flush succeeded")
+	}
+	fail.Store(false)
+	crash(t, s)
+
+	s = openTracked(t, path)
+	if _, err := s.Record(lost.MsgID); !errors.Is(err, ErrNotFound) {
+		t.Errorf("the refused message came back after a crash: %v", err)
+	}
+	if got := inbox(t, s, b.Gid); !slices.Equal(got, []string{kept.MsgID}) {
+		t.Errorf("inbox = %v, want [%s]", got, kept.MsgID)
+	}
+}
+
+// A read that saw a change still on its way to disk is answered only
+// once that change is on disk.
+func TestReadWaitsForTheChangesItSaw(t *testing.T) {
+	s, _ := newStore(t)
+	a, b := mkEntity(t, s, "alice"), mkEntity(t, s, "bob")
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once, released sync.Once
+	free := func() { released.Do(func() { close(release) }) }
+	t.Cleanup(free) // a failing test must not leave the syncer held
+	s.log.failWrite = func(l *wal, rec []byte) error {
+		once.Do(func() { close(entered); <-release })
+		_, err := l.f.WriteAt(rec, l.off)
+		return err
+	}
+	m := msg(a.Gid, b.Gid, "slow to disk")
+	accepted := make(chan error, 1)
+	go func() { _, _, err := s.Accept(m, t0); accepted <- err }()
+	<-entered // the change is applied; its record waits to be written
+	read := make(chan error, 1)
+	go func() { _, err := s.Record(m.MsgID); read <- err }()
+	select {
+	case err := <-read:
+		t.Fatalf("the read was answered (%v) before the change it saw was on disk", err)
+	case <-time.After(100 * time.Millisecond): // a moment, to see nothing happens
+	}
+	free()
+	if err := <-accepted; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-read; err != nil {
+		t.Errorf("read after the flush: %v", err)
+	}
+}
+
+// An operation that fails halfway leaves no trace, whatever it changed:
+// puts over old and new keys, deletes, sequences, buckets made and removed.
+func TestFailedOperationIsUndoneWhole(t *testing.T) {
+	s, path := newStore(t)
+	a, b := mkEntity(t, s, "alice"), mkEntity(t, s, "bob")
+	accept(t, s, msg(a.Gid, b.Gid, "one"))
+	accept(t, s, msg(a.Gid, b.Gid, "two"))
+	want := state(t, s, a.Gid, b.Gid)
+	boom := errors.New("boom")
+	err := s.update(func(tx *wtx) error {
+		ib := tx.Bucket(bInbox).Bucket([]byte(b.Gid))
+		if _, err := ib.NextSequence(); err != nil {
+			return err
+		}
+		if err := ib.Put(u64(1), []byte("overwritten")); err != nil {
+			return err
+		}
+		if err := ib.Put(u64(77), []byte("new")); err != nil {
+			return err
+		}
+		if err := ib.Delete(u64(2)); err != nil {
+			return err
+		}
+		if _, err := tx.CreateBucketIfNotExists([]byte("scratch")); err != nil {
+			return err
+		}
+		nb, err := tx.Bucket(bInbox).CreateBucketIfNotExists([]byte("gid-new"))
+		if err != nil {
+			return err
+		}
+		if err := nb.Put([]byte("k"), []byte("v")); err != nil {
+			return err
+		}
+		if err := tx.Bucket(bInbox).DeleteBucket([]byte(a.Gid)); err != nil {
+			return err
+		}
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("update = %v, want boom", err)
+	}
+	check := func(when string) {
+		if got := state(t, s, a.Gid, b.Gid); got != want {
+			t.Errorf("%s:\n%s\nwant:\n%s", when, got, want)
+		}
+		_ = s.view(func(tx *wtx) error {
+			if tx.Bucket([]byte("scratch")) != nil || tx.Bucket(bInbox).Bucket([]byte("gid-new")) != nil {
+				t.Errorf("%s: a bucket made by the failed operation is there", when)
+			}
+			if tx.Bucket(bInbox).Bucket([]byte(a.Gid)) == nil {
+				t.Errorf("%s: the bucket it removed is gone", when)
+			}
+			return nil
+		})
+	}
+	check("after the failure")
+	if rec := accept(t, s, msg(a.Gid, b.Gid, "three")); rec.Seq != 3 {
+		t.Errorf("next seq = %d, want 3 (the failed NextSequence undone)", rec.Seq)
+	}
+	want = state(t, s, a.Gid, b.Gid)
+	crash(t, s)
+	s = openTracked(t, path)
+	check("after replay")
 }

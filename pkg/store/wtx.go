@@ -22,6 +22,7 @@ type wtx struct {
 	refuse   error // set: every write fails with it (the log is broken)
 	muts     []mut
 	undo     []undo
+	size     int // about how many bytes muts take in the log
 }
 
 // Mutation kinds, as written to the log.
@@ -174,6 +175,7 @@ func (b *wbucket) Put(k, v []byte) error {
 		return err
 	}
 	b.w.muts = append(b.w.muts, mut{kind: mutPut, path: b.path, key: k, value: v})
+	b.w.size += 16 + len(k) + len(v) + pathLen(b.path)
 	b.w.undo = append(b.w.undo, undo{kind: mutPut, path: b.path, key: k, value: prev})
 	return nil
 }
@@ -184,13 +186,14 @@ func (b *wbucket) Delete(k []byte) error {
 	}
 	prev := b.b.Get(k)
 	if prev == nil {
-		return nil // nothing to delete, nothing to log
+		return b.b.Delete(k) // nothing to delete (nil), or a bucket (refused)
 	}
 	prev, k = clone(prev), clone(k)
 	if err := b.b.Delete(k); err != nil {
 		return err
 	}
 	b.w.muts = append(b.w.muts, mut{kind: mutDelete, path: b.path, key: k})
+	b.w.size += 16 + len(k) + pathLen(b.path)
 	b.w.undo = append(b.w.undo, undo{kind: mutPut, path: b.path, key: k, value: prev})
 	return nil
 }
@@ -207,6 +210,14 @@ func (b *wbucket) NextSequence() (uint64, error) {
 	b.w.muts = append(b.w.muts, mut{kind: mutSetSeq, path: b.path, seq: n})
 	b.w.undo = append(b.w.undo, undo{kind: mutSetSeq, path: b.path, seq: prev})
 	return n, nil
+}
+
+func pathLen(path [][]byte) int {
+	n := 0
+	for _, p := range path {
+		n += 2 + len(p)
+	}
+	return n
 }
 
 func clone(b []byte) []byte {
