@@ -6,6 +6,7 @@ package gwapp
 
 import (
 	"fmt"
+	"runtime/debug"
 
 	"log/slog"
 	"net/url"
@@ -56,6 +57,13 @@ func NewGatewayApp() *ucli.App {
 				h = slog.NewTextHandler(os.Stderr, opts)
 			} else {
 				h = slog.NewJSONHandler(os.Stderr, opts)
+			}
+			if os.Getenv("GOGC") == "" {
+				// A gateway's live heap is small and its garbage is per
+				// message: collecting at 4x the live heap instead of 2x
+				// gives about 7% more durable throughput here for a few
+				// MiB of memory (README, Performance). GOGC overrides it.
+				debug.SetGCPercent(300)
 			}
 			return gateway.New(cfg, slog.New(h)).Run(c.Context)
 		},
