@@ -53,8 +53,9 @@ type Store struct {
 	ckptLSN   uint64    // last log record held by a bbolt commit
 	dirty     time.Time // when the open transaction first changed (zero: clean)
 	pending   []pendingGroup
-	broken    error  // a log write or a checkpoint failed: writes are refused until a checkpoint succeeds
-	failTaken uint64 // the failure (first refused lsn) takeFailure has dealt with
+	broken    error          // a log write or a checkpoint failed: writes are refused until a checkpoint succeeds
+	counts    map[string]int // inbox gid -> messages in it, where counted (Pending)
+	failTaken uint64         // the failure (first refused lsn) takeFailure has dealt with
 }
 
 type op struct {
@@ -192,6 +193,7 @@ func (s *Store) recover(limit uint64) error {
 		}
 	}
 	s.tx, s.lsn, s.ckptLSN, s.pending = tx, lsn, ckpt, nil
+	s.counts = map[string]int{} // counted afresh from what was rebuilt
 	s.dirty = time.Now()
 	return nil
 }
@@ -260,7 +262,7 @@ func (s *Store) takeFailure() {
 		err = *p
 	}
 	if s.tx != nil {
-		w := &wtx{tx: s.tx}
+		w := &wtx{tx: s.tx, counts: s.counts}
 		for i := len(s.pending) - 1; i >= 0 && s.pending[i].lsn >= first; i-- {
 			w.undo = s.pending[i].undo
 			if uerr := w.rollback(0); uerr != nil {
@@ -386,7 +388,7 @@ func (s *Store) runGroup(batch []*op) int {
 			return len(batch)
 		}
 	}
-	w := &wtx{tx: s.tx, refuse: s.broken}
+	w := &wtx{tx: s.tx, refuse: s.broken, counts: s.counts}
 	errs := make([]error, 0, len(batch))
 	taken := 0
 	for _, o := range batch {

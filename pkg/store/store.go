@@ -306,18 +306,26 @@ func (s *Store) HasPending(gid string) bool {
 	return has
 }
 
-// Pending returns how many messages wait in gid's inbox.
+// Pending returns how many messages wait in gid's inbox. The committer
+// counts an inbox once (a walk) and from then on keeps the count with
+// every put and delete, so a long inbox costs its walk once, not at every
+// roster row and heartbeat.
 func (s *Store) Pending(gid string) int {
 	n := 0
 	_ = s.view(func(tx *wtx) error {
-		if ib := tx.Bucket(bInbox).Bucket([]byte(gid)); ib != nil {
-			// a cursor walk: Stats reads committed pages only, and the
-			// committer's transaction holds changes not yet checkpointed
-			c := ib.Cursor()
-			for k, _ := c.First(); k != nil; k, _ = c.Next() {
-				n++
-			}
+		if c, ok := tx.counts[gid]; ok {
+			n = c
+			return nil
 		}
+		ib := tx.Bucket(bInbox).Bucket([]byte(gid))
+		if ib == nil {
+			return nil
+		}
+		c := ib.Cursor()
+		for k, _ := c.First(); k != nil; k, _ = c.Next() {
+			n++
+		}
+		tx.counts[gid] = n
 		return nil
 	})
 	return n

@@ -380,6 +380,9 @@ func TestFailedOperationIsUndoneWhole(t *testing.T) {
 	accept(t, s, msg(a.Gid, b.Gid, "one"))
 	accept(t, s, msg(a.Gid, b.Gid, "two"))
 	want := state(t, s, a.Gid, b.Gid)
+	if n := s.Pending(b.Gid); n != 2 { // counted now, kept from here on
+		t.Fatalf("Pending = %d, want 2", n)
+	}
 	boom := errors.New("boom")
 	err := s.update(func(tx *wtx) error {
 		ib := tx.Bucket(bInbox).Bucket([]byte(b.Gid))
@@ -390,6 +393,9 @@ func TestFailedOperationIsUndoneWhole(t *testing.T) {
 			return err
 		}
 		if err := ib.Put(u64(77), []byte("new")); err != nil {
+			return err
+		}
+		if err := ib.Put(u64(78), []byte("another")); err != nil {
 			return err
 		}
 		if err := ib.Delete(u64(2)); err != nil {
@@ -428,8 +434,14 @@ func TestFailedOperationIsUndoneWhole(t *testing.T) {
 		})
 	}
 	check("after the failure")
+	if n := s.Pending(b.Gid); n != 2 {
+		t.Errorf("Pending after the failed operation = %d, want 2", n)
+	}
 	if rec := accept(t, s, msg(a.Gid, b.Gid, "three")); rec.Seq != 3 {
 		t.Errorf("next seq = %d, want 3 (the failed NextSequence undone)", rec.Seq)
+	}
+	if n := s.Pending(b.Gid); n != 3 {
+		t.Errorf("Pending after one more = %d, want 3", n)
 	}
 	want = state(t, s, a.Gid, b.Gid)
 	crash(t, s)

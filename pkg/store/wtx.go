@@ -22,7 +22,22 @@ type wtx struct {
 	refuse   error // set: every write fails with it (the log is broken)
 	muts     []mut
 	undo     []undo
-	size     int // about how many bytes muts take in the log
+	size     int            // about how many bytes muts take in the log
+	counts   map[string]int // inbox gid -> messages in it, where known (the committer's; see Store.Pending)
+}
+
+// counted adjusts the known count of the inbox at path by d (a put of a
+// new key, a delete of one), or forgets it (d == 0: no longer known).
+func (w *wtx) counted(path [][]byte, d int) {
+	if w.counts == nil || len(path) != 2 || string(path[0]) != string(bInbox) {
+		return
+	}
+	gid := string(path[1])
+	if n, ok := w.counts[gid]; ok && d != 0 {
+		w.counts[gid] = n + d
+	} else {
+		delete(w.counts, gid)
+	}
 }
 
 // Mutation kinds, as written to the log.
@@ -123,6 +138,7 @@ func (b *wbucket) CreateBucketIfNotExists(name []byte) (*wbucket, error) {
 		return nil, err
 	}
 	path := b.sub(name)
+	b.w.counted(path, 0)
 	b.w.muts = append(b.w.muts, mut{kind: mutCreateBucket, path: path})
 	b.w.undo = append(b.w.undo, undo{kind: mutCreateBucket, path: path})
 	return &wbucket{w: b.w, path: path, b: nb}, nil
@@ -151,6 +167,7 @@ func (b *wbucket) DeleteBucket(name []byte) error {
 	if err := b.b.DeleteBucket(name); err != nil {
 		return err
 	}
+	b.w.counted(u.path, 0)
 	b.w.muts = append(b.w.muts, mut{kind: mutDeleteBucket, path: u.path})
 	b.w.undo = append(b.w.undo, u)
 	return nil
@@ -174,6 +191,9 @@ func (b *wbucket) Put(k, v []byte) error {
 	if err := b.b.Put(k, v); err != nil {
 		return err
 	}
+	if prev == nil {
+		b.w.counted(b.path, +1)
+	}
 	b.w.muts = append(b.w.muts, mut{kind: mutPut, path: b.path, key: k, value: v})
 	b.w.size += 16 + len(k) + len(v) + pathLen(b.path)
 	b.w.undo = append(b.w.undo, undo{kind: mutPut, path: b.path, key: k, value: prev})
@@ -192,6 +212,7 @@ func (b *wbucket) Delete(k []byte) error {
 	if err := b.b.Delete(k); err != nil {
 		return err
 	}
+	b.w.counted(b.path, -1)
 	b.w.muts = append(b.w.muts, mut{kind: mutDelete, path: b.path, key: k})
 	b.w.size += 16 + len(k) + pathLen(b.path)
 	b.w.undo = append(b.w.undo, undo{kind: mutPut, path: b.path, key: k, value: prev})
@@ -274,6 +295,7 @@ func deleteAt(tx *bolt.Tx, path [][]byte) error {
 // rollback undoes the changes recorded from mark on, newest first.
 func (w *wtx) rollback(mark int) error {
 	for i := len(w.undo) - 1; i >= mark; i-- {
+		w.counted(w.undo[i].path, 0) // recounted when next asked
 		if err := applyUndo(w.tx, &w.undo[i]); err != nil {
 			return err
 		}
