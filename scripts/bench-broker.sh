@@ -74,7 +74,7 @@ if [ -n "${BIN:-}" ]; then
 	bin=$BIN
 else
 	echo "bench-broker: building the binaries into $work/bin" >&2
-	CGO_ENABLED=0 "$GO" build -trimpath -tags urfave_cli_no_docs -ldflags "-s -w" -o "$work/bin/" ./cmd/... # as make build
+	CGO_ENABLED=0 "$GO" build -trimpath -tags urfave_cli_no_docs -o "$work/bin/" ./cmd/... # as make build
 	bin="$work/bin"
 fi
 "$GO" build -o "$work/benchbroker" ./scripts/benchbroker

@@ -42,13 +42,13 @@ if [ ! -x bin/fleet-gw ] || [ ! -x bin/fleet-send ]; then
 		make build
 	else
 		mkdir -p bin
-		CGO_ENABLED=0 "$GO" build -trimpath -tags urfave_cli_no_docs -ldflags "-s -w" -o bin/ ./cmd/... # as make build
+		CGO_ENABLED=0 "$GO" build -trimpath -tags urfave_cli_no_docs -o bin/ ./cmd/... # as make build
 	fi
 fi
 "$GO" build -o "$work/benchlocal" ./scripts/benchlocal
 # the floors of the per-call figure, built as the fleet binaries are
 mkdir -p "$work/floor"
-CGO_ENABLED=0 "$GO" build -trimpath -ldflags "-s -w" -o "$work/floor/" ./scripts/benchlocal/floor/...
+CGO_ENABLED=0 "$GO" build -trimpath -o "$work/floor/" ./scripts/benchlocal/floor/...
 
 "$work/benchlocal" -bin bin -dir "$work" -pidfile "$pidfile" -floor "$work/floor" "$@" &
 bench_pid=$!
