@@ -105,15 +105,24 @@ func u64(n uint64) []byte {
 	return b[:]
 }
 
-func getJSON(b *wbucket, key string, v any) error {
+// load reads the value at key into v: a delivery record in its binary
+// form (record.go), anything else as JSON.
+func load(b *wbucket, key string, v any) error {
 	data := b.Get([]byte(key))
 	if data == nil {
 		return ErrNotFound
 	}
+	if r, ok := v.(*Record); ok {
+		return decodeRecord(data, r)
+	}
 	return json.Unmarshal(data, v)
 }
 
-func putJSON(b *wbucket, key string, v any) error {
+// save stores v at key, as load reads it.
+func save(b *wbucket, key string, v any) error {
+	if r, ok := v.(*Record); ok {
+		return b.Put([]byte(key), encodeRecord(r))
+	}
 	data, err := json.Marshal(v)
 	if err != nil {
 		return err
@@ -136,7 +145,7 @@ func (s *Store) CreateEntity(e *Entity) error {
 		if _, err := tx.Bucket(bInbox).CreateBucketIfNotExists([]byte(e.Gid)); err != nil {
 			return err
 		}
-		return putJSON(tx.Bucket(bEntities), e.Gid, e)
+		return save(tx.Bucket(bEntities), e.Gid, e)
 	})
 }
 
@@ -145,14 +154,14 @@ func (s *Store) UpdateEntity(gid string, fn func(*Entity) error) (*Entity, error
 	var out Entity
 	err := s.update(func(tx *wtx) error {
 		var e Entity
-		if err := getJSON(tx.Bucket(bEntities), gid, &e); err != nil {
+		if err := load(tx.Bucket(bEntities), gid, &e); err != nil {
 			return err
 		}
 		if err := fn(&e); err != nil {
 			return err
 		}
 		out = e
-		return putJSON(tx.Bucket(bEntities), gid, &e)
+		return save(tx.Bucket(bEntities), gid, &e)
 	})
 	return &out, err
 }
@@ -164,7 +173,7 @@ func (s *Store) DeleteEntity(gid, reason string) (int, error) {
 	err := s.update(func(tx *wtx) error {
 		n = 0
 		var e Entity
-		if err := getJSON(tx.Bucket(bEntities), gid, &e); err != nil {
+		if err := load(tx.Bucket(bEntities), gid, &e); err != nil {
 			return err
 		}
 		if ib := tx.Bucket(bInbox).Bucket([]byte(gid)); ib != nil {
@@ -230,7 +239,7 @@ func (s *Store) Accept(env *envelope.Envelope, now time.Time) (rec *Record, dup 
 	err = s.update(func(tx *wtx) error {
 		dup = false
 		recs := tx.Bucket(bRecords)
-		if err := getJSON(recs, Key(env), &out); err == nil {
+		if err := load(recs, Key(env), &out); err == nil {
 			dup = true
 			return nil
 		}
@@ -250,7 +259,7 @@ func (s *Store) Accept(env *envelope.Envelope, now time.Time) (rec *Record, dup 
 			Sender: env.Sender.Gid, Recipient: env.Recipient.Gid,
 			Seq: seq, State: Accepted, Accepted: now,
 		}
-		return putJSON(recs, Key(env), &out)
+		return save(recs, Key(env), &out)
 	})
 	if err != nil {
 		return nil, false, err
@@ -334,7 +343,7 @@ func (s *Store) Pending(gid string) int {
 // Record returns the delivery record of msgID.
 func (s *Store) Record(msgID string) (*Record, error) {
 	var r Record
-	err := s.view(func(tx *wtx) error { return getJSON(tx.Bucket(bRecords), msgID, &r) })
+	err := s.view(func(tx *wtx) error { return load(tx.Bucket(bRecords), msgID, &r) })
 	if err != nil {
 		return nil, err
 	}
@@ -347,7 +356,7 @@ func (s *Store) Record(msgID string) (*Record, error) {
 func (s *Store) BeginInject(msgID string) (attempt int, err error) {
 	err = s.update(func(tx *wtx) error {
 		var r Record
-		if err := getJSON(tx.Bucket(bRecords), msgID, &r); err != nil {
+		if err := load(tx.Bucket(bRecords), msgID, &r); err != nil {
 			return err
 		}
 		if r.State != Accepted {
@@ -358,7 +367,7 @@ func (s *Store) BeginInject(msgID string) (attempt int, err error) {
 		if err := tx.Bucket(bInflight).Put([]byte(msgID), nil); err != nil {
 			return err
 		}
-		return putJSON(tx.Bucket(bRecords), msgID, &r)
+		return save(tx.Bucket(bRecords), msgID, &r)
 	})
 	return attempt, err
 }
@@ -368,7 +377,7 @@ func (s *Store) BeginInject(msgID string) (attempt int, err error) {
 func (s *Store) Failed(msgID, reason string) error {
 	return s.update(func(tx *wtx) error {
 		var r Record
-		if err := getJSON(tx.Bucket(bRecords), msgID, &r); err != nil {
+		if err := load(tx.Bucket(bRecords), msgID, &r); err != nil {
 			return err
 		}
 		if err := tx.Bucket(bInflight).Delete([]byte(msgID)); err != nil {
@@ -378,7 +387,7 @@ func (s *Store) Failed(msgID, reason string) error {
 			return nil // died meanwhile: keep the reason it died with
 		}
 		r.Reason = reason
-		return putJSON(tx.Bucket(bRecords), msgID, &r)
+		return save(tx.Bucket(bRecords), msgID, &r)
 	})
 }
 
@@ -398,7 +407,7 @@ func (s *Store) Delivered(msgID string, now time.Time) error {
 // it was recorded already).
 func deliveredTx(tx *wtx, msgID string, now time.Time) (string, error) {
 	var r Record
-	if err := getJSON(tx.Bucket(bRecords), msgID, &r); err != nil {
+	if err := load(tx.Bucket(bRecords), msgID, &r); err != nil {
 		return "", err
 	}
 	if r.State == Delivered {
@@ -419,17 +428,17 @@ func deliveredTx(tx *wtx, msgID string, now time.Time) (string, error) {
 	if r.Attempts == 0 {
 		r.Attempts = 1
 	}
-	return r.Recipient, putJSON(tx.Bucket(bRecords), msgID, &r)
+	return r.Recipient, save(tx.Bucket(bRecords), msgID, &r)
 }
 
 // touchEntity records an entity's last delivery.
 func touchEntity(tx *wtx, gid string, now time.Time) error {
 	var e Entity
-	if getJSON(tx.Bucket(bEntities), gid, &e) != nil {
+	if load(tx.Bucket(bEntities), gid, &e) != nil {
 		return nil
 	}
 	e.LastDelivery = now
-	return putJSON(tx.Bucket(bEntities), gid, &e)
+	return save(tx.Bucket(bEntities), gid, &e)
 }
 
 // Kill dead-letters msgID with its reason: out of the inbox, into the dead
@@ -440,7 +449,7 @@ func (s *Store) Kill(msgID, reason string, attempts int) error {
 
 func deadTx(tx *wtx, msgID, reason string, attempts int) error {
 	var r Record
-	if err := getJSON(tx.Bucket(bRecords), msgID, &r); err != nil {
+	if err := load(tx.Bucket(bRecords), msgID, &r); err != nil {
 		return err
 	}
 	if r.State != Accepted {
@@ -460,10 +469,10 @@ func deadTx(tx *wtx, msgID, reason string, attempts int) error {
 	if attempts >= 0 {
 		r.Attempts = attempts
 	}
-	if err := putJSON(tx.Bucket(bDead), msgID, &DeadLetter{Record: r, Envelope: raw}); err != nil {
+	if err := save(tx.Bucket(bDead), msgID, &DeadLetter{Record: r, Envelope: raw}); err != nil {
 		return err
 	}
-	return putJSON(tx.Bucket(bRecords), msgID, &r)
+	return save(tx.Bucket(bRecords), msgID, &r)
 }
 
 // DeadLetters lists the dead letters, optionally only those to gid.
@@ -514,7 +523,7 @@ func (s *Store) Prune(cutoff time.Time) (int, error) {
 		var del [][]byte
 		err := recs.ForEach(func(k, v []byte) error {
 			var r Record
-			if json.Unmarshal(v, &r) != nil {
+			if decodeRecord(v, &r) != nil {
 				return nil
 			}
 			finished := r.State != Accepted && !r.Done.IsZero() && r.Done.Before(cutoff)
@@ -601,7 +610,7 @@ func (s *Store) RecordOutbound(env *envelope.Envelope, now time.Time) error {
 		if tx.Bucket(bRecords).Get([]byte(env.MsgID)) != nil {
 			return nil // a retransmit: the record (maybe settled) stays
 		}
-		return putJSON(tx.Bucket(bRecords), env.MsgID, &Record{
+		return save(tx.Bucket(bRecords), env.MsgID, &Record{
 			MsgID: env.MsgID, Kind: env.Kind, TraceID: env.TraceID,
 			Sender: env.Sender.Gid, Recipient: env.Recipient.Gid,
 			State: Accepted, Accepted: now,
@@ -627,10 +636,10 @@ func (s *Store) DeadOutbound(env *envelope.Envelope, reason string, now time.Tim
 			Sender: env.Sender.Gid, Recipient: env.Recipient.Gid,
 			State: Dead, Reason: reason, Accepted: now, Done: now,
 		}
-		if err := putJSON(tx.Bucket(bDead), env.MsgID, &DeadLetter{Record: r, Envelope: raw}); err != nil {
+		if err := save(tx.Bucket(bDead), env.MsgID, &DeadLetter{Record: r, Envelope: raw}); err != nil {
 			return err
 		}
-		return putJSON(tx.Bucket(bRecords), env.MsgID, &r)
+		return save(tx.Bucket(bRecords), env.MsgID, &r)
 	})
 }
 
@@ -640,12 +649,12 @@ func (s *Store) SettleOutbound(msgID, state, reason string, attempts int, at tim
 	var out Record
 	err := s.update(func(tx *wtx) error {
 		var r Record
-		if err := getJSON(tx.Bucket(bRecords), msgID, &r); err != nil {
+		if err := load(tx.Bucket(bRecords), msgID, &r); err != nil {
 			return err
 		}
 		if r.State == Accepted && (state == Delivered || state == Dead) {
 			r.State, r.Reason, r.Attempts, r.Done = state, reason, attempts, at
-			if err := putJSON(tx.Bucket(bRecords), msgID, &r); err != nil {
+			if err := save(tx.Bucket(bRecords), msgID, &r); err != nil {
 				return err
 			}
 		}
@@ -703,14 +712,14 @@ func (s *Store) BeginControl(id string, kind envelope.Kind, subject string, now 
 			return err
 		}
 		var c Control
-		switch err := getJSON(b, id, &c); {
+		switch err := load(b, id, &c); {
 		case err == nil:
 			prev = &c
 			return nil
 		case !errors.Is(err, ErrNotFound):
 			return err
 		}
-		return putJSON(b, id, &Control{RequestID: id, Kind: kind, Subject: subject, State: ControlRunning, Started: now})
+		return save(b, id, &Control{RequestID: id, Kind: kind, Subject: subject, State: ControlRunning, Started: now})
 	})
 	return prev, err
 }
@@ -724,11 +733,11 @@ func (s *Store) EndControl(id string, result []byte, now time.Time) error {
 			return err
 		}
 		var c Control
-		if err := getJSON(b, id, &c); err != nil {
+		if err := load(b, id, &c); err != nil {
 			return err
 		}
 		c.State, c.Result, c.Done = ControlDone, append(json.RawMessage(nil), result...), now
-		return putJSON(b, id, &c)
+		return save(b, id, &c)
 	})
 }
 
@@ -751,7 +760,7 @@ func (s *Store) ControlRequest(id string) (*Control, error) {
 		if b == nil {
 			return ErrNotFound
 		}
-		return getJSON(b, id, &c)
+		return load(b, id, &c)
 	})
 	if err != nil {
 		return nil, err
