@@ -2,12 +2,7 @@ package fleet_test
 
 import (
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -20,68 +15,12 @@ import (
 // rounds, that every message a sender heard "accepted" for is received
 // exactly once, and that nothing is received that no sender sent.
 func TestKillDuringLoadLosesNothing(t *testing.T) {
-	dir := t.TempDir()
-	sock := filepath.Join(dir, "gw.sock")
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "FLEET_") && !strings.HasPrefix(kv, "XDG_") {
-			env = append(env, kv)
-		}
-	}
-	env = append(env, "FLEET_HOST=h1", "FLEET_STATE_DIR="+filepath.Join(dir, "state"),
-		"FLEET_SOCKET="+sock, "XDG_CONFIG_HOME="+dir)
-	start := func() *exec.Cmd {
-		t.Helper()
-		cmd := exec.Command(filepath.Join(binDir, "fleet-gw"), "run")
-		cmd.Env = env
-		logf, err := os.OpenFile(filepath.Join(dir, "gw.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer logf.Close()
-		cmd.Stdout, cmd.Stderr = logf, logf
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		for i := 0; ; i++ {
-			if c, err := api.Dial(sock); err == nil {
-				c.Close()
-				return cmd
-			}
-			if i == 200 {
-				cmd.Process.Kill()
-				cmd.Wait()
-				t.Fatalf("the gateway did not answer; log:\n%s", readFile(dir, "gw.log"))
-			}
-			time.Sleep(25 * time.Millisecond)
-		}
-	}
-	dial := func(token string) *api.Client {
-		t.Helper()
-		c, err := api.Dial(sock)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.Token = token
-		return c
-	}
-	join := func(name string) string {
-		t.Helper()
-		c := dial("")
-		defer c.Close()
-		resp, err := c.Call(&api.Request{Op: api.OpJoin, Name: name, Mode: "pull"})
-		if err != nil {
-			t.Fatalf("join %s: %v", name, err)
-		}
-		return resp.Token
-	}
-
-	gw := start()
-	defer func() { gw.Process.Kill(); gw.Wait() }()
-	rtok := join("sink")
+	gw := newTestGW(t, t.TempDir(), "h1")
+	sock := gw.sock
+	rtok := gw.join("sink")
 	var stoks []string
 	for i := range 4 {
-		stoks = append(stoks, join(fmt.Sprintf("src%d", i)))
+		stoks = append(stoks, gw.join(fmt.Sprintf("src%d", i)))
 	}
 
 	accepted := map[string]bool{} // acknowledged to a sender
@@ -119,14 +58,13 @@ func TestKillDuringLoadLosesNothing(t *testing.T) {
 			}()
 		}
 		time.Sleep(time.Duration(150+100*round) * time.Millisecond) // let the load run, then pull the plug
-		gw.Process.Signal(syscall.SIGKILL)
-		gw.Wait()
+		gw.kill()
 		wg.Wait()
-		gw = start()
+		gw.start()
 	}
 
 	// drain everything and compare
-	c := dial(rtok)
+	c := gw.dial(rtok)
 	defer c.Close()
 	if err := c.Send(&api.Request{Op: api.OpRecv}); err != nil {
 		t.Fatal(err)
@@ -178,9 +116,4 @@ func head(s []string) []string {
 		return s[:5]
 	}
 	return s
-}
-
-func readFile(dir, name string) string {
-	b, _ := os.ReadFile(filepath.Join(dir, name))
-	return strings.TrimSpace(string(b))
 }

@@ -77,13 +77,19 @@ func (p *publisher) owner(closed <-chan *amqp.Error) {
 		case <-p.done:
 			return
 		}
+		// The tag is read before p.mu is taken, never under it: the library
+		// holds the lock GetNextPublishSeqNo needs while it hands a confirm
+		// to the events goroutine, which needs p.mu to match it — asking
+		// for the tag under p.mu deadlocked every later publish of the
+		// gateway. Only this goroutine publishes, so the tag cannot move
+		// in between.
+		tag := p.ch.GetNextPublishSeqNo()
 		p.mu.Lock()
 		if p.closed {
 			p.mu.Unlock()
 			r.published <- amqp.ErrClosed
 			continue
 		}
-		tag := p.ch.GetNextPublishSeqNo()
 		p.byTag[tag] = r
 		if r.mandatory {
 			p.byMsgID[r.msg.MessageId] = r

@@ -236,6 +236,27 @@ func startGateway(bin, root, tag, host, brokerURL, conf string, interval time.Du
 	if conf != "" {
 		g.env = append(g.env, "FLEET_CONFIG="+conf)
 	}
+	// As deployed (design decision 6): every gateway checks every other
+	// one's signature against a trust file of all the run's hosts.
+	trustFile := filepath.Join(root, "trust")
+	g.env = append(g.env, "FLEET_TRUST_FILE="+trustFile)
+	key := exec.Command(filepath.Join(bin, "fleet-gw"), "key")
+	key.Env = g.env
+	line, err := key.Output()
+	if err != nil {
+		return nil, fmt.Errorf("fleet-gw key for %s: %w", host, err)
+	}
+	tf, err := os.OpenFile(trustFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	_, err = tf.Write(line)
+	if cerr := tf.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, err
+	}
 	logf, err := os.OpenFile(g.log, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
 	if err != nil {
 		return nil, err
