@@ -33,9 +33,16 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	// built as make build does
-	build := exec.Command("go", "build", "-trimpath", "-tags", "urfave_cli_no_docs", "-o", dir+"/", "./cmd/...")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	// built as make build does; FLEET_TEST_RACE=1 builds them with the race
+	// detector instead (reports go where GORACE=log_path=... says)
+	args := []string{"build", "-trimpath", "-tags", "urfave_cli_no_docs", "-o", dir + "/", "./cmd/..."}
+	cgo := "CGO_ENABLED=0"
+	if os.Getenv("FLEET_TEST_RACE") == "1" {
+		args = append(args[:1], append([]string{"-race"}, args[1:]...)...)
+		cgo = "CGO_ENABLED=1"
+	}
+	build := exec.Command("go", args...)
+	build.Env = append(os.Environ(), cgo)
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "building the binaries:", err)
