@@ -148,15 +148,6 @@ func (l *wal) refused(err error, first int64) error {
 	return fmt.Errorf("%w (and the failed log record could not be cleared: the change may or may not survive a restart)", err)
 }
 
-// append writes one record of muts and flushes it.
-func (l *wal) append(lsn uint64, muts []mut) error {
-	payload := appendMuts(nil, muts)
-	if len(payload) > maxRecord {
-		return errors.New("store: one group of changes is too large for the log")
-	}
-	return l.write(l.frame(nil, lsn, payload))
-}
-
 // size is how far the log has been written in this epoch; safe to call
 // from any goroutine.
 func (l *wal) size() int64 { return l.end.Load() }

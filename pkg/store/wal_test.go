@@ -448,3 +448,13 @@ func TestFailedOperationIsUndoneWhole(t *testing.T) {
 	s = openTracked(t, path)
 	check("after replay")
 }
+
+// append writes one record of muts and flushes it (tests forge records
+// with it).
+func (l *wal) append(lsn uint64, muts []mut) error {
+	payload := appendMuts(nil, muts)
+	if len(payload) > maxRecord {
+		return errors.New("store: one group of changes is too large for the log")
+	}
+	return l.write(l.frame(nil, lsn, payload))
+}
