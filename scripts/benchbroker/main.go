@@ -37,7 +37,6 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -45,7 +44,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -91,37 +89,9 @@ var (
 	flagTimeout  = flag.Duration("timeout", 20*time.Minute, "overall bound: clean up and exit 3 when it passes")
 )
 
-// ---- cleanup ----
-
-var interrupted atomic.Bool
-
 func main() {
 	flag.Parse()
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
-	go func() {
-		s := <-sig
-		interrupted.Store(true)
-		fmt.Fprintf(os.Stderr, "benchbroker: %v: cleaning up (gateways, spawned processes, vhost)\n", s)
-		benchkit.Cleanup()
-		os.Exit(130)
-	}()
-	watchdog := time.AfterFunc(*flagTimeout, func() {
-		interrupted.Store(true)
-		fmt.Fprintf(os.Stderr, "benchbroker: -timeout %v passed: cleaning up\n", *flagTimeout)
-		benchkit.Cleanup()
-		os.Exit(3)
-	})
-	err := run()
-	if interrupted.Load() {
-		select {} // the signal or timeout path exits
-	}
-	watchdog.Stop()
-	benchkit.Cleanup()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "benchbroker: error: %v\n", err)
-		os.Exit(1)
-	}
+	benchkit.Main("benchbroker", "cleaning up (gateways, spawned processes, vhost)", *flagTimeout, run)
 }
 
 // ---- the private node: vhost ----

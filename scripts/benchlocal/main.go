@@ -21,13 +21,11 @@ import (
 	"github.com/fleetd/fleet/scripts/internal/benchkit"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -65,37 +63,9 @@ type floorTimes struct{ hello, min time.Duration }
 
 var floor *floorTimes
 
-// ---- cleanup ----
-
-var interrupted atomic.Bool
-
 func main() {
 	flag.Parse()
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
-	go func() {
-		s := <-sig
-		interrupted.Store(true)
-		fmt.Fprintf(os.Stderr, "benchlocal: %v: stopping the gateway\n", s)
-		benchkit.Cleanup()
-		os.Exit(130)
-	}()
-	watchdog := time.AfterFunc(*flagTimeout, func() {
-		interrupted.Store(true)
-		fmt.Fprintf(os.Stderr, "benchlocal: -timeout %v passed: stopping the gateway\n", *flagTimeout)
-		benchkit.Cleanup()
-		os.Exit(3)
-	})
-	err := run()
-	if interrupted.Load() {
-		select {} // the signal or timeout path exits
-	}
-	watchdog.Stop()
-	benchkit.Cleanup()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "benchlocal: error: %v\n", err)
-		os.Exit(1)
-	}
+	benchkit.Main("benchlocal", "stopping the gateway", *flagTimeout, run)
 }
 
 // ---- the gateway process ----

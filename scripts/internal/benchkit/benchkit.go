@@ -8,10 +8,12 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"os/signal"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -37,6 +39,39 @@ func Cleanup() {
 		cleanups[i]()
 	}
 	cleanups = nil
+}
+
+// Main runs a benchmark program: run, then the cleanups, then exit 1 with
+// "NAME: error: ..." if run failed. A SIGINT, SIGTERM or SIGHUP, or the
+// timeout passing, runs the cleanups at once (saying what it cleans, in
+// stopping) and exits 130 or 3. Call after flag.Parse.
+func Main(name, stopping string, timeout time.Duration, run func() error) {
+	var interrupted atomic.Bool
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	go func() {
+		s := <-sig
+		interrupted.Store(true)
+		fmt.Fprintf(os.Stderr, "%s: %v: %s\n", name, s, stopping)
+		Cleanup()
+		os.Exit(130)
+	}()
+	watchdog := time.AfterFunc(timeout, func() {
+		interrupted.Store(true)
+		fmt.Fprintf(os.Stderr, "%s: -timeout %v passed: %s\n", name, timeout, stopping)
+		Cleanup()
+		os.Exit(3)
+	})
+	err := run()
+	if interrupted.Load() {
+		select {} // the signal or timeout path exits
+	}
+	watchdog.Stop()
+	Cleanup()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: error: %v\n", name, err)
+		os.Exit(1)
+	}
 }
 
 // Memory is a process's memory from /proc/PID/status, in KiB: RssFile is
