@@ -125,7 +125,7 @@ func Open(path string) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{db: db, log: log, ops: make(chan *op, 1024), done: make(chan struct{}), flushes: make(chan *flush, 1024)}
-	if err := s.recover(1<<63 - 1); err != nil {
+	if err := s.recover(noLimit); err != nil {
 		log.close()
 		db.Close()
 		return nil, err
@@ -147,6 +147,9 @@ func Open(path string) (*Store, error) {
 	go s.commitLoop()
 	return s, nil
 }
+
+// noLimit: recover replays whatever the log holds (at open).
+const noLimit = ^uint64(0)
 
 // recover begins the committer's transaction from the last checkpoint and
 // applies the log records after it, up to limit. The syncer must be idle.
@@ -187,7 +190,7 @@ func (s *Store) recover(limit uint64) error {
 			tx.Rollback()
 			return err
 		}
-		if limit != 1<<63-1 && lsn != limit && limit > ckpt {
+		if limit != noLimit && lsn != limit && limit > ckpt {
 			tx.Rollback()
 			return fmt.Errorf("store: the log ends at record %d, but record %d was written", lsn, limit)
 		}
@@ -458,14 +461,7 @@ func (s *Store) maybeCheckpoint(due bool) {
 	if s.tx != nil && s.log.size() < checkpointBytes && !due {
 		return
 	}
-	var err error
-	if s.tx == nil {
-		err = s.recover(s.durable.Load())
-	}
-	if err == nil {
-		err = s.checkpoint()
-	}
-	if err != nil {
+	if err := s.checkpoint(); err != nil { // it rebuilds a lost transaction first
 		if s.tx == nil {
 			// the changes are safe in the log: rebuild the transaction
 			// from it now if the disk lets us, else at the next operation
