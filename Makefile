@@ -37,6 +37,7 @@ fuzz:
 bench: build
 	scripts/bench-local.sh
 	scripts/bench-broker.sh
+	scripts/bench-checks.sh
 
 demo: build
 	scripts/demo.sh

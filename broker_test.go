@@ -11,8 +11,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/rogpeppe/go-internal/testscript"
@@ -92,7 +95,14 @@ func setupBroker(env *testscript.Env, name string) error {
 	env.Setenv("FLEET_BROKER", base+"/"+vhost)
 	env.Setenv("BROKER_URL", base+"/"+vhost)
 	env.Setenv("FLEET_HEARTBEAT", "2s")
+	env.Values["dlq"] = &dlqStash{}
 	return nil
+}
+
+// dlqStash holds what "amqp refused" took from bridge.dlq and did not
+// match yet, so refusals can be checked one by one in any order.
+type dlqStash struct {
+	msgs []amqp.Delivery
 }
 
 // host NAME — point FLEET_HOST, FLEET_SOCKET and FLEET_STATE_DIR at host
@@ -105,6 +115,43 @@ func cmdHost(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Setenv("FLEET_HOST", args[0])
 	ts.Setenv("FLEET_SOCKET", filepath.Join(work, args[0]+".sock"))
 	ts.Setenv("FLEET_STATE_DIR", filepath.Join(work, args[0]))
+}
+
+// enrol HOST... — enrol the hosts with each other the way the README tells
+// an operator to: on each host `fleet-gw key`, then on every other host
+// `fleet-gw trust add` with the line it printed. The real binaries, each
+// host with its own state folder and trust file (FLEET_TRUST_FILE, when
+// the script sets it, is shared by all).
+func cmdEnrol(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) < 2 {
+		ts.Fatalf("usage: enrol HOST HOST...")
+	}
+	work := ts.Getenv("WORK")
+	run := func(host string, argv ...string) string {
+		cmd := exec.Command(filepath.Join(binDir, "fleet-gw"), argv...)
+		env := scriptEnv(ts)
+		env = append(env, "FLEET_HOST="+host, "FLEET_STATE_DIR="+filepath.Join(work, host),
+			"FLEET_SOCKET="+filepath.Join(work, host+".sock"))
+		cmd.Env = env
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			ts.Fatalf("fleet-gw %s on %s: %v\n%s", strings.Join(argv, " "), host, err, stderr.String())
+		}
+		return strings.TrimSpace(string(out))
+	}
+	lines := map[string]string{}
+	for _, h := range args {
+		lines[h] = run(h, "key")
+	}
+	for _, h := range args {
+		for _, other := range args {
+			if other != h {
+				run(h, "trust", "add", lines[other])
+			}
+		}
+	}
 }
 
 // broker stop|start|block|unblock|closeall — act on the node (outage
@@ -152,11 +199,19 @@ func amqpDial(ts *testscript.TestScript) (*amqp.Connection, *amqp.Channel) {
 }
 
 // amqp publish EXCHANGE KEY BODY — publish raw bytes (a poison message);
-// KEY (and QUEUE below) may be @FILE, read from a file.
+// KEY (and QUEUE below) may be @FILE, read from a file. In a body, @NOW@
+// becomes the current time and @SOON@ a minute from now (RFC 3339), so a
+// forged envelope is fresh.
 // amqp count QUEUE — print the number of messages ready in QUEUE.
 // amqp get QUEUE — take one message and print its headers and body.
 // amqp args QUEUE — print the queue's x-max-length as the broker sees it
 // (by publishing nothing: a passive declare cannot tell, so this counts).
+func fillTimes(body string) string {
+	now := time.Now().UTC()
+	body = strings.ReplaceAll(body, "@NOW@", now.Format(time.RFC3339Nano))
+	return strings.ReplaceAll(body, "@SOON@", now.Add(time.Minute).Format(time.RFC3339Nano))
+}
+
 func cmdAMQP(ts *testscript.TestScript, neg bool, args []string) {
 	if len(args) < 2 {
 		ts.Fatalf("usage: amqp publish|count|get ...")
@@ -176,6 +231,7 @@ func cmdAMQP(ts *testscript.TestScript, neg bool, args []string) {
 		if strings.HasPrefix(body, "@") {
 			body = ts.ReadFile(body[1:])
 		}
+		body = fillTimes(body)
 		ts.Check(ch.Confirm(false))
 		dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), args[1], key, false, false,
 			amqp.Publishing{Body: []byte(body), MessageId: "raw", DeliveryMode: amqp.Persistent})
@@ -195,7 +251,7 @@ func cmdAMQP(ts *testscript.TestScript, neg bool, args []string) {
 		if strings.HasPrefix(key, "@") {
 			key = strings.TrimSpace(ts.ReadFile(key[1:]))
 		}
-		body := []byte(ts.ReadFile(strings.TrimPrefix(args[5], "@")))
+		body := []byte(fillTimes(ts.ReadFile(strings.TrimPrefix(args[5], "@"))))
 		sig := ed25519.Sign(ed25519.NewKeyFromSeed(seed), body)
 		ts.Check(ch.Confirm(false))
 		dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), args[3], key, false, false,
@@ -232,10 +288,111 @@ func cmdAMQP(ts *testscript.TestScript, neg bool, args []string) {
 			fmt.Fprintf(ts.Stdout(), "%s: %v\n", k, v)
 		}
 		fmt.Fprintf(ts.Stdout(), "body: %s\n", d.Body)
+	case "capture":
+		// amqp capture NAME EXCHANGE KEY — a queue of our own, capture.NAME,
+		// bound to EXCHANGE with KEY: what an eavesdropper with broker
+		// access would record
+		if len(args) != 4 {
+			ts.Fatalf("usage: amqp capture NAME EXCHANGE KEY")
+		}
+		q := "capture." + args[1]
+		_, err := ch.QueueDeclare(q, false, false, false, false, nil)
+		ts.Check(err)
+		ts.Check(ch.QueueBind(q, args[3], args[2], false, nil))
+	case "replay":
+		// amqp replay NAME EXCHANGE KEY — take one captured message and
+		// publish it again, bytes and headers (signature included) as they
+		// were, to EXCHANGE with KEY (@FILE: read from a file)
+		if len(args) != 4 {
+			ts.Fatalf("usage: amqp replay NAME EXCHANGE KEY")
+		}
+		key := args[3]
+		if strings.HasPrefix(key, "@") {
+			key = strings.TrimSpace(ts.ReadFile(key[1:]))
+		}
+		var d amqp.Delivery
+		for deadline := time.Now().Add(15 * time.Second); ; {
+			var ok bool
+			var err error
+			d, ok, err = ch.Get("capture."+args[1], true)
+			ts.Check(err)
+			if ok {
+				break
+			}
+			if time.Now().After(deadline) {
+				ts.Fatalf("nothing captured in capture.%s", args[1])
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		ts.Check(ch.Confirm(false))
+		dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), args[2], key, false, false,
+			amqp.Publishing{Body: d.Body, Headers: d.Headers, MessageId: d.MessageId, Type: d.Type,
+				ContentType: d.ContentType, DeliveryMode: amqp.Persistent})
+		ts.Check(err)
+		if !dc.Wait() {
+			ts.Fatalf("publish not confirmed")
+		}
+	case "refused":
+		// amqp refused REASON [REGEXP] — wait (15s) for a message in
+		// bridge.dlq refused with fleet-reason REASON (and a body matching
+		// REGEXP); print its headers and body.
+		// Others taken meanwhile are kept for later checks. With !, no
+		// such message may be there now (nothing waited for).
+		stash := ts.Value("dlq").(*dlqStash)
+		var body *regexp.Regexp
+		if len(args) > 2 {
+			body = regexp.MustCompile(args[2])
+		}
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			for {
+				d, ok, err := ch.Get(QDLQ, true)
+				ts.Check(err)
+				if !ok {
+					break
+				}
+				stash.msgs = append(stash.msgs, d)
+			}
+			for i, d := range stash.msgs {
+				if r, _ := d.Headers["fleet-reason"].(string); r == args[1] && (body == nil || body.Match(d.Body)) {
+					if neg {
+						ts.Fatalf("bridge.dlq holds a message refused as %s: %s", args[1], d.Body)
+					}
+					stash.msgs = append(stash.msgs[:i], stash.msgs[i+1:]...)
+					keys := make([]string, 0, len(d.Headers))
+					for k := range d.Headers {
+						keys = append(keys, k)
+					}
+					sort.Strings(keys)
+					for _, k := range keys {
+						if k != "x-death" {
+							fmt.Fprintf(ts.Stdout(), "%s: %v\n", k, d.Headers[k])
+						}
+					}
+					fmt.Fprintf(ts.Stdout(), "body: %s\n", d.Body)
+					return
+				}
+			}
+			if neg {
+				return
+			}
+			if time.Now().After(deadline) {
+				var seen []string
+				for _, d := range stash.msgs {
+					r, _ := d.Headers["fleet-reason"].(string)
+					seen = append(seen, r)
+				}
+				ts.Fatalf("no message refused as %s in bridge.dlq within 15s (there: %v)", args[1], seen)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
 	default:
 		ts.Fatalf("unknown amqp command %q", args[0])
 	}
 }
+
+// QDLQ is the broker's dead-letter queue.
+const QDLQ = "bridge.dlq"
 
 // proxy start NAME — a TCP proxy in front of the broker; FLEET_BROKER
 // then points at it. proxy cut NAME — stop forwarding on every open

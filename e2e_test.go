@@ -100,3 +100,27 @@ func (g *testGW) join(name string) string {
 	}
 	return resp.Token
 }
+
+// enrolGWs enrols the gateways with each other the way the README tells an
+// operator: `fleet-gw key` on each, `fleet-gw trust add` of that line on
+// every other (the running gateways reread their trust files).
+func enrolGWs(t *testing.T, gws ...*testGW) {
+	t.Helper()
+	run := func(g *testGW, args ...string) string {
+		cmd := exec.Command(filepath.Join(binDir, "fleet-gw"), args...)
+		cmd.Env = g.env
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("fleet-gw %s: %v", strings.Join(args, " "), err)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	for _, g := range gws {
+		line := run(g, "key")
+		for _, o := range gws {
+			if o != g {
+				run(o, "trust", "add", line)
+			}
+		}
+	}
+}

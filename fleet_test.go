@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/fleetd/fleet/pkg/api"
+	"github.com/fleetd/fleet/pkg/config"
 	"github.com/rogpeppe/go-internal/testscript"
 )
 
@@ -36,6 +37,7 @@ func TestMain(m *testing.M) {
 	// built as make build does; FLEET_TEST_RACE=1 builds them with the race
 	// detector instead (reports go where GORACE=log_path=... says)
 	args := []string{"build", "-trimpath", "-tags", "urfave_cli_no_docs", "-o", dir + "/", "./cmd/..."}
+	args = append(args, "./scripts/internal/pasterec") // a pane program for inject_hostile
 	cgo := "CGO_ENABLED=0"
 	if os.Getenv("FLEET_TEST_RACE") == "1" {
 		args = append(args[:1], append([]string{"-race"}, args[1:]...)...)
@@ -67,10 +69,12 @@ func TestScripts(t *testing.T) {
 			"rawframe": cmdRawFrame,
 			"lines":    cmdLines,
 			"host":     cmdHost,
+			"enrol":    cmdEnrol,
 			"broker":   cmdBroker,
 			"amqp":     cmdAMQP,
 			"proxy":    cmdProxy,
 			"tmpfs":    cmdTmpfs,
+			"pasted":   cmdPasted,
 		},
 	})
 }
@@ -129,13 +133,14 @@ func scriptEnv(ts *testscript.TestScript) []string {
 		}
 		env = append(env, kv)
 	}
-	for _, k := range []string{"PATH", "HOME", "XDG_CONFIG_HOME", "XDG_STATE_HOME", "XDG_RUNTIME_DIR",
-		"TMUX_TMPDIR", "TMUX", "FLEET_HOST", "FLEET_STATE_DIR", "FLEET_SOCKET", "FLEET_RETRY_BASE",
-		"FLEET_RETRY_MAX", "FLEET_SETTLE_DELAY", "FLEET_DRAIN_TIMEOUT", "FLEET_DELIVERY_ATTEMPTS",
-		"FLEET_NUDGE_AFTER", "FLEET_NUDGE_MAX", "FLEET_MAX_BODY", "FLEET_CRASHPOINT", "FLEET_UNCERTAIN",
-		"FLEET_CONFIG", "FLEET_EXEC_TIMEOUT", "FLEET_BROKER", "FLEET_HEARTBEAT", "FLEET_INBOX_MAX_LENGTH",
-		"FLEET_INBOX_TTL", "FLEET_PUBLISH_TIMEOUT", "FLEET_BROKER_CA", "FLEET_BROKER_CERT", "FLEET_BROKER_KEY",
-		"FLEET_PRESENCE_INTERVAL", "FLEET_PRESENCE_TTL", "FLEET_TRUST_FILE"} {
+	// every configuration variable fleet knows (config.Keys), so a script
+	// can set any of them, and the few the tests add
+	keys := []string{"PATH", "HOME", "XDG_CONFIG_HOME", "XDG_STATE_HOME", "XDG_RUNTIME_DIR",
+		"TMUX_TMPDIR", "TMUX", "FLEET_CONFIG", "FLEET_CRASHPOINT"}
+	for _, k := range config.Keys {
+		keys = append(keys, k.Env)
+	}
+	for _, k := range keys {
 		if v := ts.Getenv(k); v != "" {
 			env = append(env, k+"="+v)
 		}
@@ -147,7 +152,8 @@ func scriptEnv(ts *testscript.TestScript) []string {
 // $WORK/NAME.log) and wait until its socket answers hello.
 // gw stop [NAME] — SIGTERM and wait for a clean exit.
 // gw kill [NAME] — SIGKILL (kill -9) and wait.
-// gw wait [NAME] — wait for the gateway to die on its own (a crash point).
+// gw wait [NAME] — wait for the gateway to die on its own (a crash point,
+// a refusal to serve); print "exit: CODE".
 // gw abort [NAME] — SIGTERM twice; print how it ended.
 func cmdGateway(ts *testscript.TestScript, neg bool, args []string) {
 	if len(args) < 1 {
@@ -249,6 +255,9 @@ func cmdGateway(ts *testscript.TestScript, neg bool, args []string) {
 		}
 		if args[0] == "stop" && p.err != nil && !neg {
 			ts.Fatalf("gateway %s exited with %v", name, p.err)
+		}
+		if args[0] == "wait" { // how it ended, for the script to check
+			fmt.Fprintln(ts.Stdout(), "exit:", p.cmd.ProcessState.ExitCode())
 		}
 	default:
 		ts.Fatalf("unknown gw command %q", args[0])

@@ -35,6 +35,7 @@ func TestConcurrentRemoteSendsAllConfirmed(t *testing.T) {
 	env := []string{"FLEET_BROKER=" + base + "/" + vhost, "FLEET_PUBLISH_TIMEOUT=5s"}
 	h1 := newTestGW(t, dir, "h1", env...)
 	h2 := newTestGW(t, dir, "h2", env...)
+	enrolGWs(t, h1, h2)
 	const senders, each = 16, 150
 	var names []string
 	for i := range 4 {

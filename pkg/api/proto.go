@@ -6,6 +6,12 @@
 // first request is always "hello", which fixes the protocol version. Only
 // "recv" answers one request with a stream of batch frames, each of which the
 // client acknowledges with an "ack" request before the next is sent.
+//
+// Bounds: a frame, once its first byte is sent, must be complete within the
+// gateway's frame-timeout (between frames a connection may idle as long as
+// it likes); a connection over the gateway's max-connections gets one error
+// frame (kind "too_many_connections", exit 75) in place of the answer to
+// its hello, and is closed.
 package api
 
 import (
@@ -238,24 +244,46 @@ func WriteFrame(w io.Writer, v any) error {
 	return err
 }
 
+// frameChunk is how much of a frame's body ReadFrame makes room for before
+// the bytes arrive: a header alone claims nothing more.
+const frameChunk = 4 << 10
+
 // ReadFrame reads one frame of at most max bytes. io.EOF means the peer
 // closed cleanly between frames; a truncated or oversized frame is a
-// fault.Data error.
+// fault.Data error (wrapping the read error, so a deadline that cut it
+// short still reads as os.ErrDeadlineExceeded).
+//
+// The buffer grows with the bytes that actually arrive — at most twice
+// what was read, and never more than the header claims — so a header that
+// claims a large frame costs nothing until that frame arrives.
 func ReadFrame(r io.Reader, max int) ([]byte, error) {
 	var hdr [4]byte
-	if _, err := io.ReadFull(r, hdr[:]); err != nil {
-		if err == io.ErrUnexpectedEOF {
-			return nil, fault.New(fault.Data, fault.KindBadFrame, "truncated frame header")
+	if k, err := io.ReadFull(r, hdr[:]); err != nil {
+		if err == io.EOF {
+			return nil, err
+		}
+		if k > 0 || err == io.ErrUnexpectedEOF {
+			return nil, fault.Wrap(fault.Data, fault.KindBadFrame, err, "truncated frame header")
 		}
 		return nil, err
 	}
-	n := binary.BigEndian.Uint32(hdr[:])
-	if int64(n) > int64(max) {
+	n := int64(binary.BigEndian.Uint32(hdr[:]))
+	if n > int64(max) {
 		return nil, fault.New(fault.Data, fault.KindBadFrame, "frame of %d bytes is over the %d-byte limit", n, max)
 	}
-	buf := make([]byte, n)
-	if _, err := io.ReadFull(r, buf); err != nil {
-		return nil, fault.New(fault.Data, fault.KindBadFrame, "truncated frame: %v", err)
+	buf := make([]byte, 0, min(n, frameChunk))
+	for int64(len(buf)) < n {
+		if len(buf) == cap(buf) {
+			buf = append(make([]byte, 0, min(n, 2*int64(cap(buf)))), buf...)
+		}
+		k, err := r.Read(buf[len(buf):min(int64(cap(buf)), n)])
+		buf = buf[:len(buf)+k]
+		if err != nil && int64(len(buf)) < n {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, fault.Wrap(fault.Data, fault.KindBadFrame, err, "truncated frame: %d of %d bytes", len(buf), n)
+		}
 	}
 	return buf, nil
 }

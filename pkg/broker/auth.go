@@ -1,27 +1,76 @@
 package broker
 
 import (
+	"context"
 	"encoding/base64"
 	"errors"
+	"fmt"
+	"strings"
+	"time"
 
 	"github.com/fleetd/fleet/pkg/envelope"
+	"github.com/fleetd/fleet/pkg/fault"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
 // Across hosts, identity comes from the key (design decision 6): every
 // gateway signs the exact bytes it publishes with its Ed25519 key
 // (header fleet-sig) and names itself (header fleet-host); the receiver
-// checks both before anything is taken in.
+// checks both, and every claim the message makes, before anything is taken
+// in. What fails is refused: a copy goes to bridge.dlq with the reason in
+// fleet-reason, the original is acked, and one ERROR line says why.
 
 // Signer signs the bytes of a published body.
 type Signer func(body []byte) []byte
 
 // Verifier checks that body, signed by host, is authentic and that env's
-// claims fit the signing host. A nil error admits the message.
+// claims fit the signing host. A nil error admits the message; a refusal
+// should be a *Refusal (anything else is refused as not authentic).
 type Verifier func(host string, body, sig []byte, env *envelope.Envelope) error
 
 // SetAuth sets the signer and the verifier; call before Run.
 func (b *Broker) SetAuth(sign Signer, verify Verifier) { b.sign, b.verify = sign, verify }
+
+// Refusal reasons: the fleet-reason header of a refused message in
+// bridge.dlq. Fields are only ever added.
+const (
+	ReasonMalformed   = "malformed"      // not an envelope, or a field outside its grammar
+	ReasonNewerSchema = "newer_schema"   // a schema major this build does not read
+	ReasonUnsigned    = "unsigned"       // no fleet-host or fleet-sig header
+	ReasonUntrusted   = "untrusted_host" // signed by a host not in the trust file
+	ReasonForged      = "bad_signature"  // the signature does not verify
+	ReasonWrongHost   = "wrong_host"     // a claim about another host than the signer
+	ReasonReplay      = "replay"         // older than its window, or superseded
+	ReasonNotMember   = "not_member"     // a broadcast copy in a non-member's inbox
+	ReasonMisrouted   = "misrouted"      // in an inbox or queue it was not addressed to
+)
+
+// Refusal is why a message from the broker is refused.
+type Refusal struct {
+	Reason string // one of the Reason constants
+	Err    error
+}
+
+func (r *Refusal) Error() string { return r.Reason + ": " + r.Err.Error() }
+func (r *Refusal) Unwrap() error { return r.Err }
+
+// Refuse returns a refusal for reason.
+func Refuse(reason, format string, args ...any) *Refusal {
+	return &Refusal{Reason: reason, Err: fmt.Errorf(format, args...)}
+}
+
+// asRefusal classifies err as a refusal: a decode error by its fault kind,
+// any other error as not authentic.
+func asRefusal(err error, fallback string) *Refusal {
+	var r *Refusal
+	if errors.As(err, &r) {
+		return r
+	}
+	if fault.KindOf(err) == fault.KindNewerSchema {
+		return &Refusal{Reason: ReasonNewerSchema, Err: err}
+	}
+	return &Refusal{Reason: fallback, Err: err}
+}
 
 // signHeaders adds the signature headers to msg.
 func (b *Broker) signHeaders(msg *amqp.Publishing) {
@@ -35,13 +84,8 @@ func (b *Broker) signHeaders(msg *amqp.Publishing) {
 	msg.Headers["fleet-sig"] = base64.StdEncoding.EncodeToString(b.sign(msg.Body))
 }
 
-// ErrUnsigned is what a verifier returns for a message without the
-// signature headers.
-var ErrUnsigned = errors.New("unsigned: no fleet-host or fleet-sig header")
-
 // authentic checks a delivery's signature and claims. An unsigned one
-// reaches the verifier with an empty host and signature: whether that is
-// admitted (no trust file yet) is the verifier's call.
+// reaches the verifier with an empty host and signature.
 func (b *Broker) authentic(d amqp.Delivery, env *envelope.Envelope) error {
 	if b.verify == nil {
 		return nil
@@ -50,7 +94,75 @@ func (b *Broker) authentic(d amqp.Delivery, env *envelope.Envelope) error {
 	s, _ := d.Headers["fleet-sig"].(string)
 	sig, err := base64.StdEncoding.DecodeString(s)
 	if err != nil {
-		return errors.New("malformed fleet-sig header")
+		return Refuse(ReasonUnsigned, "malformed fleet-sig header")
 	}
 	return b.verify(host, d.Body, sig, env)
+}
+
+// refuse sends a refused delivery to bridge.dlq: a copy with its reason
+// (fleet-reason, fleet-error, fleet-refused-by, fleet-queue) is published
+// to bridge.dlx and confirmed, then the delivery is acked; if the copy
+// cannot be published, the delivery is rejected without requeue (an inbox
+// dead-letters it to bridge.dlq itself, without the reason). ack is false
+// for an auto-ack delivery (the roster queue). One ERROR line says why,
+// with the trace id when the envelope could be read.
+func (b *Broker) refuse(d amqp.Delivery, queue string, env *envelope.Envelope, r *Refusal, ack bool) {
+	claimed, _ := d.Headers["fleet-host"].(string)
+	attrs := []any{"queue", queue, "reason", r.Reason, "err", r.Err.Error(), "claimed_host", claimed}
+	if env != nil {
+		attrs = append(attrs, "msg_id", env.MsgID, "trace_id", env.TraceID, "kind", string(env.Kind), "claimed_sender", env.Sender.String())
+	} else {
+		attrs = append(attrs, "msg_id", d.MessageId)
+	}
+	b.log.Error("message refused: "+r.Reason+"; sent to bridge.dlq", attrs...)
+	b.refused(r.Reason, claimed)
+	headers := amqp.Table{}
+	for k, v := range d.Headers {
+		headers[k] = v
+	}
+	headers["fleet-reason"] = r.Reason
+	headers["fleet-error"] = clip(r.Err.Error(), 500)
+	headers["fleet-refused-by"] = b.cfg.Host
+	headers["fleet-queue"] = queue
+	if env != nil {
+		headers["fleet-trace-id"] = env.TraceID
+	}
+	msg := amqp.Publishing{
+		ContentType: d.ContentType, MessageId: d.MessageId, Type: d.Type, Timestamp: d.Timestamp,
+		DeliveryMode: amqp.Persistent, Body: d.Body, Headers: headers,
+	}
+	b.mu.Lock()
+	gen := b.gen
+	b.mu.Unlock()
+	copied := gen != nil &&
+		gen.pub.publishTo(context.Background(), ExDLX, "", msg, time.Now().Add(b.cfg.PublishTimeout), false) == resAck
+	if !ack {
+		if !copied {
+			b.log.Warn("refused message not copied to bridge.dlq", "queue", queue, "msg_id", d.MessageId)
+		}
+		return
+	}
+	if copied {
+		_ = d.Ack(false)
+	} else {
+		_ = d.Nack(false, false)
+	}
+}
+
+// OnRefused sets a function told of every refusal (its reason and the
+// host the message claimed), for the roster's "untrusted" rows.
+func (b *Broker) OnRefused(f func(reason, claimedHost string)) { b.onRefused = f }
+
+func (b *Broker) refused(reason, host string) {
+	if b.onRefused != nil {
+		b.onRefused(reason, host)
+	}
+}
+
+func clip(s string, n int) string {
+	s = strings.ToValidUTF8(s, "?")
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
 }

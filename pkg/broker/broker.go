@@ -58,6 +58,12 @@ type Broker struct {
 	control     ControlHandler // control.go: SPAWN/STOP from control.<host>
 	sign        Signer         // auth.go: this gateway signs what it publishes
 	verify      Verifier       // auth.go: and checks what it takes in
+	onRefused   func(reason, claimedHost string)
+	presRefused map[string]*refusedRun // presence.go: refusals reported once a minute
+
+	tried     chan struct{} // closed after the first connection attempt that was not refused the host id
+	triedOnce sync.Once
+	fatal     chan error // the host id stays held by another live gateway
 }
 
 // generation is one pair of connections and everything opened on them.
@@ -72,7 +78,6 @@ type generation struct {
 	mu               sync.Mutex
 	consumers        map[string]*consumer
 	wg               sync.WaitGroup
-	roster           bool // this generation owns roster.<host>
 }
 
 // New returns a transport; nothing is dialed until Run.
@@ -89,7 +94,8 @@ func New(cfg Config, log *slog.Logger, handle Handler) *Broker {
 	if cfg.Attempts <= 0 {
 		cfg.Attempts = 5
 	}
-	return &Broker{cfg: cfg, log: log.With("broker", Redact(cfg.URL)), handle: handle, inboxes: map[string][]string{}, fails: map[string]int{}}
+	return &Broker{cfg: cfg, log: log.With("broker", Redact(cfg.URL)), handle: handle, inboxes: map[string][]string{}, fails: map[string]int{},
+		tried: make(chan struct{}), fatal: make(chan error, 1)}
 }
 
 // Redact returns the URL without its user info: credentials never appear in
@@ -177,13 +183,53 @@ func (b *Broker) dial(role string) (*amqp.Connection, error) {
 	})
 }
 
+// One gateway per host id (design decision 14). The gateway's roster
+// queue, roster.<host>, is exclusive to one connection: it is this host
+// id's claim on the broker. A connection that finds it held by another is
+// refused, and retried for ClaimWait (long enough for the broker to reap
+// our own connection from before a crash or a cut network); after that the
+// host id is taken, and Fatal says so.
+
+// errHostTaken is connect's error while another connection holds the claim.
+var errHostTaken = errors.New("host id held by another connection")
+
+// ClaimWait is how long a held host id is retried before it counts as
+// taken by another live gateway.
+func (b *Broker) ClaimWait() time.Duration { return 3*b.cfg.Heartbeat + 2*time.Second }
+
+// Tried is closed after the first connection attempt that was not refused
+// the host id: connected (the host id is ours), or the broker unreachable.
+func (b *Broker) Tried() <-chan struct{} { return b.tried }
+
+// Fatal receives the error that ends this gateway: its host id is held by
+// another live gateway past ClaimWait. Run returns after sending it.
+func (b *Broker) Fatal() <-chan error { return b.fatal }
+
 // Run connects, declares the topology, starts the consumers and keeps them
 // running until ctx is cancelled, reconnecting with jittered backoff.
 func (b *Broker) Run(ctx context.Context) {
 	pol := backoff.Policy{Base: 200 * time.Millisecond, Max: 10 * time.Second, Jitter: true}
 	failures := 0
+	var takenSince time.Time
 	for ctx.Err() == nil {
 		gen, err := b.connect(ctx)
+		if errors.Is(err, errHostTaken) {
+			if takenSince.IsZero() {
+				takenSince = time.Now()
+				b.log.Error("another live connection holds host id "+b.cfg.Host+" on the broker: waiting for it to go",
+					"queue", RosterQueue(b.cfg.Host), "bound", b.ClaimWait().String())
+			}
+			if time.Since(takenSince) > b.ClaimWait() {
+				b.fatal <- fault.New(fault.TempFail, fault.KindHostTaken,
+					"host id %s is taken: another live gateway is connected to the broker as %s", b.cfg.Host, b.cfg.Host).
+					WithHint("stop the other gateway, or give this one its own --host (a copied state folder keeps its host id)")
+				return
+			}
+			backoff.Sleep(ctx, time.Second)
+			continue
+		}
+		takenSince = time.Time{}
+		b.triedOnce.Do(func() { close(b.tried) })
 		if err != nil {
 			failures++
 			b.mu.Lock()
@@ -253,28 +299,19 @@ func (b *Broker) connect(ctx context.Context) (*generation, error) {
 		return fail(err)
 	}
 	// presence is soft state: an exclusive, auto-delete queue that lives
-	// and dies with this connection, its heartbeats short-lived
+	// and dies with this connection, its heartbeats short-lived. Being
+	// exclusive, it is also this host id's claim: held by another live
+	// connection, this one is refused (405 RESOURCE_LOCKED).
 	rq := RosterQueue(b.cfg.Host)
-	rosterOK := true
 	if _, err := ch.QueueDeclare(rq, false, true, true, false, amqp.Table{"x-message-ttl": int64(60000)}); err != nil {
 		var ae *amqp.Error
-		if !errors.As(err, &ae) || ae.Code != amqp.ResourceLocked {
-			return fail(fmt.Errorf("declaring %s: %w", rq, err))
+		if errors.As(err, &ae) && ae.Code == amqp.ResourceLocked {
+			return fail(errHostTaken)
 		}
-		// another live connection holds this host's roster queue: another
-		// gateway runs under the same host id. Say so loudly and go on
-		// without presence; its inboxes will refuse us too.
-		b.log.Error("another gateway is connected as host "+b.cfg.Host+": this one hears no presence",
-			"queue", rq, "err", ae.Reason)
-		rosterOK = false
-		if ch, err = subConn.Channel(); err != nil {
-			return fail(err)
-		}
+		return fail(fmt.Errorf("declaring %s: %w", rq, err))
 	}
-	if rosterOK {
-		if err := ch.QueueBind(rq, "roster.#", ExRoster, false, nil); err != nil {
-			return fail(err)
-		}
+	if err := ch.QueueBind(rq, "roster.#", ExRoster, false, nil); err != nil {
+		return fail(err)
 	}
 	ch.Close()
 	gctx, cancel := context.WithCancel(ctx)
@@ -285,7 +322,6 @@ func (b *Broker) connect(ctx context.Context) (*generation, error) {
 		return fail(err)
 	}
 	gen.pub = pub
-	gen.roster = rosterOK
 	return gen, nil
 }
 
@@ -310,7 +346,7 @@ func (b *Broker) serve(ctx context.Context, gen *generation) error {
 	for gid, groups := range want {
 		b.startConsumer(gen, gid, groups)
 	}
-	if b.presence != nil && gen.roster {
+	if b.presence != nil {
 		gen.wg.Add(1)
 		go b.consumeRoster(gen)
 	}

@@ -190,31 +190,44 @@ func (b *Broker) drain(gen *generation, c *consumer, ch *amqp.Channel, deliverie
 }
 
 // take hands one delivery to the handler and settles it on its own channel.
-// Undecodable: rejected at once to bridge.dlq, loudly. Handler failures:
-// requeued, then rejected without requeue after the configured attempts.
+// Undecodable, not authentic, or refused by the handler (a *Refusal):
+// refused at once to bridge.dlq with the reason, loudly. Other handler
+// failures: requeued, then rejected without requeue after the configured
+// attempts.
 func (b *Broker) take(d amqp.Delivery, gid string) {
+	q := InboxQueue(gid)
 	env, err := envelope.Decode(d.Body, b.cfg.MaxBody)
-	if err == nil && env.Recipient.Group != "" {
-		env.Recipient.Gid = gid // a broadcast copy: this inbox's
-	} else if err == nil && env.Recipient.Gid != gid {
-		err = fmt.Errorf("addressed to %s, found in the inbox of %s", env.Recipient.Gid, gid)
-	}
 	if err != nil {
-		b.log.Error("poison message: rejected to bridge.dlq", "queue", InboxQueue(gid), "msg_id", d.MessageId, "err", err)
-		_ = d.Nack(false, false)
+		b.refuse(d, q, nil, asRefusal(err, ReasonMalformed), true)
 		return
 	}
-	if err := b.authentic(d, env); err != nil {
-		// unsigned, forged, replayed or from the wrong host: never delivered
-		b.log.Error("message refused: not authentic; rejected to bridge.dlq", "queue", InboxQueue(gid),
-			"msg_id", env.MsgID, "trace_id", env.TraceID, "claimed_sender", env.Sender.String(), "err", err)
-		_ = d.Nack(false, false)
+	if env.Recipient.Group != "" {
+		env.Recipient.Gid = gid // a broadcast copy: this inbox's (membership is the handler's check)
+	} else if env.Recipient.Gid != gid {
+		b.refuse(d, q, env, Refuse(ReasonMisrouted, "addressed to %s, found in the inbox of %s", env.Recipient.Gid, gid), true)
 		return
 	}
-	log := b.log.With("msg_id", env.MsgID, "trace_id", env.TraceID, "queue", InboxQueue(gid))
 	// an ack that fails (the channel died after the host took it) means a
 	// redelivery, which the host's dedup by msg id drops
-	b.settle(d, env, b.handle(env), log, "could not take a message into the host store", 200*time.Millisecond)
+	b.hand(d, q, env, b.handle, "could not take a message into the host store", 200*time.Millisecond)
+}
+
+// hand checks that a decoded delivery is authentic, gives it to handler
+// and settles it: refused (not authentic, or the handler's *Refusal) to
+// bridge.dlq at once; otherwise acked, or requeued on failure (see settle).
+func (b *Broker) hand(d amqp.Delivery, q string, env *envelope.Envelope, handler func(*envelope.Envelope) error, what string, pause time.Duration) {
+	if err := b.authentic(d, env); err != nil {
+		// unsigned, forged, replayed or from the wrong host: never taken in
+		b.refuse(d, q, env, asRefusal(err, ReasonForged), true)
+		return
+	}
+	err := handler(env)
+	var r *Refusal
+	if errors.As(err, &r) {
+		b.refuse(d, q, env, r, true)
+		return
+	}
+	b.settle(d, env, err, b.log.With("msg_id", env.MsgID, "trace_id", env.TraceID, "queue", q), what, pause)
 }
 
 // settle acks a delivery its handler took (err == nil), or requeues it

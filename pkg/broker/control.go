@@ -161,23 +161,23 @@ func (b *Broker) consumeControl(gen *generation) {
 }
 
 // takeControl hands one control request to the handler and settles it.
+// Whatever is not an authentic SPAWN or STOP for this host is refused to
+// bridge.dlq with its reason, loudly.
 func (b *Broker) takeControl(d amqp.Delivery) {
 	q := ControlQueue(b.cfg.Host)
 	env, err := envelope.Decode(d.Body, b.cfg.MaxBody)
-	if err == nil && env.Kind != envelope.Spawn && env.Kind != envelope.Stop {
-		err = fmt.Errorf("kind %s is not a control request", env.Kind)
-	}
-	if err == nil {
-		if aerr := b.authentic(d, env); aerr != nil {
-			err = fmt.Errorf("not authentic: %w", aerr)
-		}
-	}
 	if err != nil {
-		b.log.Error("poison control message: dropped", "queue", q, "msg_id", d.MessageId, "err", err)
-		_ = d.Nack(false, false)
+		b.refuse(d, q, nil, asRefusal(err, ReasonMalformed), true)
 		return
 	}
-	log := b.log.With("msg_id", env.MsgID, "trace_id", env.TraceID, "queue", q)
+	if env.Kind != envelope.Spawn && env.Kind != envelope.Stop {
+		b.refuse(d, q, env, Refuse(ReasonMisrouted, "kind %s is not a control request", env.Kind), true)
+		return
+	}
+	if env.Recipient.Host != b.cfg.Host {
+		b.refuse(d, q, env, Refuse(ReasonMisrouted, "a request for host %q in the control queue of %q", env.Recipient.Host, b.cfg.Host), true)
+		return
+	}
 	// a redelivery after a failed ack is answered from the handler's record
-	b.settle(d, env, b.control(env), log, "control request failed", 500*time.Millisecond)
+	b.hand(d, q, env, b.control, "control request failed", 500*time.Millisecond)
 }

@@ -3,15 +3,17 @@ package broker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/fleetd/fleet/pkg/envelope"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// PresenceHandler receives every PRESENCE message heard on this gateway's
-// roster queue (its own included).
-type PresenceHandler func(env *envelope.Envelope)
+// PresenceHandler receives every authentic PRESENCE message heard on this
+// gateway's roster queue (its own included). A *Refusal it returns sends
+// the message to bridge.dlq with that reason.
+type PresenceHandler func(env *envelope.Envelope) error
 
 // OnPresence sets the presence handler; call before Run.
 func (b *Broker) OnPresence(h PresenceHandler) { b.presence = h }
@@ -82,18 +84,74 @@ func (b *Broker) consumeRoster(gen *generation) {
 			if !ok {
 				return
 			}
-			env, err := envelope.Decode(m.Body, 16<<20)
-			if err != nil || env.Kind != envelope.Presence {
-				b.log.Warn("ignoring a bad presence message", "err", err)
-				continue
-			}
-			if err := b.authentic(m, env); err != nil {
-				b.log.Error("ignoring a presence message that is not authentic", "msg_id", env.MsgID, "err", err)
-				continue
-			}
-			if b.presence != nil {
-				b.presence(env)
-			}
+			b.takePresence(m)
 		}
 	}
+}
+
+// takePresence checks one presence message and hands it on; what is
+// refused goes to bridge.dlq (a copy: the roster queue is auto-ack).
+func (b *Broker) takePresence(m amqp.Delivery) {
+	q := RosterQueue(b.cfg.Host)
+	env, err := envelope.Decode(m.Body, 1<<20)
+	if err != nil {
+		b.refuse(m, q, nil, asRefusal(err, ReasonMalformed), false)
+		return
+	}
+	if env.Kind != envelope.Presence {
+		b.refuse(m, q, env, Refuse(ReasonMisrouted, "kind %s on bridge.roster", env.Kind), false)
+		return
+	}
+	if err := b.authentic(m, env); err != nil {
+		b.refuse(m, q, env, asRefusal(err, ReasonForged), false)
+		return
+	}
+	if b.presence == nil {
+		return
+	}
+	var r *Refusal
+	if err := b.presence(env); errors.As(err, &r) {
+		b.refusePresence(m, q, env, r)
+	}
+}
+
+// refusePresence refuses a presence message. Presence repeats every
+// interval for every entity, so an untrusted or misconfigured host would
+// put a stream of identical refusals in bridge.dlq and the log: the first
+// of identical refusals (reason, claimed host, error) is logged and copied,
+// repeats within a minute are counted and reported with the next.
+func (b *Broker) refusePresence(m amqp.Delivery, q string, env *envelope.Envelope, r *Refusal) {
+	host, _ := m.Headers["fleet-host"].(string)
+	key := r.Reason + "|" + host + "|" + r.Err.Error() // the same refusal, again
+	now := time.Now()
+	b.mu.Lock()
+	if b.presRefused == nil {
+		b.presRefused = map[string]*refusedRun{}
+	}
+	run := b.presRefused[key]
+	if run != nil && now.Sub(run.last) < time.Minute {
+		run.quiet++
+		b.mu.Unlock()
+		b.refused(r.Reason, host)
+		return
+	}
+	quiet := 0
+	if run != nil {
+		quiet = run.quiet
+	}
+	if len(b.presRefused) > 1024 {
+		clear(b.presRefused)
+	}
+	b.presRefused[key] = &refusedRun{last: now}
+	b.mu.Unlock()
+	if quiet > 0 {
+		r = &Refusal{Reason: r.Reason, Err: fmt.Errorf("%w (and %d more like it in the last minute, not copied)", r.Err, quiet)}
+	}
+	b.refuse(m, q, env, r, false)
+}
+
+// refusedRun counts the refused presence messages of one reason and host.
+type refusedRun struct {
+	last  time.Time
+	quiet int
 }

@@ -169,12 +169,16 @@ type session struct {
 // caller's credential (--as NAME, else FLEET_TOKEN). A missing credential
 // is not an error here: the gateway refuses the ops that need one.
 func connect(c *cli.Context) (*session, error) {
+	name, err := asName(c)
+	if err != nil {
+		return nil, err
+	}
 	cfg, err := config.LoadClient(flagLookup(c), configFlag(c))
 	if err != nil {
 		return nil, err
 	}
 	token := os.Getenv("FLEET_TOKEN")
-	if name := c.String("as"); name != "" {
+	if name != "" {
 		if token, err = ident.Load(cfg.StateDir, name); err != nil {
 			return nil, err
 		}
@@ -185,6 +189,22 @@ func connect(c *cli.Context) (*session, error) {
 	}
 	cl.Token = token
 	return &session{cfg: cfg, client: cl}, nil
+}
+
+// asName returns --as NAME ("" when not given), refusing anything but an
+// entity name (exit 64) before any file is read: the name becomes a path
+// under the credentials folder.
+func asName(c *cli.Context) (string, error) {
+	for _, ctx := range c.Lineage() {
+		if ctx.IsSet("as") {
+			name := ctx.String("as")
+			if !ident.ValidName(name) {
+				return "", usage("--as %q is not an entity name (a letter, then up to 63 letters, digits, '-' or '_')", name)
+			}
+			return name, nil
+		}
+	}
+	return "", nil
 }
 
 func usage(format string, args ...any) *fault.Error {

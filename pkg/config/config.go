@@ -7,6 +7,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"github.com/fleetd/fleet/pkg/trust"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -35,6 +36,8 @@ type Config struct {
 	DedupWindow      time.Duration // how long delivered msg ids are remembered
 	DrainTimeout     time.Duration // shutdown: bound on finishing in-flight work
 	Uncertain        string        // "hold" or "reinject": the kill-during-inject window
+	MaxConnections   int           // socket connections served at once; more are refused
+	FrameTimeout     time.Duration // a socket frame, once begun, must be complete within this
 
 	Broker         string        // amqp:// or amqps:// URI; "" = single-host mode
 	BrokerCA       string        // amqps: private CA file
@@ -74,6 +77,8 @@ var Keys = []Key{
 	{"exec-timeout", "FLEET_EXEC_TIMEOUT", "time limit of one exec delivery or hook", "30s"},
 	{"dedup-window", "FLEET_DEDUP_WINDOW", "how long delivered msg ids are remembered", "168h"},
 	{"drain-timeout", "FLEET_DRAIN_TIMEOUT", "bound on finishing in-flight work at shutdown", "10s"},
+	{"max-connections", "FLEET_MAX_CONNECTIONS", "socket connections the gateway serves at once; more are refused until some close", "1024"},
+	{"frame-timeout", "FLEET_FRAME_TIMEOUT", "time a client has to finish sending a request frame it has begun (an idle connection may wait between frames)", "10s"},
 	{"uncertain", "FLEET_UNCERTAIN", "a message whose injection was cut by a crash: hold (dead-letter as uncertain) or reinject", "hold"},
 	{"broker", "FLEET_BROKER", "AMQP broker URI (amqp:// or amqps://) for cross-host messages; none: single-host mode", "none"},
 	{"broker-ca", "FLEET_BROKER_CA", "amqps: CA certificate file that signs the broker's certificate", "the system roots"},
@@ -195,6 +200,12 @@ func load(lookup Lookup, configPath string, client bool) (*Config, error) {
 	c.ExecTimeout = dur("exec-timeout", 30*time.Second)
 	c.DedupWindow = dur("dedup-window", 7*24*time.Hour)
 	c.DrainTimeout = dur("drain-timeout", 10*time.Second)
+	c.MaxConnections = num("max-connections", 1024)
+	c.FrameTimeout = dur("frame-timeout", 10*time.Second)
+	if c.FrameTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("frame-timeout must be positive"))
+		c.FrameTimeout = 10 * time.Second
+	}
 	c.Uncertain = str("uncertain", "hold")
 	c.Broker = str("broker", "")
 	if c.Broker == "none" {
@@ -224,8 +235,8 @@ func load(lookup Lookup, configPath string, client bool) (*Config, error) {
 	if c.Uncertain != "hold" && c.Uncertain != "reinject" {
 		errs = append(errs, fmt.Errorf("uncertain: %q is not hold or reinject", c.Uncertain))
 	}
-	if c.Host == "" || strings.ContainsAny(c.Host, " \t./#*@") {
-		errs = append(errs, fmt.Errorf("host: %q is not a usable host id (no spaces, dots, '@', '#' or '*')", c.Host))
+	if !trust.HostRE.MatchString(c.Host) {
+		errs = append(errs, fmt.Errorf("host: %q is not a usable host id (a letter or digit, then up to 62 letters, digits, '-' or '_')", c.Host))
 	}
 	var perrs []error
 	c.Profiles, perrs = profiles(file)

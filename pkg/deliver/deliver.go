@@ -23,22 +23,38 @@ type Adapter interface {
 // twice, so the gateway dead-letters it as uncertain instead.
 var ErrUncertain = errors.New("delivery uncertain")
 
-// Text is what an injected message looks like in a terminal: one header
-// line naming the sender and how to reply, then the body.
+// Text is what an injected message looks like in a terminal that takes it
+// as one bracketed paste: one header line naming the sender and how to
+// reply, then the body. Every header field is Inert without newlines (the
+// header is one line), the body Inert with its newlines and tabs, which
+// inside a bracketed paste are text, not keys.
 func Text(env *envelope.Envelope) string {
+	return header(env) + "\n" + Inert(strings.TrimRight(env.Body, "\n"), true)
+}
+
+// Line is the message as one line, for a terminal that may take pasted
+// text as typed keys: the header, a space, then the body with its newlines
+// and tabs neutralised too (␊, ␉). It holds no control character at all, so
+// only the Enter the adapter presses after it can submit anything.
+func Line(env *envelope.Envelope) string {
+	return header(env) + " " + Inert(strings.TrimRight(env.Body, "\n"), false)
+}
+
+func header(env *envelope.Envelope) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "[fleet %s from %s · msg %s", strings.ToLower(string(env.Kind)), env.Sender, env.MsgID)
+	id := Inert(env.MsgID, false)
+	fmt.Fprintf(&b, "[fleet %s from %s · msg %s", Inert(strings.ToLower(string(env.Kind)), false),
+		Inert(env.Sender.String(), false), id)
 	switch env.Kind {
 	case envelope.Send, envelope.Broadcast:
-		fmt.Fprintf(&b, " · reply: fleet-send --reply-to %s TEXT", env.MsgID)
+		fmt.Fprintf(&b, " · reply: fleet-send --reply-to %s TEXT", id)
 	case envelope.Reply:
 		if env.InReplyTo != "" {
-			fmt.Fprintf(&b, " · re %s", env.InReplyTo)
+			fmt.Fprintf(&b, " · re %s", Inert(env.InReplyTo, false))
 		}
 	case envelope.Ask:
-		fmt.Fprintf(&b, " · answer by %s: fleet-send --answer %s TEXT", env.Expires.Local().Format("15:04:05"), env.MsgID)
+		fmt.Fprintf(&b, " · answer by %s: fleet-send --answer %s TEXT", env.Expires.Local().Format("15:04:05"), id)
 	}
-	b.WriteString("]\n")
-	b.WriteString(strings.TrimRight(env.Body, "\n"))
+	b.WriteString("]")
 	return b.String()
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"syscall"
 	"time"
@@ -14,7 +15,8 @@ import (
 )
 
 // Exec runs Command with sh -c, the message JSON on stdin and the message's
-// ids in FLEET_* variables. Exit 0 means delivered, as amqp-consume does.
+// ids in FLEET_* variables (see Run for the environment). Exit 0 means
+// delivered, as amqp-consume does.
 type Exec struct {
 	Command string
 	Entity  string // name, exported as FLEET_ENTITY
@@ -39,7 +41,16 @@ func (x *Exec) Deliver(ctx context.Context, env *envelope.Envelope) error {
 // Run runs command under sh -c in its own process group with stdin and the
 // extra environment, killing the group at the timeout. A failure carries the
 // exit status and the last line of stderr.
+//
+// The command gets the gateway's environment without any FLEET_* variable
+// (they may hold the broker's password), plus env: FLEET_* variables whose
+// values Run makes one inert line each (see Inert), since some come from
+// message fields. An entry of env that is not FLEET_NAME=VALUE is an error.
 func Run(ctx context.Context, command string, timeout time.Duration, stdin *bytes.Reader, env []string) error {
+	vars, err := childEnv(os.Environ(), env)
+	if err != nil {
+		return err
+	}
 	if timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, timeout)
@@ -52,10 +63,10 @@ func Run(ctx context.Context, command string, timeout time.Duration, stdin *byte
 	if stdin != nil {
 		cmd.Stdin = stdin
 	}
-	cmd.Env = append(os.Environ(), env...)
+	cmd.Env = vars
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
-	err := cmd.Run()
+	err = cmd.Run()
 	if err == nil {
 		return nil
 	}
@@ -73,4 +84,25 @@ func Run(ctx context.Context, command string, timeout time.Duration, stdin *byte
 		return fmt.Errorf("exec %q: %v: %s", command, err, last)
 	}
 	return fmt.Errorf("exec %q: %v", command, err)
+}
+
+var fleetVar = regexp.MustCompile(`^FLEET_[A-Z0-9_]+$`)
+
+// childEnv is base without its FLEET_* variables, then extra, each value
+// made Inert on one line.
+func childEnv(base, extra []string) ([]string, error) {
+	vars := make([]string, 0, len(base)+len(extra))
+	for _, kv := range base {
+		if !strings.HasPrefix(kv, "FLEET_") {
+			vars = append(vars, kv)
+		}
+	}
+	for _, kv := range extra {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || !fleetVar.MatchString(k) {
+			return nil, fmt.Errorf("exec: bad environment entry %q: want FLEET_NAME=VALUE", Inert(kv, false))
+		}
+		vars = append(vars, k+"="+Inert(v, false))
+	}
+	return vars, nil
 }

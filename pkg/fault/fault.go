@@ -120,4 +120,7 @@ const (
 	KindProtocol         = "protocol"
 	KindInternal         = "internal"
 	KindShuttingDown     = "shutting_down"
+	KindBadConfig        = "bad_config"
+	KindHostTaken        = "host_taken"   // another live gateway holds this host id on the broker
+	KindUnknownHost      = "unknown_host" // no such host (control plane, trust file)
 )

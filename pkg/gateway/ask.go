@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/fleetd/fleet/pkg/api"
+	"github.com/fleetd/fleet/pkg/broker"
 	"github.com/fleetd/fleet/pkg/envelope"
 	"github.com/fleetd/fleet/pkg/fault"
 )
@@ -19,8 +20,20 @@ import (
 // by a notice in its inbox.
 
 type askWaiter struct {
-	gid, turn string
+	gid, turn string // the asker, and its turn
+	to        string // the askee's gid: only it may answer
 	ch        chan *envelope.Envelope
+}
+
+// sentAnswer is an answer this host sent to an ask from another host,
+// kept until a grace period after the ask expired, so that what comes
+// back about it (the "answered" receipt, a TOO_LATE notice) is believed
+// only from the asker's host and only for the answerer.
+type sentAnswer struct {
+	from string      // the answerer's gid
+	host string      // the asker's host
+	ch   chan string // the answerer's fleet-send while it waits; nil after
+	keep time.Time
 }
 
 // askSeen is an ask this host delivered, kept (in memory) so an answer
@@ -117,7 +130,7 @@ func (g *Gateway) ask(c *conn, req *api.Request) {
 		env.TurnID = envelope.NewID()
 	}
 	env.Expires = time.Now().Add(ttl).UTC()
-	w := &askWaiter{gid: sender.Gid, turn: env.TurnID, ch: make(chan *envelope.Envelope, 1)}
+	w := &askWaiter{gid: sender.Gid, turn: env.TurnID, to: rcpt.Gid, ch: make(chan *envelope.Envelope, 1)}
 	g.askMu.Lock()
 	g.asks[env.MsgID] = w
 	g.askMu.Unlock()
@@ -214,13 +227,16 @@ func (g *Gateway) answer(req *api.Request) (*api.Response, error) {
 		return &api.Response{Sent: sent}, nil
 	}
 	// across hosts: wait a moment for the asker's gateway to say
+	g.pruneSeen(time.Now())
 	w := make(chan string, 1)
 	g.askMu.Lock()
-	g.answerWaits[ans.MsgID] = w
+	g.answers[ans.MsgID] = &sentAnswer{from: me.Gid, host: ask.Sender.Host, ch: w, keep: ask.Expires.Add(askGrace)}
 	g.askMu.Unlock()
 	defer func() {
 		g.askMu.Lock()
-		delete(g.answerWaits, ans.MsgID)
+		if a := g.answers[ans.MsgID]; a != nil {
+			a.ch = nil
+		}
 		g.askMu.Unlock()
 	}()
 	if err := g.br.Publish(g.runCtx, ask.Sender.Gid, ans, false); err != nil {
@@ -239,8 +255,14 @@ func (g *Gateway) answer(req *api.Request) (*api.Response, error) {
 }
 
 // onAnswer takes an ANSWER from another host: to its turn, or TOO_LATE
-// back to the answerer.
+// back to the answerer. Only the askee may answer an ask.
 func (g *Gateway) onAnswer(ans *envelope.Envelope) error {
+	g.askMu.Lock()
+	w := g.asks[ans.InReplyTo]
+	g.askMu.Unlock()
+	if w != nil && w.to != ans.Sender.Gid {
+		return broker.Refuse(broker.ReasonWrongHost, "an answer to ask %s from %s, which was not asked", ans.InReplyTo, ans.Sender.String())
+	}
 	outcome := "answered"
 	if !g.handAnswer(ans) {
 		outcome = "too_late"
@@ -262,36 +284,55 @@ func (g *Gateway) onAnswer(ans *envelope.Envelope) error {
 	return nil
 }
 
+// sentFrom returns the answer msgID this host sent, checked against what
+// claims to come back about it: from host, to recipient.
+func (g *Gateway) sentFrom(msgID, host, recipient string) (*sentAnswer, error) {
+	g.askMu.Lock()
+	defer g.askMu.Unlock()
+	a := g.answers[msgID]
+	switch {
+	case a == nil:
+		return nil, broker.Refuse(broker.ReasonMisrouted, "no answer %s was sent from this host (or it is long gone)", msgID)
+	case a.host != host:
+		return nil, broker.Refuse(broker.ReasonWrongHost, "news of answer %s from host %s; it went to %s", msgID, host, a.host)
+	case recipient != "" && a.from != recipient:
+		return nil, broker.Refuse(broker.ReasonMisrouted, "news of answer %s for %s, which did not send it", msgID, recipient)
+	}
+	cp := *a
+	return &cp, nil
+}
+
 // onTooLate takes a TOO_LATE from another host: to the answerer's waiting
 // fleet-send if it still waits, else as a notice in its inbox.
 func (g *Gateway) onTooLate(n *envelope.Envelope) error {
-	g.askMu.Lock()
-	w := g.answerWaits[n.InReplyTo]
-	g.askMu.Unlock()
-	if w != nil {
+	a, err := g.sentFrom(n.InReplyTo, n.Sender.Host, n.Recipient.Gid)
+	if err != nil {
+		return err
+	}
+	if a.ch != nil {
 		select {
-		case w <- "too_late":
+		case a.ch <- "too_late":
 		default:
 		}
 		return nil
 	}
-	_, err := g.accept(n)
+	_, err = g.accept(n)
 	return err
 }
 
 // answerReceipt signals an answerer's waiting send that its answer landed.
-func (g *Gateway) answerReceipt(msgID string) bool {
-	g.askMu.Lock()
-	w := g.answerWaits[msgID]
-	g.askMu.Unlock()
-	if w == nil {
-		return false
+func (g *Gateway) answerReceipt(msgID, host string) error {
+	a, err := g.sentFrom(msgID, host, "")
+	if err != nil {
+		return err
 	}
-	select {
-	case w <- "answered":
-	default:
+	if a.ch != nil {
+		select {
+		case a.ch <- "answered":
+		default:
+		}
 	}
-	return true
+	return nil
 }
 
 // asking reports whether gid has an ask of its own waiting for an answer.
@@ -313,6 +354,11 @@ func (g *Gateway) pruneSeen(now time.Time) {
 	for id, s := range g.seen {
 		if now.After(s.keep) {
 			delete(g.seen, id)
+		}
+	}
+	for id, a := range g.answers {
+		if a.ch == nil && now.After(a.keep) {
+			delete(g.answers, id)
 		}
 	}
 }

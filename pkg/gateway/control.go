@@ -41,6 +41,7 @@ import (
 
 	"github.com/fleetd/fleet/pkg/api"
 	"github.com/fleetd/fleet/pkg/audit"
+	"github.com/fleetd/fleet/pkg/broker"
 	"github.com/fleetd/fleet/pkg/envelope"
 	"github.com/fleetd/fleet/pkg/fault"
 	"github.com/fleetd/fleet/pkg/ident"
@@ -60,11 +61,12 @@ type controlState struct {
 
 type ctlWaiter struct {
 	requester string // gid: an answer is for the entity that asked
+	host      string // the host asked: only it answers
 	ch        chan *controlResult
 }
 
-func (c *controlState) wait(id, requester string) *ctlWaiter {
-	w := &ctlWaiter{requester: requester, ch: make(chan *controlResult, 1)}
+func (c *controlState) wait(id, requester, host string) *ctlWaiter {
+	w := &ctlWaiter{requester: requester, host: host, ch: make(chan *controlResult, 1)}
 	c.mu.Lock()
 	if c.waiters == nil {
 		c.waiters = map[string][]*ctlWaiter{}
@@ -91,12 +93,18 @@ func (c *controlState) unwait(id string, w *ctlWaiter) {
 	}
 }
 
-// hand gives res to every call of requester waiting for request id and
-// returns how many there were.
-func (c *controlState) hand(id, requester string, res *controlResult) int {
+// hand gives res, from host, to every call of requester waiting for
+// request id and returns how many there were. An answer from another host
+// than the one asked is refused.
+func (c *controlState) hand(id, requester, host string, res *controlResult) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	n := 0
+	for _, w := range c.waiters[id] {
+		if w.requester == requester && w.host != host {
+			return 0, broker.Refuse(broker.ReasonWrongHost, "an answer to request %s from host %s; it went to %s", id, host, w.host)
+		}
+	}
 	for _, w := range c.waiters[id] {
 		if w.requester == requester {
 			select {
@@ -106,7 +114,7 @@ func (c *controlState) hand(id, requester string, res *controlResult) int {
 			}
 		}
 	}
-	return n
+	return n, nil
 }
 
 // spawnBody is the body of a SPAWN.
@@ -243,7 +251,7 @@ func (g *Gateway) request(kind envelope.Kind, host, id string, body any, from st
 		return nil, fault.New(fault.NoRecipient, "unknown_host", "no host %s: this gateway has no broker configured to reach other hosts", host)
 	}
 	env.Expires = time.Now().Add(timeout).UTC() // never carried out after the caller gave up
-	w := g.ctl.wait(id, from.Gid)
+	w := g.ctl.wait(id, from.Gid, host)
 	defer g.ctl.unwait(id, w)
 	if err := g.br.PublishControl(g.runCtx, host, env); err != nil {
 		return nil, err
@@ -302,21 +310,26 @@ func (g *Gateway) learn(host string, res *controlResult) {
 func (g *Gateway) takeBroker(env *envelope.Envelope) error {
 	switch env.Kind {
 	case envelope.SpawnResult, envelope.StopResult:
-		g.onControlResult(env)
-		return nil
+		return g.onControlResult(env)
 	}
 	return g.takeRemote(env)
 }
 
-func (g *Gateway) onControlResult(env *envelope.Envelope) {
+func (g *Gateway) onControlResult(env *envelope.Envelope) error {
 	log := g.log.With("request_id", env.InReplyTo, "trace_id", env.TraceID, "kind", env.Kind, "peer", env.Sender.Host)
 	var res controlResult
 	if err := json.Unmarshal([]byte(env.Body), &res); err != nil {
-		log.Warn("ignoring a malformed control answer", "err", err)
-		return
+		return broker.Refuse(broker.ReasonMalformed, "control answer: %v", err)
 	}
-	if g.ctl.hand(env.InReplyTo, env.Recipient.Gid, &res) > 0 {
-		return
+	if res.RequestID != env.InReplyTo {
+		return broker.Refuse(broker.ReasonMalformed, "an answer to request %q in reply to %q", res.RequestID, env.InReplyTo)
+	}
+	if err := checkControlResult(&res, env.Sender.Host); err != nil {
+		return err
+	}
+	n, err := g.ctl.hand(env.InReplyTo, env.Recipient.Gid, env.Sender.Host, &res)
+	if err != nil || n > 0 {
+		return err
 	}
 	attrs := []any{"requester", env.Recipient.Gid}
 	if res.Spawned != nil {
@@ -326,18 +339,48 @@ func (g *Gateway) onControlResult(env *envelope.Envelope) {
 		attrs = append(attrs, "error", res.Error.Message)
 	}
 	log.Info("control answer with nobody waiting (the caller gave up, or a repeated answer): dropped", attrs...)
+	return nil
+}
+
+// checkControlResult holds an answer from host to what the caller prints
+// and the roster learns: an entity spawned or stopped there, by the
+// grammar of local names and gids.
+func checkControlResult(res *controlResult, host string) error {
+	bad := func(format string, args ...any) error {
+		return broker.Refuse(broker.ReasonMalformed, "control answer: "+format, args...)
+	}
+	if s := res.Spawned; s != nil {
+		switch {
+		case s.Host != host:
+			return broker.Refuse(broker.ReasonWrongHost, "host %s answers that it spawned an entity on %s", host, s.Host)
+		case !isGid(s.Gid) || !nameRE.MatchString(s.Name) || (s.Mode != "inject" && s.Mode != "pull"):
+			return bad("spawned entity %q (%q, %q)", s.Name, s.Gid, s.Mode)
+		}
+		for _, gr := range s.Groups {
+			if !nameRE.MatchString(gr) {
+				return bad("group %q", gr)
+			}
+		}
+	}
+	if s := res.Stopped; s != nil && (s.Host != host || !isGid(s.Gid)) {
+		return broker.Refuse(broker.ReasonWrongHost, "host %s answers that it stopped %q on %s", host, s.Gid, s.Host)
+	}
+	if e := res.Error; e != nil {
+		e.Message, e.Hint = clipReason(e.Message), clipReason(e.Hint)
+	}
+	return nil
 }
 
 // onControl is the broker's handler for this host's control queue: carry
 // the request out, then answer the requester. An error requeues the
 // request; carried out already, it is then answered from the record.
 func (g *Gateway) onControl(env *envelope.Envelope) error {
+	if env.Sender.Gid == "" {
+		// a request speaks for an entity of the signing host (admit.go)
+		return broker.Refuse(broker.ReasonMalformed, "a %s that names no requester", env.Kind)
+	}
 	res := g.carryOut(env)
 	log := g.log.With("request_id", env.MsgID, "trace_id", env.TraceID, "peer", env.Sender.Host)
-	if env.Sender.Gid == "" {
-		log.Warn("control request names no requester: carried out, not answered")
-		return nil
-	}
 	kind := envelope.SpawnResult
 	if env.Kind == envelope.Stop {
 		kind = envelope.StopResult

@@ -6,13 +6,13 @@ import "testing"
 // a repeated answer neither blocks nor reaches anyone twice.
 func TestControlAnswersReachTheirRequesterOnce(t *testing.T) {
 	var c controlState
-	a1 := c.wait("req-1", "gid-a")
-	a2 := c.wait("req-1", "gid-a") // the same request id, sent twice
-	b := c.wait("req-1", "gid-b")  // someone else reusing the id
-	other := c.wait("req-2", "gid-a")
+	a1 := c.wait("req-1", "gid-a", "h2")
+	a2 := c.wait("req-1", "gid-a", "h2") // the same request id, sent twice
+	b := c.wait("req-1", "gid-b", "h2")  // someone else reusing the id
+	other := c.wait("req-2", "gid-a", "h2")
 
 	res := &controlResult{RequestID: "req-1"}
-	if n := c.hand("req-1", "gid-a", res); n != 2 {
+	if n, _ := c.hand("req-1", "gid-a", "h2", res); n != 2 {
 		t.Fatalf("handed to %d calls, want the 2 of gid-a", n)
 	}
 	for i, w := range []*ctlWaiter{a1, a2} {
@@ -34,16 +34,21 @@ func TestControlAnswersReachTheirRequesterOnce(t *testing.T) {
 	}
 	// a repeated answer before the calls took the first: it does not
 	// block, and is not queued behind the first
-	if n := c.hand("req-1", "gid-a", res); n != 2 {
+	if n, _ := c.hand("req-1", "gid-a", "h2", res); n != 2 {
 		t.Errorf("handed to %d calls, want 2", n)
 	}
-	if n := c.hand("req-1", "gid-a", res); n != 0 {
+	if n, _ := c.hand("req-1", "gid-a", "h2", res); n != 0 {
 		t.Errorf("a repeated answer was handed to %d calls still holding one, want 0", n)
+	}
+	// an answer from another host than the one asked is refused, and
+	// reaches no one
+	if n, err := c.hand("req-1", "gid-a", "h3", res); err == nil || n != 0 {
+		t.Errorf("an answer from h3 to a request sent to h2: handed to %d, err %v", n, err)
 	}
 	c.unwait("req-1", a1)
 	c.unwait("req-1", a2)
 	c.unwait("req-1", b)
-	if n := c.hand("req-1", "gid-a", res); n != 0 {
+	if n, _ := c.hand("req-1", "gid-a", "h2", res); n != 0 {
 		t.Errorf("handed to %d calls after they stopped waiting", n)
 	}
 	c.unwait("req-2", other)

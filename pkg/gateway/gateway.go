@@ -40,15 +40,16 @@ type Gateway struct {
 	st    *store.Store
 	audit *audit.Log
 	br    *broker.Broker // nil: single-host mode
+	admit *admission     // admit.go: what the broker's messages must prove (nil: single-host mode)
 
 	waitMu  sync.Mutex
 	waiters map[string]*replyWaiter // msg id of an open send -> its waiter
 	claimed map[string]bool         // reply keys being handed to an open send
 
-	askMu       sync.Mutex
-	asks        map[string]*askWaiter  // ask msg id -> the fleet-ask waiting for it
-	seen        map[string]askSeen     // asks delivered here, for answering
-	answerWaits map[string]chan string // answer msg id -> the fleet-send --answer waiting
+	askMu   sync.Mutex
+	asks    map[string]*askWaiter  // ask msg id -> the fleet-ask waiting for it
+	seen    map[string]askSeen     // asks delivered here, for answering
+	answers map[string]*sentAnswer // answer msg id -> where it went, and the fleet-send --answer waiting
 
 	ctl controlState // control.go: fleet-spawn / fleet-stop
 
@@ -56,6 +57,8 @@ type Gateway struct {
 
 	peersMu sync.Mutex
 	peers   map[string]*peer // host -> what we last heard of it
+	left    map[string]int64 // host -> the sequence of its last leaving notice
+	presSeq int64            // the last presence sequence this gateway published
 
 	presMu   sync.Mutex
 	presDue  map[string]bool   // gid -> a settled status announcement is scheduled
@@ -76,6 +79,8 @@ type Gateway struct {
 	hardCtx  context.Context // cancelled when the drain bound passes: abort in-flight work
 	stopHard context.CancelFunc
 	ready    chan struct{}
+
+	hostTaken bool // the broker gave this host id to another gateway: say nothing as it
 }
 
 // New returns a gateway for cfg. Nothing is opened until Run.
@@ -84,20 +89,21 @@ func New(cfg *config.Config, log *slog.Logger) *Gateway {
 		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
 	return &Gateway{
-		cfg:         cfg,
-		log:         log.With("host", cfg.Host),
-		boxes:       map[string]*mailbox{},
-		byName:      map[string]string{},
-		crash:       os.Getenv("FLEET_CRASHPOINT"),
-		peers:       map[string]*peer{},
-		presDue:     map[string]bool{},
-		presSaid:    map[string]string{},
-		waiters:     map[string]*replyWaiter{},
-		asks:        map[string]*askWaiter{},
-		seen:        map[string]askSeen{},
-		answerWaits: map[string]chan string{},
-		claimed:     map[string]bool{},
-		ready:       make(chan struct{}),
+		cfg:      cfg,
+		log:      log.With("host", cfg.Host),
+		boxes:    map[string]*mailbox{},
+		byName:   map[string]string{},
+		crash:    os.Getenv("FLEET_CRASHPOINT"),
+		peers:    map[string]*peer{},
+		left:     map[string]int64{},
+		presDue:  map[string]bool{},
+		presSaid: map[string]string{},
+		waiters:  map[string]*replyWaiter{},
+		asks:     map[string]*askWaiter{},
+		seen:     map[string]askSeen{},
+		answers:  map[string]*sentAnswer{},
+		claimed:  map[string]bool{},
+		ready:    make(chan struct{}),
 	}
 }
 
@@ -132,24 +138,50 @@ func (g *Gateway) Run(ctx context.Context) error {
 			return fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot set up this host's signing key")
 		}
 		g.br.OnControl(g.onControl) // control.go: SPAWN/STOP for this host
+		// One gateway per host id: nothing is delivered and no client is
+		// served until the broker has given this host id to us (or cannot
+		// be reached: then the claim is made when it can, and a lost claim
+		// stops the gateway).
+		g.workers.Add(1)
+		go func() {
+			defer g.workers.Done()
+			g.br.Run(g.runCtx)
+		}()
+		select {
+		case <-g.br.Tried():
+		case err := <-g.br.Fatal():
+			g.hostTaken = true
+			g.log.Error("not serving: this host id is held by another live gateway", "err", err)
+			g.stopRun()
+			g.workers.Wait()
+			g.closeState()
+			return err
+		case <-ctx.Done():
+			g.stopRun()
+			g.workers.Wait()
+			g.closeState()
+			return nil
+		}
 	}
 	if err := g.loadEntities(); err != nil {
+		g.stopRun()
+		g.workers.Wait()
 		g.closeState()
 		return err
 	}
 	if err := g.listen(); err != nil {
+		g.stopRun()
+		g.workers.Wait()
 		g.closeState()
 		return err
 	}
 	g.workers.Add(1)
 	go g.janitor()
+	var fatal <-chan error
 	if g.br != nil {
-		g.workers.Add(2)
-		go func() {
-			defer g.workers.Done()
-			g.br.Run(g.runCtx)
-		}()
+		g.workers.Add(1)
 		go g.presenceLoop()
+		fatal = g.br.Fatal()
 	}
 	g.log.Info("gateway ready", "socket", g.cfg.Socket, "state_dir", g.cfg.StateDir, "entities", len(g.boxes))
 	close(g.ready)
@@ -161,6 +193,11 @@ func (g *Gateway) Run(ctx context.Context) error {
 	select {
 	case <-ctx.Done():
 	case err = <-serveErr:
+	case err = <-fatal:
+		// another gateway holds this host id now: stop serving at once,
+		// and say nothing on its behalf (no leaving notice)
+		g.hostTaken = true
+		g.log.Error("stopping: this host id is held by another live gateway", "err", err)
 	}
 	g.shutdown()
 	return err
@@ -168,7 +205,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 
 func (g *Gateway) shutdown() {
 	g.log.Info("gateway stopping: draining in-flight work", "bound", g.cfg.DrainTimeout.String())
-	if g.br != nil {
+	if g.br != nil && !g.hostTaken {
 		g.announceLeaving() // other hosts drop us now, not after the TTL
 	}
 	g.stopRun()

@@ -146,6 +146,12 @@ func (g *Gateway) injectLoop(ctx context.Context, b *mailbox) {
 			g.kill(env, "expired before delivery", -1)
 			continue
 		}
+		if !g.admit.trusted(env.Sender.Host) {
+			// admitted once, but its host was removed from the trust file
+			// since: what it sent is not typed into a terminal now
+			g.kill(env, "sender host "+env.Sender.Host+" is no longer trusted", -1)
+			continue
+		}
 		attempt, err := g.st.BeginInject(store.Key(env))
 		if err != nil {
 			log.Error("recording delivery attempt", "err", err)

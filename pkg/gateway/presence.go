@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fleetd/fleet/pkg/api"
+	"github.com/fleetd/fleet/pkg/broker"
 	"github.com/fleetd/fleet/pkg/envelope"
 )
 
@@ -21,9 +22,19 @@ import (
 // was last heard. A restarted gateway rebuilds the view within one
 // interval, since every gateway announces everything every interval.
 
+// A host speaks only for itself, and only forward: presence is admitted
+// only when its body names the host that signed it, an entity's gid is not
+// one the view places on another host, and its sequence (the sender's
+// clock in nanoseconds, strictly increasing per gateway) is within the
+// presence TTL of now. A heartbeat older than what was last heard of its
+// entity is superseded and ignored; a gone or leaving notice older than
+// anything heard since from that entity or host is a replay and refused
+// (bridge.dlq). Hosts' clocks must agree within the presence TTL.
+
 // presenceBody is the body of a PRESENCE message.
 type presenceBody struct {
 	Host       string         `json:"host"`
+	Seq        int64          `json:"seq"` // sender's clock, ns, strictly increasing
 	IntervalMS int64          `json:"interval_ms"`
 	Entity     *api.EntityRow `json:"entity,omitempty"` // a heartbeat
 	Gone       string         `json:"gone,omitempty"`   // a gid that left
@@ -34,11 +45,13 @@ type presenceBody struct {
 type peer struct {
 	entities map[string]*heardRow // gid -> last heartbeat
 	interval time.Duration
+	maxSeq   int64 // the newest presence sequence heard from the host
 }
 
 type heardRow struct {
 	row   api.EntityRow
 	heard time.Time
+	seq   int64 // the sequence of the presence message it came from (0: learned otherwise)
 }
 
 // announceEntity publishes one entity's heartbeat now (it joined, or its
@@ -98,6 +111,9 @@ func (g *Gateway) presenceLoop() {
 	t := time.NewTicker(g.cfg.PresenceInterval)
 	defer t.Stop()
 	up := g.br.Subscribe()
+	if g.br.Connected() { // connected before this loop subscribed: say so now
+		g.announce()
+	}
 	for {
 		select {
 		case <-g.runCtx.Done():
@@ -120,6 +136,10 @@ func (g *Gateway) publishPresence(what string, b presenceBody) error {
 		g.presMu.Unlock()
 	}
 	b.Host, b.IntervalMS = g.cfg.Host, g.cfg.PresenceInterval.Milliseconds()
+	g.peersMu.Lock()
+	b.Seq = max(time.Now().UnixNano(), g.presSeq+1)
+	g.presSeq = b.Seq
+	g.peersMu.Unlock()
 	body, _ := json.Marshal(b)
 	env := envelope.New(envelope.Presence, envelope.Party{Host: g.cfg.Host}, envelope.Party{Group: "roster"}, string(body))
 	return g.br.PublishPresence(env, what, 2*g.cfg.PresenceTTL)
@@ -169,45 +189,153 @@ func (g *Gateway) announceLeaving() {
 	_ = g.publishPresence("leaving", presenceBody{Leaving: true})
 }
 
-// onPresence folds a presence message heard from another host into the view.
-func (g *Gateway) onPresence(env *envelope.Envelope) {
+// onPresence folds a presence message heard from another host into the
+// view, after checking that its host speaks for itself and moves forward.
+func (g *Gateway) onPresence(env *envelope.Envelope) error {
 	var b presenceBody
-	if err := json.Unmarshal([]byte(env.Body), &b); err != nil || b.Host == "" {
-		g.log.Warn("ignoring a malformed presence message", "trace_id", env.TraceID, "err", err)
-		return
+	if err := json.Unmarshal([]byte(env.Body), &b); err != nil {
+		return broker.Refuse(broker.ReasonMalformed, "presence body: %v", err)
+	}
+	if b.Host != env.Sender.Host { // the sender host is the signer's (admit.go)
+		what := "a leaving notice"
+		switch {
+		case b.Gone != "":
+			what = "a gone notice for " + b.Gone
+		case b.Entity != nil:
+			what = "entity " + b.Entity.Gid
+		}
+		return broker.Refuse(broker.ReasonWrongHost, "presence (%s) about host %q signed by %q", what, b.Host, env.Sender.Host)
 	}
 	if b.Host == g.cfg.Host {
-		return // the local view is exact
+		return nil // the local view is exact
+	}
+	now := time.Now()
+	seq := b.Seq
+	if seq == 0 {
+		seq = env.Created.UnixNano()
+	}
+	if age := now.Sub(time.Unix(0, seq)); age > g.cfg.PresenceTTL || -age > g.cfg.PresenceTTL {
+		return broker.Refuse(broker.ReasonReplay, "presence sequence %s is not within the presence TTL (%v) of now",
+			time.Unix(0, seq).UTC().Format(time.RFC3339Nano), g.cfg.PresenceTTL)
 	}
 	interval := time.Duration(b.IntervalMS) * time.Millisecond
-	switch {
-	case b.Leaving:
-		g.peersMu.Lock()
-		delete(g.peers, b.Host)
-		g.peersMu.Unlock()
-	case b.Gone != "":
-		g.peerDrop(b.Host, b.Gone)
-	case b.Entity != nil:
-		b.Entity.Host = b.Host
-		g.peerUpsert(b.Host, *b.Entity, time.Now(), interval)
-	}
-}
-
-// peerUpsert records what was heard of one remote entity.
-func (g *Gateway) peerUpsert(host string, row api.EntityRow, heard time.Time, interval time.Duration) {
 	if interval <= 0 {
 		interval = g.cfg.PresenceInterval
 	}
 	g.peersMu.Lock()
 	defer g.peersMu.Unlock()
+	p := g.peers[b.Host]
+	switch {
+	case b.Leaving:
+		if p != nil && seq <= p.maxSeq {
+			return broker.Refuse(broker.ReasonReplay, "leaving notice of %s older than its latest presence: a replay", b.Host)
+		}
+		if seq > g.left[b.Host] {
+			g.left[b.Host] = seq
+		}
+		if p != nil {
+			delete(g.peers, b.Host)
+			g.log.Info("host left the view: it stopped", "peer", b.Host)
+		}
+	case b.Gone != "":
+		if !isGid(b.Gone) {
+			return broker.Refuse(broker.ReasonMalformed, "gone %q is not a gid", b.Gone)
+		}
+		if p == nil || p.entities[b.Gone] == nil {
+			return nil // nothing to forget
+		}
+		if seq <= p.entities[b.Gone].seq {
+			return broker.Refuse(broker.ReasonReplay, "gone notice of %s older than its latest heartbeat: a replay", b.Gone)
+		}
+		p.maxSeq = max(p.maxSeq, seq)
+		delete(p.entities, b.Gone)
+		if len(p.entities) == 0 {
+			delete(g.peers, b.Host)
+		}
+	case b.Entity != nil:
+		r := *b.Entity
+		if err := checkRow(&r); err != nil {
+			return err
+		}
+		for host, other := range g.peers {
+			if host != b.Host && other.entities[r.Gid] != nil {
+				return broker.Refuse(broker.ReasonWrongHost, "host %s claims entity %s, which lives on %s", b.Host, r.Gid, host)
+			}
+		}
+		if g.box(r.Gid) != nil {
+			return broker.Refuse(broker.ReasonWrongHost, "host %s claims entity %s, which lives on this host", b.Host, r.Gid)
+		}
+		if seq <= g.left[b.Host] {
+			return nil // announced before its host's leaving notice: superseded
+		}
+		if p != nil {
+			if h := p.entities[r.Gid]; h != nil && seq <= h.seq {
+				return nil // an older heartbeat that arrived late: superseded
+			}
+		}
+		r.Host, r.Target = b.Host, ""
+		p = g.peerLocked(b.Host)
+		p.interval = interval
+		p.maxSeq = max(p.maxSeq, seq)
+		p.entities[r.Gid] = &heardRow{row: r, heard: now, seq: seq}
+	}
+	return nil
+}
+
+// checkRow holds a heard entity row to the grammar of local ones.
+func checkRow(r *api.EntityRow) error {
+	bad := func(format string, args ...any) error {
+		return broker.Refuse(broker.ReasonMalformed, "presence: "+format, args...)
+	}
+	switch {
+	case !isGid(r.Gid):
+		return bad("gid %q is not a gid", r.Gid)
+	case !nameRE.MatchString(r.Name):
+		return bad("name %q is not an entity name", r.Name)
+	case r.Mode != "inject" && r.Mode != "pull":
+		return bad("mode %q is not inject or pull", r.Mode)
+	case r.Status != "idle" && r.Status != "busy" && r.Status != "waiting":
+		return bad("status %q is not idle, busy or waiting", r.Status)
+	case len(r.Groups) > 64:
+		return bad("%d groups", len(r.Groups))
+	}
+	for _, gr := range r.Groups {
+		if !nameRE.MatchString(gr) {
+			return bad("group %q is not a group name", gr)
+		}
+	}
+	if r.Groups == nil {
+		r.Groups = []string{}
+	}
+	return nil
+}
+
+// peerLocked returns host's peer, adding it; peersMu is held.
+func (g *Gateway) peerLocked(host string) *peer {
 	p := g.peers[host]
 	if p == nil {
-		p = &peer{entities: map[string]*heardRow{}}
+		p = &peer{entities: map[string]*heardRow{}, interval: g.cfg.PresenceInterval}
 		g.peers[host] = p
 		g.log.Info("host joined the view", "peer", host)
 	}
-	p.interval = interval
-	p.entities[row.Gid] = &heardRow{row: row, heard: heard}
+	return p
+}
+
+// peerUpsert records what this gateway learned of one remote entity
+// otherwise than by its presence (a control answer): the next heartbeat
+// replaces it.
+func (g *Gateway) peerUpsert(host string, row api.EntityRow, heard time.Time, interval time.Duration) {
+	g.peersMu.Lock()
+	defer g.peersMu.Unlock()
+	p := g.peerLocked(host)
+	if interval > 0 {
+		p.interval = interval
+	}
+	seq := int64(0)
+	if h := p.entities[row.Gid]; h != nil {
+		seq = h.seq
+	}
+	p.entities[row.Gid] = &heardRow{row: row, heard: heard, seq: seq}
 }
 
 // peerDrop forgets one remote entity.
@@ -251,6 +379,7 @@ func (g *Gateway) remoteRows() []api.EntityRow {
 			delete(g.peers, host)
 		}
 	}
+	out = append(out, g.admit.untrustedRows()...)
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Name != out[j].Name {
 			return out[i].Name < out[j].Name
@@ -264,7 +393,7 @@ func (g *Gateway) remoteRows() []api.EntityRow {
 func (g *Gateway) remoteByName(name, host string) []api.EntityRow {
 	var out []api.EntityRow
 	for _, r := range g.remoteRows() {
-		if r.Name == name && (host == "" || r.Host == host) {
+		if r.Name == name && r.Status != "untrusted" && (host == "" || r.Host == host) {
 			out = append(out, r)
 		}
 	}

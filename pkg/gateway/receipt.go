@@ -3,10 +3,12 @@ package gateway
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/fleetd/fleet/pkg/api"
 	"github.com/fleetd/fleet/pkg/audit"
+	"github.com/fleetd/fleet/pkg/broker"
 	"github.com/fleetd/fleet/pkg/envelope"
 	"github.com/fleetd/fleet/pkg/fault"
 	"github.com/fleetd/fleet/pkg/store"
@@ -58,8 +60,10 @@ func (g *Gateway) settled(env *envelope.Envelope, state, reason string, attempts
 		return
 	}
 	body, _ := json.Marshal(receiptBody{MsgID: env.MsgID, State: state, Reason: reason, Attempts: attempts, At: time.Now().UTC()})
+	// from the recipient, so the sender's gateway can check that the
+	// receipt comes from where its message went
 	r := envelope.New(envelope.Receipt,
-		envelope.Party{Host: g.cfg.Host},
+		envelope.Party{Gid: env.Recipient.Gid, Name: env.Recipient.Name, Host: g.cfg.Host},
 		envelope.Party{Gid: env.Sender.Gid, Name: env.Sender.Name, Host: env.Sender.Host}, string(body))
 	r.TraceID, r.InReplyTo = env.TraceID, env.MsgID
 	go func() {
@@ -69,17 +73,28 @@ func (g *Gateway) settled(env *envelope.Envelope, state, reason string, attempts
 	}()
 }
 
-// onReceipt moves a local outbound record forward.
+// onReceipt moves a local outbound record forward. A receipt is believed
+// only from the host its message went to: its sender is the message's
+// recipient (on the signing host, admit.go), and the message was sent from
+// here to that recipient by the entity the receipt is addressed to.
 func (g *Gateway) onReceipt(env *envelope.Envelope) error {
 	var rb receiptBody
 	if err := json.Unmarshal([]byte(env.Body), &rb); err != nil {
-		g.log.Warn("ignoring a malformed receipt", "trace_id", env.TraceID, "err", err)
-		return nil
+		return broker.Refuse(broker.ReasonMalformed, "receipt body: %v", err)
+	}
+	if rb.MsgID != env.InReplyTo {
+		return broker.Refuse(broker.ReasonMalformed, "a receipt for %q in reply to %q", rb.MsgID, env.InReplyTo)
 	}
 	if rb.State == "answered" {
-		g.answerReceipt(rb.MsgID)
-		return nil
+		return g.answerReceipt(rb.MsgID, env.Sender.Host)
 	}
+	if rb.State != store.Delivered && rb.State != store.Dead {
+		return broker.Refuse(broker.ReasonMalformed, "a receipt with state %q", rb.State)
+	}
+	if orig, err := g.st.Record(rb.MsgID); err == nil && (orig.Recipient != env.Sender.Gid || orig.Sender != env.Recipient.Gid) {
+		return broker.Refuse(broker.ReasonWrongHost, "a receipt for message %s from %s, which is not its recipient", rb.MsgID, env.Sender.String())
+	}
+	rb.Reason = clipReason(rb.Reason)
 	rec, err := g.st.SettleOutbound(rb.MsgID, rb.State, rb.Reason, rb.Attempts, rb.At)
 	if err != nil {
 		g.log.Info("receipt for a message this host does not know", "msg_id", rb.MsgID, "trace_id", env.TraceID)
@@ -149,4 +164,19 @@ func (g *Gateway) waitState(req *api.Request) (*api.Response, error) {
 		}
 		t.Stop()
 	}
+}
+
+// clipReason keeps a reason from another host to one printable line of at
+// most 500 bytes: it is shown in fleet-roster dead and in bounce notices.
+func clipReason(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
+			return ' '
+		}
+		return r
+	}, s)
+	if len(s) > 500 {
+		s = strings.ToValidUTF8(s[:500], "")
+	}
+	return s
 }

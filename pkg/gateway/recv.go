@@ -118,7 +118,7 @@ func (g *Gateway) recv(c *conn, req *api.Request) {
 		for _, a := range asks {
 			batch = append(batch, api.Delivery{Envelope: a})
 		}
-		expired := 0
+		expired := 0 // killed on the way: expired, or from a host no longer trusted
 		for _, it := range items {
 			if g.isClaimed(store.Key(it.Env)) {
 				continue // being handed to an open send
@@ -128,6 +128,11 @@ func (g *Gateway) recv(c *conn, req *api.Request) {
 			}
 			if it.Env.Expired(now) {
 				g.kill(it.Env, "expired before delivery", 0)
+				expired++
+				continue
+			}
+			if !g.admit.trusted(it.Env.Sender.Host) { // its host was removed from the trust file since
+				g.kill(it.Env, "sender host "+it.Env.Sender.Host+" is no longer trusted", 0)
 				expired++
 				continue
 			}

@@ -3,10 +3,12 @@ package gateway
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/fleetd/fleet/pkg/api"
+	"github.com/fleetd/fleet/pkg/broker"
 	"github.com/fleetd/fleet/pkg/envelope"
 	"github.com/fleetd/fleet/pkg/fault"
 	"github.com/fleetd/fleet/pkg/store"
@@ -188,10 +190,18 @@ func (g *Gateway) takeRemote(env *envelope.Envelope) error {
 		return g.onReceipt(env)
 	case envelope.Answer:
 		return g.onAnswer(env)
+	case envelope.Bounce:
+		// a bounce is made by the sender's own gateway from a receipt
+		return broker.Refuse(broker.ReasonMisrouted, "a BOUNCE never crosses hosts")
 	}
 	b := g.box(env.Recipient.Gid)
 	if b == nil {
 		return fmt.Errorf("no local entity %s", env.Recipient.Gid)
+	}
+	if g := env.Recipient.Group; g != "" && g != "all" && !slices.Contains(b.snapshot().Groups, g) {
+		// the broker copied it here by its routing key, which the
+		// publisher chose: membership is checked here, not believed
+		return broker.Refuse(broker.ReasonNotMember, "a broadcast to %s in the inbox of %s, which is not a member", g, env.Recipient.Gid)
 	}
 	switch env.Kind {
 	case envelope.Ask:

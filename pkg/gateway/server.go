@@ -1,17 +1,21 @@
 package gateway
 
 import (
-	"bufio"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"regexp"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
 	"github.com/fleetd/fleet/pkg/api"
 	"github.com/fleetd/fleet/pkg/audit"
+	"github.com/fleetd/fleet/pkg/config"
 	"github.com/fleetd/fleet/pkg/envelope"
 	"github.com/fleetd/fleet/pkg/fault"
 	"github.com/fleetd/fleet/pkg/ident"
@@ -20,7 +24,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// serve accepts connections, at most max-connections at once: one over the
+// cap is told so in one error frame and closed.
 func (g *Gateway) serve() error {
+	gd := newGuard(g.cfg, g.log)
 	for {
 		c, err := g.ln.Accept()
 		if err != nil {
@@ -33,21 +40,134 @@ func (g *Gateway) serve() error {
 			}
 			return err
 		}
+		uc := c.(*net.UnixConn)
+		if !gd.admit() {
+			gd.refuse(uc)
+			continue
+		}
 		g.conns.Add(1)
 		go func() {
 			defer g.conns.Done()
-			g.handle(c.(*net.UnixConn))
+			defer gd.leave()
+			g.handle(uc, gd)
 		}()
+	}
+}
+
+// guard holds the socket's bounds on local resources: the connection cap,
+// the frame deadline, and the two floods a misbehaving client can cause,
+// each logged once per burst (a WARN when it starts, an INFO with the
+// count when it is over).
+type guard struct {
+	max          int
+	frameTimeout time.Duration
+	n            atomic.Int64 // connections being served
+
+	refused *flood // connections over the cap
+	stalled *flood // frames begun and not finished in time
+}
+
+// floodQuiet is how long a burst of refusals or stalled frames must stay
+// quiet to be over.
+const floodQuiet = 2 * time.Second
+
+func newGuard(cfg *config.Config, log *slog.Logger) *guard {
+	return &guard{
+		max:          cfg.MaxConnections,
+		frameTimeout: cfg.FrameTimeout,
+		refused: &flood{log: log, quiet: floodQuiet,
+			msg: "connection cap reached: refusing new connections", args: []any{"max_connections", cfg.MaxConnections}},
+		stalled: &flood{log: log, quiet: floodQuiet,
+			msg: "clients stalled in the middle of a request: closing their connections", args: []any{"frame_timeout", cfg.FrameTimeout},
+			// what their frames held is garbage now: hand it back to the
+			// system at once rather than over the scavenger's minutes
+			onEnd: debug.FreeOSMemory},
+	}
+}
+
+// admit counts a new connection in, unless the cap is reached.
+func (gd *guard) admit() bool {
+	if gd.n.Add(1) > int64(gd.max) {
+		gd.n.Add(-1)
+		return false
+	}
+	return true
+}
+
+// leave counts a served connection out.
+func (gd *guard) leave() { gd.n.Add(-1) }
+
+// refuse tells a connection over the cap why, in one error frame (the
+// client reads it as its hello's answer), and closes it.
+func (gd *guard) refuse(uc *net.UnixConn) {
+	gd.refused.hit()
+	uc.SetWriteDeadline(time.Now().Add(time.Second))
+	api.WriteFrame(uc, &api.Response{Error: api.FromFault(
+		fault.New(fault.TempFail, kindTooManyConnections, "the gateway is serving its limit of %d connections", gd.max).
+			WithHint("try again shortly; a host that needs more raises max-connections (FLEET_MAX_CONNECTIONS)"))})
+	uc.Close()
+}
+
+// kindTooManyConnections is a connection refused over the cap.
+const kindTooManyConnections = "too_many_connections"
+
+// flood logs an event that can come by the hundred as one WARN when a
+// burst of it starts and one INFO with the count once the burst has been
+// quiet for quiet; then onEnd, if set, runs.
+type flood struct {
+	log   *slog.Logger
+	msg   string
+	args  []any
+	quiet time.Duration
+	onEnd func()
+
+	mu   sync.Mutex
+	n    int       // events in this burst; 0: none going on
+	last time.Time // the latest event
+}
+
+// hit counts one event; args (the first event's) go with the WARN.
+func (f *flood) hit(args ...any) {
+	f.mu.Lock()
+	f.n++
+	f.last = time.Now()
+	first := f.n == 1
+	if first {
+		time.AfterFunc(f.quiet, f.check)
+	}
+	f.mu.Unlock()
+	if first {
+		f.log.Warn(f.msg, append(args, f.args...)...)
+	}
+}
+
+// check ends the burst once it has been quiet long enough; one check is
+// pending per burst.
+func (f *flood) check() {
+	f.mu.Lock()
+	if wait := f.quiet - time.Since(f.last); wait > 0 {
+		time.AfterFunc(wait, f.check)
+		f.mu.Unlock()
+		return
+	}
+	n := f.n
+	f.n = 0
+	f.mu.Unlock()
+	f.log.Info(f.msg+": burst over", append([]any{"count", n}, f.args...)...)
+	if f.onEnd != nil {
+		f.onEnd()
 	}
 }
 
 // conn is one client connection.
 type conn struct {
-	c    *net.UnixConn
-	r    *bufio.Reader
-	max  int
-	pid  int32
-	good bool // said hello
+	c       *net.UnixConn
+	fr      *frameReader
+	gd      *guard
+	max     int
+	pid     int32
+	good    bool // said hello
+	stalled bool // a frame did not finish within the frame deadline
 }
 
 func (c *conn) reply(resp *api.Response) error {
@@ -58,10 +178,18 @@ func (c *conn) fail(err error) error {
 	return c.reply(&api.Response{Error: api.FromFault(err)})
 }
 
-// read returns the next request. A malformed, truncated or oversized frame
-// is a fault.Data error: the caller replies with it and closes.
+// read returns the next request. A malformed, truncated or oversized frame,
+// or one not finished within the frame deadline, is a fault.Data error:
+// the caller replies with it and closes. Nothing is read ahead: the buffer
+// of a frame is the frame's own, and grows only as its bytes arrive.
 func (c *conn) read() (*api.Request, error) {
-	data, err := api.ReadFrame(c.r, c.max)
+	data, err := api.ReadFrame(c.fr, c.max)
+	if c.fr.end() && errors.Is(err, os.ErrDeadlineExceeded) {
+		c.stalled = true
+		c.gd.stalled.hit("pid", c.pid)
+		return nil, fault.New(fault.Data, fault.KindBadFrame,
+			"request frame not finished within %v (frame-timeout)", c.fr.timeout)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -71,11 +199,75 @@ func (c *conn) read() (*api.Request, error) {
 	return api.DecodeRequest(data)
 }
 
+// frameReader reads a connection unbuffered, and bounds each frame: the
+// first byte of a frame sets a read deadline frame-timeout away, end
+// clears it. Between frames there is no deadline — a fleet-recv --follow or
+// a fleet-send --wait waits as long as it likes — except the drain bound
+// at shutdown, which applies to both.
+type frameReader struct {
+	c       *net.UnixConn
+	timeout time.Duration
+
+	mu      sync.Mutex
+	frameAt time.Time // the frame deadline; zero between frames
+	drainAt time.Time // the shutdown deadline; zero until shutdown
+}
+
+func (r *frameReader) Read(p []byte) (int, error) {
+	n, err := r.c.Read(p)
+	if n > 0 {
+		r.begin()
+	}
+	return n, err
+}
+
+// begin arms the frame deadline at a frame's first byte.
+func (r *frameReader) begin() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.frameAt.IsZero() {
+		r.frameAt = time.Now().Add(r.timeout)
+		r.c.SetReadDeadline(earliest(r.frameAt, r.drainAt))
+	}
+}
+
+// end disarms the frame deadline; it reports whether the frame deadline
+// (not the drain bound) had passed.
+func (r *frameReader) end() (expired bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.frameAt.IsZero() {
+		return false
+	}
+	now := time.Now()
+	expired = !now.Before(r.frameAt) && (r.drainAt.IsZero() || r.frameAt.Before(r.drainAt))
+	r.frameAt = time.Time{}
+	r.c.SetReadDeadline(r.drainAt)
+	return expired
+}
+
+// drain sets the shutdown bound: a frame under way may finish within it,
+// an idle connection wakes up at it.
+func (r *frameReader) drain(at time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.drainAt = at
+	r.c.SetReadDeadline(earliest(r.frameAt, at))
+}
+
+// earliest is the earlier of two deadlines, zero meaning none.
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || (!b.IsZero() && b.Before(a)) {
+		return b
+	}
+	return a
+}
+
 // handle serves one connection: a peer-credential check, hello, then
 // requests until the client closes or sends something malformed.
-func (g *Gateway) handle(uc *net.UnixConn) {
+func (g *Gateway) handle(uc *net.UnixConn, gd *guard) {
 	defer uc.Close()
-	c := &conn{c: uc, r: bufio.NewReaderSize(uc, 64<<10), max: api.MaxFrame(g.cfg.MaxBody)}
+	c := &conn{c: uc, fr: &frameReader{c: uc, timeout: gd.frameTimeout}, gd: gd, max: api.MaxFrame(g.cfg.MaxBody)}
 	if err := g.checkPeer(c); err != nil {
 		g.log.Warn("refused a connection", "err", err)
 		c.fail(err)
@@ -87,7 +279,7 @@ func (g *Gateway) handle(uc *net.UnixConn) {
 		select {
 		case <-g.runCtx.Done():
 			// let a request in progress finish; idle connections wake up
-			uc.SetReadDeadline(time.Now().Add(g.cfg.DrainTimeout))
+			c.fr.drain(time.Now().Add(g.cfg.DrainTimeout))
 		case <-stop:
 		}
 	}()
@@ -95,6 +287,13 @@ func (g *Gateway) handle(uc *net.UnixConn) {
 		req, err := c.read()
 		if err != nil {
 			if errors.Is(err, io.EOF) || g.runCtx.Err() != nil {
+				return
+			}
+			if c.stalled {
+				// logged once per burst (guard.stalled); a client that
+				// stalls does not read either: do not wait on it
+				uc.SetWriteDeadline(time.Now().Add(time.Second))
+				c.fail(err)
 				return
 			}
 			if fault.CodeOf(err) == fault.Data {
@@ -231,7 +430,8 @@ func (g *Gateway) caller(req *api.Request) (*mailbox, error) {
 	return b, nil
 }
 
-var nameRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_-]{0,63}$`)
+// nameRE is the grammar of entity and group names (ident.NamePattern).
+var nameRE = regexp.MustCompile(ident.NamePattern)
 
 func (g *Gateway) join(req *api.Request) (*api.Response, error) {
 	e := &store.Entity{
@@ -248,9 +448,8 @@ func (g *Gateway) join(req *api.Request) (*api.Response, error) {
 
 // checkEntity validates a new entity's name, groups, mode and targets.
 func checkEntity(e *store.Entity) error {
-	if !nameRE.MatchString(e.Name) {
-		return fault.New(fault.Usage, fault.KindUsage,
-			"%q is not a valid name (a letter, then up to 63 letters, digits, '-' or '_')", e.Name)
+	if err := ident.CheckName(e.Name); err != nil {
+		return err
 	}
 	for _, gr := range e.Groups {
 		if !nameRE.MatchString(gr) || gr == "all" {

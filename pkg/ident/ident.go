@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 
 	"github.com/fleetd/fleet/pkg/envelope"
@@ -50,6 +51,27 @@ func Check(secret, hash string) bool {
 	return subtle.ConstantTimeCompare([]byte(Hash(secret)), []byte(hash)) == 1
 }
 
+// NamePattern is the grammar of an entity (and group) name: a letter, then
+// up to 63 letters, digits, '-' or '_'. The gateway admits no other name,
+// and a name is a file name under the credentials folder, so nothing else
+// may reach a path either.
+const NamePattern = `^[A-Za-z][A-Za-z0-9_-]{0,63}$`
+
+var nameRE = regexp.MustCompile(NamePattern)
+
+// ValidName reports whether name is a valid entity name.
+func ValidName(name string) bool { return nameRE.MatchString(name) }
+
+// CheckName returns a usage error (exit 64) unless name is a valid entity
+// name.
+func CheckName(name string) error {
+	if !ValidName(name) {
+		return fault.New(fault.Usage, fault.KindUsage,
+			"%q is not a valid name (a letter, then up to 63 letters, digits, '-' or '_')", name)
+	}
+	return nil
+}
+
 // File is where the credential of name is kept under stateDir.
 func File(stateDir, name string) string {
 	return filepath.Join(stateDir, "credentials", name+".token")
@@ -73,8 +95,12 @@ func Remove(stateDir, name string) {
 	_ = os.Remove(File(stateDir, name))
 }
 
-// Load reads the credential of name, refusing a file others can read.
+// Load reads the credential of name, refusing a name that is not an entity
+// name (before any file is touched) and a file others can read.
 func Load(stateDir, name string) (string, error) {
+	if err := CheckName(name); err != nil {
+		return "", err
+	}
 	path := File(stateDir, name)
 	fi, err := os.Stat(path)
 	if errors.Is(err, os.ErrNotExist) {

@@ -203,3 +203,50 @@ func TestDescribeHidesSecret(t *testing.T) {
 		t.Errorf("Describe(nonsense) = %q", Describe("nonsense"))
 	}
 }
+
+func TestValidName(t *testing.T) {
+	for _, name := range []string{"a", "bob", "Worker1", "ci-runner_2", "x" + strings.Repeat("y", 63)} {
+		if !ValidName(name) || CheckName(name) != nil {
+			t.Errorf("%q refused", name)
+		}
+	}
+	for _, name := range []string{
+		"", "1bob", "-bob", "_bob", "bob.token", "../../x", "../bob", "a/b", "/etc/passwd", "bob ",
+		" bob", "bob\n", "bo b", "bob@h1", "é", "x" + strings.Repeat("y", 64), ".", "..",
+	} {
+		if ValidName(name) {
+			t.Errorf("%q accepted", name)
+		}
+		err := CheckName(name)
+		if fault.CodeOf(err) != fault.Usage || !strings.Contains(err.Error(), "is not a valid name") {
+			t.Errorf("CheckName(%q) = %v (code %d), want a usage error", name, err, fault.CodeOf(err))
+		}
+	}
+}
+
+// TestLoadRefusesPathNames: Load takes a name, never a path — not even to
+// a file that exists, is owner-only and holds a credential.
+func TestLoadRefusesPathNames(t *testing.T) {
+	root := t.TempDir()
+	stateDir := filepath.Join(root, "state")
+	token, _ := Issue("gid-x")
+	if _, err := Save(stateDir, "bob", token); err != nil {
+		t.Fatal(err)
+	}
+	// what "../../x" would reach from STATE_DIR/credentials
+	if err := os.WriteFile(filepath.Join(root, "x.token"), []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"../../x", "../credentials/bob", "bob/../bob", filepath.Join(root, "x")} {
+		got, err := Load(stateDir, name)
+		if got != "" {
+			t.Errorf("Load(%q) read the credential %q", name, got)
+		}
+		if fault.CodeOf(err) != fault.Usage || fault.KindOf(err) != fault.KindUsage {
+			t.Errorf("Load(%q) = %v (code %d), want a usage error (64)", name, err, fault.CodeOf(err))
+		}
+	}
+	if got, err := Load(stateDir, "bob"); err != nil || got != token {
+		t.Errorf("Load(bob) = %q, %v", got, err)
+	}
+}

@@ -5,6 +5,8 @@
 package gwapp
 
 import (
+	"crypto/ed25519"
+	"errors"
 	"fmt"
 	"runtime/debug"
 
@@ -16,6 +18,7 @@ import (
 	"github.com/fleetd/fleet/pkg/config"
 	"github.com/fleetd/fleet/pkg/fault"
 	"github.com/fleetd/fleet/pkg/gateway"
+	"github.com/fleetd/fleet/pkg/trust"
 	ucli "github.com/urfave/cli/v2"
 )
 
@@ -79,15 +82,151 @@ func NewGatewayApp() *ucli.App {
 			if err != nil {
 				return err
 			}
-			priv, err := gateway.HostKey(cfg)
+			priv, err := trust.HostKey(cfg.StateDir)
 			if err != nil {
 				return fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot read or create the host key in %s", cfg.StateDir)
 			}
-			_, err = fmt.Fprintln(c.App.Writer, gateway.TrustLine(cfg.Host, priv))
+			_, err = fmt.Fprintln(c.App.Writer, trust.Line(cfg.Host, priv.Public().(ed25519.PublicKey)))
 			return err
 		},
-	}}
+	}, trustCommand(app)}
 	return app
+}
+
+// trustCommand is fleet-gw trust: the trust file, edited the way an
+// operator enrols hosts. A running gateway sees each change at its next
+// message, without a restart.
+func trustCommand(app *ucli.App) *ucli.Command {
+	file := func(c *ucli.Context) (string, error) {
+		cfg, err := cli.LoadConfig(c)
+		if err != nil {
+			return "", err
+		}
+		return cfg.TrustFile, nil
+	}
+	cantWrite := func(path string, err error) error {
+		return fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot write the trust file %s", path)
+	}
+	flags := func() []ucli.Flag { return append(gwFlags(), cli.JSONFlag()) }
+	return &ucli.Command{
+		Name:  "trust",
+		Usage: "list, add and remove the hosts whose signed messages this gateway admits",
+		Description: "Across hosts a message is admitted only when a host in the trust file signed it; " +
+			"with none trusted, no other host is admitted. Enrol host B on host A: on B run `fleet-gw key`, " +
+			"then on A: fleet-gw trust add B KEY (or paste the whole line). Changes apply to a running gateway " +
+			"at once, messages already queued from a removed host included.",
+		HideHelpCommand: true,
+		OnUsageError:    app.OnUsageError,
+		Subcommands: []*ucli.Command{{
+			Name:         "list",
+			Usage:        "print the trusted hosts (HOST KEY per line; JSON Lines with --json)",
+			UsageText:    "fleet-gw trust list [--json]",
+			OnUsageError: app.OnUsageError,
+			Flags:        flags(),
+			Action: func(c *ucli.Context) error {
+				if c.NArg() > 0 {
+					return cli.Usage("fleet-gw trust list takes no arguments, got %q", c.Args().First())
+				}
+				path, err := file(c)
+				if err != nil {
+					return err
+				}
+				entries, err := trust.Read(path)
+				if err != nil {
+					return fault.Wrap(fault.Usage, fault.KindBadConfig, err, "the trust file is unreadable, so no other host is admitted").
+						WithHint("fix or remove the line it names; fleet-gw trust add rewrites the file")
+				}
+				for _, e := range entries {
+					if c.Bool("json") {
+						err = cli.PrintJSON(c.App.Writer, e)
+					} else {
+						_, err = fmt.Fprintln(c.App.Writer, e.Host, e.Key)
+					}
+					if err != nil {
+						return err
+					}
+				}
+				if len(entries) == 0 && !c.Bool("json") {
+					fmt.Fprintf(c.App.ErrWriter, "fleet-gw: no host is trusted (%s): messages from other hosts are refused\n", path)
+				}
+				return nil
+			},
+		}, {
+			Name:         "add",
+			Usage:        "trust HOST's key (the line fleet-gw key prints on HOST); replaces a key HOST had",
+			UsageText:    "fleet-gw trust add HOST KEY | fleet-gw trust add 'HOST KEY'",
+			OnUsageError: app.OnUsageError,
+			Flags:        flags(),
+			Action: func(c *ucli.Context) error {
+				var e trust.Entry
+				var err error
+				switch c.NArg() {
+				case 1:
+					e, err = trust.ParseLine(c.Args().First())
+				case 2:
+					e, err = trust.Check(c.Args().Get(0), c.Args().Get(1))
+				default:
+					return cli.Usage("fleet-gw trust add takes HOST KEY (or the line fleet-gw key prints)").
+						WithHint("on the other host run: fleet-gw key")
+				}
+				if err != nil {
+					return cli.Usage("%v", err).WithHint("on the other host run: fleet-gw key")
+				}
+				path, err := file(c)
+				if err != nil {
+					return err
+				}
+				changed, err := trust.Add(path, e)
+				if err != nil {
+					if errors.Is(err, os.ErrNotExist) || errors.Is(err, os.ErrPermission) {
+						return cantWrite(path, err)
+					}
+					return fault.Wrap(fault.Usage, fault.KindBadConfig, err, "the trust file is unreadable").
+						WithHint("fix or remove the line it names")
+				}
+				what := "trusted"
+				if !changed {
+					what = "already trusted"
+				}
+				return report(c, map[string]any{"host": e.Host, "key": e.Key, "changed": changed}, fmt.Sprintf("%s: %s", e.Host, what))
+			},
+		}, {
+			Name:         "remove",
+			Usage:        "stop trusting HOST: its messages are refused from now on, queued ones included",
+			UsageText:    "fleet-gw trust remove HOST",
+			OnUsageError: app.OnUsageError,
+			Flags:        flags(),
+			Action: func(c *ucli.Context) error {
+				if c.NArg() != 1 {
+					return cli.Usage("fleet-gw trust remove takes one HOST")
+				}
+				host := c.Args().First()
+				path, err := file(c)
+				if err != nil {
+					return err
+				}
+				was, err := trust.Remove(path, host)
+				if err != nil {
+					return cantWrite(path, err)
+				}
+				if !was {
+					return fault.New(fault.NoRecipient, fault.KindUnknownHost, "host %s is not in the trust file %s", host, path).
+						WithHint("list the trusted hosts with: fleet-gw trust list")
+				}
+				return report(c, map[string]any{"host": host, "removed": true}, host+": no longer trusted")
+			},
+		}},
+	}
+}
+
+// report prints a one-shot result: JSON with --json, else a line on stderr
+// (stdout stays data only).
+func report(c *ucli.Context, v any, line string) error {
+	if c.Bool("json") {
+		return cli.PrintJSON(c.App.Writer, v)
+	}
+	_, err := fmt.Fprintln(c.App.ErrWriter, "fleet-gw: "+line)
+	return err
 }
 
 // gwFlags are fleet-gw run's flags: one per configuration key.

@@ -172,6 +172,12 @@ func runList(c *ucli.Context) error {
 }
 
 func printRoster(c *ucli.Context, rows []api.EntityRow) error {
+	for _, r := range rows {
+		if r.Status == "untrusted" { // a host heard but not in the trust file
+			fmt.Fprintf(c.App.ErrWriter, "fleet-roster: hint: host %s is not trusted here: on %s run `fleet-gw key`, then here: fleet-gw trust add %s KEY\n",
+				r.Host, r.Host, r.Host)
+		}
+	}
 	if jsonOut(c) {
 		for _, r := range rows {
 			if err := fleetcli.PrintJSON(c.App.Writer, r); err != nil {
@@ -202,7 +208,11 @@ func tableRows(rows []api.EntityRow) [][]string {
 		if groups == "" {
 			groups = "-"
 		}
-		out = append(out, []string{r.Name, r.Host, r.Gid, r.Mode, groups, r.Status,
+		name := r.Name
+		if name == "" {
+			name = "-" // a host row (untrusted): no entity of it is believed
+		}
+		out = append(out, []string{name, r.Host, r.Gid, r.Mode, groups, r.Status,
 			strconv.Itoa(r.Pending), strconv.Itoa(r.Dead), last})
 	}
 	return out

@@ -1,0 +1,107 @@
+package deliver
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fleetd/fleet/pkg/envelope"
+)
+
+// pane starts a private tmux server with one session whose program enables
+// bracketed paste, switches its terminal to raw mode and records every byte
+// it reads. It returns the pane's target and the recording's path.
+func pane(t *testing.T) (target, rec string) {
+	t.Helper()
+	if _, err := exec.LookPath("tmux"); err != nil {
+		t.Fatal("tmux is required (make test installs it): ", err)
+	}
+	dir := t.TempDir()
+	t.Setenv("TMUX_TMPDIR", dir)
+	t.Setenv("TMUX", "")
+	rec = filepath.Join(dir, "rec")
+	prog := `printf '\033[?2004h'; stty raw -echo; echo ready > ` + rec + `.ready; exec cat > ` + rec
+	if out, err := exec.Command("tmux", "-f", "/dev/null", "new-session", "-d", "-s", "t", "-x", "200", "-y", "20", prog).CombinedOutput(); err != nil {
+		t.Fatalf("tmux new-session: %v: %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("tmux", "kill-server").Run() })
+	waitFile(t, rec+".ready", func(b []byte) bool { return len(b) > 0 })
+	time.Sleep(200 * time.Millisecond) // tmux reads the ESC[?2004h
+	return "t:0.0", rec
+}
+
+func waitFile(t *testing.T, path string, ok func([]byte) bool) []byte {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b, _ := os.ReadFile(path)
+		if ok(b) {
+			return b
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: still %q", path, b)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Both forms, chosen by the pane's bracketed paste flag in one tmux command:
+// the flag forced to 1 (what a tmux with #{bracket_paste_flag} reports for
+// this pane) pastes Text, bracketed, newlines as LF; forced to 0 (or a tmux
+// without the format) pastes Line. Either way the only CR is the Enter.
+func TestTmuxDeliverForms(t *testing.T) {
+	env := &envelope.Envelope{
+		Kind: envelope.Send, MsgID: "m-1", Sender: envelope.Party{Name: "alice", Host: "h1"},
+		Recipient: envelope.Party{Gid: "g"}, Created: time.Now(),
+		Body: "one\x1b[201~\r\n\ttwo\x03\n",
+	}
+	for _, tc := range []struct {
+		flag, want string
+	}{
+		{"1", "\x1b[200~" + Text(env) + "\x1b[201~\r"},
+		{"0", "\x1b[200~" + Line(env) + "\x1b[201~\r"},
+		{"#{bracket_paste_flag}", "\x1b[200~" + Line(env) + "\x1b[201~\r"}, // tmux 3.3a: unknown
+	} {
+		t.Run(tc.flag, func(t *testing.T) {
+			old := bracketFlag
+			bracketFlag = tc.flag
+			defer func() { bracketFlag = old }()
+			target, rec := pane(t)
+			x := &Tmux{Target: target, Settle: 20 * time.Millisecond}
+			if err := x.Deliver(context.Background(), env); err != nil {
+				t.Fatal(err)
+			}
+			waitFile(t, rec, func(b []byte) bool { return bytes.HasSuffix(b, []byte("\r")) })
+			time.Sleep(200 * time.Millisecond) // anything after the Enter would show
+			got, _ := os.ReadFile(rec)
+			if string(got) != tc.want {
+				t.Errorf("pane got\n%q\nwant\n%q", got, tc.want)
+			}
+			out, _ := exec.Command("tmux", "list-buffers").CombinedOutput()
+			if strings.Contains(string(out), "fleet-") {
+				t.Errorf("buffers left behind: %s", out)
+			}
+		})
+	}
+}
+
+func TestTmuxDeliverNoPane(t *testing.T) {
+	pane(t)
+	for _, target := range []string{"nosuch:9.9", "no such'pane"} {
+		x := &Tmux{Target: target}
+		err := x.Deliver(context.Background(), &envelope.Envelope{Kind: envelope.Send, MsgID: "m 'x", Body: "hi"})
+		if err == nil || errors.Is(err, ErrUncertain) || !strings.Contains(err.Error(), "tmux paste-buffer: can't find") {
+			t.Errorf("Deliver to %q: err = %v, want tmux paste-buffer: can't find ...", target, err)
+		}
+	}
+	out, _ := exec.Command("tmux", "list-buffers").CombinedOutput()
+	if strings.Contains(string(out), "fleet-") {
+		t.Errorf("buffers left behind: %s", out)
+	}
+}

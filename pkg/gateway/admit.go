@@ -1,0 +1,305 @@
+package gateway
+
+// admit.go — what a message from the broker must prove before it may act
+// on this host (design decision 6, closed by default).
+//
+// Every message a gateway publishes is signed with its host key
+// (pkg/trust). The broker package hands every delivery — inbox, control
+// queue, roster queue — to admission.check before anything else sees it:
+//
+//  1. its fields fit the same grammar as local ones (ids, names, hosts,
+//     groups): nothing malformed reaches a log line, a store key or a pane;
+//  2. it is signed (fleet-host, fleet-sig) by this host or by a host in
+//     the trust file — no trust file, or an empty one, admits no other
+//     host at all;
+//  3. the sender it names lives on the signing host: the envelope says so,
+//     and the roster view, when it knows the sender's gid, agrees;
+//  4. it is not older than its window (presence: presence-ttl; SPAWN and
+//     STOP: their own expiry, at most controlWindow; everything else: the
+//     dedup window) nor from the future; a repeated msg id is dropped by
+//     the store's dedup as before.
+//
+// The claims that need the gateway's state are checked where the message
+// is taken: presence speaks only for its own host and moves forward
+// (presence.go), a broadcast copy reaches only members of its group
+// (route.go, takeRemote), answers, TOO_LATE notices, receipts and control
+// results come only from the host the original went to (ask.go,
+// receipt.go, control.go), and a BOUNCE never crosses hosts. Whatever fails
+// is a *broker.Refusal: the broker copies it to bridge.dlq with the reason
+// and logs one ERROR line with its trace id.
+
+import (
+	"crypto/ed25519"
+	"crypto/sha256"
+	"encoding/binary"
+	"regexp"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/fleetd/fleet/pkg/api"
+	"github.com/fleetd/fleet/pkg/broker"
+	"github.com/fleetd/fleet/pkg/envelope"
+	"github.com/fleetd/fleet/pkg/trust"
+	"github.com/google/uuid"
+)
+
+const (
+	// controlWindow bounds how long a SPAWN or STOP may live: a request
+	// must expire within it (its caller's timeout), so a captured request
+	// can never be replayed after it.
+	controlWindow = time.Hour
+	// maxSkew is how far in the future a message's creation time may be
+	// (clocks of the hosts differ a little; a message from further ahead
+	// would outlive every window).
+	maxSkew = 5 * time.Minute
+)
+
+// idRE is the grammar of msg ids, trace ids, turn ids and request ids.
+var idRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
+
+// admission checks what comes from the broker. It owns the verification
+// memo and the hosts heard but not trusted.
+type admission struct {
+	host        string // this host
+	own         ed25519.PublicKey
+	file        *trust.File
+	memo        *verified
+	hostOf      func(gid string) string // the roster view: where a remote gid lives ("" unknown)
+	dedupWindow time.Duration
+	presenceTTL time.Duration
+
+	mu        sync.Mutex
+	untrusted map[string]time.Time // host id -> last refused as not trusted
+}
+
+// setupAuth gives the broker this gateway's signer and its admission check.
+func (g *Gateway) setupAuth() error {
+	priv, err := trust.HostKey(g.cfg.StateDir)
+	if err != nil {
+		return err
+	}
+	g.admit = &admission{
+		host: g.cfg.Host, own: priv.Public().(ed25519.PublicKey), file: trust.Open(g.cfg.TrustFile),
+		memo: newVerified(1024), hostOf: g.remoteHostOf,
+		dedupWindow: g.cfg.DedupWindow, presenceTTL: g.cfg.PresenceTTL,
+		untrusted: map[string]time.Time{},
+	}
+	keys, err := g.admit.file.Keys()
+	switch {
+	case err != nil:
+		g.log.Error("the trust file is unreadable: no other host is admitted",
+			"trust_file", g.cfg.TrustFile, "err", err, "fix", "fleet-gw trust list shows what is wrong; fleet-gw trust add HOST KEY rewrites it")
+	case len(keys) == 0:
+		g.log.Warn("no host is trusted: messages from other hosts are refused (closed by default)",
+			"trust_file", g.cfg.TrustFile, "fix", "on each other host run `fleet-gw key`, then here: fleet-gw trust add HOST KEY")
+	default:
+		g.log.Info("trusted hosts", "count", len(keys), "trust_file", g.cfg.TrustFile)
+	}
+	g.br.SetAuth(func(body []byte) []byte { return ed25519.Sign(priv, body) }, g.admit.check)
+	g.br.OnRefused(g.admit.noteRefused)
+	return nil
+}
+
+// check admits a message signed by host, or says why not.
+func (a *admission) check(host string, body, sig []byte, env *envelope.Envelope) error {
+	if err := checkFields(env); err != nil {
+		return err
+	}
+	if host == "" || len(sig) == 0 {
+		return broker.Refuse(broker.ReasonUnsigned, "no fleet-host or fleet-sig header")
+	}
+	pub := a.own
+	if host != a.host {
+		k, ok := a.file.Key(host)
+		if !ok {
+			return broker.Refuse(broker.ReasonUntrusted, "host %q is not in the trust file %s (add it with: fleet-gw trust add %s KEY)",
+				host, a.file.Path(), host)
+		}
+		pub = k
+	}
+	if !a.memo.check(pub, body, sig) {
+		return broker.Refuse(broker.ReasonForged, "bad signature for host %q: forged or altered", host)
+	}
+	if env.Sender.Host != host {
+		return broker.Refuse(broker.ReasonWrongHost, "sender claims host %q but %q signed it", env.Sender.Host, host)
+	}
+	if env.Sender.Gid != "" && host != a.host {
+		if at := a.hostOf(env.Sender.Gid); at != "" && at != host {
+			return broker.Refuse(broker.ReasonWrongHost, "sender %s lives on %q in the roster, not on %q", env.Sender.Gid, at, host)
+		}
+	}
+	now := time.Now()
+	window := a.dedupWindow
+	switch env.Kind {
+	case envelope.Presence:
+		window = a.presenceTTL
+	case envelope.Spawn, envelope.Stop:
+		window = controlWindow
+		if env.Expires.IsZero() || env.Expires.Sub(env.Created) > controlWindow {
+			return broker.Refuse(broker.ReasonReplay, "a %s must expire within %v of its creation", env.Kind, controlWindow)
+		}
+	}
+	if age := now.Sub(env.Created); age > window {
+		return broker.Refuse(broker.ReasonReplay, "created %s, older than its %v window: a replay",
+			env.Created.Format(time.RFC3339), window)
+	}
+	if env.Created.Sub(now) > maxSkew {
+		return broker.Refuse(broker.ReasonReplay, "created %s, in the future", env.Created.Format(time.RFC3339))
+	}
+	return nil
+}
+
+// checkFields holds a remote envelope to the grammar of local ones.
+func checkFields(env *envelope.Envelope) error {
+	bad := func(format string, args ...any) error {
+		return broker.Refuse(broker.ReasonMalformed, format, args...)
+	}
+	switch {
+	case !idRE.MatchString(env.MsgID):
+		return bad("msg_id %q is not an id", env.MsgID)
+	case !idRE.MatchString(env.TraceID):
+		return bad("trace_id %q is not an id", env.TraceID)
+	case env.InReplyTo != "" && !idRE.MatchString(env.InReplyTo):
+		return bad("in_reply_to %q is not an id", env.InReplyTo)
+	case env.TurnID != "" && !idRE.MatchString(env.TurnID):
+		return bad("turn_id %q is not an id", env.TurnID)
+	case !trust.HostRE.MatchString(env.Sender.Host):
+		return bad("sender host %q is not a host id", env.Sender.Host)
+	case env.Sender.Group != "":
+		return bad("a sender has no group")
+	}
+	for _, p := range []struct {
+		what string
+		p    envelope.Party
+	}{{"sender", env.Sender}, {"recipient", env.Recipient}} {
+		if p.p.Gid != "" && !isGid(p.p.Gid) {
+			return bad("%s gid %q is not a gid", p.what, p.p.Gid)
+		}
+		if p.p.Name != "" && !nameRE.MatchString(p.p.Name) {
+			return bad("%s name %q is not an entity name", p.what, p.p.Name)
+		}
+		if p.p.Host != "" && !trust.HostRE.MatchString(p.p.Host) {
+			return bad("%s host %q is not a host id", p.what, p.p.Host)
+		}
+	}
+	group := env.Recipient.Group
+	switch env.Kind {
+	case envelope.Broadcast:
+		if group != "all" && !nameRE.MatchString(group) {
+			return bad("broadcast group %q is not a group name", group)
+		}
+	case envelope.Spawn, envelope.Stop:
+		if group != "control" || env.Recipient.Host == "" {
+			return bad("a %s names its target host and no entity", env.Kind)
+		}
+	case envelope.Presence:
+		if group != "roster" {
+			return bad("presence is addressed to the roster")
+		}
+	default:
+		if group != "" || env.Recipient.Gid == "" {
+			return bad("a %s is addressed to one gid", env.Kind)
+		}
+	}
+	return nil
+}
+
+// isGid reports whether s is a gid: a UUID in its lower-case 36-character form.
+func isGid(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	u, err := uuid.Parse(s)
+	return err == nil && u.String() == s
+}
+
+// noteRefused remembers hosts refused as not trusted, for the roster.
+func (a *admission) noteRefused(reason, host string) {
+	if reason != broker.ReasonUntrusted || !trust.HostRE.MatchString(host) {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, ok := a.untrusted[host]; !ok && len(a.untrusted) >= 256 {
+		return // a flood of invented host ids does not grow the view
+	}
+	a.untrusted[host] = time.Now()
+}
+
+// untrustedRows are the hosts heard within the presence TTL but not
+// trusted: one row each, status "untrusted", so fleet-roster shows what
+// is knocking and the operator can decide.
+func (a *admission) untrustedRows() []api.EntityRow {
+	if a == nil {
+		return nil
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []api.EntityRow
+	for host, at := range a.untrusted {
+		if _, ok := a.file.Key(host); ok || time.Since(at) > a.presenceTTL {
+			delete(a.untrusted, host)
+			continue
+		}
+		out = append(out, api.EntityRow{Host: host, Groups: []string{}, Status: "untrusted", LastSeen: at.UTC()})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Host < out[j].Host })
+	return out
+}
+
+// trusted reports whether messages from host are admitted now.
+func (a *admission) trusted(host string) bool {
+	if a == nil || host == a.host {
+		return true
+	}
+	_, ok := a.file.Key(host)
+	return ok
+}
+
+// verified remembers the (key, bytes, signature) triples that verified,
+// most recent first, so the copies of one broadcast that reach this host
+// (one per member inbox, the same bytes each time) cost one Ed25519
+// verification, not one each. Only exact repeats match: any other bytes,
+// signature or key are verified afresh.
+type verified struct {
+	mu    sync.Mutex
+	seen  map[[32]byte]struct{}
+	order [][32]byte
+	next  int
+}
+
+func newVerified(n int) *verified {
+	return &verified{seen: make(map[[32]byte]struct{}, n), order: make([][32]byte, n)}
+}
+
+// check reports whether sig is pub's signature of body.
+func (v *verified) check(pub ed25519.PublicKey, body, sig []byte) bool {
+	h := sha256.New()
+	for _, part := range [][]byte{pub, sig, body} {
+		var n [8]byte
+		binary.BigEndian.PutUint64(n[:], uint64(len(part)))
+		h.Write(n[:])
+		h.Write(part)
+	}
+	var key [32]byte
+	h.Sum(key[:0])
+	v.mu.Lock()
+	_, hit := v.seen[key]
+	v.mu.Unlock()
+	if hit {
+		return true
+	}
+	if !ed25519.Verify(pub, body, sig) {
+		return false
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if _, dup := v.seen[key]; !dup {
+		delete(v.seen, v.order[v.next])
+		v.order[v.next] = key
+		v.seen[key] = struct{}{}
+		v.next = (v.next + 1) % len(v.order)
+	}
+	return true
+}

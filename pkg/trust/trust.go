@@ -1,0 +1,270 @@
+// Package trust is who a gateway believes across hosts (design decision
+// 6): this host's Ed25519 signing key (STATE_DIR/host.key, 0600) and the
+// trust file of the other hosts' public keys (lines "HOST BASE64-KEY", the
+// line `fleet-gw key` prints on each host). The gateway signs everything
+// it publishes with its key and admits from the broker only what a host
+// in its trust file signed. No trust file, or an empty one, admits no
+// other host: closed by default.
+//
+// The file is edited with `fleet-gw trust add|remove|list`, atomically
+// (a new file renamed over the old), and a running gateway sees every
+// change at its next message: a removed host is refused from then on,
+// including what it had already queued.
+package trust
+
+import (
+	"bufio"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// HostRE is the grammar of a host id: what config accepts for this host
+// and what a message from the broker may name.
+var HostRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$`)
+
+// HostKey returns the signing key in stateDir, creating it on first use.
+func HostKey(stateDir string) (ed25519.PrivateKey, error) {
+	path := filepath.Join(stateDir, "host.key")
+	data, err := os.ReadFile(path)
+	if err == nil {
+		seed, err := base64.StdEncoding.DecodeString(strings.TrimSpace(string(data)))
+		if err != nil || len(seed) != ed25519.SeedSize {
+			return nil, fmt.Errorf("%s is not a fleet host key", path)
+		}
+		return ed25519.NewKeyFromSeed(seed), nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+		return nil, err
+	}
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(base64.StdEncoding.EncodeToString(priv.Seed())+"\n"), 0o600); err != nil {
+		return nil, err
+	}
+	return priv, os.Rename(tmp, path)
+}
+
+// Line is host's line for the trust files of the others.
+func Line(host string, pub ed25519.PublicKey) string {
+	return host + " " + base64.StdEncoding.EncodeToString(pub)
+}
+
+// Entry is one trusted host.
+type Entry struct {
+	Host string `json:"host"`
+	Key  string `json:"key"` // base64, as in the file
+}
+
+// ParseLine reads "HOST KEY" (the output of `fleet-gw key`).
+func ParseLine(line string) (Entry, error) {
+	f := strings.Fields(line)
+	if len(f) != 2 {
+		return Entry{}, fmt.Errorf("%q is not a trust line (HOST KEY, as fleet-gw key prints it)", line)
+	}
+	return Check(f[0], f[1])
+}
+
+// Check validates a host id and a base64 Ed25519 public key.
+func Check(host, key string) (Entry, error) {
+	if !HostRE.MatchString(host) {
+		return Entry{}, fmt.Errorf("%q is not a host id (letters, digits, '-', '_'; at most 63)", host)
+	}
+	pub, err := base64.StdEncoding.DecodeString(key)
+	if err != nil || len(pub) != ed25519.PublicKeySize {
+		return Entry{}, fmt.Errorf("%q is not a host public key (44 characters of base64, as fleet-gw key prints it)", key)
+	}
+	return Entry{Host: host, Key: key}, nil
+}
+
+// Read returns the file's entries, in host order. A missing file has none.
+// Lines that are not valid entries are reported, not skipped: a typo must
+// not silently distrust a host.
+func Read(path string) ([]Entry, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	byHost := map[string]Entry{}
+	sc := bufio.NewScanner(f)
+	n := 0
+	for sc.Scan() {
+		n++
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		e, err := ParseLine(line)
+		if err != nil {
+			return nil, fmt.Errorf("%s:%d: %v", path, n, err)
+		}
+		byHost[e.Host] = e
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	out := make([]Entry, 0, len(byHost))
+	for _, e := range byHost {
+		out = append(out, e)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Host < out[j].Host })
+	return out, nil
+}
+
+// write replaces the file with entries, atomically, owner-only.
+func write(path string, entries []Entry) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	var b strings.Builder
+	b.WriteString("# fleet trust file: hosts whose signed messages this gateway admits.\n")
+	b.WriteString("# Edit with: fleet-gw trust add HOST KEY | fleet-gw trust remove HOST\n")
+	for _, e := range entries {
+		b.WriteString(e.Host + " " + e.Key + "\n")
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".trust-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.WriteString(b.String()); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(0o600); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
+
+// Add trusts e.Host with e.Key, replacing a key it had. It reports whether
+// the file changed.
+func Add(path string, e Entry) (bool, error) {
+	entries, err := Read(path)
+	if err != nil {
+		return false, err
+	}
+	for i, x := range entries {
+		if x.Host == e.Host {
+			if x.Key == e.Key {
+				return false, nil
+			}
+			entries[i] = e
+			return true, write(path, entries)
+		}
+	}
+	entries = append(entries, e)
+	sort.Slice(entries, func(i, j int) bool { return entries[i].Host < entries[j].Host })
+	return true, write(path, entries)
+}
+
+// Remove distrusts host. It reports whether host was trusted.
+func Remove(path, host string) (bool, error) {
+	entries, err := Read(path)
+	if err != nil {
+		return false, err
+	}
+	for i, x := range entries {
+		if x.Host == host {
+			return true, write(path, append(entries[:i], entries[i+1:]...))
+		}
+	}
+	return false, nil
+}
+
+// File is the trust file as a running gateway sees it: reread whenever it
+// changed (its inode, size, modification or change time), checked with
+// one stat per call.
+type File struct {
+	path string
+
+	mu    sync.Mutex
+	id    fileID
+	keys  map[string]ed25519.PublicKey
+	err   error // the last read's error: a broken file trusts no one
+	found bool
+}
+
+type fileID struct {
+	ino          uint64
+	size         int64
+	mtime, ctime time.Time
+}
+
+// Open returns the trust file at path; nothing is read until used.
+func Open(path string) *File { return &File{path: path} }
+
+// Path is where the file is.
+func (f *File) Path() string { return f.path }
+
+// Keys returns the trusted hosts' keys as the file says now, and the error
+// that made it unreadable, if any (then no host is trusted).
+func (f *File) Keys() (map[string]ed25519.PublicKey, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var st syscall.Stat_t
+	if err := syscall.Stat(f.path, &st); err != nil {
+		f.keys, f.err, f.found, f.id = nil, nil, false, fileID{}
+		if !errors.Is(err, syscall.ENOENT) {
+			f.err = err
+		}
+		return nil, f.err
+	}
+	id := fileID{ino: st.Ino, size: st.Size,
+		mtime: time.Unix(st.Mtim.Sec, st.Mtim.Nsec), ctime: time.Unix(st.Ctim.Sec, st.Ctim.Nsec)}
+	if f.found && id == f.id {
+		return f.keys, f.err
+	}
+	entries, err := Read(f.path)
+	keys := make(map[string]ed25519.PublicKey, len(entries))
+	for _, e := range entries {
+		pub, _ := base64.StdEncoding.DecodeString(e.Key)
+		keys[e.Host] = pub
+	}
+	if err != nil {
+		keys = nil
+	}
+	f.keys, f.err, f.found, f.id = keys, err, true, id
+	return keys, err
+}
+
+// Key returns host's key, if the file trusts host.
+func (f *File) Key(host string) (ed25519.PublicKey, bool) {
+	keys, _ := f.Keys()
+	k, ok := keys[host]
+	return k, ok
+}
+
+// Count is the number of trusted hosts.
+func (f *File) Count() int {
+	keys, _ := f.Keys()
+	return len(keys)
+}
