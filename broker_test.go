@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -52,6 +53,31 @@ func brokerNode() (string, error) {
 	return brokerURL, brokerErr
 }
 
+// lockNodeFile takes the node's test lock file (see pkg/gateway's
+// lockNode), shared or exclusive, and returns its release.
+func lockNodeFile(exclusive bool) (func(), error) {
+	dir := os.Getenv("FLEET_RMQ_DIR")
+	if dir == "" {
+		dir = fmt.Sprintf("/tmp/fleet-rmq-%d", os.Getuid())
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(filepath.Join(dir, "tests.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	how := syscall.LOCK_SH
+	if exclusive {
+		how = syscall.LOCK_EX
+	}
+	if err := syscall.Flock(int(f.Fd()), how); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { f.Close() }, nil
+}
+
 func rabbitmqctl(args ...string) ([]byte, error) {
 	return exec.Command("scripts/rabbitmq-node.sh", append([]string{"ctl"}, args...)...).CombinedOutput()
 }
@@ -73,6 +99,13 @@ func setupBroker(env *testscript.Env, name string) error {
 		brokerLock.RLock()
 		env.Defer(brokerLock.RUnlock)
 	}
+	// and across processes: the in-process broker tests of other packages
+	// (pkg/gateway) run beside this one
+	unlock, err := lockNodeFile(exclusive)
+	if err != nil {
+		return err
+	}
+	env.Defer(unlock)
 	vhost := "t-" + name
 	rabbitmqctl("delete_vhost", vhost)
 	if out, err := rabbitmqctl("add_vhost", vhost); err != nil {

@@ -1,0 +1,382 @@
+package gateway_test
+
+// The in-process harness: real gateways (real store in a temp folder, real
+// socket, the private RabbitMQ node when a test needs one) run inside
+// `go test` and are driven through pkg/api, as the commands drive them.
+// Tests here prove the gateway's logic quickly; the end-to-end scripts in
+// testdata/script prove the real binaries.
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fleetd/fleet/pkg/api"
+	"github.com/fleetd/fleet/pkg/config"
+	"github.com/fleetd/fleet/pkg/fault"
+	"github.com/fleetd/fleet/pkg/gateway"
+	"github.com/fleetd/fleet/pkg/trust"
+)
+
+// testGW is one gateway running in this process.
+type testGW struct {
+	t      testing.TB
+	Host   string
+	Cfg    *config.Config
+	G      *gateway.Gateway
+	logs   *syncBuffer
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// syncBuffer is the gateway's log, readable while it writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// settings are configuration keys (as in the config file) for a gateway;
+// "file" is the config file's text (for launcher profiles).
+type settings map[string]string
+
+// newConfig resolves a gateway's configuration from the defaults and set,
+// through the same loader as fleet-gw (no environment, no config file).
+func newConfig(t testing.TB, dir, host string, set settings) *config.Config {
+	t.Helper()
+	all := settings{
+		"host": host, "state-dir": filepath.Join(dir, host), "socket": filepath.Join(dir, host+".sock"),
+		"retry-base": "20ms", "retry-max": "100ms", "settle-delay": "10ms", "drain-timeout": "2s",
+		"heartbeat": "2s", "presence-interval": "200ms", "trust-file": filepath.Join(dir, host, "trust"),
+	}
+	for k, v := range set {
+		all[k] = v
+	}
+	// the config file holds what only it can (launcher profiles): set["file"]
+	file := filepath.Join(dir, host+".conf")
+	if err := os.WriteFile(file, []byte(all["file"]), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	byEnv := map[string]string{}
+	for _, k := range config.Keys {
+		if v, ok := all[k.Name]; ok {
+			byEnv[k.Env] = v
+		}
+	}
+	cfg, err := config.Load(func(_, env string) (string, bool) {
+		v, ok := byEnv[env]
+		return v, ok && v != ""
+	}, file)
+	if err != nil {
+		t.Fatalf("config for %s: %v", host, err)
+	}
+	return cfg
+}
+
+// startGW runs a gateway for host under dir until the test ends.
+func startGW(t testing.TB, dir, host string, set settings) *testGW {
+	t.Helper()
+	g := &testGW{t: t, Host: host, Cfg: newConfig(t, dir, host, set), logs: &syncBuffer{}}
+	g.start()
+	t.Cleanup(g.stop)
+	return g
+}
+
+func (g *testGW) start() {
+	g.t.Helper()
+	log := slog.New(slog.NewJSONHandler(g.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	g.G = gateway.New(g.Cfg, log)
+	ctx, cancel := context.WithCancel(context.Background())
+	g.cancel, g.done = cancel, make(chan error, 1)
+	go func(gw *gateway.Gateway, done chan error) { done <- gw.Run(ctx) }(g.G, g.done)
+	select {
+	case <-g.G.Ready():
+	case err := <-g.done:
+		g.done <- err
+		g.t.Fatalf("gateway %s did not start: %v\n%s", g.Host, err, g.logs)
+	case <-time.After(30 * time.Second):
+		g.t.Fatalf("gateway %s not ready within 30s\n%s", g.Host, g.logs)
+	}
+}
+
+// stop stops the gateway as SIGTERM does (drain, then return) and returns
+// what Run returned.
+func (g *testGW) stop() {
+	if g.cancel == nil {
+		return
+	}
+	g.cancel()
+	select {
+	case err := <-g.done:
+		if err != nil {
+			g.t.Logf("gateway %s stopped: %v", g.Host, err)
+		}
+	case <-time.After(30 * time.Second):
+		g.t.Errorf("gateway %s did not stop within 30s", g.Host)
+	}
+	g.cancel = nil
+}
+
+// restart stops the gateway and starts it again on the same state.
+func (g *testGW) restart() {
+	g.t.Helper()
+	g.stop()
+	g.start()
+}
+
+// dial opens a client acting with token ("" = none).
+func (g *testGW) dial(token string) *api.Client {
+	g.t.Helper()
+	c, err := api.Dial(g.Cfg.Socket)
+	if err != nil {
+		g.t.Fatalf("dial %s: %v", g.Host, err)
+	}
+	c.Token = token
+	g.t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// call makes one request on a fresh connection.
+func (g *testGW) call(token string, req *api.Request) (*api.Response, error) {
+	c, err := api.Dial(g.Cfg.Socket)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	c.Token = token
+	return c.Call(req)
+}
+
+// must is call that fails the test on an error.
+func (g *testGW) must(token string, req *api.Request) *api.Response {
+	g.t.Helper()
+	resp, err := g.call(token, req)
+	if err != nil {
+		g.t.Fatalf("%s on %s: %v", req.Op, g.Host, err)
+	}
+	return resp
+}
+
+// entity is a joined entity: its name, gid and credential.
+type entity struct {
+	Name, Gid, Token string
+	gw               *testGW
+}
+
+// join registers a pull entity (or as req says) and returns it.
+func (g *testGW) join(name string, req ...api.Request) entity {
+	g.t.Helper()
+	r := api.Request{Mode: "pull"}
+	if len(req) > 0 {
+		r = req[0]
+	}
+	r.Op, r.Name = api.OpJoin, name
+	resp := g.must("", &r)
+	return entity{Name: name, Gid: resp.Entity.Gid, Token: resp.Token, gw: g}
+}
+
+// send sends body from e to "to" and returns what the gateway said.
+func (e entity) send(to, body string) (*api.Sent, error) {
+	resp, err := e.gw.call(e.Token, &api.Request{Op: api.OpSend, To: to, Body: body})
+	if err != nil {
+		return nil, err
+	}
+	return resp.Sent, nil
+}
+
+// mustSend is send that fails the test on an error.
+func (e entity) mustSend(to, body string) *api.Sent {
+	e.gw.t.Helper()
+	s, err := e.send(to, body)
+	if err != nil {
+		e.gw.t.Fatalf("send from %s to %s: %v", e.Name, to, err)
+	}
+	return s
+}
+
+// recv drains e's inbox as fleet-recv does (written out, then acked) and
+// returns the bodies in order.
+func (e entity) recv() []api.Delivery {
+	e.gw.t.Helper()
+	c := e.gw.dial(e.Token)
+	if err := c.Send(&api.Request{Op: api.OpRecv}); err != nil {
+		e.gw.t.Fatal(err)
+	}
+	var got []api.Delivery
+	for {
+		resp, err := c.Read()
+		if err != nil {
+			e.gw.t.Fatalf("recv %s: %v", e.Name, err)
+		}
+		if resp.End {
+			return got
+		}
+		acks := make([]string, 0, len(resp.Batch))
+		for _, d := range resp.Batch {
+			got = append(got, d)
+			acks = append(acks, d.Envelope.MsgID)
+		}
+		if err := c.Send(&api.Request{Op: api.OpAck, Acks: acks}); err != nil {
+			e.gw.t.Fatal(err)
+		}
+	}
+}
+
+// bodies are the message bodies of ds, in order.
+func bodies(ds []api.Delivery) []string {
+	out := make([]string, len(ds))
+	for i, d := range ds {
+		out[i] = d.Envelope.Body
+	}
+	return out
+}
+
+// eventually retries f until it returns nil, or fails the test after 15s
+// with f's last error.
+func eventually(t testing.TB, what string, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 15s: %v", what, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// faultOf checks that err is a fault with exit code want and returns it.
+func faultOf(t testing.TB, err error, want fault.Code) *fault.Error {
+	t.Helper()
+	var fe *fault.Error
+	if !errors.As(err, &fe) {
+		t.Fatalf("want a fault with exit %d, got %v", want, err)
+	}
+	if fe.Code != want {
+		t.Fatalf("want exit %d, got %d: %v", want, fe.Code, err)
+	}
+	return fe
+}
+
+// brokerURL is the private RabbitMQ node's URL for a test that needs one,
+// in a vhost of its own (deleted after). make test starts the node and
+// sets FLEET_TEST_BROKER; without it, the test starts the node itself.
+func brokerURL(t testing.TB) string {
+	t.Helper()
+	base := os.Getenv("FLEET_TEST_BROKER")
+	root, _ := filepath.Abs("../..")
+	node := filepath.Join(root, "scripts", "rabbitmq-node.sh")
+	if base == "" {
+		if out, err := exec.Command(node, "start").CombinedOutput(); err != nil {
+			t.Fatalf("starting the private RabbitMQ node: %v\n%s", err, out)
+		}
+		out, err := exec.Command(node, "url").Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		base = strings.TrimSpace(string(out))
+	}
+	base = strings.TrimSuffix(base, "/")
+	// the outage scripts of the end-to-end tests stop and block the node
+	// (another test process): they hold this lock exclusively
+	lockNode(t, false)
+	vhost := "t-inproc-" + strings.ReplaceAll(t.Name(), "/", "-")
+	ctl := func(args ...string) {
+		if out, err := exec.Command(node, append([]string{"ctl"}, args...)...).CombinedOutput(); err != nil {
+			t.Fatalf("rabbitmqctl %v: %v\n%s", args, err, out)
+		}
+	}
+	exec.Command(node, "ctl", "delete_vhost", vhost).Run()
+	ctl("add_vhost", vhost)
+	ctl("set_permissions", "-p", vhost, "guest", ".*", ".*", ".*")
+	t.Cleanup(func() { exec.Command(node, "ctl", "delete_vhost", vhost).Run() })
+	return base + "/" + vhost
+}
+
+// enrol makes the gateways trust each other, as `fleet-gw trust add` does.
+func enrol(t testing.TB, gws ...*testGW) {
+	t.Helper()
+	for _, g := range gws {
+		priv, err := trust.HostKey(g.Cfg.StateDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		line := trust.Line(g.Host, priv.Public().(ed25519.PublicKey))
+		e, err := trust.ParseLine(line)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range gws {
+			if o != g {
+				if _, err := trust.Add(o.Cfg.TrustFile, e); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+}
+
+// waitLog waits until the gateway's log has a line containing s.
+func (g *testGW) waitLog(s string) {
+	g.t.Helper()
+	eventually(g.t, fmt.Sprintf("log line %q on %s", s, g.Host), func() error {
+		if strings.Contains(g.logs.String(), s) {
+			return nil
+		}
+		return errors.New("not logged")
+	})
+}
+
+func asFault(err error, fe **fault.Error) bool { return errors.As(err, fe) }
+
+// lockNode takes the private node's test lock, shared (a test using the
+// node) or exclusive (a test that stops or blocks it), until the test ends.
+// It is a file lock, so tests of different packages, run as different
+// processes, respect it too.
+func lockNode(t testing.TB, exclusive bool) {
+	t.Helper()
+	dir := os.Getenv("FLEET_RMQ_DIR")
+	if dir == "" {
+		dir = fmt.Sprintf("/tmp/fleet-rmq-%d", os.Getuid())
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(filepath.Join(dir, "tests.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	how := syscall.LOCK_SH
+	if exclusive {
+		how = syscall.LOCK_EX
+	}
+	if err := syscall.Flock(int(f.Fd()), how); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+}
