@@ -34,6 +34,7 @@ type Config struct {
 	SettleDelay      time.Duration // tmux: pause between paste and Enter
 	ExecTimeout      time.Duration // exec adapter and hooks: time limit per run
 	DedupWindow      time.Duration // how long delivered msg ids are remembered
+	DeadRetention    time.Duration // how long dead letters are kept before they are pruned
 	DrainTimeout     time.Duration // shutdown: bound on finishing in-flight work
 	Uncertain        string        // "hold" or "reinject": the kill-during-inject window
 	MaxConnections   int           // socket connections served at once; more are refused
@@ -76,6 +77,7 @@ var Keys = []Key{
 	{"settle-delay", "FLEET_SETTLE_DELAY", "tmux: pause between pasting the text and pressing Enter", "150ms"},
 	{"exec-timeout", "FLEET_EXEC_TIMEOUT", "time limit of one exec delivery or hook", "30s"},
 	{"dedup-window", "FLEET_DEDUP_WINDOW", "how long delivered msg ids are remembered", "168h"},
+	{"dead-retention", "FLEET_DEAD_RETENTION", "how long a dead letter is kept (fleet-roster dead) before it is pruned; its msg id is still remembered for the dedup window", "720h"},
 	{"drain-timeout", "FLEET_DRAIN_TIMEOUT", "bound on finishing in-flight work at shutdown", "10s"},
 	{"max-connections", "FLEET_MAX_CONNECTIONS", "socket connections the gateway serves at once; more are refused until some close", "1024"},
 	{"frame-timeout", "FLEET_FRAME_TIMEOUT", "time a client has to finish sending a request frame it has begun (an idle connection may wait between frames)", "10s"},
@@ -199,6 +201,11 @@ func load(lookup Lookup, configPath string, client bool) (*Config, error) {
 	c.SettleDelay = dur("settle-delay", 150*time.Millisecond)
 	c.ExecTimeout = dur("exec-timeout", 30*time.Second)
 	c.DedupWindow = dur("dedup-window", 7*24*time.Hour)
+	c.DeadRetention = dur("dead-retention", 30*24*time.Hour)
+	if c.DeadRetention <= 0 {
+		errs = append(errs, fmt.Errorf("dead-retention must be positive"))
+		c.DeadRetention = 30 * 24 * time.Hour
+	}
 	c.DrainTimeout = dur("drain-timeout", 10*time.Second)
 	c.MaxConnections = num("max-connections", 1024)
 	c.FrameTimeout = dur("frame-timeout", 10*time.Second)

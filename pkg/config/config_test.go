@@ -103,6 +103,7 @@ func TestDefaults(t *testing.T) {
 		{"SettleDelay", c.SettleDelay, 150 * time.Millisecond},
 		{"ExecTimeout", c.ExecTimeout, 30 * time.Second},
 		{"DedupWindow", c.DedupWindow, 168 * time.Hour},
+		{"DeadRetention", c.DeadRetention, 720 * time.Hour},
 		{"DrainTimeout", c.DrainTimeout, 10 * time.Second},
 		{"Uncertain", c.Uncertain, "hold"},
 	} {
@@ -250,6 +251,10 @@ func TestMalformedValuesAreUsageErrors(t *testing.T) {
 		{"retry-max", "soon"},
 		{"settle-delay", "-1s"},
 		{"dedup-window", "7d"},
+		{"dead-retention", "30d"},
+		{"dead-retention", "0"},
+		{"dead-retention", "0s"},
+		{"dead-retention", "-1h"},
 		{"uncertain", "maybe"},
 		{"host", "a.b"},
 		{"host", "has space"},
@@ -457,5 +462,20 @@ func TestKeysTable(t *testing.T) {
 	}
 	if c.Host != "filehost" || c.DrainTimeout != 2*time.Second || c.StateDir != "/tmp/x" || c.Uncertain != "reinject" {
 		t.Errorf("got %+v", c)
+	}
+}
+
+func TestDeadRetention(t *testing.T) {
+	isolate(t)
+	t.Setenv("FLEET_DEAD_RETENTION", "48h")
+	c, err := Load(flags(nil), "")
+	if err != nil || c.DeadRetention != 48*time.Hour {
+		t.Fatalf("FLEET_DEAD_RETENTION=48h: %+v, %v", c, err)
+	}
+	// shorter than the dedup window is fine: the store keeps the msg id's
+	// record for the dedup window and drops only the dead letter
+	c, err = Load(flags(map[string]string{"dead-retention": "1h", "dedup-window": "168h"}), "")
+	if err != nil || c.DeadRetention != time.Hour {
+		t.Fatalf("dead-retention 1h under a 168h dedup window: %+v, %v", c, err)
 	}
 }

@@ -394,6 +394,13 @@ func (g *Gateway) janitor() {
 			g.log.Info("pruned delivery records past the dedup window", "count", n)
 		}
 		g.pruneControl() // control.go
+		// dead letters past dead-retention; their records go with the
+		// dedup window (the next pass's Prune), never sooner
+		if n, err := g.st.PruneDead(time.Now().Add(-g.cfg.DeadRetention)); err != nil {
+			g.log.Error("pruning dead letters", "err", err)
+		} else if n > 0 {
+			g.log.Info("pruned dead letters past dead-retention", "count", n)
+		}
 		select {
 		case <-g.runCtx.Done():
 			return

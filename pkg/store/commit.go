@@ -56,6 +56,10 @@ type Store struct {
 	broken    error          // a log write or a checkpoint failed: writes are refused until a checkpoint succeeds
 	counts    map[string]int // inbox gid -> messages in it, where counted (Pending)
 	failTaken uint64         // the failure (first refused lsn) takeFailure has dealt with
+
+	// tests: set before the first operation, called by the committer
+	groupHook func(muts, bytes int)    // each group handed to the syncer: its changes, its log payload
+	chunkHook func(tx *wtx, chunk int) // each chunk of a prune (prune.go), as it starts
 }
 
 type op struct {
@@ -426,7 +430,11 @@ func (s *Store) runGroup(batch []*op) int {
 	case len(w.muts) > 0:
 		s.lsn++
 		s.pending = append(s.pending, pendingGroup{lsn: s.lsn, undo: w.undo})
-		s.flushes <- &flush{lsn: s.lsn, payload: appendMuts(nil, w.muts), ops: ops, errs: errs}
+		payload := appendMuts(nil, w.muts)
+		if s.groupHook != nil {
+			s.groupHook(len(w.muts), len(payload))
+		}
+		s.flushes <- &flush{lsn: s.lsn, payload: payload, ops: ops, errs: errs}
 		if s.dirty.IsZero() {
 			s.dirty = time.Now()
 		}

@@ -78,7 +78,8 @@ type Record struct {
 	Done      time.Time     `json:"done,omitzero"` // delivered or dead
 }
 
-// DeadLetter is a message that will not be delivered, with why.
+// DeadLetter is a message that will not be delivered, with why. It is
+// kept until PruneDead forgets it (dead-retention, prune.go).
 type DeadLetter struct {
 	Record   Record          `json:"record"`
 	Envelope json.RawMessage `json:"envelope"`
@@ -512,43 +513,6 @@ func (s *Store) ClearInflight(msgID string) error {
 	return s.update(func(tx *wtx) error { return tx.Bucket(bInflight).Delete([]byte(msgID)) })
 }
 
-// Prune forgets delivery records finished before cutoff: the end of the
-// dedup window. Records of queued messages and dead letters are kept.
-func (s *Store) Prune(cutoff time.Time) (int, error) {
-	var n int
-	err := s.update(func(tx *wtx) error {
-		n = 0
-		recs := tx.Bucket(bRecords)
-		dead := tx.Bucket(bDead)
-		var del [][]byte
-		err := recs.ForEach(func(k, v []byte) error {
-			var r Record
-			if decodeRecord(v, &r) != nil {
-				return nil
-			}
-			finished := r.State != Accepted && !r.Done.IsZero() && r.Done.Before(cutoff)
-			// an outbound record (Seq 0: in no local inbox) is done with
-			// once its recipient's host has had the dedup window for it
-			outbound := r.State == Accepted && r.Seq == 0 && r.Accepted.Before(cutoff)
-			if (finished || outbound) && dead.Get(k) == nil {
-				del = append(del, append([]byte(nil), k...))
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		for _, k := range del {
-			if err := recs.Delete(k); err != nil {
-				return err
-			}
-		}
-		n = len(del)
-		return nil
-	})
-	return n, err
-}
-
 // DeliveredAll records several messages as delivered in one transaction
 // (a pull client's acknowledgement of a batch).
 func (s *Store) DeliveredAll(msgIDs []string, now time.Time) error {
@@ -766,38 +730,6 @@ func (s *Store) ControlRequest(id string) (*Control, error) {
 		return nil, err
 	}
 	return &c, nil
-}
-
-// PruneControl forgets requests answered before cutoff (the end of the
-// dedup window). Running ones are kept.
-func (s *Store) PruneControl(cutoff time.Time) (int, error) {
-	var n int
-	err := s.update(func(tx *wtx) error {
-		n = 0
-		b := tx.Bucket(bControl)
-		if b == nil {
-			return nil
-		}
-		var del [][]byte
-		err := b.ForEach(func(k, v []byte) error {
-			var c Control
-			if json.Unmarshal(v, &c) == nil && c.State == ControlDone && c.Done.Before(cutoff) {
-				del = append(del, append([]byte(nil), k...))
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		for _, k := range del {
-			if err := b.Delete(k); err != nil {
-				return err
-			}
-		}
-		n = len(del)
-		return nil
-	})
-	return n, err
 }
 
 // PutLaunched records how the process of spawned entity gid was started.

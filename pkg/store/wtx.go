@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 )
 
 // wtx is what every store operation runs against: the committer's open
@@ -151,7 +152,7 @@ func (b *wbucket) DeleteBucket(name []byte) error {
 	}
 	nb := b.b.Bucket(name)
 	if nb == nil {
-		return bolt.ErrBucketNotFound
+		return bolterrors.ErrBucketNotFound
 	}
 	u := undo{kind: mutDeleteBucket, path: b.sub(name), seq: nb.Sequence()}
 	err := nb.ForEach(func(k, v []byte) error {
