@@ -18,7 +18,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/fleetd/fleet/scripts/internal/benchkit"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,10 +25,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/fleetd/fleet/pkg/api"
+	"github.com/fleetd/fleet/scripts/internal/benchkit"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -37,8 +36,6 @@ import (
 const (
 	targetRate    = 5000.0                 // msgs/s with 8 senders
 	targetSendP50 = 3 * time.Millisecond   // fleet-send p50
-	maxSocketPath = 107                    // sun_path minus the NUL
-	stopGrace     = 5 * time.Second        // SIGTERM to SIGKILL
 	readyTimeout  = 10 * time.Second       // gateway start
 	rssSettle     = 500 * time.Millisecond // before reading VmRSS
 )
@@ -70,147 +67,15 @@ func main() {
 
 // ---- the gateway process ----
 
-type gateway struct {
-	bin    string
-	dir    string // the temporary folder
-	state  string
-	socket string
-	env    []string // for the gateway and for exec'd clients
-	cmd    *exec.Cmd
-	exited chan struct{}
-	log    string
+// startGateway starts bin/fleet-gw run in dir (host "bench", no broker)
+// through the shared launcher.
+func startGateway(bin, dir string) (*benchkit.Gateway, error) {
+	return benchkit.StartGateway(benchkit.GatewayConfig{
+		Bin: bin, Dir: dir, Host: "bench", Pidfile: *flagPidfile, Ready: readyTimeout,
+	})
 }
-
-// baseEnv is the environment minus anything that would point a fleet
-// command at another gateway or config file.
-func baseEnv() []string {
-	var out []string
-	for _, kv := range os.Environ() {
-		k, _, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(k, "FLEET_") || k == "XDG_CONFIG_HOME" || k == "XDG_RUNTIME_DIR" || k == "XDG_STATE_HOME" {
-			continue
-		}
-		out = append(out, kv)
-	}
-	return out
-}
-
-func startGateway(bin, dir string) (*gateway, error) {
-	g := &gateway{
-		bin:    bin,
-		dir:    dir,
-		state:  filepath.Join(dir, "state"),
-		socket: filepath.Join(dir, "gw.sock"),
-		log:    filepath.Join(dir, "gw.log"),
-		exited: make(chan struct{}),
-	}
-	if len(g.socket) > maxSocketPath {
-		return nil, fmt.Errorf("socket path %s is too long for a unix socket; use a shorter -dir", g.socket)
-	}
-	g.env = append(baseEnv(),
-		"FLEET_STATE_DIR="+g.state,
-		"FLEET_SOCKET="+g.socket,
-		"FLEET_HOST=bench",
-		"XDG_CONFIG_HOME="+filepath.Join(dir, "no-config"), // no user config file
-	)
-	logf, err := os.OpenFile(g.log, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	g.cmd = exec.Command(filepath.Join(bin, "fleet-gw"), "run")
-	g.cmd.Env = g.env
-	g.cmd.Stdout = logf
-	g.cmd.Stderr = logf
-	// If this process dies without cleaning up, the kernel kills the gateway.
-	g.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
-	if err := g.cmd.Start(); err != nil {
-		logf.Close()
-		return nil, err
-	}
-	go func() {
-		g.cmd.Wait()
-		logf.Close()
-		close(g.exited)
-	}()
-	benchkit.AtCleanup(g.stop)
-	if *flagPidfile != "" {
-		if err := os.WriteFile(*flagPidfile, []byte(strconv.Itoa(g.cmd.Process.Pid)+"\n"), 0o600); err != nil {
-			return nil, err
-		}
-	}
-	deadline := time.Now().Add(readyTimeout)
-	for {
-		c, err := api.Dial(g.socket)
-		if err == nil {
-			c.Close()
-			return g, nil
-		}
-		select {
-		case <-g.exited:
-			return nil, fmt.Errorf("fleet-gw exited at start; its log:\n%s", benchkit.Tail(g.log))
-		default:
-		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("fleet-gw not ready after %v: %v; its log:\n%s", readyTimeout, err, benchkit.Tail(g.log))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func (g *gateway) pid() int { return g.cmd.Process.Pid }
-
-// stop sends SIGTERM, waits for the drain, then SIGKILLs. Idempotent.
-func (g *gateway) stop() {
-	select {
-	case <-g.exited:
-	default:
-		_ = g.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-g.exited:
-		case <-time.After(stopGrace):
-			_ = g.cmd.Process.Kill()
-			<-g.exited
-		}
-	}
-	if *flagPidfile != "" {
-		_ = os.Remove(*flagPidfile)
-	}
-}
-
-func (g *gateway) alive() error {
-	select {
-	case <-g.exited:
-		return fmt.Errorf("fleet-gw exited; its log:\n%s", benchkit.Tail(g.log))
-	default:
-		return nil
-	}
-}
-
-func (g *gateway) memory() (benchkit.Memory, error) { return benchkit.ReadMemory(g.pid()) }
-
-func (g *gateway) cpu() time.Duration { return benchkit.ProcCPU(g.pid()) }
 
 // ---- helpers ----
-
-func dial(g *gateway, token string) (*api.Client, error) {
-	c, err := api.Dial(g.socket)
-	if err != nil {
-		return nil, err
-	}
-	c.Token = token
-	return c, nil
-}
-
-func join(c *api.Client, name string) (string, error) {
-	resp, err := c.Call(&api.Request{Op: api.OpJoin, Name: name, Mode: "pull"})
-	if err != nil {
-		return "", fmt.Errorf("join %s: %w", name, err)
-	}
-	if resp.Token == "" {
-		return "", fmt.Errorf("join %s: no credential in the reply", name)
-	}
-	return resp.Token, nil
-}
 
 func makeBody(n int) string {
 	const text = "fleet local benchmark payload, plain ASCII so JSON needs no escaping. "
@@ -241,25 +106,25 @@ func (r tpResult) rate() float64 { return float64(r.n) / r.elapsed.Seconds() }
 // its own connection, and times until the receiver's last ack is durable
 // (the gateway answers the recv with End only after committing the ack that
 // reaches -max).
-func throughput(g *gateway, admin *api.Client, tag string, senders, n int, body string) (tpResult, error) {
+func throughput(g *benchkit.Gateway, admin *api.Client, tag string, senders, n int, body string) (tpResult, error) {
 	res := tpResult{senders: senders, n: n}
 	rname := tag + "-r"
-	rtok, err := join(admin, rname)
+	rtok, err := benchkit.Join(admin, rname)
 	if err != nil {
 		return res, err
 	}
 	clients := make([]*api.Client, senders)
 	for i := range clients {
-		tok, err := join(admin, fmt.Sprintf("%s-s%d", tag, i))
+		tok, err := benchkit.Join(admin, fmt.Sprintf("%s-s%d", tag, i))
 		if err != nil {
 			return res, err
 		}
-		if clients[i], err = dial(g, tok); err != nil {
+		if clients[i], err = g.Dial(tok); err != nil {
 			return res, err
 		}
 		defer clients[i].Close()
 	}
-	rc, err := dial(g, rtok)
+	rc, err := g.Dial(rtok)
 	if err != nil {
 		return res, err
 	}
@@ -334,7 +199,7 @@ func throughput(g *gateway, admin *api.Client, tag string, senders, n int, body 
 			ends[i] = time.Now()
 		}(i)
 	}
-	gw0, self0 := g.cpu(), benchkit.SelfCPU()
+	gw0, self0 := g.CPU(), benchkit.SelfCPU()
 	t0 := time.Now()
 	close(start)
 	wg.Wait()
@@ -349,7 +214,7 @@ func throughput(g *gateway, admin *api.Client, tag string, senders, n int, body 
 		}
 	}
 	out := <-recvDone // bounded by the overall -timeout
-	res.gwCPU, res.benchCPU = g.cpu()-gw0, benchkit.SelfCPU()-self0
+	res.gwCPU, res.benchCPU = g.CPU()-gw0, benchkit.SelfCPU()-self0
 	if out.err != nil {
 		return res, fmt.Errorf("receiver: %w", out.err)
 	}
@@ -488,11 +353,11 @@ func execTimes(env []string, calls int, cmds [][]string) ([][]time.Duration, err
 
 // inprocSend times, in this process, what fleet-send does minus the
 // process: dial, hello, send (durable), close.
-func inprocSend(g *gateway, token, to, body string, calls int) ([]time.Duration, error) {
+func inprocSend(g *benchkit.Gateway, token, to, body string, calls int) ([]time.Duration, error) {
 	out := make([]time.Duration, 0, calls)
 	for i := 0; i < calls; i++ {
 		t := time.Now()
-		c, err := dial(g, token)
+		c, err := g.Dial(token)
 		if err != nil {
 			return nil, err
 		}
@@ -551,8 +416,8 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("fleet-gw pid %d, socket %s\n\n", g.pid(), g.socket)
-	admin, err := dial(g, "")
+	fmt.Printf("fleet-gw pid %d, socket %s\n\n", g.Pid(), g.Socket)
+	admin, err := g.Dial("")
 	if err != nil {
 		return err
 	}
@@ -562,7 +427,7 @@ func run() error {
 	// traffic, so the figure is the registry's cost, not leftover buffers).
 	fmt.Println("== d. gateway resident memory (VmRSS, /proc/PID/status)")
 	time.Sleep(rssSettle)
-	idle, err := g.memory()
+	idle, err := g.Memory()
 	if err != nil {
 		return err
 	}
@@ -573,7 +438,7 @@ func run() error {
 	}
 	joinTook := time.Since(joinStart)
 	time.Sleep(rssSettle)
-	full, err := g.memory()
+	full, err := g.Memory()
 	if err != nil {
 		return err
 	}
@@ -607,14 +472,14 @@ func run() error {
 
 	// c. fleet-send per call
 	fmt.Printf("== c. per-call wall time, exec'd with FLEET_TOKEN set (%d calls each, interleaved, 5 warm-up)\n", *flagCalls)
-	stok, err := join(admin, "exec-s")
+	stok, err := benchkit.Join(admin, "exec-s")
 	if err != nil {
 		return err
 	}
-	if _, err := join(admin, "exec-r"); err != nil {
+	if _, err := benchkit.Join(admin, "exec-r"); err != nil {
 		return err
 	}
-	env := append(append([]string(nil), g.env...), "FLEET_TOKEN="+stok)
+	env := append(append([]string(nil), g.Env...), "FLEET_TOKEN="+stok)
 	send := filepath.Join(bin, "fleet-send")
 	cmds := [][]string{
 		{send, "exec-r", body},
@@ -646,15 +511,15 @@ func run() error {
 	}
 	fmt.Printf("in-process dial+hello+send:  p50 %s  p99 %s  (no process; includes the fsync)\n\n", benchkit.Ms(benchkit.Pct(inproc, 50)), benchkit.Ms(benchkit.Pct(inproc, 99)))
 
-	after, err := g.memory()
+	after, err := g.Memory()
 	if err != nil {
 		return err
 	}
-	if err := g.alive(); err != nil {
+	if err := g.Alive(); err != nil {
 		return err
 	}
 	admin.Close()
-	g.stop()
+	g.Stop()
 
 	// b. raw bbolt baseline, with the gateway stopped, on the same filesystem
 	fmt.Printf("== b. raw bbolt baseline (%d-byte puts, N=%d, same folder, gateway stopped)\n", *flagBody, rawN)
@@ -713,7 +578,7 @@ func run() error {
 }
 
 // joinMany registers n pull entities over 8 connections.
-func joinMany(g *gateway, n int) error {
+func joinMany(g *benchkit.Gateway, n int) error {
 	const conns = 8
 	var wg sync.WaitGroup
 	errs := make([]error, conns)
@@ -721,14 +586,14 @@ func joinMany(g *gateway, n int) error {
 		wg.Add(1)
 		go func(c int) {
 			defer wg.Done()
-			cl, err := dial(g, "")
+			cl, err := g.Dial("")
 			if err != nil {
 				errs[c] = err
 				return
 			}
 			defer cl.Close()
 			for i := c; i < n; i += conns {
-				if _, err := join(cl, fmt.Sprintf("ent%05d", i)); err != nil {
+				if _, err := benchkit.Join(cl, fmt.Sprintf("ent%05d", i)); err != nil {
 					errs[c] = err
 					return
 				}

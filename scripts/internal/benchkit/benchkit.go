@@ -1,6 +1,8 @@
 // Package benchkit holds what the benchmark programs in scripts/ share:
-// cleanup on every exit path, /proc readings (memory, CPU, load, the
-// filesystem under a path) and the small statistics they print.
+// cleanup on every exit path, the one gateway launcher (gateway.go: start
+// fleet-gw in a folder of its own, wait for it, stop it), /proc readings
+// (memory, CPU, load, the filesystem under a path) and the small
+// statistics they print.
 package benchkit
 
 import (
@@ -141,6 +143,12 @@ func SelfCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// ReadFile returns a file's contents, "" when it cannot be read.
+func ReadFile(path string) string {
+	data, _ := os.ReadFile(path)
+	return string(data)
 }
 
 // Tail returns the last 4,000 bytes of a file (a log, for an error).

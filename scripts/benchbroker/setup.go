@@ -1,0 +1,210 @@
+// The run's setup: the vhost on the private node, the gateway sets, and
+// the small helpers every phase uses.
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/fleetd/fleet/pkg/api"
+	"github.com/fleetd/fleet/scripts/internal/benchkit"
+)
+
+// ---- the private node: vhost ----
+
+// rmq runs the node script with args (bounded; its whole process group is
+// killed on timeout or when we die).
+func rmq(args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), ctlTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, *flagRMQ, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second // a daemon (epmd) keeping our pipe open
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	if err != nil {
+		return out.String(), fmt.Errorf("%s %s: %v: %s", *flagRMQ, strings.Join(args, " "), err, strings.TrimSpace(out.String()))
+	}
+	return out.String(), nil
+}
+
+// createVhost creates the run's vhost (refusing one that exists: it may be
+// someone else's) and registers its deletion.
+func createVhost(name string) error {
+	out, err := rmq("ctl", "list_vhosts", "name")
+	if err != nil {
+		return err
+	}
+	for _, l := range strings.Split(out, "\n") {
+		if strings.TrimSpace(l) == name {
+			return fmt.Errorf("vhost %q exists already (left by an earlier run, or someone else's): delete it with %s ctl delete_vhost %s, or pass another -vhost",
+				name, *flagRMQ, name)
+		}
+	}
+	if _, err := rmq("ctl", "add_vhost", name); err != nil {
+		return err
+	}
+	marker := ""
+	if *flagPiddir != "" {
+		marker = filepath.Join(*flagPiddir, "vhost")
+		_ = os.WriteFile(marker, []byte(name+"\n"), 0o600)
+	}
+	benchkit.AtCleanup(func() {
+		if _, err := rmq("ctl", "delete_vhost", name); err != nil {
+			fmt.Fprintf(os.Stderr, "benchbroker: deleting vhost %s: %v\n", name, err)
+			return // the wrapper tries again from the marker
+		}
+		if marker != "" {
+			_ = os.Remove(marker)
+		}
+	})
+	_, err = rmq("ctl", "set_permissions", "-p", name, "guest", ".*", ".*", ".*")
+	return err
+}
+
+// ---- the gateway processes ----
+
+// startSet starts one gateway per host, one after the other, each in
+// root/tag-host through the shared launcher, and waits for its socket and
+// its broker connection. As deployed (design decision 6), every gateway
+// checks every other one's signature against a trust file of all the
+// run's hosts.
+func startSet(bin, root, tag string, hosts []string, brokerURL, conf string, interval time.Duration) ([]*benchkit.Gateway, error) {
+	var gws []*benchkit.Gateway
+	for _, h := range hosts {
+		env := []string{
+			"FLEET_BROKER=" + brokerURL,
+			"FLEET_PRESENCE_INTERVAL=" + interval.String(),
+		}
+		if conf != "" {
+			env = append(env, "FLEET_CONFIG="+conf)
+		}
+		pidfile := ""
+		if *flagPiddir != "" {
+			pidfile = filepath.Join(*flagPiddir, "gw-"+tag+"-"+h+".pid")
+		}
+		g, err := benchkit.StartGateway(benchkit.GatewayConfig{
+			Bin: bin, Dir: filepath.Join(root, tag+"-"+h), Host: h, Env: env,
+			TrustFile: filepath.Join(root, "trust"), Pidfile: pidfile,
+			Ready: readyTimeout, WaitBroker: true,
+		})
+		if err != nil {
+			return nil, err
+		}
+		gws = append(gws, g)
+	}
+	return gws, nil
+}
+
+// brokerCPU is the CPU time of the RabbitMQ node (beam.smp) so far, found
+// through its pid file; 0 when unknown.
+func brokerCPU(pid int) time.Duration {
+	if pid <= 0 {
+		return 0
+	}
+	return benchkit.ProcCPU(pid)
+}
+
+// ---- helpers ----
+
+// joinMany registers names on g as pull entities over `conns` connections
+// and returns their credentials, in the order of names.
+func joinMany(g *benchkit.Gateway, names []string, conns int) ([]string, error) {
+	toks := make([]string, len(names))
+	var wg sync.WaitGroup
+	errs := make([]error, conns)
+	for c := 0; c < conns; c++ {
+		wg.Add(1)
+		go func(c int) {
+			defer wg.Done()
+			cl, err := g.Dial("")
+			if err != nil {
+				errs[c] = err
+				return
+			}
+			defer cl.Close()
+			for i := c; i < len(names); i += conns {
+				if toks[i], err = benchkit.Join(cl, names[i]); err != nil {
+					errs[c] = err
+					return
+				}
+			}
+		}(c)
+	}
+	wg.Wait()
+	return toks, errors.Join(errs...)
+}
+
+// waitRoster polls g's roster view until ok says so, at most d.
+func waitRoster(g *benchkit.Gateway, d time.Duration, what string, ok func([]api.EntityRow) bool) error {
+	c, err := g.Dial("")
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	deadline := time.Now().Add(d)
+	for {
+		resp, err := c.Call(&api.Request{Op: api.OpRoster})
+		if err != nil {
+			return err
+		}
+		if ok(resp.Entities) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: roster view of %s not there after %v (%d rows)", what, g.Host, d, len(resp.Entities))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func hasEntity(name, host string) func([]api.EntityRow) bool {
+	return func(rows []api.EntityRow) bool {
+		for _, r := range rows {
+			if r.Name == name && r.Host == host {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+func p5099(d []time.Duration) string {
+	s := benchkit.Sorted(d)
+	return fmt.Sprintf("p50 %s  p99 %s", benchkit.Ms(benchkit.Pct(s, 50)), benchkit.Ms(benchkit.Pct(s, 99)))
+}
+
+func perOp(d time.Duration, n int) float64 {
+	if n == 0 {
+		return 0
+	}
+	return float64(d.Microseconds()) / float64(n)
+}
+
+func ratio(a, b time.Duration) float64 {
+	if b == 0 {
+		return math.Inf(1)
+	}
+	return float64(a) / float64(b)
+}
+
+func copyCounts(m map[string]int) map[string]int {
+	out := make(map[string]int, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
