@@ -451,7 +451,7 @@ func (b *Broker) RemoveInbox(gid string, groups []string) error {
 	gen := b.gen
 	b.mu.Unlock()
 	if gen == nil {
-		return fault.New(fault.Unavailable, "broker_down", "broker unreachable: inbox queue %s left in place", InboxQueue(gid))
+		return fault.New(fault.Unavailable, fault.KindBrokerDown, "broker unreachable: inbox queue %s left in place", InboxQueue(gid))
 	}
 	gen.mu.Lock()
 	c := gen.consumers[gid]
@@ -517,10 +517,10 @@ func (b *Broker) Publish(ctx context.Context, key string, env *envelope.Envelope
 		case resNack:
 			nacks++
 			if nacks >= 2 {
-				return fault.New(fault.TempFail, "inbox_full", "the inbox of %s is full: the broker refused the message", key)
+				return fault.New(fault.TempFail, fault.KindInboxFull, "the inbox of %s is full: the broker refused the message", key)
 			}
 		case resTimeout:
-			return fault.New(fault.Unavailable, "broker_timeout",
+			return fault.New(fault.Unavailable, fault.KindBrokerTimeout,
 				"the broker did not confirm the message within %v; it may still deliver it", b.cfg.PublishTimeout).
 				WithHint("check the broker (a memory or disk alarm blocks publishers); fleet-send --status MSG_ID tells nothing until it confirms")
 		case resClosed:
@@ -528,7 +528,7 @@ func (b *Broker) Publish(ctx context.Context, key string, env *envelope.Envelope
 			// connection is current, while time remains
 		}
 		if time.Now().After(deadline) || attempt >= 5 {
-			return fault.New(fault.Unavailable, "broker_down", "the broker connection failed while sending; outcome unknown, not confirmed")
+			return fault.New(fault.Unavailable, fault.KindBrokerDown, "the broker connection failed while sending; outcome unknown, not confirmed")
 		}
 		backoff.Sleep(ctx, 50*time.Millisecond*time.Duration(attempt))
 	}
@@ -541,7 +541,7 @@ func (b *Broker) current(refused, downHint string) (*generation, error) {
 	gen, blocked, lastErr := b.gen, b.blocked, b.lastErr
 	b.mu.Unlock()
 	if blocked != "" {
-		return nil, fault.New(fault.Unavailable, "broker_blocked", "the broker is blocking publishers (%s): %s", blocked, refused).
+		return nil, fault.New(fault.Unavailable, fault.KindBrokerBlocked, "the broker is blocking publishers (%s): %s", blocked, refused).
 			WithHint("free the broker's memory or disk; local sends keep working")
 	}
 	if gen == nil {
@@ -549,7 +549,7 @@ func (b *Broker) current(refused, downHint string) (*generation, error) {
 		if lastErr != nil {
 			msg += ": " + lastErr.Error()
 		}
-		return nil, fault.New(fault.Unavailable, "broker_down", "%s", msg).WithHint("%s", downHint)
+		return nil, fault.New(fault.Unavailable, fault.KindBrokerDown, "%s", msg).WithHint("%s", downHint)
 	}
 	return gen, nil
 }

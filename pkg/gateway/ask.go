@@ -214,7 +214,7 @@ func (g *Gateway) answer(req *api.Request) (*api.Response, error) {
 	sent := &api.Sent{MsgID: ans.MsgID, TraceID: ans.TraceID, Recipient: ask.Sender.String(), Gid: ask.Sender.Gid}
 	tooLate := func(why string) error {
 		g.audit.Message("too_late", ans, 0, why)
-		return fault.New(fault.TempFail, "too_late", "too late: %s; the answer was not delivered", why)
+		return fault.New(fault.TempFail, fault.KindTooLate, "too late: %s; the answer was not delivered", why)
 	}
 	if ask.Expired(time.Now()) {
 		return nil, tooLate("the ask expired at " + ask.Expires.Format(time.RFC3339))

@@ -88,11 +88,11 @@ func (g *Gateway) broadcast(req *api.Request) (*api.Response, error) {
 			return resp, nil // members here only
 		}
 		return nil, fault.New(fault.NoRecipient, fault.KindUnknownRecipient, "no members of %s on any host", sent.Recipient)
-	case fault.KindOf(err) == "inbox_full":
+	case fault.KindOf(err) == fault.KindInboxFull:
 		// reject-publish nacks the whole publish when any one bound inbox
 		// is full; every other inbox has its copy (a retry's copies are
 		// dropped by the dedup)
-		return nil, fault.New(fault.TempFail, "inbox_full",
+		return nil, fault.New(fault.TempFail, fault.KindInboxFull,
 			"%s: the inbox of at least one member on another host is full and refused its copy; the other members have theirs", sent.Recipient)
 	}
 	if local == 0 {

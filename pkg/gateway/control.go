@@ -248,7 +248,7 @@ func (g *Gateway) request(kind envelope.Kind, host, id string, body any, from st
 		return g.carryOut(env), nil
 	}
 	if g.br == nil {
-		return nil, fault.New(fault.NoRecipient, "unknown_host", "no host %s: this gateway has no broker configured to reach other hosts", host)
+		return nil, fault.New(fault.NoRecipient, fault.KindUnknownHost, "no host %s: this gateway has no broker configured to reach other hosts", host)
 	}
 	env.Expires = time.Now().Add(timeout).UTC() // never carried out after the caller gave up
 	w := g.ctl.wait(id, from.Gid, host)
@@ -465,7 +465,7 @@ func (g *Gateway) cutShort(env *envelope.Envelope, subject string, log *slog.Log
 		return nil
 	}
 	log.Warn("spawn request was cut short by a gateway stop: not carried out again", "entity", subject)
-	res := failed(env.MsgID, fault.New(launch.ExitFailed, "spawn_uncertain",
+	res := failed(env.MsgID, fault.New(fault.LaunchFailed, fault.KindSpawnUncertain,
 		"the gateway of host %s stopped while spawning %s (request %s): whether it was started is unknown", g.cfg.Host, subject, env.MsgID).
 		WithHint("look for it with: fleet-roster --host %s; stop it with: fleet-stop %s@%s", g.cfg.Host, subject, g.cfg.Host))
 	g.record(env.MsgID, res, log)
@@ -512,7 +512,7 @@ func (g *Gateway) spawnNow(env *envelope.Envelope, b spawnBody, log *slog.Logger
 		if have == "" {
 			have = "none"
 		}
-		return failed(id, fault.New(fault.Usage, "unknown_profile", "host %s has no profile %q (it has: %s)", g.cfg.Host, b.Profile, have).
+		return failed(id, fault.New(fault.Usage, fault.KindUnknownProfile, "host %s has no profile %q (it has: %s)", g.cfg.Host, b.Profile, have).
 			WithHint("define profile.%s.command in the config file of fleet-gw on %s", b.Profile, g.cfg.Host))
 	}
 	e := &store.Entity{Name: b.Name, Mode: p.Mode, Groups: b.Groups}
@@ -536,7 +536,7 @@ func (g *Gateway) spawnNow(env *envelope.Envelope, b spawnBody, log *slog.Logger
 	}
 	launchFailed := func(err error) *controlResult {
 		log.Warn("launch failed", "launcher", p.Launcher, "err", err)
-		return failed(id, fault.New(launch.ExitFailed, launch.KindFailed,
+		return failed(id, fault.New(fault.LaunchFailed, fault.KindLaunchFailed,
 			"the %s launcher of profile %s failed on host %s: %v", p.Launcher, p.Name, g.cfg.Host, err).
 			WithHint("check profile.%s in the config file of fleet-gw on %s, and that gateway's log", p.Name, g.cfg.Host))
 	}
@@ -631,7 +631,7 @@ func (g *Gateway) stopNow(env *envelope.Envelope, b stopBody, log *slog.Logger) 
 		process = info.String()
 		if err := launch.Stop(context.WithoutCancel(g.hardCtx), info); err != nil {
 			log.Error("the process of the entity could not be stopped: it stays registered", "process", process, "err", err)
-			return failed(id, fault.New(launch.ExitFailed, launch.KindFailed,
+			return failed(id, fault.New(fault.LaunchFailed, fault.KindLaunchFailed,
 				"the %s of %s could not be stopped: %v", process, ent.Name, err).
 				WithHint("%s is still registered; stop the process by hand on host %s, then: fleet-roster leave %s", ent.Name, g.cfg.Host, ent.Name))
 		}

@@ -63,13 +63,12 @@ func (g *Gateway) sendWait(c *conn, req *api.Request) {
 	}
 	w := &replyWaiter{gid: b.snapshot().Gid, ch: make(chan *envelope.Envelope, 1)}
 	var msgID string
-	req.Hook = func(env *envelope.Envelope) {
+	resp, err := g.sendWith(req, func(env *envelope.Envelope) {
 		msgID = env.MsgID
 		g.waitMu.Lock()
 		g.waiters[msgID] = w
 		g.waitMu.Unlock()
-	}
-	resp, err := g.send(req)
+	})
 	if err != nil {
 		if msgID != "" {
 			g.waitMu.Lock()

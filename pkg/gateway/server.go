@@ -103,13 +103,10 @@ func (gd *guard) refuse(uc *net.UnixConn) {
 	gd.refused.hit()
 	uc.SetWriteDeadline(time.Now().Add(time.Second))
 	api.WriteFrame(uc, &api.Response{Error: api.FromFault(
-		fault.New(fault.TempFail, kindTooManyConnections, "the gateway is serving its limit of %d connections", gd.max).
+		fault.New(fault.TempFail, fault.KindTooManyConnections, "the gateway is serving its limit of %d connections", gd.max).
 			WithHint("try again shortly; a host that needs more raises max-connections (FLEET_MAX_CONNECTIONS)"))})
 	uc.Close()
 }
-
-// kindTooManyConnections is a connection refused over the cap.
-const kindTooManyConnections = "too_many_connections"
 
 // flood logs an event that can come by the hundred as one WARN when a
 // burst of it starts and one INFO with the count once the burst has been
@@ -539,7 +536,7 @@ func (g *Gateway) unregister(gid, name string) (int, error) {
 		// would swallow mail nobody reads: refuse, and keep the entity.
 		if err := g.br.RemoveInbox(gid, groups); err != nil {
 			g.br.AddInbox(gid, groups) // still ours: consumed again on reconnect
-			return 0, fault.Wrap(fault.Unavailable, "broker_down", err, "cannot remove %s now: its inbox queue on the broker must go with it", name).
+			return 0, fault.Wrap(fault.Unavailable, fault.KindBrokerDown, err, "cannot remove %s now: its inbox queue on the broker must go with it", name).
 				WithHint("try again once the broker is back")
 		}
 	}
