@@ -527,9 +527,7 @@ func (g *Gateway) spawnNow(env *envelope.Envelope, b spawnBody, log *slog.Logger
 	if err := checkEntity(&check); err != nil {
 		return failed(id, err)
 	}
-	g.mu.RLock()
-	_, taken := g.byName[b.Name]
-	g.mu.RUnlock()
+	_, taken := g.reg.Named(b.Name)
 	if taken {
 		return failed(id, fault.New(fault.Usage, fault.KindNameTaken, "%s is already registered on host %s", b.Name, g.cfg.Host).
 			WithHint("choose another name, or stop it first with: fleet-stop %s@%s", b.Name, g.cfg.Host))

@@ -42,14 +42,9 @@ type Gateway struct {
 	br    *broker.Broker // nil: single-host mode
 	admit *admission     // admit.go: what the broker's messages must prove (nil: single-host mode)
 
-	waitMu  sync.Mutex
-	waiters map[string]*replyWaiter // msg id of an open send -> its waiter
-	claimed map[string]bool         // reply keys being handed to an open send
+	rdv *rendezvous // rendezvous.go: open sends and the replies handed to them
 
-	askMu   sync.Mutex
-	asks    map[string]*askWaiter  // ask msg id -> the fleet-ask waiting for it
-	seen    map[string]askSeen     // asks delivered here, for answering
-	answers map[string]*sentAnswer // answer msg id -> where it went, and the fleet-send --answer waiting
+	asks *asks // ask.go: open asks, asks delivered here, answers sent
 
 	ctl controlState // control.go: fleet-spawn / fleet-stop
 
@@ -65,9 +60,7 @@ type Gateway struct {
 	presSaid map[string]string // gid -> the status last announced
 	crash    string            // test hook: FLEET_CRASHPOINT
 
-	mu     sync.RWMutex
-	boxes  map[string]*mailbox // gid -> mailbox
-	byName map[string]string   // name -> gid
+	reg *registry // registry.go: the live entities
 
 	lock    *os.File
 	ln      net.Listener
@@ -91,18 +84,14 @@ func New(cfg *config.Config, log *slog.Logger) *Gateway {
 	return &Gateway{
 		cfg:      cfg,
 		log:      log.With("host", cfg.Host),
-		boxes:    map[string]*mailbox{},
-		byName:   map[string]string{},
+		rdv:      newRendezvous(),
+		reg:      newRegistry(),
 		crash:    os.Getenv("FLEET_CRASHPOINT"),
 		peers:    map[string]*peer{},
 		left:     map[string]int64{},
 		presDue:  map[string]bool{},
 		presSaid: map[string]string{},
-		waiters:  map[string]*replyWaiter{},
-		asks:     map[string]*askWaiter{},
-		seen:     map[string]askSeen{},
-		answers:  map[string]*sentAnswer{},
-		claimed:  map[string]bool{},
+		asks:     newAsks(),
 		ready:    make(chan struct{}),
 	}
 }
@@ -183,7 +172,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 		go g.presenceLoop()
 		fatal = g.br.Fatal()
 	}
-	g.log.Info("gateway ready", "socket", g.cfg.Socket, "state_dir", g.cfg.StateDir, "entities", len(g.boxes))
+	g.log.Info("gateway ready", "socket", g.cfg.Socket, "state_dir", g.cfg.StateDir, "entities", g.reg.Len())
 	close(g.ready)
 
 	serveErr := make(chan error, 1)

@@ -43,10 +43,7 @@ func (b *mailbox) notify() { b.changed.notify() }
 func (g *Gateway) addBox(e *store.Entity) *mailbox {
 	ctx, cancel := context.WithCancel(g.runCtx)
 	b := &mailbox{ent: *e, stop: cancel, done: make(chan struct{})}
-	g.mu.Lock()
-	g.boxes[e.Gid] = b
-	g.byName[e.Name] = e.Gid
-	g.mu.Unlock()
+	g.reg.Add(b)
 	if g.br != nil {
 		g.br.AddInbox(e.Gid, e.Groups)
 	}
@@ -64,23 +61,14 @@ func (g *Gateway) addBox(e *store.Entity) *mailbox {
 }
 
 func (g *Gateway) removeBox(gid string) {
-	g.mu.Lock()
-	b := g.boxes[gid]
-	delete(g.boxes, gid)
-	if b != nil {
-		delete(g.byName, b.ent.Name)
-	}
-	g.mu.Unlock()
-	if b != nil {
+	if b := g.reg.Remove(gid); b != nil {
 		b.stop()
 		<-b.done
 	}
 }
 
 func (g *Gateway) box(gid string) *mailbox {
-	g.mu.RLock()
-	defer g.mu.RUnlock()
-	return g.boxes[gid]
+	return g.reg.Get(gid)
 }
 
 func (g *Gateway) adapter(e store.Entity) deliver.Adapter {
@@ -129,7 +117,7 @@ func (g *Gateway) injectLoop(ctx context.Context, b *mailbox) {
 			g.log.Error("reading inbox", "entity", ent.Name, "err", err)
 		}
 		// a reply being handed to an open send is not injected as well
-		for len(items) > 0 && g.isClaimed(store.Key(items[0].Env)) {
+		for len(items) > 0 && g.rdv.Claimed(store.Key(items[0].Env)) {
 			items = items[1:]
 		}
 		if len(items) == 0 {

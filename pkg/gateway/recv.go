@@ -120,7 +120,7 @@ func (g *Gateway) recv(c *conn, req *api.Request) {
 		}
 		expired := 0 // killed on the way: expired, or from a host no longer trusted
 		for _, it := range items {
-			if g.isClaimed(store.Key(it.Env)) {
+			if g.rdv.Claimed(store.Key(it.Env)) {
 				continue // being handed to an open send
 			}
 			if pend != nil && pend.keys[store.Key(it.Env)] {

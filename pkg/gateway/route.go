@@ -44,11 +44,7 @@ func (g *Gateway) resolve(to string) (target, error) {
 	}
 	var local *mailbox
 	if !qualified || host == g.cfg.Host {
-		g.mu.RLock()
-		if gid, ok := g.byName[name]; ok {
-			local = g.boxes[gid]
-		}
-		g.mu.RUnlock()
+		local = g.reg.ByName(name)
 	}
 	var remote []api.EntityRow
 	if g.br != nil && (!qualified || host != g.cfg.Host) {
@@ -234,14 +230,14 @@ func (g *Gateway) takeRemote(env *envelope.Envelope) error {
 // accept stores env in its local recipient's inbox (dedup by msg id) and
 // wakes the recipient's delivery.
 func (g *Gateway) accept(env *envelope.Envelope) (*store.Record, error) {
-	w := g.claimWaiter(env) // a reply an open send waits for
+	w := g.rdv.Claim(env) // a reply an open send waits for
 	rec, dup, err := g.st.Accept(env, time.Now().UTC())
 	if w != nil {
 		// always answer a claimed waiter: the reply, or nil for nothing
 		if err == nil && !dup {
 			w.ch <- env
 		} else {
-			g.unclaim(store.Key(env))
+			g.rdv.Unclaim(store.Key(env))
 			w.ch <- nil
 		}
 	}

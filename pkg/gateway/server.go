@@ -506,9 +506,7 @@ func (g *Gateway) register(e *store.Entity) (token, credFile string, err error) 
 }
 
 func (g *Gateway) leave(req *api.Request) (*api.Response, error) {
-	g.mu.RLock()
-	gid, ok := g.byName[req.Name]
-	g.mu.RUnlock()
+	gid, ok := g.reg.Named(req.Name)
 	if !ok {
 		return nil, fault.New(fault.NoRecipient, fault.KindUnknownEntity, "no entity named %s on this host", req.Name).
 			WithHint("list them with: fleet-roster")
@@ -570,7 +568,7 @@ func (g *Gateway) row(e store.Entity, dead map[string]int) api.EntityRow {
 		target = e.Exec
 	}
 	status := e.Status
-	if status == "idle" && g.asking(e.Gid) {
+	if status == "idle" && g.asks.Asking(e.Gid) {
 		status = "waiting" // on an ask of its own (U2)
 	}
 	return api.EntityRow{
@@ -631,10 +629,8 @@ func (g *Gateway) setStatus(req *api.Request) (*api.Response, error) {
 func (g *Gateway) dead(req *api.Request) (*api.Response, error) {
 	gid := ""
 	if req.Name != "" {
-		g.mu.RLock()
 		var ok bool
-		gid, ok = g.byName[req.Name]
-		g.mu.RUnlock()
+		gid, ok = g.reg.Named(req.Name)
 		if !ok {
 			return nil, fault.New(fault.NoRecipient, fault.KindUnknownEntity, "no entity named %s on this host", req.Name)
 		}
