@@ -297,10 +297,10 @@ func (g *Gateway) learn(host string, res *controlResult) {
 		return
 	}
 	if drop != "" {
-		g.peerDrop(host, drop)
+		g.peers.Drop(host, drop)
 	}
 	if add != nil {
-		g.peerUpsert(host, *add, time.Now(), g.cfg.PresenceInterval)
+		g.peers.Upsert(host, *add, time.Now(), g.cfg.PresenceInterval)
 	}
 }
 

@@ -33,34 +33,37 @@ import (
 	"github.com/fleetd/fleet/pkg/store"
 )
 
-// Gateway is one host's fleet-gw.
+// Gateway is one host's fleet-gw: a composition of parts, each of which
+// owns its state behind its own lock and small API. The Gateway wires them
+// together (the routing fork, delivery, the control plane are its methods)
+// and holds no feature state of its own:
+//
+//	reg    registry.go    the live entities, by gid and name
+//	st     pkg/store      everything durable: entities, inboxes, records
+//	rdv    rendezvous.go  open sends (--wait) and the replies handed to them
+//	asks   ask.go         open asks, asks delivered here, answers sent
+//	ctl    control.go     control requests waiting for their answers
+//	peers  peers.go       what was heard of the other hosts (the remote roster)
+//	said   presence.go    what this host announced of its own entities
+//	admit  admit.go       what a message from the broker must prove
+//	br     pkg/broker     the cross-host transport (nil: single-host mode)
 type Gateway struct {
 	cfg   *config.Config
 	log   *slog.Logger
 	st    *store.Store
 	audit *audit.Log
 	br    *broker.Broker // nil: single-host mode
-	admit *admission     // admit.go: what the broker's messages must prove (nil: single-host mode)
 
-	rdv *rendezvous // rendezvous.go: open sends and the replies handed to them
+	reg     *registry
+	rdv     *rendezvous
+	asks    *asks
+	ctl     controlState
+	peers   *peerView
+	said    *announcer
+	admit   *admission // nil: single-host mode
+	records signal     // a delivery record changed (receipt.go)
 
-	asks *asks // ask.go: open asks, asks delivered here, answers sent
-
-	ctl controlState // control.go: fleet-spawn / fleet-stop
-
-	records signal // a delivery record changed
-
-	peersMu sync.Mutex
-	peers   map[string]*peer // host -> what we last heard of it
-	left    map[string]int64 // host -> the sequence of its last leaving notice
-	presSeq int64            // the last presence sequence this gateway published
-
-	presMu   sync.Mutex
-	presDue  map[string]bool   // gid -> a settled status announcement is scheduled
-	presSaid map[string]string // gid -> the status last announced
-	crash    string            // test hook: FLEET_CRASHPOINT
-
-	reg *registry // registry.go: the live entities
+	crash string // test hook: FLEET_CRASHPOINT
 
 	lock    *os.File
 	ln      net.Listener
@@ -82,17 +85,15 @@ func New(cfg *config.Config, log *slog.Logger) *Gateway {
 		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
 	return &Gateway{
-		cfg:      cfg,
-		log:      log.With("host", cfg.Host),
-		rdv:      newRendezvous(),
-		reg:      newRegistry(),
-		crash:    os.Getenv("FLEET_CRASHPOINT"),
-		peers:    map[string]*peer{},
-		left:     map[string]int64{},
-		presDue:  map[string]bool{},
-		presSaid: map[string]string{},
-		asks:     newAsks(),
-		ready:    make(chan struct{}),
+		cfg:   cfg,
+		log:   log.With("host", cfg.Host),
+		rdv:   newRendezvous(),
+		peers: newPeerView(cfg.PresenceInterval, log.With("host", cfg.Host)),
+		said:  newAnnouncer(),
+		reg:   newRegistry(),
+		crash: os.Getenv("FLEET_CRASHPOINT"),
+		asks:  newAsks(),
+		ready: make(chan struct{}),
 	}
 }
 
