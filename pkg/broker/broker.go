@@ -78,6 +78,9 @@ type generation struct {
 	mu               sync.Mutex
 	consumers        map[string]*consumer
 	wg               sync.WaitGroup
+	setup            *rpcChannel // consumer.go: declarations and bindings
+	chansMu          sync.Mutex
+	chans            []*consumeChannel // consumer.go: shared by the inbox consumers
 }
 
 // New returns a transport; nothing is dialed until Run.
@@ -313,9 +316,9 @@ func (b *Broker) connect(ctx context.Context) (*generation, error) {
 	if err := ch.QueueBind(rq, "roster.#", ExRoster, false, nil); err != nil {
 		return fail(err)
 	}
-	ch.Close()
 	gctx, cancel := context.WithCancel(ctx)
-	gen := &generation{pubConn: pubConn, subConn: subConn, ctx: gctx, cancel: cancel, consumers: map[string]*consumer{}}
+	gen := &generation{pubConn: pubConn, subConn: subConn, ctx: gctx, cancel: cancel, consumers: map[string]*consumer{},
+		setup: &rpcChannel{conn: subConn, ch: ch}}
 	pub, err := newPublisher(pubConn, b.log)
 	if err != nil {
 		cancel()
@@ -344,7 +347,7 @@ func (b *Broker) serve(ctx context.Context, gen *generation) error {
 	b.mu.Unlock()
 	b.setState(true)
 	for gid, groups := range want {
-		b.startConsumer(gen, gid, groups)
+		b.startConsumer(gen, gid, groups, nil)
 	}
 	if b.presence != nil {
 		gen.wg.Add(1)
@@ -387,25 +390,43 @@ func closeErr(what string, err *amqp.Error) error {
 	return fmt.Errorf("%s closed: %s", what, err.Error())
 }
 
-// AddInbox declares, binds and consumes the inbox of a local entity, now if
-// connected and after every reconnect.
-func (b *Broker) AddInbox(gid string, groups []string) {
+// AddInbox declares, binds and consumes the inbox of a local entity, and
+// keeps it consumed after every reconnect. Connected, it returns once the
+// inbox is consumed — a message sent the moment join returns is routed and
+// taken — or with the error that kept it from being, and then forgets it
+// (nothing half-made). Disconnected, it returns nil: the inbox is declared
+// and consumed when the connection comes back.
+func (b *Broker) AddInbox(gid string, groups []string) error {
 	b.mu.Lock()
 	b.inboxes[gid] = groups
 	gen := b.gen
 	b.mu.Unlock()
 	if gen == nil {
-		return
+		return nil
 	}
-	// declare and bind now, so a message sent the moment join returns is
-	// routed; the consumer follows on its own channel
-	if ch, err := gen.subConn.Channel(); err == nil {
-		if err := declareInbox(ch, gid, groups, b.cfg.Limits); err != nil {
-			b.log.Warn("declaring inbox", "queue", InboxQueue(gid), "err", err)
-		}
-		ch.Close()
+	o, err := b.openInbox(gen, gid, groups)
+	if err != nil {
+		b.mu.Lock()
+		delete(b.inboxes, gid)
+		b.mu.Unlock()
+		return fault.Wrap(fault.Unavailable, fault.KindBrokerDown, err, "could not declare and consume the inbox %s on the broker", InboxQueue(gid)).
+			WithHint("check the broker and the gateway's log; the entity was not registered")
 	}
-	b.startConsumer(gen, gid, groups)
+	b.startConsumer(gen, gid, groups, o)
+	return nil
+}
+
+// KeepInbox makes gid's inbox one this gateway consumes, now in the
+// background if connected, and after every reconnect: for the entities
+// loaded at start, whose inboxes exist already.
+func (b *Broker) KeepInbox(gid string, groups []string) {
+	b.mu.Lock()
+	b.inboxes[gid] = groups
+	gen := b.gen
+	b.mu.Unlock()
+	if gen != nil {
+		b.startConsumer(gen, gid, groups, nil)
+	}
 }
 
 // SetGroups rebinds gid's inbox to its new groups' broadcast keys at once

@@ -14,7 +14,6 @@ package gateway
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -336,7 +335,7 @@ func (g *Gateway) loadEntities() error {
 		return err
 	}
 	for _, e := range ents {
-		g.addBox(e)
+		g.addBox(e, false)
 	}
 	return nil
 }
@@ -403,6 +402,5 @@ func (g *Gateway) crashAt(point string) {
 	}
 }
 
-var errStopped = errors.New("gateway stopping")
 
 func (g *Gateway) String() string { return fmt.Sprintf("gateway %s", g.cfg.Host) }

@@ -40,12 +40,22 @@ func (b *mailbox) watch() <-chan struct{} { return b.changed.wait() }
 // a drained inbox.
 func (b *mailbox) notify() { b.changed.notify() }
 
-func (g *Gateway) addBox(e *store.Entity) *mailbox {
+// addBox makes e live: its mailbox, its broker inbox (a new entity's is
+// declared and consumed before addBox returns — or the error says why not
+// and nothing is left behind; a loaded one's is consumed in the
+// background), and its delivery worker.
+func (g *Gateway) addBox(e *store.Entity, isNew bool) (*mailbox, error) {
 	ctx, cancel := context.WithCancel(g.runCtx)
 	b := &mailbox{ent: *e, stop: cancel, done: make(chan struct{})}
 	g.reg.Add(b)
-	if g.br != nil {
-		g.br.AddInbox(e.Gid, e.Groups)
+	if g.br != nil && isNew {
+		if err := g.br.AddInbox(e.Gid, e.Groups); err != nil {
+			g.reg.Remove(e.Gid)
+			cancel()
+			return nil, err
+		}
+	} else if g.br != nil {
+		g.br.KeepInbox(e.Gid, e.Groups)
 	}
 	g.workers.Add(1)
 	go func() {
@@ -57,7 +67,7 @@ func (g *Gateway) addBox(e *store.Entity) *mailbox {
 			g.nudgeLoop(ctx, b)
 		}
 	}()
-	return b
+	return b, nil
 }
 
 func (g *Gateway) removeBox(gid string) {

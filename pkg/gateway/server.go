@@ -498,7 +498,11 @@ func (g *Gateway) register(e *store.Entity) (token, credFile string, err error) 
 		g.st.DeleteEntity(gid, "registration failed")
 		return "", "", fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot store the credential of %s", e.Name)
 	}
-	g.addBox(e)
+	if _, err := g.addBox(e, true); err != nil {
+		os.Remove(path)
+		g.st.DeleteEntity(gid, "registration failed")
+		return "", "", err
+	}
 	g.announceEntity(gid)
 	g.audit.Write(audit.Line{Event: "joined", Entity: e.Name, Recipient: gid})
 	g.log.Info("entity joined", "entity", e.Name, "gid", gid, "mode", e.Mode)
@@ -533,7 +537,7 @@ func (g *Gateway) unregister(gid, name string) (int, error) {
 		// Without the broker that cannot be done, and a queue left behind
 		// would swallow mail nobody reads: refuse, and keep the entity.
 		if err := g.br.RemoveInbox(gid, groups); err != nil {
-			g.br.AddInbox(gid, groups) // still ours: consumed again on reconnect
+			g.br.KeepInbox(gid, groups) // still ours: consumed again on reconnect
 			return 0, fault.Wrap(fault.Unavailable, fault.KindBrokerDown, err, "cannot remove %s now: its inbox queue on the broker must go with it", name).
 				WithHint("try again once the broker is back")
 		}
