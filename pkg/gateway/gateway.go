@@ -402,5 +402,4 @@ func (g *Gateway) crashAt(point string) {
 	}
 }
 
-
 func (g *Gateway) String() string { return fmt.Sprintf("gateway %s", g.cfg.Host) }
