@@ -86,9 +86,6 @@ type Request struct {
 	Add    []string `json:"add,omitempty"`
 	Remove []string `json:"remove,omitempty"`
 
-	// Hook, inside the gateway only, sees the envelope before it is sent.
-	Hook func(*envelope.Envelope) `json:"-"`
-
 	// status
 	Status string `json:"status,omitempty"`
 
@@ -107,10 +104,10 @@ type Request struct {
 // ErrorBody is a failure carried on the socket; it maps one to one onto
 // fault.Error.
 type ErrorBody struct {
-	Kind    string `json:"kind"`
-	Exit    int    `json:"exit"`
-	Message string `json:"message"`
-	Hint    string `json:"hint,omitempty"`
+	Kind    fault.Kind `json:"kind"`
+	Exit    int        `json:"exit"`
+	Message string     `json:"message"`
+	Hint    string     `json:"hint,omitempty"`
 }
 
 // Response is every gateway→client frame.
@@ -118,20 +115,19 @@ type Response struct {
 	OK    bool       `json:"ok"`
 	Error *ErrorBody `json:"error,omitempty"`
 
-	Hello    *Hello          `json:"hello,omitempty"`
-	Entity   *EntityRow      `json:"entity,omitempty"`
-	Token    string          `json:"token,omitempty"`
-	CredFile string          `json:"credential_file,omitempty"`
-	Entities []EntityRow     `json:"entities,omitempty"`
-	Sent     *Sent           `json:"sent,omitempty"`
-	Record   *Record         `json:"record,omitempty"`
-	Batch    []Delivery      `json:"batch,omitempty"`
-	End      bool            `json:"end,omitempty"` // recv: no more batches
-	Dead     []DeadLetter    `json:"dead,omitempty"`
-	Count    int             `json:"count,omitempty"`
-	Raw      json.RawMessage `json:"raw,omitempty"`
-	Spawned  *Spawned        `json:"spawned,omitempty"` // spawn
-	Stopped  *Stopped        `json:"stopped,omitempty"` // stop
+	Hello    *Hello       `json:"hello,omitempty"`
+	Entity   *EntityRow   `json:"entity,omitempty"`
+	Token    string       `json:"token,omitempty"`
+	CredFile string       `json:"credential_file,omitempty"`
+	Entities []EntityRow  `json:"entities,omitempty"`
+	Sent     *Sent        `json:"sent,omitempty"`
+	Record   *Record      `json:"record,omitempty"`
+	Batch    []Delivery   `json:"batch,omitempty"`
+	End      bool         `json:"end,omitempty"` // recv: no more batches
+	Dead     []DeadLetter `json:"dead,omitempty"`
+	Count    int          `json:"count,omitempty"`
+	Spawned  *Spawned     `json:"spawned,omitempty"` // spawn
+	Stopped  *Stopped     `json:"stopped,omitempty"` // stop
 }
 
 // Spawned is an entity a launcher started (fleet-spawn's answer).

@@ -78,6 +78,9 @@ type generation struct {
 	mu               sync.Mutex
 	consumers        map[string]*consumer
 	wg               sync.WaitGroup
+	setup            *rpcChannel // consumer.go: declarations and bindings
+	chansMu          sync.Mutex
+	chans            []*consumeChannel // consumer.go: shared by the inbox consumers
 }
 
 // New returns a transport; nothing is dialed until Run.
@@ -313,9 +316,9 @@ func (b *Broker) connect(ctx context.Context) (*generation, error) {
 	if err := ch.QueueBind(rq, "roster.#", ExRoster, false, nil); err != nil {
 		return fail(err)
 	}
-	ch.Close()
 	gctx, cancel := context.WithCancel(ctx)
-	gen := &generation{pubConn: pubConn, subConn: subConn, ctx: gctx, cancel: cancel, consumers: map[string]*consumer{}}
+	gen := &generation{pubConn: pubConn, subConn: subConn, ctx: gctx, cancel: cancel, consumers: map[string]*consumer{},
+		setup: &rpcChannel{conn: subConn, ch: ch}}
 	pub, err := newPublisher(pubConn, b.log)
 	if err != nil {
 		cancel()
@@ -344,7 +347,7 @@ func (b *Broker) serve(ctx context.Context, gen *generation) error {
 	b.mu.Unlock()
 	b.setState(true)
 	for gid, groups := range want {
-		b.startConsumer(gen, gid, groups)
+		b.startConsumer(gen, gid, groups, nil)
 	}
 	if b.presence != nil {
 		gen.wg.Add(1)
@@ -387,25 +390,43 @@ func closeErr(what string, err *amqp.Error) error {
 	return fmt.Errorf("%s closed: %s", what, err.Error())
 }
 
-// AddInbox declares, binds and consumes the inbox of a local entity, now if
-// connected and after every reconnect.
-func (b *Broker) AddInbox(gid string, groups []string) {
+// AddInbox declares, binds and consumes the inbox of a local entity, and
+// keeps it consumed after every reconnect. Connected, it returns once the
+// inbox is consumed — a message sent the moment join returns is routed and
+// taken — or with the error that kept it from being, and then forgets it
+// (nothing half-made). Disconnected, it returns nil: the inbox is declared
+// and consumed when the connection comes back.
+func (b *Broker) AddInbox(gid string, groups []string) error {
 	b.mu.Lock()
 	b.inboxes[gid] = groups
 	gen := b.gen
 	b.mu.Unlock()
 	if gen == nil {
-		return
+		return nil
 	}
-	// declare and bind now, so a message sent the moment join returns is
-	// routed; the consumer follows on its own channel
-	if ch, err := gen.subConn.Channel(); err == nil {
-		if err := declareInbox(ch, gid, groups, b.cfg.Limits); err != nil {
-			b.log.Warn("declaring inbox", "queue", InboxQueue(gid), "err", err)
-		}
-		ch.Close()
+	o, err := b.openInbox(gen, gid, groups)
+	if err != nil {
+		b.mu.Lock()
+		delete(b.inboxes, gid)
+		b.mu.Unlock()
+		return fault.Wrap(fault.Unavailable, fault.KindBrokerDown, err, "could not declare and consume the inbox %s on the broker", InboxQueue(gid)).
+			WithHint("check the broker and the gateway's log; the entity was not registered")
 	}
-	b.startConsumer(gen, gid, groups)
+	b.startConsumer(gen, gid, groups, o)
+	return nil
+}
+
+// KeepInbox makes gid's inbox one this gateway consumes, now in the
+// background if connected, and after every reconnect: for the entities
+// loaded at start, whose inboxes exist already.
+func (b *Broker) KeepInbox(gid string, groups []string) {
+	b.mu.Lock()
+	b.inboxes[gid] = groups
+	gen := b.gen
+	b.mu.Unlock()
+	if gen != nil {
+		b.startConsumer(gen, gid, groups, nil)
+	}
 }
 
 // SetGroups rebinds gid's inbox to its new groups' broadcast keys at once
@@ -451,7 +472,7 @@ func (b *Broker) RemoveInbox(gid string, groups []string) error {
 	gen := b.gen
 	b.mu.Unlock()
 	if gen == nil {
-		return fault.New(fault.Unavailable, "broker_down", "broker unreachable: inbox queue %s left in place", InboxQueue(gid))
+		return fault.New(fault.Unavailable, fault.KindBrokerDown, "broker unreachable: inbox queue %s left in place", InboxQueue(gid))
 	}
 	gen.mu.Lock()
 	c := gen.consumers[gid]
@@ -517,10 +538,10 @@ func (b *Broker) Publish(ctx context.Context, key string, env *envelope.Envelope
 		case resNack:
 			nacks++
 			if nacks >= 2 {
-				return fault.New(fault.TempFail, "inbox_full", "the inbox of %s is full: the broker refused the message", key)
+				return fault.New(fault.TempFail, fault.KindInboxFull, "the inbox of %s is full: the broker refused the message", key)
 			}
 		case resTimeout:
-			return fault.New(fault.Unavailable, "broker_timeout",
+			return fault.New(fault.Unavailable, fault.KindBrokerTimeout,
 				"the broker did not confirm the message within %v; it may still deliver it", b.cfg.PublishTimeout).
 				WithHint("check the broker (a memory or disk alarm blocks publishers); fleet-send --status MSG_ID tells nothing until it confirms")
 		case resClosed:
@@ -528,7 +549,7 @@ func (b *Broker) Publish(ctx context.Context, key string, env *envelope.Envelope
 			// connection is current, while time remains
 		}
 		if time.Now().After(deadline) || attempt >= 5 {
-			return fault.New(fault.Unavailable, "broker_down", "the broker connection failed while sending; outcome unknown, not confirmed")
+			return fault.New(fault.Unavailable, fault.KindBrokerDown, "the broker connection failed while sending; outcome unknown, not confirmed")
 		}
 		backoff.Sleep(ctx, 50*time.Millisecond*time.Duration(attempt))
 	}
@@ -541,7 +562,7 @@ func (b *Broker) current(refused, downHint string) (*generation, error) {
 	gen, blocked, lastErr := b.gen, b.blocked, b.lastErr
 	b.mu.Unlock()
 	if blocked != "" {
-		return nil, fault.New(fault.Unavailable, "broker_blocked", "the broker is blocking publishers (%s): %s", blocked, refused).
+		return nil, fault.New(fault.Unavailable, fault.KindBrokerBlocked, "the broker is blocking publishers (%s): %s", blocked, refused).
 			WithHint("free the broker's memory or disk; local sends keep working")
 	}
 	if gen == nil {
@@ -549,7 +570,7 @@ func (b *Broker) current(refused, downHint string) (*generation, error) {
 		if lastErr != nil {
 			msg += ": " + lastErr.Error()
 		}
-		return nil, fault.New(fault.Unavailable, "broker_down", "%s", msg).WithHint("%s", downHint)
+		return nil, fault.New(fault.Unavailable, fault.KindBrokerDown, "%s", msg).WithHint("%s", downHint)
 	}
 	return gen, nil
 }

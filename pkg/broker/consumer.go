@@ -4,17 +4,97 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/fleetd/fleet/pkg/envelope"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// consumer owns one channel with one exclusive, manual-ack consumer on one
-// local inbox. Deliveries are acked on the channel they came from, by this
-// goroutine, and only after the handler has the message durably.
+// Inbox consumers share channels. RabbitMQ allows a connection
+// channel_max channels (2,047 by default): one channel per inbox would
+// silently stop at about two thousand entities. So up to
+// ConsumersPerChannel exclusive, manual-ack consumers share one channel
+// (consumeChannel), each read by its own goroutine, which acks on that
+// channel — only after the handler has the message durably — and never on
+// another. Declarations, bindings and deletions go through one setup
+// channel per connection (rpcChannel). An AMQP channel is not safe for
+// concurrent RPCs, so each has a lock around its RPCs.
+
+// ConsumersPerChannel is how many inbox consumers share one AMQP channel.
+const ConsumersPerChannel = 200
+
+// rpcChannel is a channel for RPCs, one at a time, reopened after an
+// error closed it.
+type rpcChannel struct {
+	conn *amqp.Connection
+	mu   sync.Mutex
+	ch   *amqp.Channel
+}
+
+// do runs f on the channel, opening it first if it is closed.
+func (r *rpcChannel) do(f func(ch *amqp.Channel) error) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ch == nil || r.ch.IsClosed() {
+		ch, err := r.conn.Channel()
+		if err != nil {
+			return err
+		}
+		r.ch = ch
+	}
+	return f(r.ch)
+}
+
+// consumeChannel carries up to ConsumersPerChannel inbox consumers.
+type consumeChannel struct {
+	mu sync.Mutex // one RPC at a time (consume, cancel)
+	ch *amqp.Channel
+	n  int // consumers on it (guarded by the generation's chansMu)
+}
+
+// consumeOn returns a shared channel with room for one more consumer,
+// opening one when none has room.
+func (b *Broker) consumeOn(gen *generation) (*consumeChannel, error) {
+	gen.chansMu.Lock()
+	defer gen.chansMu.Unlock()
+	live := gen.chans[:0]
+	for _, cc := range gen.chans {
+		if !cc.ch.IsClosed() {
+			live = append(live, cc)
+		}
+	}
+	gen.chans = live
+	for _, cc := range gen.chans {
+		if cc.n < ConsumersPerChannel {
+			cc.n++
+			return cc, nil
+		}
+	}
+	ch, err := gen.subConn.Channel()
+	if err != nil {
+		return nil, err
+	}
+	if err := ch.Qos(b.cfg.Prefetch, 0, false); err != nil { // per consumer
+		return nil, err
+	}
+	cc := &consumeChannel{ch: ch, n: 1}
+	gen.chans = append(gen.chans, cc)
+	return cc, nil
+}
+
+// release gives back cc's place of one consumer.
+func (gen *generation) release(cc *consumeChannel) {
+	gen.chansMu.Lock()
+	cc.n--
+	gen.chansMu.Unlock()
+}
+
+// consumer is one local inbox's consumer: a goroutine reading its
+// deliveries on a shared channel.
 type consumer struct {
 	gid  string
+	tag  string
 	quit chan struct{}
 	done chan struct{}
 }
@@ -26,29 +106,42 @@ func (c *consumer) stop() {
 	<-c.done
 }
 
-func (b *Broker) startConsumer(gen *generation, gid string, groups []string) {
+// opened is an inbox consumed on a shared channel.
+type opened struct {
+	cc         *consumeChannel
+	deliveries <-chan amqp.Delivery
+}
+
+// startConsumer runs gid's consumer, on first if the caller opened it
+// already (nil: the consumer opens it).
+func (b *Broker) startConsumer(gen *generation, gid string, groups []string, first *opened) {
 	gen.mu.Lock()
 	if _, ok := gen.consumers[gid]; ok {
 		gen.mu.Unlock()
+		if first != nil { // consumed twice: keep the running one
+			b.cancel(gen, first, b.tag(gid), gid)
+		}
 		return
 	}
-	c := &consumer{gid: gid, quit: make(chan struct{}), done: make(chan struct{})}
+	c := &consumer{gid: gid, tag: b.tag(gid), quit: make(chan struct{}), done: make(chan struct{})}
 	gen.consumers[gid] = c
 	gen.mu.Unlock()
 	gen.wg.Add(1)
 	go func() {
 		defer gen.wg.Done()
 		defer close(c.done)
-		b.consume(gen, c, groups)
+		b.consume(gen, c, groups, first)
 	}()
 }
+
+func (b *Broker) tag(gid string) string { return fmt.Sprintf("fleet-gw/%s/%s", b.cfg.Host, gid) }
 
 // rivalGrace is how long a 403 "exclusive use" right after our own
 // reconnect is taken for our own half-dead old connection (which the broker
 // reaps after missed heartbeats) rather than a rival gateway.
 func (b *Broker) rivalGrace() time.Duration { return 3*b.cfg.Heartbeat + 2*time.Second }
 
-func (b *Broker) consume(gen *generation, c *consumer, groups []string) {
+func (b *Broker) consume(gen *generation, c *consumer, groups []string, first *opened) {
 	q := InboxQueue(c.gid)
 	log := b.log.With("queue", q)
 	started := time.Now()
@@ -56,52 +149,59 @@ func (b *Broker) consume(gen *generation, c *consumer, groups []string) {
 	for {
 		select {
 		case <-c.quit:
+			if first != nil {
+				b.cancel(gen, first, c.tag, c.gid)
+			}
 			return
 		case <-gen.ctx.Done():
 			return
 		default:
 		}
-		ch, deliveries, err := b.openInbox(gen, c.gid, groups)
-		if errors.Is(err, errRemoved) {
-			return
-		}
-		if err != nil {
-			var ae *amqp.Error
-			if errors.As(err, &ae) && ae.Code == amqp.AccessRefused {
-				b.mu.Lock()
-				since := b.reconnected
-				b.mu.Unlock()
-				ours := !since.IsZero() && time.Since(since) < b.rivalGrace()
-				if !ours && !reported {
-					log.Error("inbox is consumed by another gateway: refusing to split its stream",
-						"err", err.Error(), "waited", time.Since(started).Round(time.Second).String())
-					reported = true
-				} else if ours {
-					log.Info("inbox still held by our previous connection: retrying until the broker reaps it")
+		o := first
+		first = nil
+		if o == nil {
+			var err error
+			o, err = b.openInbox(gen, c.gid, groups)
+			if errors.Is(err, errRemoved) {
+				return
+			}
+			if err != nil {
+				var ae *amqp.Error
+				if errors.As(err, &ae) && ae.Code == amqp.AccessRefused {
+					b.mu.Lock()
+					since := b.reconnected
+					b.mu.Unlock()
+					ours := !since.IsZero() && time.Since(since) < b.rivalGrace()
+					if !ours && !reported {
+						log.Error("inbox is consumed by another gateway: refusing to split its stream",
+							"err", err.Error(), "waited", time.Since(started).Round(time.Second).String())
+						reported = true
+					} else if ours {
+						log.Info("inbox still held by our previous connection: retrying until the broker reaps it")
+					}
+					if !wait(c, gen, time.Second) {
+						return
+					}
+					continue
 				}
-				if !wait(c, gen, time.Second) {
+				if gen.ctx.Err() == nil && !reported {
+					log.Error("cannot consume inbox: retrying", "err", err)
+					reported = true
+				}
+				if !wait(c, gen, 2*time.Second) {
 					return
 				}
 				continue
 			}
-			if gen.ctx.Err() == nil {
-				log.Error("cannot consume inbox", "err", err)
-			}
-			if !wait(c, gen, 2*time.Second) {
-				return
-			}
-			continue
 		}
 		if reported {
 			log.Info("inbox claimed: consuming")
 			reported = false
 		}
-		closed := ch.NotifyClose(make(chan *amqp.Error, 1))
-		if !b.drain(gen, c, ch, deliveries, closed) {
-			ch.Close()
+		if !b.drain(gen, c, o) {
 			return
 		}
-		// channel closed under us (not the connection): open a new one
+		// the shared channel closed under us (not the connection): again
 	}
 }
 
@@ -118,70 +218,95 @@ func wait(c *consumer, gen *generation, d time.Duration) bool {
 	}
 }
 
-// openInbox declares, binds and consumes an inbox on a fresh channel. A
-// queue that exists with other limits than configured (406 inequivalent
-// arg) is not redeclared in a loop: it is used as it is and the mismatch is
-// logged loudly, once per connection.
-func (b *Broker) openInbox(gen *generation, gid string, groups []string) (*amqp.Channel, <-chan amqp.Delivery, error) {
+// declare declares and binds gid's inbox on the setup channel. A queue
+// that exists with other limits than configured (406 inequivalent arg) is
+// not redeclared in a loop: it is used as it is and the mismatch is logged
+// loudly.
+func (b *Broker) declare(gen *generation, gid string, groups []string) error {
+	q := InboxQueue(gid)
+	err := gen.setup.do(func(ch *amqp.Channel) error {
+		_, err := ch.QueueDeclare(q, true, false, false, false, inboxArgs(b.cfg.Limits))
+		return err
+	})
+	var ae *amqp.Error
+	if errors.As(err, &ae) && ae.Code == amqp.PreconditionFailed {
+		b.log.Error("inbox queue exists with other arguments than configured: keeping its current limits",
+			"queue", q, "err", ae.Reason,
+			"fix", "the new limits apply to inboxes declared from now on; to change this one, delete it while empty or set a broker policy")
+		err = gen.setup.do(func(ch *amqp.Channel) error {
+			_, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
+			return err
+		})
+	}
+	if err != nil {
+		return err
+	}
+	return gen.setup.do(func(ch *amqp.Channel) error {
+		for _, k := range InboxKeys(gid, groups) {
+			if err := ch.QueueBind(q, k, ExMsg, false, nil); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// openInbox declares, binds and consumes an inbox, on a shared channel.
+func (b *Broker) openInbox(gen *generation, gid string, groups []string) (*opened, error) {
 	b.mu.Lock()
 	_, wanted := b.inboxes[gid]
 	b.mu.Unlock()
 	if !wanted { // removed meanwhile: never declare it again
-		return nil, nil, errRemoved
+		return nil, errRemoved
 	}
-	q := InboxQueue(gid)
-	ch, err := gen.subConn.Channel()
+	if err := b.declare(gen, gid, groups); err != nil {
+		return nil, err
+	}
+	cc, err := b.consumeOn(gen)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	if _, err := ch.QueueDeclare(q, true, false, false, false, inboxArgs(b.cfg.Limits)); err != nil {
-		var ae *amqp.Error
-		if !errors.As(err, &ae) || ae.Code != amqp.PreconditionFailed {
-			return nil, nil, err
-		}
-		b.log.Error("inbox queue exists with other arguments than configured: keeping its current limits",
-			"queue", q, "err", ae.Reason,
-			"fix", "the new limits apply to inboxes declared from now on; to change this one, delete it while empty or set a broker policy")
-		if ch, err = gen.subConn.Channel(); err != nil {
-			return nil, nil, err
-		}
-		if _, err := ch.QueueDeclarePassive(q, true, false, false, false, nil); err != nil {
-			return nil, nil, err
-		}
-	}
-	for _, k := range InboxKeys(gid, groups) {
-		if err := ch.QueueBind(q, k, ExMsg, false, nil); err != nil {
-			return nil, nil, err
-		}
-	}
-	if err := ch.Qos(b.cfg.Prefetch, 0, false); err != nil {
-		return nil, nil, err
-	}
-	tag := fmt.Sprintf("fleet-gw/%s/%s", b.cfg.Host, gid)
-	d, err := ch.Consume(q, tag, false, true, false, false, nil)
+	cc.mu.Lock()
+	d, err := cc.ch.Consume(InboxQueue(gid), b.tag(gid), false, true, false, false, nil)
+	cc.mu.Unlock()
 	if err != nil {
-		return nil, nil, err
+		gen.release(cc)
+		return nil, err
 	}
-	return ch, d, nil
+	return &opened{cc: cc, deliveries: d}, nil
+}
+
+// cancel stops consuming an inbox on its shared channel: what was
+// delivered to it and not yet taken goes back to the queue.
+func (b *Broker) cancel(gen *generation, o *opened, tag, gid string) {
+	o.cc.mu.Lock()
+	err := o.cc.ch.Cancel(tag, false)
+	o.cc.mu.Unlock()
+	gen.release(o.cc)
+	if err != nil {
+		return // the channel is gone: its unacked deliveries are requeued by the broker
+	}
+	for d := range o.deliveries {
+		_ = d.Nack(false, true)
+	}
 }
 
 // drain hands deliveries to the handler until the channel closes (true:
-// reopen) or the consumer or generation stops (false).
-func (b *Broker) drain(gen *generation, c *consumer, ch *amqp.Channel, deliveries <-chan amqp.Delivery, closed <-chan *amqp.Error) bool {
+// consume again) or the consumer or generation stops (false).
+func (b *Broker) drain(gen *generation, c *consumer, o *opened) bool {
 	for {
 		select {
 		case <-c.quit:
-			ch.Close() // unacked deliveries go back to the queue
+			b.cancel(gen, o, c.tag, c.gid)
 			return false
 		case <-gen.ctx.Done():
 			return false
-		case err := <-closed:
-			if gen.ctx.Err() == nil && err != nil {
-				b.log.Warn("inbox channel closed: reopening", "queue", InboxQueue(c.gid), "err", err.Error())
-			}
-			return gen.ctx.Err() == nil
-		case d, ok := <-deliveries:
+		case d, ok := <-o.deliveries:
 			if !ok {
+				gen.release(o.cc)
+				if gen.ctx.Err() == nil {
+					b.log.Warn("inbox channel closed: consuming again", "queue", InboxQueue(c.gid))
+				}
 				return gen.ctx.Err() == nil
 			}
 			b.take(d, c.gid)

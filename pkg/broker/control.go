@@ -50,19 +50,19 @@ func (b *Broker) PublishControl(ctx context.Context, host string, env *envelope.
 		case resAck:
 			return nil
 		case resReturned:
-			return fault.New(fault.NoRecipient, "unknown_host", "no host %s: no gateway has a control queue for it on the broker", host).
+			return fault.New(fault.NoRecipient, fault.KindUnknownHost, "no host %s: no gateway has a control queue for it on the broker", host).
 				WithHint("list the hosts with: fleet-roster")
 		case resNack:
-			return fault.New(fault.TempFail, "broker_refused", "the broker refused the request to %s", host)
+			return fault.New(fault.TempFail, fault.KindBrokerRefused, "the broker refused the request to %s", host)
 		case resTimeout:
-			return fault.New(fault.Unavailable, "broker_timeout",
+			return fault.New(fault.Unavailable, fault.KindBrokerTimeout,
 				"the broker did not confirm the request within %v; it may still reach %s", b.cfg.PublishTimeout, host)
 		case resClosed:
 			// unknown outcome: the same request id again is safe, the
 			// target carries out each request id once
 		}
 		if time.Now().After(deadline) || attempt >= 5 {
-			return fault.New(fault.Unavailable, "broker_down", "the broker connection failed while sending; outcome unknown, not confirmed")
+			return fault.New(fault.Unavailable, fault.KindBrokerDown, "the broker connection failed while sending; outcome unknown, not confirmed")
 		}
 		backoff.Sleep(ctx, 50*time.Millisecond*time.Duration(attempt))
 	}

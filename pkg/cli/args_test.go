@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fleetd/fleet/pkg/fault"
 	"github.com/urfave/cli/v2"
 )
 
@@ -171,5 +172,15 @@ func TestWantsJSONStopsAtDoubleDash(t *testing.T) {
 		if got := wantsJSON(strings.Fields(args)); got != want {
 			t.Errorf("wantsJSON(%q) = %v, want %v", args, got, want)
 		}
+	}
+}
+
+// Report prints a message as written: names and kinds keep their case.
+func TestReportKeepsTheMessage(t *testing.T) {
+	var b strings.Builder
+	Report(&b, "fleet-roster", fault.New(fault.Usage, fault.KindNameTaken, "Alice is already registered (SPAWN_RESULT)").WithHint("choose another"), false)
+	want := "fleet-roster: error: Alice is already registered (SPAWN_RESULT)\nfleet-roster: hint: choose another\n"
+	if b.String() != want {
+		t.Errorf("got %q, want %q", b.String(), want)
 	}
 }

@@ -58,7 +58,7 @@ func Main(app *cli.App, args []string) int {
 	if !isFault(err) {
 		// Our own code returns faults; a plain error is urfave/cli's
 		// complaint about the command line (a missing required flag, say).
-		err = fault.New(fault.Usage, fault.KindUsage, "%s", err.Error()).WithHint("see: %s --help", app.Name)
+		err = fault.New(fault.Usage, fault.KindUsage, "%s", libraryMessage(err)).WithHint("see: %s --help", app.Name)
 	}
 	Report(stderr, app.Name, err, wantsJSON(args))
 	return int(fault.CodeOf(err))
@@ -69,14 +69,11 @@ func isFault(err error) bool {
 	return errors.As(err, &fe)
 }
 
-// Report writes err the house way.
+// Report writes err the house way, its message as written: the writers of
+// messages keep the rule (lowercase, no period), so a name such as Alice or
+// a kind such as SPAWN_RESULT is never altered here.
 func Report(w io.Writer, name string, err error, asJSON bool) {
-	msg := err.Error()
-	if msg != "" {
-		msg = strings.ToLower(msg[:1]) + msg[1:]
-	}
-	msg = strings.TrimSuffix(msg, ".")
-	fmt.Fprintf(w, "%s: error: %s\n", name, msg)
+	fmt.Fprintf(w, "%s: error: %s\n", name, err.Error())
 	if h := fault.HintOf(err); h != "" {
 		fmt.Fprintf(w, "%s: hint: %s\n", name, h)
 	}
@@ -264,3 +261,13 @@ func PrintJSON(w io.Writer, v any) error { return printJSON(w, v) }
 // Interspersed is the argument reordering Main applies (for the other app
 // packages' tests).
 func Interspersed(app *cli.App, args []string) []string { return interspersed(app, args) }
+
+// libraryMessage is a command-line library's error in the house style: it
+// begins with a capital ("Required flag ...") and may end with a period.
+func libraryMessage(err error) string {
+	msg := strings.TrimSuffix(err.Error(), ".")
+	if msg != "" {
+		msg = strings.ToLower(msg[:1]) + msg[1:]
+	}
+	return msg
+}

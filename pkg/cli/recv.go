@@ -77,13 +77,13 @@ func runRecv(c *cli.Context) error {
 				err = printHuman(out, d.Envelope)
 			}
 			if err != nil {
-				return fault.Wrap(fault.CantCreate, "output", err, "writing the message out")
+				return fault.Wrap(fault.CantCreate, fault.KindOutput, err, "writing the message out")
 			}
 			acks = append(acks, d.Envelope.MsgID)
 		}
 		// Written out first, acknowledged after.
 		if err := out.Flush(); err != nil {
-			return fault.Wrap(fault.CantCreate, "output", err, "writing messages out (not acknowledged: they stay in the inbox)")
+			return fault.Wrap(fault.CantCreate, fault.KindOutput, err, "writing messages out (not acknowledged: they stay in the inbox)")
 		}
 		if os.Getenv("FLEET_CRASHPOINT") == "recv-before-ack" {
 			// test hook: die like kill -9 between writing and acknowledging

@@ -25,7 +25,6 @@ import (
 	"github.com/fleetd/fleet/pkg/cli/rosterapp"
 	"github.com/fleetd/fleet/pkg/config"
 	"github.com/fleetd/fleet/pkg/fault"
-	"github.com/fleetd/fleet/pkg/launch"
 	ucli "github.com/urfave/cli/v2"
 )
 
@@ -231,7 +230,7 @@ var exitCodes = []struct {
 	{fault.NoRecipient, "No such recipient, message or entity."},
 	{fault.Unavailable, "Unavailable: no gateway is running on the socket, the gateway was lost, or it is shutting down."},
 	{fault.Software, "Internal error: a bug in fleet."},
-	{launch.ExitFailed, "Launch failed (fleet-spawn, fleet-stop): the launcher of the target host could not start the entity's command, the command died at once (its output is in the message), or its process could not be stopped."},
+	{fault.LaunchFailed, "Launch failed (fleet-spawn, fleet-stop): the launcher of the target host could not start the entity's command, the command died at once (its output is in the message), or its process could not be stopped."},
 	{fault.CantCreate, "Cannot create: the state folder, the socket or the output cannot be created or written."},
 	{fault.TempFail, "Try again: timed out, an inbox is busy (another fleet-recv drains it) or full, or another gateway holds the state folder or socket."},
 	{fault.Refused, "Refused: a missing, malformed or invalid credential, or a peer of another user."},

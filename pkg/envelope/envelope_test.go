@@ -33,7 +33,7 @@ func asFault(t *testing.T, err error) *fault.Error {
 
 // wantFault checks that err is a fault of the given kind and code 65, and
 // that no envelope came with it.
-func wantFault(t *testing.T, e *Envelope, err error, kind string) *fault.Error {
+func wantFault(t *testing.T, e *Envelope, err error, kind fault.Kind) *fault.Error {
 	t.Helper()
 	fe := asFault(t, err)
 	if fe.Kind != kind {
@@ -326,7 +326,7 @@ func TestCheckBody(t *testing.T) {
 		name string
 		body string
 		max  int
-		kind string // "" means accepted
+		kind fault.Kind // "" means accepted
 	}{
 		{"text", "hello", 10, ""},
 		{"at limit", "0123456789", 10, ""},

@@ -15,22 +15,23 @@ type Code int
 // Exit codes. The table is part of the public contract: codes are only ever
 // added, never renumbered.
 const (
-	OK          Code = 0
-	Usage       Code = 64 // EX_USAGE: bad flags or arguments, ambiguous name
-	Data        Code = 65 // EX_DATAERR: empty, non-UTF-8 or oversized body, bad frame
-	NoRecipient Code = 67 // EX_NOUSER: no such recipient, message or entity
-	Unavailable Code = 69 // EX_UNAVAILABLE: no gateway running, broker down
-	Software    Code = 70 // EX_SOFTWARE: a bug or an unexpected internal error
-	CantCreate  Code = 73 // EX_CANTCREAT: state folder or socket cannot be written
-	TempFail    Code = 75 // EX_TEMPFAIL: timed out, inbox busy or full, try again
-	Refused     Code = 77 // EX_NOPERM: bad or missing credential, wrong peer
+	OK           Code = 0
+	Usage        Code = 64 // EX_USAGE: bad flags or arguments, ambiguous name
+	Data         Code = 65 // EX_DATAERR: empty, non-UTF-8 or oversized body, bad frame
+	NoRecipient  Code = 67 // EX_NOUSER: no such recipient, message or entity
+	Unavailable  Code = 69 // EX_UNAVAILABLE: no gateway running, broker down
+	Software     Code = 70 // EX_SOFTWARE: a bug or an unexpected internal error
+	LaunchFailed Code = 71 // EX_OSERR: a launcher could not start or stop an entity's command
+	CantCreate   Code = 73 // EX_CANTCREAT: state folder or socket cannot be written
+	TempFail     Code = 75 // EX_TEMPFAIL: timed out, inbox busy or full, try again
+	Refused      Code = 77 // EX_NOPERM: bad or missing credential, wrong peer
 )
 
 // Error is a failure with an exit code, a stable machine-readable kind
 // (snake_case, used in JSON and on the socket) and an optional hint.
 type Error struct {
 	Code Code
-	Kind string
+	Kind Kind
 	Msg  string
 	Hint string
 	Err  error
@@ -49,12 +50,12 @@ func (e *Error) Error() string {
 func (e *Error) Unwrap() error { return e.Err }
 
 // New returns an Error with the given code and kind.
-func New(code Code, kind, format string, args ...any) *Error {
+func New(code Code, kind Kind, format string, args ...any) *Error {
 	return &Error{Code: code, Kind: kind, Msg: fmt.Sprintf(format, args...)}
 }
 
 // Wrap returns an Error wrapping err.
-func Wrap(code Code, kind string, err error, format string, args ...any) *Error {
+func Wrap(code Code, kind Kind, err error, format string, args ...any) *Error {
 	return &Error{Code: code, Kind: kind, Msg: fmt.Sprintf(format, args...), Err: err}
 }
 
@@ -77,13 +78,13 @@ func CodeOf(err error) Code {
 	return Software
 }
 
-// KindOf returns the kind err carries, "internal" for a plain error.
-func KindOf(err error) string {
+// KindOf returns the kind err carries, KindInternal for a plain error.
+func KindOf(err error) Kind {
 	var fe *Error
 	if errors.As(err, &fe) {
 		return fe.Kind
 	}
-	return "internal"
+	return KindInternal
 }
 
 // HintOf returns the hint err carries, if any.
@@ -95,32 +96,69 @@ func HintOf(err error) string {
 	return ""
 }
 
-// Kinds used across packages. Kept here so the socket, the CLI and the
-// docs agree on the spelling.
+// Kind is a failure's stable, machine-readable name: snake_case, in JSON
+// and on the socket. The set is closed — every kind is declared here, none
+// is written as a bare string elsewhere (a test in this package checks the
+// tree) — and kinds are only ever added.
+type Kind string
+
 const (
-	KindUsage            = "usage"
-	KindEmptyBody        = "empty_body"
-	KindBodyTooLarge     = "body_too_large"
-	KindBadUTF8          = "bad_utf8"
-	KindBadFrame         = "bad_frame"
-	KindBadEnvelope      = "bad_envelope"
-	KindNewerSchema      = "newer_schema"
-	KindUnknownRecipient = "unknown_recipient"
-	KindUnknownMessage   = "unknown_message"
-	KindUnknownEntity    = "unknown_entity"
-	KindNameTaken        = "name_taken"
-	KindNoGateway        = "no_gateway"
-	KindGatewayLocked    = "gateway_running"
-	KindStateDir         = "state_dir"
-	KindTimeout          = "timeout"
-	KindInboxBusy        = "inbox_busy"
-	KindBadCredential    = "bad_credential"
-	KindNoCredential     = "no_credential"
-	KindPeer             = "peer_refused"
-	KindProtocol         = "protocol"
-	KindInternal         = "internal"
-	KindShuttingDown     = "shutting_down"
-	KindBadConfig        = "bad_config"
-	KindHostTaken        = "host_taken"   // another live gateway holds this host id on the broker
-	KindUnknownHost      = "unknown_host" // no such host (control plane, trust file)
+	KindUsage              Kind = "usage"
+	KindBadConfig          Kind = "bad_config"
+	KindAmbiguous          Kind = "ambiguous_recipient"
+	KindNameTaken          Kind = "name_taken"
+	KindUnknownProfile     Kind = "unknown_profile"
+	KindEmptyBody          Kind = "empty_body"
+	KindBodyTooLarge       Kind = "body_too_large"
+	KindBadUTF8            Kind = "bad_utf8"
+	KindBadFrame           Kind = "bad_frame"
+	KindBadEnvelope        Kind = "bad_envelope"
+	KindNewerSchema        Kind = "newer_schema"
+	KindProtocol           Kind = "protocol"
+	KindUnknownRecipient   Kind = "unknown_recipient"
+	KindUnknownMessage     Kind = "unknown_message"
+	KindUnknownEntity      Kind = "unknown_entity"
+	KindUnknownHost        Kind = "unknown_host" // no such host (control plane, trust file)
+	KindNoGateway          Kind = "no_gateway"
+	KindBrokerDown         Kind = "broker_down"
+	KindBrokerBlocked      Kind = "broker_blocked"
+	KindShuttingDown       Kind = "shutting_down"
+	KindInternal           Kind = "internal"
+	KindLaunchFailed       Kind = "launch_failed"
+	KindSpawnUncertain     Kind = "spawn_uncertain"
+	KindStateDir           Kind = "state_dir"
+	KindOutput             Kind = "output"
+	KindGatewayLocked      Kind = "gateway_running"
+	KindHostTaken          Kind = "host_taken" // another live gateway holds this host id on the broker
+	KindTimeout            Kind = "timeout"
+	KindBrokerTimeout      Kind = "broker_timeout" // no confirm in time: the outcome is unknown
+	KindBrokerRefused      Kind = "broker_refused"
+	KindInboxFull          Kind = "inbox_full"
+	KindInboxBusy          Kind = "inbox_busy"
+	KindTooLate            Kind = "too_late"
+	KindTooManyConnections Kind = "too_many_connections"
+	KindBadCredential      Kind = "bad_credential"
+	KindNoCredential       Kind = "no_credential"
+	KindPeer               Kind = "peer_refused"
 )
+
+// Kinds is the closed set.
+var Kinds = map[Kind]bool{}
+
+func init() {
+	for _, k := range []Kind{
+		KindUsage, KindBadConfig, KindAmbiguous, KindNameTaken, KindUnknownProfile,
+		KindEmptyBody, KindBodyTooLarge, KindBadUTF8, KindBadFrame, KindBadEnvelope, KindNewerSchema, KindProtocol,
+		KindUnknownRecipient, KindUnknownMessage, KindUnknownEntity, KindUnknownHost,
+		KindNoGateway, KindBrokerDown, KindBrokerBlocked, KindShuttingDown, KindInternal,
+		KindLaunchFailed, KindSpawnUncertain, KindStateDir, KindOutput,
+		KindGatewayLocked, KindHostTaken, KindTimeout, KindBrokerTimeout, KindBrokerRefused,
+		KindInboxFull, KindInboxBusy, KindTooLate, KindTooManyConnections,
+		KindBadCredential, KindNoCredential, KindPeer,
+	} {
+		Kinds[k] = true
+	}
+}
+
+// Known reports whether k is in the closed set.
+func (k Kind) Known() bool { return Kinds[k] }

@@ -81,7 +81,7 @@ func (g *Gateway) setupAuth() error {
 	}
 	g.admit = &admission{
 		host: g.cfg.Host, own: priv.Public().(ed25519.PublicKey), file: trust.Open(g.cfg.TrustFile),
-		memo: newVerified(1024), hostOf: g.remoteHostOf,
+		memo: newVerified(1024), hostOf: g.peers.HostOf,
 		dedupWindow: g.cfg.DedupWindow, presenceTTL: g.cfg.PresenceTTL,
 		untrusted: map[string]time.Time{},
 	}

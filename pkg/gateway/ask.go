@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/fleetd/fleet/pkg/api"
@@ -45,20 +46,145 @@ type askSeen struct {
 
 const askGrace = 10 * time.Minute
 
+// asks owns the asks of this host: the open fleet-asks waiting for an
+// answer, the asks delivered here (so an answer finds its asker), and the
+// answers sent from here to other hosts' asks.
+type asks struct {
+	mu      sync.Mutex
+	waiting map[string]*askWaiter  // ask msg id -> the fleet-ask waiting for it
+	seen    map[string]askSeen     // asks delivered here, for answering
+	answers map[string]*sentAnswer // answer msg id -> where it went, and the fleet-send --answer waiting
+}
+
+func newAsks() *asks {
+	return &asks{waiting: map[string]*askWaiter{}, seen: map[string]askSeen{}, answers: map[string]*sentAnswer{}}
+}
+
+// Wait registers the fleet-ask waiting for ask id.
+func (a *asks) Wait(id string, w *askWaiter) {
+	a.mu.Lock()
+	a.waiting[id] = w
+	a.mu.Unlock()
+}
+
+// Done ends the wait for ask id: later answers are TOO_LATE.
+func (a *asks) Done(id string) {
+	a.mu.Lock()
+	delete(a.waiting, id)
+	a.mu.Unlock()
+}
+
+// Waiter returns the fleet-ask waiting for ask id, or nil.
+func (a *asks) Waiter(id string) *askWaiter {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.waiting[id]
+}
+
+// Take hands over the waiter of the turn ans answers, removing it; nil if
+// the turn is gone (or ans belongs to another turn: never crossed).
+func (a *asks) Take(ans *envelope.Envelope) *askWaiter {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	w := a.waiting[ans.InReplyTo]
+	if w == nil || w.turn != ans.TurnID || w.gid != ans.Recipient.Gid {
+		return nil
+	}
+	delete(a.waiting, ans.InReplyTo)
+	return w
+}
+
+// Asking reports whether gid has an ask of its own waiting for an answer.
+func (a *asks) Asking(gid string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, w := range a.waiting {
+		if w.gid == gid {
+			return true
+		}
+	}
+	return false
+}
+
+// See records an ask delivered here; false if it was seen before.
+func (a *asks) See(env *envelope.Envelope) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, dup := a.seen[env.MsgID]; dup {
+		return false
+	}
+	a.seen[env.MsgID] = askSeen{env: env, keep: env.Expires.Add(askGrace)}
+	return true
+}
+
+// Seen returns an ask delivered here.
+func (a *asks) Seen(id string) (askSeen, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s, ok := a.seen[id]
+	return s, ok
+}
+
+// Answered records an answer sent to another host's ask.
+func (a *asks) Answered(id string, s *sentAnswer) {
+	a.mu.Lock()
+	a.answers[id] = s
+	a.mu.Unlock()
+}
+
+// StopWaiting detaches the answerer's fleet-send from answer id.
+func (a *asks) StopWaiting(id string) {
+	a.mu.Lock()
+	if s := a.answers[id]; s != nil {
+		s.ch = nil
+	}
+	a.mu.Unlock()
+}
+
+// SentFrom returns the answer msgID sent from here, checked against what
+// claims to come back about it: from host, to recipient ("": any).
+func (a *asks) SentFrom(msgID, host, recipient string) (*sentAnswer, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s := a.answers[msgID]
+	switch {
+	case s == nil:
+		return nil, broker.Refuse(broker.ReasonMisrouted, "no answer %s was sent from this host (or it is long gone)", msgID)
+	case s.host != host:
+		return nil, broker.Refuse(broker.ReasonWrongHost, "news of answer %s from host %s; it went to %s", msgID, host, s.host)
+	case recipient != "" && s.from != recipient:
+		return nil, broker.Refuse(broker.ReasonMisrouted, "news of answer %s for %s, which did not send it", msgID, recipient)
+	}
+	cp := *s
+	return &cp, nil
+}
+
+// Prune forgets asks and answers long past their expiry.
+func (a *asks) Prune(now time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for id, s := range a.seen {
+		if now.After(s.keep) {
+			delete(a.seen, id)
+		}
+	}
+	for id, s := range a.answers {
+		if s.ch == nil && now.After(s.keep) {
+			delete(a.answers, id)
+		}
+	}
+}
+
 // liveAdd puts an ask in an entity's in-memory live queue.
 func (g *Gateway) liveAdd(b *mailbox, env *envelope.Envelope) {
 	if env.Expired(time.Now()) {
 		g.log.Info("ask expired before it reached its askee: dropped", "msg_id", env.MsgID, "trace_id", env.TraceID)
 		return
 	}
-	g.pruneSeen(time.Now())
-	g.askMu.Lock()
-	if _, dup := g.seen[env.MsgID]; dup {
-		g.askMu.Unlock()
+	g.asks.Prune(time.Now())
+	if !g.asks.See(env) {
 		return // a redelivered or retransmitted copy: shown once at most
 	}
-	g.seen[env.MsgID] = askSeen{env: env, keep: env.Expires.Add(askGrace)}
-	g.askMu.Unlock()
 	b.mu.Lock()
 	for _, e := range b.live {
 		if e.MsgID == env.MsgID {
@@ -131,14 +257,10 @@ func (g *Gateway) ask(c *conn, req *api.Request) {
 	}
 	env.Expires = time.Now().Add(ttl).UTC()
 	w := &askWaiter{gid: sender.Gid, turn: env.TurnID, to: rcpt.Gid, ch: make(chan *envelope.Envelope, 1)}
-	g.askMu.Lock()
-	g.asks[env.MsgID] = w
-	g.askMu.Unlock()
+	g.asks.Wait(env.MsgID, w)
 	g.announceStatusSoon(sender.Gid) // reads "waiting" in the roster
 	defer func() {
-		g.askMu.Lock()
-		delete(g.asks, env.MsgID) // the turn is gone: later answers are TOO_LATE
-		g.askMu.Unlock()
+		g.asks.Done(env.MsgID) // the turn is gone: later answers are TOO_LATE
 		g.announceStatusSoon(sender.Gid)
 	}()
 	g.audit.Message("ask", env, 0, "")
@@ -174,15 +296,7 @@ func (g *Gateway) ask(c *conn, req *api.Request) {
 // handAnswer gives an answer to the turn that waits for it; false: the
 // turn is gone.
 func (g *Gateway) handAnswer(ans *envelope.Envelope) bool {
-	g.askMu.Lock()
-	w := g.asks[ans.InReplyTo]
-	if w != nil && (w.turn != ans.TurnID || w.gid != ans.Recipient.Gid) {
-		w = nil // another turn's: never crossed
-	}
-	if w != nil {
-		delete(g.asks, ans.InReplyTo)
-	}
-	g.askMu.Unlock()
+	w := g.asks.Take(ans)
 	if w == nil {
 		return false
 	}
@@ -201,9 +315,7 @@ func (g *Gateway) answer(req *api.Request) (*api.Response, error) {
 		return nil, err
 	}
 	me := from.snapshot()
-	g.askMu.Lock()
-	s, ok := g.seen[req.AnswerTo]
-	g.askMu.Unlock()
+	s, ok := g.asks.Seen(req.AnswerTo)
 	if !ok || s.env.Recipient.Gid != me.Gid {
 		return nil, fault.New(fault.NoRecipient, fault.KindUnknownMessage, "no ask %s was put to %s (or it is long gone)", req.AnswerTo, me.Name)
 	}
@@ -214,7 +326,7 @@ func (g *Gateway) answer(req *api.Request) (*api.Response, error) {
 	sent := &api.Sent{MsgID: ans.MsgID, TraceID: ans.TraceID, Recipient: ask.Sender.String(), Gid: ask.Sender.Gid}
 	tooLate := func(why string) error {
 		g.audit.Message("too_late", ans, 0, why)
-		return fault.New(fault.TempFail, "too_late", "too late: %s; the answer was not delivered", why)
+		return fault.New(fault.TempFail, fault.KindTooLate, "too late: %s; the answer was not delivered", why)
 	}
 	if ask.Expired(time.Now()) {
 		return nil, tooLate("the ask expired at " + ask.Expires.Format(time.RFC3339))
@@ -227,18 +339,10 @@ func (g *Gateway) answer(req *api.Request) (*api.Response, error) {
 		return &api.Response{Sent: sent}, nil
 	}
 	// across hosts: wait a moment for the asker's gateway to say
-	g.pruneSeen(time.Now())
+	g.asks.Prune(time.Now())
 	w := make(chan string, 1)
-	g.askMu.Lock()
-	g.answers[ans.MsgID] = &sentAnswer{from: me.Gid, host: ask.Sender.Host, ch: w, keep: ask.Expires.Add(askGrace)}
-	g.askMu.Unlock()
-	defer func() {
-		g.askMu.Lock()
-		if a := g.answers[ans.MsgID]; a != nil {
-			a.ch = nil
-		}
-		g.askMu.Unlock()
-	}()
+	g.asks.Answered(ans.MsgID, &sentAnswer{from: me.Gid, host: ask.Sender.Host, ch: w, keep: ask.Expires.Add(askGrace)})
+	defer g.asks.StopWaiting(ans.MsgID)
 	if err := g.br.Publish(g.runCtx, ask.Sender.Gid, ans, false); err != nil {
 		return nil, err
 	}
@@ -257,10 +361,7 @@ func (g *Gateway) answer(req *api.Request) (*api.Response, error) {
 // onAnswer takes an ANSWER from another host: to its turn, or TOO_LATE
 // back to the answerer. Only the askee may answer an ask.
 func (g *Gateway) onAnswer(ans *envelope.Envelope) error {
-	g.askMu.Lock()
-	w := g.asks[ans.InReplyTo]
-	g.askMu.Unlock()
-	if w != nil && w.to != ans.Sender.Gid {
+	if w := g.asks.Waiter(ans.InReplyTo); w != nil && w.to != ans.Sender.Gid {
 		return broker.Refuse(broker.ReasonWrongHost, "an answer to ask %s from %s, which was not asked", ans.InReplyTo, ans.Sender.String())
 	}
 	outcome := "answered"
@@ -284,28 +385,10 @@ func (g *Gateway) onAnswer(ans *envelope.Envelope) error {
 	return nil
 }
 
-// sentFrom returns the answer msgID this host sent, checked against what
-// claims to come back about it: from host, to recipient.
-func (g *Gateway) sentFrom(msgID, host, recipient string) (*sentAnswer, error) {
-	g.askMu.Lock()
-	defer g.askMu.Unlock()
-	a := g.answers[msgID]
-	switch {
-	case a == nil:
-		return nil, broker.Refuse(broker.ReasonMisrouted, "no answer %s was sent from this host (or it is long gone)", msgID)
-	case a.host != host:
-		return nil, broker.Refuse(broker.ReasonWrongHost, "news of answer %s from host %s; it went to %s", msgID, host, a.host)
-	case recipient != "" && a.from != recipient:
-		return nil, broker.Refuse(broker.ReasonMisrouted, "news of answer %s for %s, which did not send it", msgID, recipient)
-	}
-	cp := *a
-	return &cp, nil
-}
-
 // onTooLate takes a TOO_LATE from another host: to the answerer's waiting
 // fleet-send if it still waits, else as a notice in its inbox.
 func (g *Gateway) onTooLate(n *envelope.Envelope) error {
-	a, err := g.sentFrom(n.InReplyTo, n.Sender.Host, n.Recipient.Gid)
+	a, err := g.asks.SentFrom(n.InReplyTo, n.Sender.Host, n.Recipient.Gid)
 	if err != nil {
 		return err
 	}
@@ -322,7 +405,7 @@ func (g *Gateway) onTooLate(n *envelope.Envelope) error {
 
 // answerReceipt signals an answerer's waiting send that its answer landed.
 func (g *Gateway) answerReceipt(msgID, host string) error {
-	a, err := g.sentFrom(msgID, host, "")
+	a, err := g.asks.SentFrom(msgID, host, "")
 	if err != nil {
 		return err
 	}
@@ -333,32 +416,4 @@ func (g *Gateway) answerReceipt(msgID, host string) error {
 		}
 	}
 	return nil
-}
-
-// asking reports whether gid has an ask of its own waiting for an answer.
-func (g *Gateway) asking(gid string) bool {
-	g.askMu.Lock()
-	defer g.askMu.Unlock()
-	for _, w := range g.asks {
-		if w.gid == gid {
-			return true
-		}
-	}
-	return false
-}
-
-// pruneSeen forgets asks long past their expiry.
-func (g *Gateway) pruneSeen(now time.Time) {
-	g.askMu.Lock()
-	defer g.askMu.Unlock()
-	for id, s := range g.seen {
-		if now.After(s.keep) {
-			delete(g.seen, id)
-		}
-	}
-	for id, a := range g.answers {
-		if a.ch == nil && now.After(a.keep) {
-			delete(g.answers, id)
-		}
-	}
 }

@@ -88,11 +88,11 @@ func (g *Gateway) broadcast(req *api.Request) (*api.Response, error) {
 			return resp, nil // members here only
 		}
 		return nil, fault.New(fault.NoRecipient, fault.KindUnknownRecipient, "no members of %s on any host", sent.Recipient)
-	case fault.KindOf(err) == "inbox_full":
+	case fault.KindOf(err) == fault.KindInboxFull:
 		// reject-publish nacks the whole publish when any one bound inbox
 		// is full; every other inbox has its copy (a retry's copies are
 		// dropped by the dedup)
-		return nil, fault.New(fault.TempFail, "inbox_full",
+		return nil, fault.New(fault.TempFail, fault.KindInboxFull,
 			"%s: the inbox of at least one member on another host is full and refused its copy; the other members have theirs", sent.Recipient)
 	}
 	if local == 0 {
@@ -106,22 +106,12 @@ func (g *Gateway) broadcast(req *api.Request) (*api.Response, error) {
 
 // members are the local entities of a group ("all": every one).
 func (g *Gateway) members(group string) []*mailbox {
-	g.mu.RLock()
-	defer g.mu.RUnlock()
-	var out []*mailbox
-	for _, b := range g.boxes {
-		if group == "all" || slices.Contains(b.snapshot().Groups, group) {
-			out = append(out, b)
-		}
-	}
-	return out
+	return g.reg.Members(group)
 }
 
 // setGroups changes an entity's groups; its inbox is rebound at once.
 func (g *Gateway) setGroups(req *api.Request) (*api.Response, error) {
-	g.mu.RLock()
-	gid, ok := g.byName[req.Name]
-	g.mu.RUnlock()
+	gid, ok := g.reg.Named(req.Name)
 	if !ok {
 		return nil, fault.New(fault.NoRecipient, fault.KindUnknownEntity, "no entity named %s on this host", req.Name)
 	}

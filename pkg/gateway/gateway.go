@@ -14,7 +14,6 @@ package gateway
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -33,41 +32,37 @@ import (
 	"github.com/fleetd/fleet/pkg/store"
 )
 
-// Gateway is one host's fleet-gw.
+// Gateway is one host's fleet-gw: a composition of parts, each of which
+// owns its state behind its own lock and small API. The Gateway wires them
+// together (the routing fork, delivery, the control plane are its methods)
+// and holds no feature state of its own:
+//
+//	reg    registry.go    the live entities, by gid and name
+//	st     pkg/store      everything durable: entities, inboxes, records
+//	rdv    rendezvous.go  open sends (--wait) and the replies handed to them
+//	asks   ask.go         open asks, asks delivered here, answers sent
+//	ctl    control.go     control requests waiting for their answers
+//	peers  peers.go       what was heard of the other hosts (the remote roster)
+//	said   presence.go    what this host announced of its own entities
+//	admit  admit.go       what a message from the broker must prove
+//	br     pkg/broker     the cross-host transport (nil: single-host mode)
 type Gateway struct {
 	cfg   *config.Config
 	log   *slog.Logger
 	st    *store.Store
 	audit *audit.Log
 	br    *broker.Broker // nil: single-host mode
-	admit *admission     // admit.go: what the broker's messages must prove (nil: single-host mode)
 
-	waitMu  sync.Mutex
-	waiters map[string]*replyWaiter // msg id of an open send -> its waiter
-	claimed map[string]bool         // reply keys being handed to an open send
+	reg     *registry
+	rdv     *rendezvous
+	asks    *asks
+	ctl     controlState
+	peers   *peerView
+	said    *announcer
+	admit   *admission // nil: single-host mode
+	records signal     // a delivery record changed (receipt.go)
 
-	askMu   sync.Mutex
-	asks    map[string]*askWaiter  // ask msg id -> the fleet-ask waiting for it
-	seen    map[string]askSeen     // asks delivered here, for answering
-	answers map[string]*sentAnswer // answer msg id -> where it went, and the fleet-send --answer waiting
-
-	ctl controlState // control.go: fleet-spawn / fleet-stop
-
-	records signal // a delivery record changed
-
-	peersMu sync.Mutex
-	peers   map[string]*peer // host -> what we last heard of it
-	left    map[string]int64 // host -> the sequence of its last leaving notice
-	presSeq int64            // the last presence sequence this gateway published
-
-	presMu   sync.Mutex
-	presDue  map[string]bool   // gid -> a settled status announcement is scheduled
-	presSaid map[string]string // gid -> the status last announced
-	crash    string            // test hook: FLEET_CRASHPOINT
-
-	mu     sync.RWMutex
-	boxes  map[string]*mailbox // gid -> mailbox
-	byName map[string]string   // name -> gid
+	crash string // test hook: FLEET_CRASHPOINT
 
 	lock    *os.File
 	ln      net.Listener
@@ -89,21 +84,15 @@ func New(cfg *config.Config, log *slog.Logger) *Gateway {
 		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
 	return &Gateway{
-		cfg:      cfg,
-		log:      log.With("host", cfg.Host),
-		boxes:    map[string]*mailbox{},
-		byName:   map[string]string{},
-		crash:    os.Getenv("FLEET_CRASHPOINT"),
-		peers:    map[string]*peer{},
-		left:     map[string]int64{},
-		presDue:  map[string]bool{},
-		presSaid: map[string]string{},
-		waiters:  map[string]*replyWaiter{},
-		asks:     map[string]*askWaiter{},
-		seen:     map[string]askSeen{},
-		answers:  map[string]*sentAnswer{},
-		claimed:  map[string]bool{},
-		ready:    make(chan struct{}),
+		cfg:   cfg,
+		log:   log.With("host", cfg.Host),
+		rdv:   newRendezvous(),
+		peers: newPeerView(cfg.PresenceInterval, log.With("host", cfg.Host)),
+		said:  newAnnouncer(),
+		reg:   newRegistry(),
+		crash: os.Getenv("FLEET_CRASHPOINT"),
+		asks:  newAsks(),
+		ready: make(chan struct{}),
 	}
 }
 
@@ -183,7 +172,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 		go g.presenceLoop()
 		fatal = g.br.Fatal()
 	}
-	g.log.Info("gateway ready", "socket", g.cfg.Socket, "state_dir", g.cfg.StateDir, "entities", len(g.boxes))
+	g.log.Info("gateway ready", "socket", g.cfg.Socket, "state_dir", g.cfg.StateDir, "entities", g.reg.Len())
 	close(g.ready)
 
 	serveErr := make(chan error, 1)
@@ -346,7 +335,7 @@ func (g *Gateway) loadEntities() error {
 		return err
 	}
 	for _, e := range ents {
-		g.addBox(e)
+		g.addBox(e, false)
 	}
 	return nil
 }
@@ -419,7 +408,5 @@ func (g *Gateway) crashAt(point string) {
 		time.Sleep(time.Hour)
 	}
 }
-
-var errStopped = errors.New("gateway stopping")
 
 func (g *Gateway) String() string { return fmt.Sprintf("gateway %s", g.cfg.Host) }

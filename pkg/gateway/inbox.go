@@ -40,15 +40,22 @@ func (b *mailbox) watch() <-chan struct{} { return b.changed.wait() }
 // a drained inbox.
 func (b *mailbox) notify() { b.changed.notify() }
 
-func (g *Gateway) addBox(e *store.Entity) *mailbox {
+// addBox makes e live: its mailbox, its broker inbox (a new entity's is
+// declared and consumed before addBox returns — or the error says why not
+// and nothing is left behind; a loaded one's is consumed in the
+// background), and its delivery worker.
+func (g *Gateway) addBox(e *store.Entity, isNew bool) (*mailbox, error) {
 	ctx, cancel := context.WithCancel(g.runCtx)
 	b := &mailbox{ent: *e, stop: cancel, done: make(chan struct{})}
-	g.mu.Lock()
-	g.boxes[e.Gid] = b
-	g.byName[e.Name] = e.Gid
-	g.mu.Unlock()
-	if g.br != nil {
-		g.br.AddInbox(e.Gid, e.Groups)
+	g.reg.Add(b)
+	if g.br != nil && isNew {
+		if err := g.br.AddInbox(e.Gid, e.Groups); err != nil {
+			g.reg.Remove(e.Gid)
+			cancel()
+			return nil, err
+		}
+	} else if g.br != nil {
+		g.br.KeepInbox(e.Gid, e.Groups)
 	}
 	g.workers.Add(1)
 	go func() {
@@ -60,27 +67,18 @@ func (g *Gateway) addBox(e *store.Entity) *mailbox {
 			g.nudgeLoop(ctx, b)
 		}
 	}()
-	return b
+	return b, nil
 }
 
 func (g *Gateway) removeBox(gid string) {
-	g.mu.Lock()
-	b := g.boxes[gid]
-	delete(g.boxes, gid)
-	if b != nil {
-		delete(g.byName, b.ent.Name)
-	}
-	g.mu.Unlock()
-	if b != nil {
+	if b := g.reg.Remove(gid); b != nil {
 		b.stop()
 		<-b.done
 	}
 }
 
 func (g *Gateway) box(gid string) *mailbox {
-	g.mu.RLock()
-	defer g.mu.RUnlock()
-	return g.boxes[gid]
+	return g.reg.Get(gid)
 }
 
 func (g *Gateway) adapter(e store.Entity) deliver.Adapter {
@@ -129,7 +127,7 @@ func (g *Gateway) injectLoop(ctx context.Context, b *mailbox) {
 			g.log.Error("reading inbox", "entity", ent.Name, "err", err)
 		}
 		// a reply being handed to an open send is not injected as well
-		for len(items) > 0 && g.isClaimed(store.Key(items[0].Env)) {
+		for len(items) > 0 && g.rdv.Claimed(store.Key(items[0].Env)) {
 			items = items[1:]
 		}
 		if len(items) == 0 {

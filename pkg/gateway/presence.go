@@ -41,19 +41,6 @@ type presenceBody struct {
 	Leaving    bool           `json:"leaving,omitempty"`
 }
 
-// peer is what this gateway knows of another host.
-type peer struct {
-	entities map[string]*heardRow // gid -> last heartbeat
-	interval time.Duration
-	maxSeq   int64 // the newest presence sequence heard from the host
-}
-
-type heardRow struct {
-	row   api.EntityRow
-	heard time.Time
-	seq   int64 // the sequence of the presence message it came from (0: learned otherwise)
-}
-
 // announceEntity publishes one entity's heartbeat now (it joined, or its
 // status or groups changed), without waiting for the interval.
 func (g *Gateway) announceEntity(gid string) {
@@ -81,23 +68,71 @@ func (g *Gateway) announceEntity(gid string) {
 // roster shows it at once either way.
 const statusSettle = 500 * time.Millisecond
 
+// announcer owns what this gateway has said of its own entities: the
+// sequence of its presence messages, the status last announced per entity,
+// and the settled announcements scheduled.
+type announcer struct {
+	mu   sync.Mutex
+	seq  int64             // the last presence sequence published
+	said map[string]string // gid -> the status last announced
+	due  map[string]bool   // gid -> a settled status announcement is scheduled
+}
+
+func newAnnouncer() *announcer {
+	return &announcer{said: map[string]string{}, due: map[string]bool{}}
+}
+
+// Next is the sequence of the next presence message: the clock in ns,
+// strictly increasing.
+func (a *announcer) Next() int64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.seq = max(time.Now().UnixNano(), a.seq+1)
+	return a.seq
+}
+
+// Said records the status announced for gid ("" forgets it).
+func (a *announcer) Said(gid, status string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if status == "" {
+		delete(a.said, gid)
+		return
+	}
+	a.said[gid] = status
+}
+
+// Schedule marks a settled announcement of gid as due; false if one is
+// already.
+func (a *announcer) Schedule(gid string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.due[gid] {
+		return false
+	}
+	a.due[gid] = true
+	return true
+}
+
+// Due ends gid's scheduled announcement and returns the status last said.
+func (a *announcer) Due(gid string) string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.due, gid)
+	return a.said[gid]
+}
+
 // announceStatusSoon announces gid's row statusSettle from now, unless by
 // then its status is back to the one last announced.
 func (g *Gateway) announceStatusSoon(gid string) {
 	if g.br == nil {
 		return
 	}
-	g.presMu.Lock()
-	defer g.presMu.Unlock()
-	if g.presDue[gid] {
+	if !g.said.Schedule(gid) {
 		return
 	}
-	g.presDue[gid] = true
 	time.AfterFunc(statusSettle, func() {
-		g.presMu.Lock()
-		delete(g.presDue, gid)
-		said := g.presSaid[gid]
-		g.presMu.Unlock()
+		said := g.said.Due(gid)
 		b := g.box(gid)
 		if b == nil || g.row(b.snapshot(), nil).Status == said {
 			return // gone, or flapped back: nothing new to say
@@ -131,15 +166,9 @@ func (g *Gateway) presenceLoop() {
 // publishPresence sends one presence message with key roster.<host>.<what>.
 func (g *Gateway) publishPresence(what string, b presenceBody) error {
 	if b.Entity != nil {
-		g.presMu.Lock()
-		g.presSaid[b.Entity.Gid] = b.Entity.Status
-		g.presMu.Unlock()
+		g.said.Said(b.Entity.Gid, b.Entity.Status)
 	}
-	b.Host, b.IntervalMS = g.cfg.Host, g.cfg.PresenceInterval.Milliseconds()
-	g.peersMu.Lock()
-	b.Seq = max(time.Now().UnixNano(), g.presSeq+1)
-	g.presSeq = b.Seq
-	g.peersMu.Unlock()
+	b.Host, b.IntervalMS, b.Seq = g.cfg.Host, g.cfg.PresenceInterval.Milliseconds(), g.said.Next()
 	body, _ := json.Marshal(b)
 	env := envelope.New(envelope.Presence, envelope.Party{Host: g.cfg.Host}, envelope.Party{Group: "roster"}, string(body))
 	return g.br.PublishPresence(env, what, 2*g.cfg.PresenceTTL)
@@ -175,9 +204,7 @@ func (g *Gateway) announceGone(gid string) {
 	if g.br == nil {
 		return
 	}
-	g.presMu.Lock()
-	delete(g.presSaid, gid)
-	g.presMu.Unlock()
+	g.said.Said(gid, "")
 	if err := g.publishPresence(gid, presenceBody{Gone: gid}); err != nil {
 		g.log.Debug("departure not announced", "gid", gid, "err", err)
 	}
@@ -222,64 +249,7 @@ func (g *Gateway) onPresence(env *envelope.Envelope) error {
 	if interval <= 0 {
 		interval = g.cfg.PresenceInterval
 	}
-	g.peersMu.Lock()
-	defer g.peersMu.Unlock()
-	p := g.peers[b.Host]
-	switch {
-	case b.Leaving:
-		if p != nil && seq <= p.maxSeq {
-			return broker.Refuse(broker.ReasonReplay, "leaving notice of %s older than its latest presence: a replay", b.Host)
-		}
-		if seq > g.left[b.Host] {
-			g.left[b.Host] = seq
-		}
-		if p != nil {
-			delete(g.peers, b.Host)
-			g.log.Info("host left the view: it stopped", "peer", b.Host)
-		}
-	case b.Gone != "":
-		if !isGid(b.Gone) {
-			return broker.Refuse(broker.ReasonMalformed, "gone %q is not a gid", b.Gone)
-		}
-		if p == nil || p.entities[b.Gone] == nil {
-			return nil // nothing to forget
-		}
-		if seq <= p.entities[b.Gone].seq {
-			return broker.Refuse(broker.ReasonReplay, "gone notice of %s older than its latest heartbeat: a replay", b.Gone)
-		}
-		p.maxSeq = max(p.maxSeq, seq)
-		delete(p.entities, b.Gone)
-		if len(p.entities) == 0 {
-			delete(g.peers, b.Host)
-		}
-	case b.Entity != nil:
-		r := *b.Entity
-		if err := checkRow(&r); err != nil {
-			return err
-		}
-		for host, other := range g.peers {
-			if host != b.Host && other.entities[r.Gid] != nil {
-				return broker.Refuse(broker.ReasonWrongHost, "host %s claims entity %s, which lives on %s", b.Host, r.Gid, host)
-			}
-		}
-		if g.box(r.Gid) != nil {
-			return broker.Refuse(broker.ReasonWrongHost, "host %s claims entity %s, which lives on this host", b.Host, r.Gid)
-		}
-		if seq <= g.left[b.Host] {
-			return nil // announced before its host's leaving notice: superseded
-		}
-		if p != nil {
-			if h := p.entities[r.Gid]; h != nil && seq <= h.seq {
-				return nil // an older heartbeat that arrived late: superseded
-			}
-		}
-		r.Host, r.Target = b.Host, ""
-		p = g.peerLocked(b.Host)
-		p.interval = interval
-		p.maxSeq = max(p.maxSeq, seq)
-		p.entities[r.Gid] = &heardRow{row: r, heard: now, seq: seq}
-	}
-	return nil
+	return g.peers.Fold(b, seq, now, interval, g.box)
 }
 
 // checkRow holds a heard entity row to the grammar of local ones.
@@ -310,75 +280,10 @@ func checkRow(r *api.EntityRow) error {
 	return nil
 }
 
-// peerLocked returns host's peer, adding it; peersMu is held.
-func (g *Gateway) peerLocked(host string) *peer {
-	p := g.peers[host]
-	if p == nil {
-		p = &peer{entities: map[string]*heardRow{}, interval: g.cfg.PresenceInterval}
-		g.peers[host] = p
-		g.log.Info("host joined the view", "peer", host)
-	}
-	return p
-}
-
-// peerUpsert records what this gateway learned of one remote entity
-// otherwise than by its presence (a control answer): the next heartbeat
-// replaces it.
-func (g *Gateway) peerUpsert(host string, row api.EntityRow, heard time.Time, interval time.Duration) {
-	g.peersMu.Lock()
-	defer g.peersMu.Unlock()
-	p := g.peerLocked(host)
-	if interval > 0 {
-		p.interval = interval
-	}
-	seq := int64(0)
-	if h := p.entities[row.Gid]; h != nil {
-		seq = h.seq
-	}
-	p.entities[row.Gid] = &heardRow{row: row, heard: heard, seq: seq}
-}
-
-// peerDrop forgets one remote entity.
-func (g *Gateway) peerDrop(host, gid string) {
-	g.peersMu.Lock()
-	defer g.peersMu.Unlock()
-	if p := g.peers[host]; p != nil {
-		delete(p.entities, gid)
-		if len(p.entities) == 0 {
-			delete(g.peers, host)
-		}
-	}
-}
-
-// remoteRows returns the other hosts' entities with their presence status.
+// remoteRows returns the other hosts' entities with their presence status,
+// and the hosts heard but not trusted.
 func (g *Gateway) remoteRows() []api.EntityRow {
-	now := time.Now()
-	connected := g.br != nil && g.br.Connected()
-	g.peersMu.Lock()
-	defer g.peersMu.Unlock()
-	var out []api.EntityRow
-	for host, p := range g.peers {
-		for gid, h := range p.entities {
-			age := now.Sub(h.heard)
-			if connected && age > g.cfg.PresenceTTL {
-				delete(p.entities, gid)
-				g.log.Info("entity dropped from the view: not heard within the presence TTL", "peer", host, "entity", h.row.Name)
-				continue
-			}
-			r := h.row
-			r.LastSeen = h.heard.UTC()
-			switch {
-			case !connected:
-				r.Status = "unknown"
-			case age > 2*p.interval:
-				r.Status = "stale"
-			}
-			out = append(out, r)
-		}
-		if len(p.entities) == 0 {
-			delete(g.peers, host)
-		}
-	}
+	out := g.peers.Rows(time.Now(), g.br != nil && g.br.Connected(), g.cfg.PresenceTTL)
 	out = append(out, g.admit.untrustedRows()...)
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Name != out[j].Name {
@@ -398,17 +303,4 @@ func (g *Gateway) remoteByName(name, host string) []api.EntityRow {
 		}
 	}
 	return out
-}
-
-// remoteHostOf returns the host the view places a remote gid on ("" if
-// unknown): one map lookup per host, for the check on every inbound message.
-func (g *Gateway) remoteHostOf(gid string) string {
-	g.peersMu.Lock()
-	defer g.peersMu.Unlock()
-	for host, p := range g.peers {
-		if _, ok := p.entities[gid]; ok {
-			return host
-		}
-	}
-	return ""
 }

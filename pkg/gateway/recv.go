@@ -3,6 +3,7 @@ package gateway
 import (
 	"errors"
 	"io"
+	"log/slog"
 	"time"
 
 	"github.com/fleetd/fleet/pkg/api"
@@ -19,190 +20,246 @@ const defaultWindow = 256
 // A client that dies in between gets the same messages again next time. One
 // fleet-recv drains an inbox at a time.
 func (g *Gateway) recv(c *conn, req *api.Request) {
-	b, err := g.caller(req)
+	s, err := g.openRecv(c, req)
 	if err != nil {
 		c.fail(err)
 		return
 	}
-	ent := b.snapshot()
-	if ent.Mode != "pull" {
-		c.fail(fault.New(fault.Usage, fault.KindUsage, "%s is an inject entity: its messages go to %s, not to fleet-recv", ent.Name, g.row(ent, nil).Target))
-		return
-	}
-	b.mu.Lock()
-	if b.draining {
-		b.mu.Unlock()
-		c.fail(fault.New(fault.TempFail, fault.KindInboxBusy, "another fleet-recv is draining %s", ent.Name).
-			WithHint("stop it, or wait for it to finish"))
-		return
-	}
-	b.draining = true
-	b.mu.Unlock()
-	defer func() {
-		b.mu.Lock()
-		b.draining = false
-		b.mu.Unlock()
-		b.notify()
-	}()
-	b.notify() // the nudge loop stands down while someone drains
+	defer s.close()
+	s.run()
+}
 
-	// Frames from the client arrive on a channel, so that a follow stream
-	// can wait for mail and notice a client that went away at once.
-	frames := make(chan *api.Request)
-	readErr := make(chan error, 1)
-	gone := make(chan struct{})
-	defer close(gone)
-	go func() {
-		for {
-			r, err := c.read()
-			if err != nil {
-				readErr <- err
-				return
-			}
-			select {
-			case frames <- r:
-			case <-gone:
-				return
-			}
-		}
-	}()
+// recvStream is one fleet-recv on one inbox. Its steps, in order: next
+// (the next batch), then either idle (nothing to send: settle, end, or wait
+// for mail) or hand (send the batch, take its acknowledgement, commit it),
+// until enough (--max reached, or the gateway stops).
+type recvStream struct {
+	g      *Gateway
+	c      *conn
+	b      *mailbox
+	ent    store.Entity
+	follow bool
+	window int // messages per batch
+	left   int // messages still wanted (--max); 0: no limit
+	log    *slog.Logger
 
-	window := req.Window
-	if window <= 0 || window > defaultWindow {
-		window = defaultWindow
-	}
-	left := req.Max // 0: no limit
-	log := g.log.With("entity", ent.Name)
+	// frames from the client arrive on a channel, so that a follow stream
+	// can wait for mail and notice a client that went away at once
+	frames  chan *api.Request
+	readErr chan error
+	gone    chan struct{}
+
 	// The commit of one acknowledgement runs while the next batch goes
 	// out (sharing its fsync with other writers): one at most in flight,
 	// its messages kept out of later batches, and always finished before
 	// End — so a fleet-recv that ends has every acknowledgement on disk.
-	var pend *ackCommit
-	finish := func() bool {
-		if pend == nil {
-			return true
-		}
-		err := <-pend.done
-		pend = nil
-		if err != nil {
-			c.fail(fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "could not record the acknowledgement"))
-			return false
-		}
-		return true
+	pend *ackCommit
+}
+
+// openRecv checks the caller and takes its inbox's drain lease.
+func (g *Gateway) openRecv(c *conn, req *api.Request) (*recvStream, error) {
+	b, err := g.caller(req)
+	if err != nil {
+		return nil, err
 	}
+	ent := b.snapshot()
+	if ent.Mode != "pull" {
+		return nil, fault.New(fault.Usage, fault.KindUsage, "%s is an inject entity: its messages go to %s, not to fleet-recv", ent.Name, g.row(ent, nil).Target)
+	}
+	b.mu.Lock()
+	if b.draining {
+		b.mu.Unlock()
+		return nil, fault.New(fault.TempFail, fault.KindInboxBusy, "another fleet-recv is draining %s", ent.Name).
+			WithHint("stop it, or wait for it to finish")
+	}
+	b.draining = true
+	b.mu.Unlock()
+	b.notify() // the nudge loop stands down while someone drains
+	window := req.Window
+	if window <= 0 || window > defaultWindow {
+		window = defaultWindow
+	}
+	s := &recvStream{g: g, c: c, b: b, ent: ent, follow: req.Follow, window: window, left: max(req.Max, 0),
+		log: g.log.With("entity", ent.Name), frames: make(chan *api.Request), readErr: make(chan error, 1), gone: make(chan struct{})}
+	go s.readFrames()
+	return s, nil
+}
+
+// close gives the drain lease back.
+func (s *recvStream) close() {
+	close(s.gone)
+	s.b.mu.Lock()
+	s.b.draining = false
+	s.b.mu.Unlock()
+	s.b.notify()
+}
+
+func (s *recvStream) readFrames() {
 	for {
-		changed := b.watch()
-		n := window
-		if left > 0 && left < n {
-			n = left
+		r, err := s.c.read()
+		if err != nil {
+			s.readErr <- err
+			return
 		}
-		now := time.Now()
-		// Live asks go first, alone: a turn waits for each, and the store
-		// need not be read to hand them out. Stored mail follows in the
-		// next batch.
-		asks := b.liveHead(now)
-		var items []store.Item
-		if len(asks) == 0 {
-			after := uint64(0)
-			if pend != nil { // what the pending acknowledgement covers is not read again
-				after = pend.upTo
-			}
-			var err error
-			if items, err = g.st.Head(ent.Gid, after, n); err != nil {
-				c.fail(err)
-				return
-			}
+		select {
+		case s.frames <- r:
+		case <-s.gone:
+			return
 		}
-		batch := make([]api.Delivery, 0, len(asks)+len(items))
-		seqs := make(map[string]uint64, len(items))
-		for _, a := range asks {
-			batch = append(batch, api.Delivery{Envelope: a})
-		}
-		expired := 0 // killed on the way: expired, or from a host no longer trusted
-		for _, it := range items {
-			if g.isClaimed(store.Key(it.Env)) {
-				continue // being handed to an open send
-			}
-			if pend != nil && pend.keys[store.Key(it.Env)] {
-				continue // acknowledged; its commit is under way
-			}
-			if it.Env.Expired(now) {
-				g.kill(it.Env, "expired before delivery", 0)
-				expired++
-				continue
-			}
-			if !g.admit.trusted(it.Env.Sender.Host) { // its host was removed from the trust file since
-				g.kill(it.Env, "sender host "+it.Env.Sender.Host+" is no longer trusted", 0)
-				expired++
-				continue
-			}
-			batch = append(batch, api.Delivery{Envelope: it.Env})
-			seqs[it.Env.MsgID] = it.Seq
+	}
+}
+
+func (s *recvStream) run() {
+	for {
+		changed := s.b.watch()
+		batch, seqs, killed, err := s.next()
+		if err != nil {
+			s.c.fail(err)
+			return
 		}
 		if len(batch) == 0 {
-			if expired > 0 {
-				continue // only expired ones: look again
-			}
-			if pend != nil { // settle the last acknowledgement, then look again
-				if !finish() {
-					return
-				}
-				continue
-			}
-			if !req.Follow {
-				c.reply(&api.Response{OK: true, End: true})
+			if !s.idle(changed, killed) {
 				return
 			}
-			select {
-			case <-changed:
-				continue
-			case <-g.runCtx.Done():
-				c.reply(&api.Response{Error: api.FromFault(fault.New(fault.Unavailable, fault.KindShuttingDown, "the gateway is shutting down"))})
-				return
-			case err := <-readErr:
-				g.logRecvEnd(log, err)
-				return
-			case <-frames:
-				c.fail(fault.New(fault.Data, fault.KindProtocol, "unexpected request while waiting for mail"))
-				return
-			}
+			continue
 		}
-		if err := c.reply(&api.Response{OK: true, Batch: batch}); err != nil {
-			return
-		}
-		var ack *api.Request
-		select {
-		case ack = <-frames:
-		case err := <-readErr:
-			g.logRecvEnd(log, err)
-			return // unacknowledged: the batch stays in the inbox
-		}
-		if ack.Op != api.OpAck {
-			c.fail(fault.New(fault.Data, fault.KindProtocol, "want ack, got %q", ack.Op))
-			return
-		}
-		if !finish() { // at most one acknowledgement in flight
-			return
-		}
-		if len(ack.Acks) > 0 {
-			pend = g.commitAck(b, batch, seqs, ack.Acks)
-		}
-		if left > 0 {
-			left -= len(ack.Acks)
-			if left <= 0 {
-				if finish() {
-					c.reply(&api.Response{OK: true, End: true})
-				}
-				return
-			}
-		}
-		if g.runCtx.Err() != nil {
-			if finish() {
-				c.reply(&api.Response{OK: true, End: true})
-			}
+		if !s.hand(batch, seqs) || s.enough() {
 			return
 		}
 	}
+}
+
+// next is the next batch: live asks first, alone (a turn waits for each,
+// and the store need not be read to hand them out), else stored mail after
+// what the pending acknowledgement covers. Mail that expired, or whose
+// sender's host is no longer trusted, is dead-lettered on the way (killed
+// counts it); a reply being handed to an open send is left alone.
+func (s *recvStream) next() (batch []api.Delivery, seqs map[string]uint64, killed int, err error) {
+	n := s.window
+	if s.left > 0 && s.left < n {
+		n = s.left
+	}
+	now := time.Now()
+	asks := s.b.liveHead(now)
+	var items []store.Item
+	if len(asks) == 0 {
+		after := uint64(0)
+		if s.pend != nil {
+			after = s.pend.upTo
+		}
+		if items, err = s.g.st.Head(s.ent.Gid, after, n); err != nil {
+			return nil, nil, 0, err
+		}
+	}
+	batch = make([]api.Delivery, 0, len(asks)+len(items))
+	seqs = make(map[string]uint64, len(items))
+	for _, a := range asks {
+		batch = append(batch, api.Delivery{Envelope: a})
+	}
+	for _, it := range items {
+		switch k := store.Key(it.Env); {
+		case s.g.rdv.Claimed(k):
+			continue // being handed to an open send
+		case s.pend != nil && s.pend.keys[k]:
+			continue // acknowledged; its commit is under way
+		case it.Env.Expired(now):
+			s.g.kill(it.Env, "expired before delivery", 0)
+			killed++
+			continue
+		case !s.g.admit.trusted(it.Env.Sender.Host): // its host was removed from the trust file since
+			s.g.kill(it.Env, "sender host "+it.Env.Sender.Host+" is no longer trusted", 0)
+			killed++
+			continue
+		}
+		batch = append(batch, api.Delivery{Envelope: it.Env})
+		seqs[it.Env.MsgID] = it.Seq
+	}
+	return batch, seqs, killed, nil
+}
+
+// idle handles an empty batch: look again after killing some, settle the
+// pending acknowledgement, end a drain, or wait for mail (follow). False
+// ends the stream.
+func (s *recvStream) idle(changed <-chan struct{}, killed int) bool {
+	switch {
+	case killed > 0:
+		return true // only dead ones: look again
+	case s.pend != nil: // settle the last acknowledgement, then look again
+		return s.settle()
+	case !s.follow:
+		s.c.reply(&api.Response{OK: true, End: true})
+		return false
+	}
+	select {
+	case <-changed:
+		return true
+	case <-s.g.runCtx.Done():
+		s.c.reply(&api.Response{Error: api.FromFault(fault.New(fault.Unavailable, fault.KindShuttingDown, "the gateway is shutting down"))})
+	case err := <-s.readErr:
+		s.g.logRecvEnd(s.log, err)
+	case <-s.frames:
+		s.c.fail(fault.New(fault.Data, fault.KindProtocol, "unexpected request while waiting for mail"))
+	}
+	return false
+}
+
+// hand sends a batch, takes its acknowledgement and starts its commit.
+// False ends the stream (the client went away: the batch stays).
+func (s *recvStream) hand(batch []api.Delivery, seqs map[string]uint64) bool {
+	if err := s.c.reply(&api.Response{OK: true, Batch: batch}); err != nil {
+		return false
+	}
+	var ack *api.Request
+	select {
+	case ack = <-s.frames:
+	case err := <-s.readErr:
+		s.g.logRecvEnd(s.log, err)
+		return false // unacknowledged: the batch stays in the inbox
+	}
+	if ack.Op != api.OpAck {
+		s.c.fail(fault.New(fault.Data, fault.KindProtocol, "want ack, got %q", ack.Op))
+		return false
+	}
+	if !s.settle() { // at most one acknowledgement in flight
+		return false
+	}
+	if len(ack.Acks) > 0 {
+		s.pend = s.g.commitAck(s.b, batch, seqs, ack.Acks)
+	}
+	if s.left > 0 {
+		s.left -= len(ack.Acks)
+		if s.left <= 0 {
+			s.left = -1 // done: enough says so
+		}
+	}
+	return true
+}
+
+// enough ends the stream once --max messages were acknowledged, or the
+// gateway stops: every acknowledgement on disk, then End.
+func (s *recvStream) enough() bool {
+	if s.left >= 0 && s.g.runCtx.Err() == nil {
+		return false
+	}
+	if s.settle() {
+		s.c.reply(&api.Response{OK: true, End: true})
+	}
+	return true
+}
+
+// settle waits for the pending acknowledgement's commit; false (after
+// telling the client) if it failed.
+func (s *recvStream) settle() bool {
+	if s.pend == nil {
+		return true
+	}
+	err := <-s.pend.done
+	s.pend = nil
+	if err != nil {
+		s.c.fail(fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "could not record the acknowledgement"))
+		return false
+	}
+	return true
 }
 
 // ackCommit is an acknowledgement being recorded.
@@ -261,7 +318,7 @@ func (g *Gateway) commitAck(b *mailbox, batch []api.Delivery, seqs map[string]ui
 	return a
 }
 
-func (g *Gateway) logRecvEnd(log interface{ Warn(string, ...any) }, err error) {
+func (g *Gateway) logRecvEnd(log *slog.Logger, err error) {
 	if errors.Is(err, io.EOF) || g.runCtx.Err() != nil {
 		return
 	}

@@ -3,6 +3,7 @@ package gateway
 import (
 	"errors"
 	"io"
+	"sync"
 	"time"
 
 	"github.com/fleetd/fleet/pkg/api"
@@ -22,35 +23,65 @@ type replyWaiter struct {
 	ch  chan *envelope.Envelope
 }
 
-// claimWaiter returns the open send waiting for replies to msgID addressed
-// to gid, and marks the reply key as claimed so no other delivery path
+// rendezvous owns the open sends waiting for their replies, and the reply
+// keys being handed to one (so no other delivery path takes them).
+type rendezvous struct {
+	mu      sync.Mutex
+	waiters map[string]*replyWaiter // msg id of an open send -> its waiter
+	claimed map[string]bool         // reply keys being handed to an open send
+}
+
+func newRendezvous() *rendezvous {
+	return &rendezvous{waiters: map[string]*replyWaiter{}, claimed: map[string]bool{}}
+}
+
+// Open registers w as waiting for the replies to msgID.
+func (r *rendezvous) Open(msgID string, w *replyWaiter) {
+	r.mu.Lock()
+	r.waiters[msgID] = w
+	r.mu.Unlock()
+}
+
+// Claim returns the open send waiting for env (a reply addressed to its
+// sender), and marks the reply key as claimed so no other delivery path
 // takes it meanwhile.
-func (g *Gateway) claimWaiter(env *envelope.Envelope) *replyWaiter {
+func (r *rendezvous) Claim(env *envelope.Envelope) *replyWaiter {
 	if env.Kind != envelope.Reply || env.InReplyTo == "" {
 		return nil
 	}
-	g.waitMu.Lock()
-	defer g.waitMu.Unlock()
-	w := g.waiters[env.InReplyTo]
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	w := r.waiters[env.InReplyTo]
 	if w == nil || w.gid != env.Recipient.Gid {
 		return nil
 	}
-	delete(g.waiters, env.InReplyTo)
-	g.claimed[store.Key(env)] = true
+	delete(r.waiters, env.InReplyTo)
+	r.claimed[store.Key(env)] = true
 	return w
 }
 
-func (g *Gateway) unclaim(key string) {
-	g.waitMu.Lock()
-	delete(g.claimed, key)
-	g.waitMu.Unlock()
+// Unclaim releases a claimed reply key.
+func (r *rendezvous) Unclaim(key string) {
+	r.mu.Lock()
+	delete(r.claimed, key)
+	r.mu.Unlock()
 }
 
-// isClaimed reports whether a message is being handed to an open send.
-func (g *Gateway) isClaimed(key string) bool {
-	g.waitMu.Lock()
-	defer g.waitMu.Unlock()
-	return g.claimed[key]
+// Claimed reports whether a message is being handed to an open send.
+func (r *rendezvous) Claimed(key string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.claimed[key]
+}
+
+// Close ends the wait for msgID's replies; it reports whether the send was
+// still waiting (false: a reply claimed it first).
+func (r *rendezvous) Close(msgID string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.waiters[msgID]
+	delete(r.waiters, msgID)
+	return ok
 }
 
 // sendWait serves a send with --wait: the Sent frame first, then the reply
@@ -63,25 +94,20 @@ func (g *Gateway) sendWait(c *conn, req *api.Request) {
 	}
 	w := &replyWaiter{gid: b.snapshot().Gid, ch: make(chan *envelope.Envelope, 1)}
 	var msgID string
-	req.Hook = func(env *envelope.Envelope) {
+	resp, err := g.sendWith(req, func(env *envelope.Envelope) {
 		msgID = env.MsgID
-		g.waitMu.Lock()
-		g.waiters[msgID] = w
-		g.waitMu.Unlock()
-	}
-	resp, err := g.send(req)
+		g.rdv.Open(msgID, w)
+	})
 	if err != nil {
 		if msgID != "" {
-			g.waitMu.Lock()
-			delete(g.waiters, msgID)
-			g.waitMu.Unlock()
+			g.rdv.Close(msgID)
 		}
 		c.fail(err)
 		return
 	}
 	resp.OK = true
 	if c.reply(resp) != nil {
-		g.dropWaiter(msgID)
+		g.rdv.Close(msgID)
 		return
 	}
 	gone := make(chan error, 1)
@@ -100,7 +126,7 @@ func (g *Gateway) sendWait(c *conn, req *api.Request) {
 		}
 		key := store.Key(env)
 		defer func() {
-			g.unclaim(key)
+			g.rdv.Unclaim(key)
 			if bx := g.box(env.Recipient.Gid); bx != nil {
 				bx.notify()
 			}
@@ -129,22 +155,14 @@ func (g *Gateway) sendWait(c *conn, req *api.Request) {
 	}
 }
 
-func (g *Gateway) dropWaiter(msgID string) bool {
-	g.waitMu.Lock()
-	defer g.waitMu.Unlock()
-	_, ok := g.waiters[msgID]
-	delete(g.waiters, msgID)
-	return ok
-}
-
 // abandon ends a wait. If a reply already claimed the waiter, it is
 // released to the inbox like any late reply, never left claimed.
 func (g *Gateway) abandon(msgID string, w *replyWaiter) {
-	if g.dropWaiter(msgID) {
+	if g.rdv.Close(msgID) {
 		return
 	}
 	if env := <-w.ch; env != nil {
-		g.unclaim(store.Key(env))
+		g.rdv.Unclaim(store.Key(env))
 		if bx := g.box(env.Recipient.Gid); bx != nil {
 			bx.notify()
 		}

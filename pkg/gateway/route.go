@@ -44,11 +44,7 @@ func (g *Gateway) resolve(to string) (target, error) {
 	}
 	var local *mailbox
 	if !qualified || host == g.cfg.Host {
-		g.mu.RLock()
-		if gid, ok := g.byName[name]; ok {
-			local = g.boxes[gid]
-		}
-		g.mu.RUnlock()
+		local = g.reg.ByName(name)
 	}
 	var remote []api.EntityRow
 	if g.br != nil && (!qualified || host != g.cfg.Host) {
@@ -74,7 +70,7 @@ func (g *Gateway) resolve(to string) (target, error) {
 	for _, r := range remote {
 		cands = append(cands, r.Name+"@"+r.Host)
 	}
-	return target{}, fault.New(fault.Usage, "ambiguous_recipient", "%s is ambiguous: %s", to, strings.Join(cands, ", ")).
+	return target{}, fault.New(fault.Usage, fault.KindAmbiguous, "%s is ambiguous: %s", to, strings.Join(cands, ", ")).
 		WithHint("name one as NAME@HOST, or use its gid")
 }
 
@@ -82,7 +78,12 @@ func (g *Gateway) resolve(to string) (target, error) {
 // from the request; the body is checked; a local message is durably in the
 // recipient's inbox, a remote one confirmed by the broker, before the
 // sender hears "accepted".
-func (g *Gateway) send(req *api.Request) (*api.Response, error) {
+func (g *Gateway) send(req *api.Request) (*api.Response, error) { return g.sendWith(req, nil) }
+
+// sendWith is send; before is called with the envelope just before it is
+// stored or published (rendezvous.go registers an open send's waiter there,
+// so no reply can arrive unseen).
+func (g *Gateway) sendWith(req *api.Request, before func(*envelope.Envelope)) (*api.Response, error) {
 	from, err := g.caller(req)
 	if err != nil {
 		return nil, err
@@ -126,8 +127,8 @@ func (g *Gateway) send(req *api.Request) (*api.Response, error) {
 		env.TraceID = trace
 	}
 	env.InReplyTo = req.ReplyTo
-	if req.Hook != nil {
-		req.Hook(env)
+	if before != nil {
+		before(env)
 	}
 	state := store.Accepted
 	if t.box != nil {
@@ -161,13 +162,13 @@ func (g *Gateway) publish(env *envelope.Envelope) error {
 	case err == nil:
 		g.audit.Message("published", env, 0, "")
 		return nil
-	case kind == "inbox_full":
+	case kind == fault.KindInboxFull:
 		g.audit.Message("dead", env, 0, "inbox full")
 		log.Warn("remote inbox full: dead-lettered here", "recipient", env.Recipient.Gid)
 		if derr := g.st.DeadOutbound(env, "inbox full: the broker refused it", now); derr != nil {
 			log.Error("dead-lettering", "err", derr)
 		}
-	case kind == "broker_timeout":
+	case kind == fault.KindBrokerTimeout:
 		// outcome unknown: the record stays, a receipt may still settle it
 	default:
 		// not sent (no route, broker down or blocked): no record
@@ -229,14 +230,14 @@ func (g *Gateway) takeRemote(env *envelope.Envelope) error {
 // accept stores env in its local recipient's inbox (dedup by msg id) and
 // wakes the recipient's delivery.
 func (g *Gateway) accept(env *envelope.Envelope) (*store.Record, error) {
-	w := g.claimWaiter(env) // a reply an open send waits for
+	w := g.rdv.Claim(env) // a reply an open send waits for
 	rec, dup, err := g.st.Accept(env, time.Now().UTC())
 	if w != nil {
 		// always answer a claimed waiter: the reply, or nil for nothing
 		if err == nil && !dup {
 			w.ch <- env
 		} else {
-			g.unclaim(store.Key(env))
+			g.rdv.Unclaim(store.Key(env))
 			w.ch <- nil
 		}
 	}

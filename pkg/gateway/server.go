@@ -103,13 +103,10 @@ func (gd *guard) refuse(uc *net.UnixConn) {
 	gd.refused.hit()
 	uc.SetWriteDeadline(time.Now().Add(time.Second))
 	api.WriteFrame(uc, &api.Response{Error: api.FromFault(
-		fault.New(fault.TempFail, kindTooManyConnections, "the gateway is serving its limit of %d connections", gd.max).
+		fault.New(fault.TempFail, fault.KindTooManyConnections, "the gateway is serving its limit of %d connections", gd.max).
 			WithHint("try again shortly; a host that needs more raises max-connections (FLEET_MAX_CONNECTIONS)"))})
 	uc.Close()
 }
-
-// kindTooManyConnections is a connection refused over the cap.
-const kindTooManyConnections = "too_many_connections"
 
 // flood logs an event that can come by the hundred as one WARN when a
 // burst of it starts and one INFO with the count once the burst has been
@@ -501,7 +498,11 @@ func (g *Gateway) register(e *store.Entity) (token, credFile string, err error) 
 		g.st.DeleteEntity(gid, "registration failed")
 		return "", "", fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot store the credential of %s", e.Name)
 	}
-	g.addBox(e)
+	if _, err := g.addBox(e, true); err != nil {
+		os.Remove(path)
+		g.st.DeleteEntity(gid, "registration failed")
+		return "", "", err
+	}
 	g.announceEntity(gid)
 	g.audit.Write(audit.Line{Event: "joined", Entity: e.Name, Recipient: gid})
 	g.log.Info("entity joined", "entity", e.Name, "gid", gid, "mode", e.Mode)
@@ -509,9 +510,7 @@ func (g *Gateway) register(e *store.Entity) (token, credFile string, err error) 
 }
 
 func (g *Gateway) leave(req *api.Request) (*api.Response, error) {
-	g.mu.RLock()
-	gid, ok := g.byName[req.Name]
-	g.mu.RUnlock()
+	gid, ok := g.reg.Named(req.Name)
 	if !ok {
 		return nil, fault.New(fault.NoRecipient, fault.KindUnknownEntity, "no entity named %s on this host", req.Name).
 			WithHint("list them with: fleet-roster")
@@ -538,8 +537,8 @@ func (g *Gateway) unregister(gid, name string) (int, error) {
 		// Without the broker that cannot be done, and a queue left behind
 		// would swallow mail nobody reads: refuse, and keep the entity.
 		if err := g.br.RemoveInbox(gid, groups); err != nil {
-			g.br.AddInbox(gid, groups) // still ours: consumed again on reconnect
-			return 0, fault.Wrap(fault.Unavailable, "broker_down", err, "cannot remove %s now: its inbox queue on the broker must go with it", name).
+			g.br.KeepInbox(gid, groups) // still ours: consumed again on reconnect
+			return 0, fault.Wrap(fault.Unavailable, fault.KindBrokerDown, err, "cannot remove %s now: its inbox queue on the broker must go with it", name).
 				WithHint("try again once the broker is back")
 		}
 	}
@@ -573,7 +572,7 @@ func (g *Gateway) row(e store.Entity, dead map[string]int) api.EntityRow {
 		target = e.Exec
 	}
 	status := e.Status
-	if status == "idle" && g.asking(e.Gid) {
+	if status == "idle" && g.asks.Asking(e.Gid) {
 		status = "waiting" // on an ask of its own (U2)
 	}
 	return api.EntityRow{
@@ -634,10 +633,8 @@ func (g *Gateway) setStatus(req *api.Request) (*api.Response, error) {
 func (g *Gateway) dead(req *api.Request) (*api.Response, error) {
 	gid := ""
 	if req.Name != "" {
-		g.mu.RLock()
 		var ok bool
-		gid, ok = g.byName[req.Name]
-		g.mu.RUnlock()
+		gid, ok = g.reg.Named(req.Name)
 		if !ok {
 			return nil, fault.New(fault.NoRecipient, fault.KindUnknownEntity, "no entity named %s on this host", req.Name)
 		}

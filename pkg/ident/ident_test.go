@@ -10,7 +10,7 @@ import (
 	"github.com/fleetd/fleet/pkg/fault"
 )
 
-func wantRefused(t *testing.T, err error, kind string) *fault.Error {
+func wantRefused(t *testing.T, err error, kind fault.Kind) *fault.Error {
 	t.Helper()
 	if err == nil {
 		t.Fatal("got no error, want a refusal")

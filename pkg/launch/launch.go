@@ -32,18 +32,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/fleetd/fleet/pkg/fault"
 )
-
-// ExitFailed is the exit status of a launcher failure (fleet-spawn,
-// fleet-stop): the launcher on the target host could not start the
-// entity's command, the command died at once, or its process could not be
-// stopped. Distinct from 70, which means a bug in fleet.
-const ExitFailed fault.Code = 71
-
-// KindFailed is the fault kind of a launcher failure.
-const KindFailed = "launch_failed"
 
 // Launchers.
 const (

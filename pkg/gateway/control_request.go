@@ -1,0 +1,308 @@
+package gateway
+
+// control_request.go — the requesting side of the control plane (see
+// control.go for the whole flow): serve fleet-spawn and fleet-stop for a
+// local entity, carry the request out here (this host) or send it, and hand
+// the answer that comes back to the waiting call.
+
+import (
+	"encoding/json"
+	"sync"
+	"time"
+
+	"github.com/fleetd/fleet/pkg/api"
+	"github.com/fleetd/fleet/pkg/broker"
+	"github.com/fleetd/fleet/pkg/envelope"
+	"github.com/fleetd/fleet/pkg/fault"
+	"github.com/fleetd/fleet/pkg/store"
+)
+
+// controlState is the control plane's part of the gateway.
+type controlState struct {
+	mu      sync.Mutex
+	waiters map[string][]*ctlWaiter // request id -> calls waiting for its answer
+	run     sync.Mutex              // one control request carried out at a time on this host
+}
+
+type ctlWaiter struct {
+	requester string // gid: an answer is for the entity that asked
+	host      string // the host asked: only it answers
+	ch        chan *controlResult
+}
+
+func (c *controlState) wait(id, requester, host string) *ctlWaiter {
+	w := &ctlWaiter{requester: requester, host: host, ch: make(chan *controlResult, 1)}
+	c.mu.Lock()
+	if c.waiters == nil {
+		c.waiters = map[string][]*ctlWaiter{}
+	}
+	c.waiters[id] = append(c.waiters[id], w)
+	c.mu.Unlock()
+	return w
+}
+
+func (c *controlState) unwait(id string, w *ctlWaiter) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ws := c.waiters[id]
+	for i, x := range ws {
+		if x == w {
+			ws = append(ws[:i], ws[i+1:]...)
+			break
+		}
+	}
+	if len(ws) == 0 {
+		delete(c.waiters, id)
+	} else {
+		c.waiters[id] = ws
+	}
+}
+
+// hand gives res, from host, to every call of requester waiting for
+// request id and returns how many there were. An answer from another host
+// than the one asked is refused.
+func (c *controlState) hand(id, requester, host string, res *controlResult) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, w := range c.waiters[id] {
+		if w.requester == requester && w.host != host {
+			return 0, broker.Refuse(broker.ReasonWrongHost, "an answer to request %s from host %s; it went to %s", id, host, w.host)
+		}
+	}
+	for _, w := range c.waiters[id] {
+		if w.requester == requester {
+			select {
+			case w.ch <- res:
+				n++
+			default: // answered already (a duplicate answer)
+			}
+		}
+	}
+	return n, nil
+}
+
+func controlTimeout(req *api.Request) time.Duration {
+	if req.TimeoutMS > 0 {
+		return time.Duration(req.TimeoutMS) * time.Millisecond
+	}
+	return defaultControlTimeout
+}
+
+// spawn serves fleet-spawn.
+func (g *Gateway) spawn(req *api.Request) (*api.Response, error) {
+	from, err := g.caller(req)
+	if err != nil {
+		return nil, err
+	}
+	if !nameRE.MatchString(req.Name) {
+		return nil, fault.New(fault.Usage, fault.KindUsage,
+			"%q is not a valid name (a letter, then up to 63 letters, digits, '-' or '_')", req.Name)
+	}
+	id := req.RequestID
+	if id == "" {
+		id = envelope.NewID()
+	} else if !requestIDRE.MatchString(id) {
+		return nil, fault.New(fault.Usage, fault.KindUsage, "%q is not a valid request id (letters, digits, '.', '_', ':', '-'; at most 128)", id)
+	}
+	profile := req.Profile
+	if profile == "" {
+		profile = "default"
+	}
+	body := spawnBody{Name: req.Name, Profile: profile, Groups: req.Groups, Args: req.Args}
+	res, err := g.request(envelope.Spawn, req.Host, id, body, from.snapshot(), controlTimeout(req))
+	if err != nil {
+		return nil, err
+	}
+	return answered(res)
+}
+
+// stop serves fleet-stop.
+func (g *Gateway) stop(req *api.Request) (*api.Response, error) {
+	from, err := g.caller(req)
+	if err != nil {
+		return nil, err
+	}
+	if req.Target == "" {
+		return nil, fault.New(fault.Usage, fault.KindUsage, "no entity to stop")
+	}
+	gid, name, host, err := g.locate(req.Target)
+	if err != nil {
+		return nil, err
+	}
+	res, err := g.request(envelope.Stop, host, envelope.NewID(), stopBody{Gid: gid, Name: name}, from.snapshot(), controlTimeout(req))
+	if err != nil {
+		return nil, err
+	}
+	return answered(res)
+}
+
+func answered(res *controlResult) (*api.Response, error) {
+	if res.Error != nil {
+		return nil, res.Error.Fault()
+	}
+	return &api.Response{Spawned: res.Spawned, Stopped: res.Stopped}, nil
+}
+
+// locate finds the gid, name and host of an entity named by name,
+// name@host or gid, through the union roster view.
+func (g *Gateway) locate(to string) (gid, name, host string, err error) {
+	t, err := g.resolve(to)
+	if err != nil {
+		return "", "", "", err
+	}
+	switch {
+	case t.box != nil:
+		e := t.box.snapshot()
+		return e.Gid, e.Name, g.cfg.Host, nil
+	case t.host != "":
+		return t.gid, t.name, t.host, nil
+	}
+	for _, r := range g.remoteRows() { // a gid: which host has it?
+		if r.Gid == t.gid {
+			return r.Gid, r.Name, r.Host, nil
+		}
+	}
+	return "", "", "", fault.New(fault.NoRecipient, fault.KindUnknownEntity, "no entity %s in the roster view", to).
+		WithHint("list entities with: fleet-roster")
+}
+
+// request carries out a control request here, or sends it to host and
+// waits for the answer until timeout.
+func (g *Gateway) request(kind envelope.Kind, host, id string, body any, from store.Entity, timeout time.Duration) (*controlResult, error) {
+	if host == "" {
+		host = g.cfg.Host
+	}
+	data, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	env := envelope.New(kind, envelope.Party{Gid: from.Gid, Name: from.Name, Host: from.Host},
+		envelope.Party{Host: host, Group: "control"}, string(data))
+	env.MsgID = id
+	if host == g.cfg.Host {
+		return g.carryOut(env), nil
+	}
+	if g.br == nil {
+		return nil, fault.New(fault.NoRecipient, fault.KindUnknownHost, "no host %s: this gateway has no broker configured to reach other hosts", host)
+	}
+	env.Expires = time.Now().Add(timeout).UTC() // never carried out after the caller gave up
+	w := g.ctl.wait(id, from.Gid, host)
+	defer g.ctl.unwait(id, w)
+	if err := g.br.PublishControl(g.runCtx, host, env); err != nil {
+		return nil, err
+	}
+	g.audit.Message("control_sent", env, 0, "")
+	g.log.Info("control request sent", "kind", env.Kind, "request_id", id, "trace_id", env.TraceID, "peer", host, "entity", from.Name)
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case res := <-w.ch:
+		g.learn(host, res)
+		return res, nil
+	case <-t.C:
+		if kind == envelope.Spawn {
+			return nil, fault.New(fault.TempFail, fault.KindTimeout, "no answer from host %s within %v: the spawn may still happen", host, timeout).
+				WithHint("look with: fleet-roster --host %s; a request is carried out once per id (fleet-spawn --request-id %s)", host, id)
+		}
+		return nil, fault.New(fault.TempFail, fault.KindTimeout, "no answer from host %s within %v: the stop may still happen", host, timeout).
+			WithHint("look with: fleet-roster --host %s; stopping again is safe", host)
+	case <-g.runCtx.Done():
+		return nil, fault.New(fault.Unavailable, fault.KindShuttingDown, "the gateway is shutting down")
+	}
+}
+
+// learn folds an answer from host into the roster view at once: the name
+// of an entity just spawned there resolves, and one just stopped no longer
+// does, as soon as fleet-spawn or fleet-stop returns — not one presence
+// interval later. The host's next snapshot replaces all of it anyway.
+func (g *Gateway) learn(host string, res *controlResult) {
+	var add *api.EntityRow
+	drop := ""
+	switch {
+	case res.Spawned != nil && res.Error == nil:
+		s := res.Spawned
+		groups := s.Groups
+		if groups == nil {
+			groups = []string{}
+		}
+		add = &api.EntityRow{Name: s.Name, Host: s.Host, Gid: s.Gid, Mode: s.Mode, Groups: groups, Status: "idle"}
+	case res.Stopped != nil:
+		drop = res.Stopped.Gid
+	default:
+		return
+	}
+	if drop != "" {
+		g.peers.Drop(host, drop)
+	}
+	if add != nil {
+		g.peers.Upsert(host, *add, time.Now(), g.cfg.PresenceInterval)
+	}
+}
+
+// takeBroker is the broker's handler for every local inbox: the answers to
+// this gateway's control requests are taken here, everything else goes on
+// to takeRemote.
+func (g *Gateway) takeBroker(env *envelope.Envelope) error {
+	switch env.Kind {
+	case envelope.SpawnResult, envelope.StopResult:
+		return g.onControlResult(env)
+	}
+	return g.takeRemote(env)
+}
+
+func (g *Gateway) onControlResult(env *envelope.Envelope) error {
+	log := g.log.With("request_id", env.InReplyTo, "trace_id", env.TraceID, "kind", env.Kind, "peer", env.Sender.Host)
+	var res controlResult
+	if err := json.Unmarshal([]byte(env.Body), &res); err != nil {
+		return broker.Refuse(broker.ReasonMalformed, "control answer: %v", err)
+	}
+	if res.RequestID != env.InReplyTo {
+		return broker.Refuse(broker.ReasonMalformed, "an answer to request %q in reply to %q", res.RequestID, env.InReplyTo)
+	}
+	if err := checkControlResult(&res, env.Sender.Host); err != nil {
+		return err
+	}
+	n, err := g.ctl.hand(env.InReplyTo, env.Recipient.Gid, env.Sender.Host, &res)
+	if err != nil || n > 0 {
+		return err
+	}
+	attrs := []any{"requester", env.Recipient.Gid}
+	if res.Spawned != nil {
+		attrs = append(attrs, "spawned", res.Spawned.Name, "spawned_gid", res.Spawned.Gid)
+	}
+	if res.Error != nil {
+		attrs = append(attrs, "error", res.Error.Message)
+	}
+	log.Info("control answer with nobody waiting (the caller gave up, or a repeated answer): dropped", attrs...)
+	return nil
+}
+
+// checkControlResult holds an answer from host to what the caller prints
+// and the roster learns: an entity spawned or stopped there, by the
+// grammar of local names and gids.
+func checkControlResult(res *controlResult, host string) error {
+	bad := func(format string, args ...any) error {
+		return broker.Refuse(broker.ReasonMalformed, "control answer: "+format, args...)
+	}
+	if s := res.Spawned; s != nil {
+		switch {
+		case s.Host != host:
+			return broker.Refuse(broker.ReasonWrongHost, "host %s answers that it spawned an entity on %s", host, s.Host)
+		case !isGid(s.Gid) || !nameRE.MatchString(s.Name) || (s.Mode != "inject" && s.Mode != "pull"):
+			return bad("spawned entity %q (%q, %q)", s.Name, s.Gid, s.Mode)
+		}
+		for _, gr := range s.Groups {
+			if !nameRE.MatchString(gr) {
+				return bad("group %q", gr)
+			}
+		}
+	}
+	if s := res.Stopped; s != nil && (s.Host != host || !isGid(s.Gid)) {
+		return broker.Refuse(broker.ReasonWrongHost, "host %s answers that it stopped %q on %s", host, s.Gid, s.Host)
+	}
+	if e := res.Error; e != nil {
+		e.Message, e.Hint = clipReason(e.Message), clipReason(e.Hint)
+	}
+	return nil
+}
