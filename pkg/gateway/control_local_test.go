@@ -153,7 +153,7 @@ func TestLocalSpawnRefusals(t *testing.T) {
 		tok  string
 		req  api.Request
 		exit fault.Code
-		kind string
+		kind fault.Kind
 	}{
 		{"unknown profile", main.Token, api.Request{Name: "x", Profile: "nope"}, fault.Usage, "unknown_profile"},
 		{"default profile missing", main.Token, api.Request{Name: "x"}, fault.Usage, "unknown_profile"},

@@ -162,11 +162,13 @@ func (g *Gateway) injectLoop(ctx context.Context, b *mailbox) {
 			// Injected: record it, retrying the record alone — going back to
 			// the head would inject it again. If the gateway stops first, the
 			// in-flight marker makes it "uncertain" at the next start.
+			// A stop drains in-flight work: the record is retried until the
+			// drain bound (hardCtx), not only until the stop began.
 			recorded := false
-			for try := 1; ctx.Err() == nil; try++ {
+			for try := 1; g.hardCtx.Err() == nil; try++ {
 				if err := g.st.Delivered(store.Key(env), time.Now().UTC()); err != nil {
 					log.Error("recording delivery", "err", err, "try", try)
-					backoff.Sleep(ctx, pol.Delay(try))
+					backoff.Sleep(g.hardCtx, pol.Delay(try))
 					continue
 				}
 				recorded = true

@@ -24,15 +24,10 @@ func waitFile(t testing.TB, path string) {
 // A clean stop (SIGTERM) while an injection is under way drains it: the
 // injection finishes within drain-timeout and is recorded as delivered,
 // once. After the restart the message must read delivered, not be held
-// as "uncertain" (that is for a gateway killed mid-injection). Today the
-// delivery loop sees its context cancelled and returns without recording
-// a delivery that succeeded, so the in-flight marker stays and the
-// restart dead-letters a delivered message as uncertain and bounces it.
-// Set FLEET_TEST_KNOWN_BUGS=1 to run it.
+// as "uncertain" (that is for a gateway killed mid-injection). (It once
+// was: the delivery loop returned without recording a delivery that
+// succeeded after the stop began.)
 func TestLocalStopDrainsInjection(t *testing.T) {
-	if os.Getenv("FLEET_TEST_KNOWN_BUGS") == "" {
-		t.Skip("known bug: inbox.go injectLoop does not record an injection that finished during the drain (FLEET_TEST_KNOWN_BUGS=1 runs this)")
-	}
 	dir := t.TempDir()
 	out, started := filepath.Join(dir, "hook.out"), filepath.Join(dir, "started")
 	g := startGW(t, dir, "h1", settings{"drain-timeout": "10s"})

@@ -53,7 +53,8 @@ type recvStream struct {
 	// out (sharing its fsync with other writers): one at most in flight,
 	// its messages kept out of later batches, and always finished before
 	// End — so a fleet-recv that ends has every acknowledgement on disk.
-	pend *ackCommit
+	pend   *ackCommit
+	closed bool // the drain lease was given back
 }
 
 // openRecv checks the caller and takes its inbox's drain lease.
@@ -85,13 +86,24 @@ func (g *Gateway) openRecv(c *conn, req *api.Request) (*recvStream, error) {
 	return s, nil
 }
 
-// close gives the drain lease back.
+// close gives the drain lease back (once): before End is sent, so a
+// fleet-recv started the moment this one ends finds the inbox free.
 func (s *recvStream) close() {
+	if s.closed {
+		return
+	}
+	s.closed = true
 	close(s.gone)
 	s.b.mu.Lock()
 	s.b.draining = false
 	s.b.mu.Unlock()
 	s.b.notify()
+}
+
+// end releases the inbox, then tells the client there is no more.
+func (s *recvStream) end() {
+	s.close()
+	s.c.reply(&api.Response{OK: true, End: true})
 }
 
 func (s *recvStream) readFrames() {
@@ -187,7 +199,7 @@ func (s *recvStream) idle(changed <-chan struct{}, killed int) bool {
 	case s.pend != nil: // settle the last acknowledgement, then look again
 		return s.settle()
 	case !s.follow:
-		s.c.reply(&api.Response{OK: true, End: true})
+		s.end()
 		return false
 	}
 	select {
@@ -242,7 +254,7 @@ func (s *recvStream) enough() bool {
 		return false
 	}
 	if s.settle() {
-		s.c.reply(&api.Response{OK: true, End: true})
+		s.end()
 	}
 	return true
 }

@@ -2,7 +2,6 @@ package gateway_test
 
 import (
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -246,14 +245,10 @@ func TestLocalRecvProtocolErrors(t *testing.T) {
 }
 
 // Two fleet-recv runs one after the other (the second starts once the
-// first was told End) must both succeed. The gateway releases the inbox
-// only after it has sent End, so the second can be refused with 75
-// "another fleet-recv is draining": a script running fleet-recv twice
-// fails now and then. Set FLEET_TEST_KNOWN_BUGS=1 to run it.
+// first was told End) must both succeed: the gateway releases the inbox
+// before it sends End. (It once released it after, so the second was
+// refused with 75 now and then.)
 func TestLocalRecvBackToBack(t *testing.T) {
-	if os.Getenv("FLEET_TEST_KNOWN_BUGS") == "" {
-		t.Skip("known bug: recv.go releases the inbox after replying End (FLEET_TEST_KNOWN_BUGS=1 runs this)")
-	}
 	g := startGW(t, t.TempDir(), "h1", nil)
 	alice, bob := g.join("alice"), g.join("bob")
 	for i := range 300 {

@@ -96,7 +96,7 @@ func (r *rawConn) closed() bool {
 	return err != nil
 }
 
-func wantError(t testing.TB, resp *api.Response, exit int, kind string) {
+func wantError(t testing.TB, resp *api.Response, exit int, kind fault.Kind) {
 	t.Helper()
 	if resp.Error == nil || resp.Error.Exit != exit || (kind != "" && resp.Error.Kind != kind) {
 		t.Fatalf("want error %d %s, got %+v (error %+v)", exit, kind, resp, resp.Error)
