@@ -86,18 +86,3 @@ func InboxKeys(gid string, groups []string) []string {
 	}
 	return keys
 }
-
-// declareInbox declares and binds an inbox queue. A 406 (the queue exists
-// with other arguments) is left to the consumer, which reports it.
-func declareInbox(ch *amqp.Channel, gid string, groups []string, l Limits) error {
-	q := InboxQueue(gid)
-	if _, err := ch.QueueDeclare(q, true, false, false, false, inboxArgs(l)); err != nil {
-		return err
-	}
-	for _, k := range InboxKeys(gid, groups) {
-		if err := ch.QueueBind(q, k, ExMsg, false, nil); err != nil {
-			return err
-		}
-	}
-	return nil
-}
