@@ -45,6 +45,7 @@ bench: build
 	scripts/bench-local.sh
 	scripts/bench-broker.sh
 	scripts/bench-checks.sh
+	scripts/bench-scale.sh
 
 demo: build
 	scripts/demo.sh

@@ -286,14 +286,9 @@ func TestLocalNudge(t *testing.T) {
 
 // Mail that arrives after the inbox was drained starts the nudges over at
 // 1 ("an emptied inbox resets the backoff"), also when the drain happened
-// while a nudge hook was running. It does not: the nudge loop only looks
-// at the inbox between hook runs, sees mail waiting again and carries on
-// counting from the old nudge and the old start. Set
-// FLEET_TEST_KNOWN_BUGS=1 to run it.
+// while a nudge hook was running. (It once carried on counting: the
+// nudge loop only looked at the inbox between hook runs.)
 func TestLocalNudgeResetsAfterDrain(t *testing.T) {
-	if os.Getenv("FLEET_TEST_KNOWN_BUGS") == "" {
-		t.Skip("known bug: inbox.go nudgeLoop misses a drain during a hook run (FLEET_TEST_KNOWN_BUGS=1 runs this)")
-	}
 	dir := t.TempDir()
 	nudges := filepath.Join(dir, "nudges")
 	g := startGW(t, dir, "h1", settings{"nudge-after": "50ms", "nudge-max": "100ms"})

@@ -22,6 +22,7 @@ type mailbox struct {
 	ent      store.Entity
 	changed  signal               // new mail, a status change, a drained inbox
 	draining bool                 // a fleet-recv holds the inbox
+	drains   uint64               // fleet-recv streams that ended: the nudges start over
 	live     []*envelope.Envelope // asks: in memory only, never stored
 	stop     context.CancelFunc
 	done     chan struct{}
@@ -228,12 +229,17 @@ func (g *Gateway) nudgeLoop(ctx context.Context, b *mailbox) {
 	pol := backoff.Policy{Base: g.cfg.NudgeAfter, Max: g.cfg.NudgeMax}
 	var since time.Time // when unread mail started waiting
 	n := 0
+	var drains uint64 // the drains seen: one since (a hook was running) starts over
 	for {
 		changed := b.watch()
 		ent := b.snapshot()
 		b.mu.Lock()
-		draining := b.draining
+		draining, drained := b.draining, b.drains != drains
+		drains = b.drains
 		b.mu.Unlock()
+		if drained {
+			since, n = time.Time{}, 0 // an emptied inbox resets the backoff
+		}
 		if draining || ent.Nudge == "" || !g.st.HasPending(ent.Gid) {
 			since, n = time.Time{}, 0
 			select {

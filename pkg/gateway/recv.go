@@ -96,6 +96,7 @@ func (s *recvStream) close() {
 	close(s.gone)
 	s.b.mu.Lock()
 	s.b.draining = false
+	s.b.drains++
 	s.b.mu.Unlock()
 	s.b.notify()
 }

@@ -1,0 +1,183 @@
+// benchscale measures one gateway with many entities on the private
+// RabbitMQ node: how long a join takes (its inbox declared, bound and
+// consumed before it returns) beside raw amqp091-go doing the same for one
+// queue, in the same run; that every inbox is consumed on the broker; and
+// the gateway's resident memory per entity beyond idle.
+//
+//	go run ./scripts/benchscale -bin bin -broker amqp://guest:guest@127.0.0.1:5699/ -n 10000
+//
+// scripts/bench-scale.sh builds the binaries and passes the node's URL.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/fleetd/fleet/pkg/api"
+	"github.com/fleetd/fleet/pkg/broker"
+	"github.com/fleetd/fleet/scripts/internal/benchkit"
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+var (
+	flagBin    = flag.String("bin", "bin", "folder with the fleet binaries")
+	flagBroker = flag.String("broker", "", "the private node's URL (amqp://user:pass@host:port/)")
+	flagRMQ    = flag.String("rmq", "scripts/rabbitmq-node.sh", "the node script (for rabbitmqctl)")
+	flagN      = flag.Int("n", 10000, "entities joined on the gateway")
+	flagRaw    = flag.Int("raw", 1000, "queues declared, bound and consumed by the raw baseline")
+	flagDir    = flag.String("dir", "", "work folder (default: a temporary one)")
+)
+
+func main() {
+	flag.Parse()
+	benchkit.Main("benchscale", "stopping", 2*time.Hour, run)
+}
+
+func rmq(args ...string) (string, error) {
+	out, err := exec.Command(*flagRMQ, append([]string{"ctl"}, args...)...).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("rabbitmqctl %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+	return string(out), nil
+}
+
+func run() error {
+	if *flagBroker == "" {
+		return fmt.Errorf("-broker is required (scripts/rabbitmq-node.sh url)")
+	}
+	dir := *flagDir
+	if dir == "" {
+		var err error
+		if dir, err = os.MkdirTemp("", "fleet-benchscale-"); err != nil {
+			return err
+		}
+		benchkit.AtCleanup(func() { os.RemoveAll(dir) })
+	}
+	vhost := fmt.Sprintf("benchscale-%d", os.Getpid())
+	if _, err := rmq("add_vhost", vhost); err != nil {
+		return err
+	}
+	benchkit.AtCleanup(func() { rmq("delete_vhost", vhost) })
+	if _, err := rmq("set_permissions", "-p", vhost, "guest", ".*", ".*", ".*"); err != nil {
+		return err
+	}
+	url := strings.TrimSuffix(*flagBroker, "/") + "/" + vhost
+	bin, err := filepath.Abs(*flagBin)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("benchscale: %d entities on one gateway, raw baseline %d queues; broker %s; load %s\n",
+		*flagN, *flagRaw, broker.Redact(url), strings.TrimSpace(benchkit.Loadavg()))
+
+	// the raw baseline: what a join must do on the broker, for one queue
+	raw, err := rawJoins(url, *flagRaw)
+	if err != nil {
+		return err
+	}
+
+	g, err := benchkit.StartGateway(benchkit.GatewayConfig{
+		Bin: bin, Dir: filepath.Join(dir, "h1"), Host: "h1",
+		Env:   []string{"FLEET_BROKER=" + url, "FLEET_PRESENCE_INTERVAL=1h"},
+		Ready: time.Minute, WaitBroker: true,
+	})
+	if err != nil {
+		return err
+	}
+	time.Sleep(time.Second)
+	idle, err := g.Memory()
+	if err != nil {
+		return err
+	}
+	c, err := g.Dial("")
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	joins := make([]time.Duration, 0, *flagN)
+	start := time.Now()
+	for i := range *flagN {
+		t0 := time.Now()
+		if _, err := benchkit.Join(c, fmt.Sprintf("e%d", i)); err != nil {
+			return fmt.Errorf("after %d joins: %w", i, err)
+		}
+		joins = append(joins, time.Since(t0))
+	}
+	took := time.Since(start)
+	time.Sleep(2 * time.Second) // let the runtime settle
+	after, err := g.Memory()
+	if err != nil {
+		return err
+	}
+	out, err := rmq("list_consumers", "-q", "--no-table-headers", "-p", vhost, "queue_name")
+	if err != nil {
+		return err
+	}
+	consumed := strings.Count(out, "agent.")
+	log := benchkit.ReadFile(g.Log)
+	errs := strings.Count(log, `"level":"ERROR"`)
+	// a message to the last one, through the store: the gateway still serves
+	if _, err := c.Call(&api.Request{Op: api.OpRoster}); err != nil {
+		return err
+	}
+
+	js, rs := benchkit.Sorted(joins), benchkit.Sorted(raw)
+	perEntity := float64(after.RSS-idle.RSS) / float64(*flagN)
+	ratio := float64(benchkit.Pct(js, 50)) / float64(benchkit.Pct(rs, 50))
+	fmt.Printf("  joins:     %d in %v; p50 %s, p99 %s\n", *flagN, took.Round(time.Second), benchkit.Ms(benchkit.Pct(js, 50)), benchkit.Ms(benchkit.Pct(js, 99)))
+	fmt.Printf("  raw amqp091-go declare + 2 binds + exclusive consume of one queue: p50 %s, p99 %s\n", benchkit.Ms(benchkit.Pct(rs, 50)), benchkit.Ms(benchkit.Pct(rs, 99)))
+	fmt.Printf("  join p50 / raw p50: %.2fx (target 1.5x) %s\n", ratio, benchkit.Met(ratio <= 1.5))
+	fmt.Printf("  inboxes consumed on the broker: %d of %d %s; ERROR lines in the gateway's log: %d\n", consumed, *flagN, benchkit.Met(consumed == *flagN), errs)
+	fmt.Printf("  resident memory: idle %s, with %d entities %s: %.1f KiB per entity (target 20 KiB) %s\n",
+		benchkit.MiB(idle.RSS), *flagN, benchkit.MiB(after.RSS), perEntity, benchkit.Met(perEntity <= 20))
+	return nil
+}
+
+// rawJoins declares, binds (gid and broadcast.all, as a join does) and
+// consumes n queues with amqp091-go, one after another, on one channel:
+// the least a join costs on the broker.
+func rawJoins(url string, n int) ([]time.Duration, error) {
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	setup, err := conn.Channel()
+	if err != nil {
+		return nil, err
+	}
+	if err := setup.ExchangeDeclare("raw.msg", "topic", false, true, false, false, nil); err != nil {
+		return nil, err
+	}
+	var out []time.Duration
+	var chans []*amqp.Channel
+	var ch *amqp.Channel
+	for i := range n {
+		if i%200 == 0 { // as the gateway shares channels
+			if ch, err = conn.Channel(); err != nil {
+				return nil, err
+			}
+			chans = append(chans, ch)
+		}
+		q := fmt.Sprintf("raw.%d", i)
+		t0 := time.Now()
+		if _, err := setup.QueueDeclare(q, false, true, false, false, amqp.Table{"x-queue-type": "classic"}); err != nil {
+			return nil, err
+		}
+		for _, k := range []string{q, "broadcast.all"} {
+			if err := setup.QueueBind(q, k, "raw.msg", false, nil); err != nil {
+				return nil, err
+			}
+		}
+		if _, err := ch.ConsumeWithContext(context.Background(), q, q, false, true, false, false, nil); err != nil {
+			return nil, err
+		}
+		out = append(out, time.Since(t0))
+	}
+	return out, nil
+}
