@@ -188,7 +188,9 @@ func cmdEnrol(ts *testscript.TestScript, neg bool, args []string) {
 }
 
 // broker stop|start|block|unblock|closeall — act on the node (outage
-// scripts only); broker queues — print this script's queues: name, ready,
+// scripts only; block and unblock return once the node has raised or
+// cleared its memory alarm, so publishers are blocked from then on);
+// broker queues — print this script's queues: name, ready,
 // unacknowledged, consumers.
 func cmdBroker(ts *testscript.TestScript, neg bool, args []string) {
 	if len(args) != 1 {
@@ -203,8 +205,14 @@ func cmdBroker(ts *testscript.TestScript, neg bool, args []string) {
 		out, err = rabbitmqctl("start_app")
 	case "block":
 		out, err = rabbitmqctl("set_vm_memory_high_watermark", "0.0000001")
+		if err == nil {
+			awaitMemoryAlarm(ts, true)
+		}
 	case "unblock":
 		out, err = rabbitmqctl("set_vm_memory_high_watermark", "0.4")
+		if err == nil {
+			awaitMemoryAlarm(ts, false)
+		}
 	case "closeall":
 		u, perr := url.Parse(ts.Getenv("BROKER_URL"))
 		ts.Check(perr)
@@ -421,6 +429,24 @@ func cmdAMQP(ts *testscript.TestScript, neg bool, args []string) {
 		}
 	default:
 		ts.Fatalf("unknown amqp command %q", args[0])
+	}
+}
+
+// awaitMemoryAlarm waits (30s) until the node's memory alarm is raised
+// (on) or cleared: the watermark is only compared at the node's next
+// memory check.
+func awaitMemoryAlarm(ts *testscript.TestScript, on bool) {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, err := rabbitmqctl("eval", "rabbit_alarm:get_alarms().")
+		ts.Check(err)
+		if strings.Contains(string(out), "memory") == on {
+			return
+		}
+		if time.Now().After(deadline) {
+			ts.Fatalf("memory alarm not %v within 30s: %s", map[bool]string{true: "raised", false: "cleared"}[on], out)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 

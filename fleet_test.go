@@ -1,7 +1,8 @@
 // End-to-end tests: the real binaries, built once, against real gateways
 // in temporary folders (and a real tmux for the inject tests). The scripts
 // are in testdata/script; the commands they use beyond testscript's own are
-// defined below.
+// defined below, in broker_test.go and inject_test.go, and (the waits and
+// the helpers that replace shell plumbing) in scriptcmds_test.go.
 package fleet_test
 
 import (
@@ -75,6 +76,13 @@ func TestScripts(t *testing.T) {
 			"proxy":    cmdProxy,
 			"tmpfs":    cmdTmpfs,
 			"pasted":   cmdPasted,
+			// scriptcmds_test.go
+			"eventually": cmdEventually,
+			"recv":       cmdRecv,
+			"exitcode":   cmdExitCode,
+			"extract":    cmdExtract,
+			"expand":     cmdExpand,
+			"jsonlines":  cmdJSONLines,
 		},
 	})
 }

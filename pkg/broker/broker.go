@@ -213,6 +213,7 @@ func (b *Broker) Fatal() <-chan error { return b.fatal }
 func (b *Broker) Run(ctx context.Context) {
 	pol := backoff.Policy{Base: 200 * time.Millisecond, Max: 10 * time.Second, Jitter: true}
 	failures := 0
+	said := "" // the reason last logged
 	var takenSince time.Time
 	for ctx.Err() == nil {
 		gen, err := b.connect(ctx)
@@ -238,8 +239,10 @@ func (b *Broker) Run(ctx context.Context) {
 			b.mu.Lock()
 			b.lastErr = err
 			b.mu.Unlock()
-			if failures == 1 || failures%10 == 0 {
+			// the first failure, every tenth, and any with a new reason
+			if failures == 1 || failures%10 == 0 || err.Error() != said {
 				b.log.Error("broker unreachable", "err", err, "attempt", failures)
+				said = err.Error()
 			}
 			backoff.Sleep(ctx, pol.Delay(failures))
 			continue
@@ -249,7 +252,7 @@ func (b *Broker) Run(ctx context.Context) {
 		} else {
 			b.log.Info("broker connected")
 		}
-		failures = 0
+		failures, said = 0, ""
 		err = b.serve(ctx, gen)
 		b.lostOnce = true
 		b.mu.Lock()
