@@ -155,14 +155,12 @@ func rawJoins(url string, n int) ([]time.Duration, error) {
 		return nil, err
 	}
 	var out []time.Duration
-	var chans []*amqp.Channel
 	var ch *amqp.Channel
 	for i := range n {
 		if i%200 == 0 { // as the gateway shares channels
 			if ch, err = conn.Channel(); err != nil {
 				return nil, err
 			}
-			chans = append(chans, ch)
 		}
 		q := fmt.Sprintf("raw.%d", i)
 		t0 := time.Now()
