@@ -335,7 +335,7 @@ func (g *Gateway) loadEntities() error {
 		return err
 	}
 	for _, e := range ents {
-		g.addBox(e, false)
+		g.addBox(e)
 	}
 	return nil
 }

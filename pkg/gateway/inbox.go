@@ -41,22 +41,21 @@ func (b *mailbox) watch() <-chan struct{} { return b.changed.wait() }
 // a drained inbox.
 func (b *mailbox) notify() { b.changed.notify() }
 
-// addBox makes e live: its mailbox, its broker inbox (a new entity's is
-// declared and consumed before addBox returns — or the error says why not
-// and nothing is left behind; a loaded one's is consumed in the
-// background), and its delivery worker.
-func (g *Gateway) addBox(e *store.Entity, isNew bool) (*mailbox, error) {
+// addBox makes e live: its mailbox, its broker inbox kept consumed (a new
+// entity's register has declared and consumed it already), and its
+// delivery worker.
+func (g *Gateway) addBox(e *store.Entity) *mailbox {
 	ctx, cancel := context.WithCancel(g.runCtx)
 	b := &mailbox{ent: *e, stop: cancel, done: make(chan struct{})}
 	g.reg.Add(b)
-	if g.br != nil && isNew {
-		if err := g.br.AddInbox(e.Gid, e.Groups); err != nil {
-			g.reg.Remove(e.Gid)
-			cancel()
-			return nil, err
-		}
-	} else if g.br != nil {
+	if g.br != nil {
 		g.br.KeepInbox(e.Gid, e.Groups)
+	}
+	if e.Mode != "inject" && e.Nudge == "" {
+		// a pull entity without a nudge hook needs no worker: fleet-recv
+		// serves it (one goroutine fewer per entity, at thousands of them)
+		close(b.done)
+		return b
 	}
 	g.workers.Add(1)
 	go func() {
@@ -68,7 +67,7 @@ func (g *Gateway) addBox(e *store.Entity, isNew bool) (*mailbox, error) {
 			g.nudgeLoop(ctx, b)
 		}
 	}()
-	return b, nil
+	return b
 }
 
 func (g *Gateway) removeBox(gid string) {

@@ -486,7 +486,23 @@ func (g *Gateway) register(e *store.Entity) (token, credFile string, err error) 
 	token, hash := ident.Issue(gid)
 	now := time.Now().UTC()
 	e.Host, e.TokenHash, e.Status, e.StatusAt, e.Created = g.cfg.Host, hash, "idle", now, now
+	// With a broker, the inbox is declared, bound and consumed while the
+	// store records the entity (both must succeed before join does; what
+	// one made is undone when the other fails).
+	var inbox chan error
+	if g.br != nil {
+		inbox = make(chan error, 1)
+		go func() { inbox <- g.br.AddInbox(gid, e.Groups) }()
+	}
+	undoInbox := func() {
+		if inbox != nil && <-inbox == nil {
+			if err := g.br.RemoveInbox(gid, e.Groups); err != nil {
+				g.log.Warn("removing the inbox of a registration that failed", "gid", gid, "err", err)
+			}
+		}
+	}
 	if err := g.st.CreateEntity(e); err != nil {
+		undoInbox()
 		if errors.Is(err, store.ErrNameTaken) {
 			return "", "", fault.New(fault.Usage, fault.KindNameTaken, "%s is already registered on this host", e.Name).
 				WithHint("choose another name, or remove it with: fleet-roster leave %s", e.Name)
@@ -495,14 +511,18 @@ func (g *Gateway) register(e *store.Entity) (token, credFile string, err error) 
 	}
 	path, err := ident.Save(g.cfg.StateDir, e.Name, token)
 	if err != nil {
+		undoInbox()
 		g.st.DeleteEntity(gid, "registration failed")
 		return "", "", fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot store the credential of %s", e.Name)
 	}
-	if _, err := g.addBox(e, true); err != nil {
-		os.Remove(path)
-		g.st.DeleteEntity(gid, "registration failed")
-		return "", "", err
+	if inbox != nil {
+		if err := <-inbox; err != nil {
+			os.Remove(path)
+			g.st.DeleteEntity(gid, "registration failed")
+			return "", "", err
+		}
 	}
+	g.addBox(e)
 	g.announceEntity(gid)
 	g.audit.Write(audit.Line{Event: "joined", Entity: e.Name, Recipient: gid})
 	g.log.Info("entity joined", "entity", e.Name, "gid", gid, "mode", e.Mode)
