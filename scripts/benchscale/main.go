@@ -138,9 +138,10 @@ func run() error {
 	return nil
 }
 
-// rawJoins declares, binds (gid and broadcast.all, as a join does) and
-// consumes n queues with amqp091-go, one after another, on one channel:
-// the least a join costs on the broker.
+// rawJoins declares (durable, with an inbox's arguments), binds (gid and
+// broadcast.all, as a join does) and consumes (exclusive, manual ack) n
+// queues with amqp091-go, one after another: the least a join costs on the
+// broker. The queues go with the run's vhost.
 func rawJoins(url string, n int) ([]time.Duration, error) {
 	conn, err := amqp.Dial(url)
 	if err != nil {
@@ -151,7 +152,7 @@ func rawJoins(url string, n int) ([]time.Duration, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := setup.ExchangeDeclare("raw.msg", "topic", false, true, false, false, nil); err != nil {
+	if err := setup.ExchangeDeclare("raw.msg", "topic", true, false, false, false, nil); err != nil {
 		return nil, err
 	}
 	var out []time.Duration
@@ -164,7 +165,11 @@ func rawJoins(url string, n int) ([]time.Duration, error) {
 		}
 		q := fmt.Sprintf("raw.%d", i)
 		t0 := time.Now()
-		if _, err := setup.QueueDeclare(q, false, true, false, false, amqp.Table{"x-queue-type": "classic"}); err != nil {
+		// as durable as an inbox, with its arguments (pkg/broker inboxArgs)
+		if _, err := setup.QueueDeclare(q, true, false, false, false, amqp.Table{
+			"x-queue-type": "classic", "x-dead-letter-exchange": "raw.dlx", "x-overflow": "reject-publish",
+			"x-max-length": int64(10000), "x-message-ttl": int64(7 * 24 * time.Hour / time.Millisecond),
+		}); err != nil {
 			return nil, err
 		}
 		for _, k := range []string{q, "broadcast.all"} {
