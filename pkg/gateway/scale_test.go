@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -69,4 +70,49 @@ func grepLines(s, sub string, max int) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// A join that cannot get its inbox on the broker fails whole: 69 with the
+// reason, and nothing is left behind — no entity in the roster or the
+// store, no credential file. The gateway's login here may not declare
+// inbox queues (its configure permission leaves out agent.*).
+func TestCrossJoinWithoutInboxFailsWhole(t *testing.T) {
+	url := brokerURL(t)
+	vhost := url[strings.LastIndex(url, "/")+1:]
+	root, _ := filepath.Abs("../..")
+	node := filepath.Join(root, "scripts", "rabbitmq-node.sh")
+	user := "limited-" + fmt.Sprint(len(vhost))
+	ctl := func(args ...string) {
+		if out, err := exec.Command(node, append([]string{"ctl"}, args...)...).CombinedOutput(); err != nil {
+			t.Fatalf("rabbitmqctl %v: %v\n%s", args, err, out)
+		}
+	}
+	exec.Command(node, "ctl", "delete_user", user).Run()
+	ctl("add_user", user, "pw-"+user)
+	t.Cleanup(func() { exec.Command(node, "ctl", "delete_user", user).Run() })
+	ctl("set_permissions", "-p", vhost, user, `^(bridge|control|roster)\..*`, ".*", ".*")
+	limited := strings.Replace(url, "guest:guest@", user+":pw-"+user+"@", 1)
+	g := startGW(t, t.TempDir(), "h1", settings{"broker": limited})
+	_, err := g.call("", &api.Request{Op: api.OpJoin, Name: "nohome", Mode: "pull"})
+	fe := faultOf(t, err, 69)
+	if !strings.Contains(fe.Error(), "could not declare and consume the inbox") {
+		t.Errorf("error: %v", fe)
+	}
+	check := func(when string) {
+		resp := g.must("", &api.Request{Op: api.OpRoster})
+		for _, r := range resp.Entities {
+			if r.Name == "nohome" {
+				t.Fatalf("%s: nohome is in the roster: %+v", when, r)
+			}
+		}
+		if _, err := os.Stat(filepath.Join(g.Cfg.StateDir, "credentials", "nohome.token")); !os.IsNotExist(err) {
+			t.Fatalf("%s: a credential file was left behind (%v)", when, err)
+		}
+	}
+	check("after the failed join")
+	g.restart() // nothing in the store either
+	check("after a restart")
+	// the name is free, and the gateway still works for what it may do
+	_, err = g.call("", &api.Request{Op: api.OpJoin, Name: "nohome", Mode: "pull"})
+	faultOf(t, err, 69)
 }
