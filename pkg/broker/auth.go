@@ -159,10 +159,11 @@ func (b *Broker) refused(reason, host string) {
 	}
 }
 
+// clip keeps s to at most n bytes of valid UTF-8 (a header value).
 func clip(s string, n int) string {
 	s = strings.ToValidUTF8(s, "?")
 	if len(s) > n {
-		return s[:n]
+		s = strings.ToValidUTF8(s[:n], "") // no rune cut in half
 	}
 	return s
 }
