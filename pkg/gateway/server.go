@@ -509,20 +509,26 @@ func (g *Gateway) register(e *store.Entity) (token, credFile string, err error) 
 		}
 		return "", "", fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot register %s", e.Name)
 	}
-	path, err := ident.Save(g.cfg.StateDir, e.Name, token)
-	if err != nil {
-		undoInbox()
-		g.st.DeleteEntity(gid, "registration failed")
-		return "", "", fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot store the credential of %s", e.Name)
-	}
 	if inbox != nil {
 		if err := <-inbox; err != nil {
-			os.Remove(path)
 			g.st.DeleteEntity(gid, "registration failed")
 			return "", "", err
 		}
 	}
 	g.addBox(e)
+	// the credential file last: a spawned command waits for it and acts at
+	// once, so the entity must be live before it exists
+	path, err := ident.Save(g.cfg.StateDir, e.Name, token)
+	if err != nil {
+		g.removeBox(gid)
+		if g.br != nil {
+			if rerr := g.br.RemoveInbox(gid, e.Groups); rerr != nil {
+				g.log.Warn("removing the inbox of a registration that failed", "gid", gid, "err", rerr)
+			}
+		}
+		g.st.DeleteEntity(gid, "registration failed")
+		return "", "", fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot store the credential of %s", e.Name)
+	}
 	g.announceEntity(gid)
 	g.audit.Write(audit.Line{Event: "joined", Entity: e.Name, Recipient: gid})
 	g.log.Info("entity joined", "entity", e.Name, "gid", gid, "mode", e.Mode)
