@@ -343,14 +343,14 @@ func (b *Broker) serve(ctx context.Context, gen *generation) error {
 	if b.lostOnce {
 		b.reconnected = time.Now()
 	}
-	want := make(map[string][]string, len(b.inboxes))
-	for gid, groups := range b.inboxes {
-		want[gid] = groups
+	want := make([]string, 0, len(b.inboxes))
+	for gid := range b.inboxes {
+		want = append(want, gid)
 	}
 	b.mu.Unlock()
 	b.setState(true)
-	for gid, groups := range want {
-		b.startConsumer(gen, gid, groups, nil)
+	for _, gid := range want { // each reads its groups when it declares
+		b.startConsumer(gen, gid, nil)
 	}
 	if b.presence != nil {
 		gen.wg.Add(1)
@@ -407,15 +407,28 @@ func (b *Broker) AddInbox(gid string, groups []string) error {
 	if gen == nil {
 		return nil
 	}
-	o, err := b.openInbox(gen, gid, groups)
+	o, err := b.openInbox(gen, gid)
 	if err != nil {
 		b.mu.Lock()
 		delete(b.inboxes, gid)
 		b.mu.Unlock()
+		// a queue declared and bound but never consumed would collect
+		// broadcast copies for nobody until it is full — and a full inbox
+		// bound to broadcast.all refuses every broadcast: delete it
+		var nd *notDeclared
+		if errors.As(err, &nd) {
+			// nothing was made
+		} else if derr := gen.setup.do(func(ch *amqp.Channel) error {
+			_, err := ch.QueueDelete(InboxQueue(gid), false, false, false)
+			return err
+		}); derr != nil {
+			b.log.Error("a join failed and its half-made inbox could not be deleted: delete it by hand",
+				"queue", InboxQueue(gid), "err", derr)
+		}
 		return fault.Wrap(fault.Unavailable, fault.KindBrokerDown, err, "could not declare and consume the inbox %s on the broker", InboxQueue(gid)).
 			WithHint("check the broker and the gateway's log; the entity was not registered")
 	}
-	b.startConsumer(gen, gid, groups, o)
+	b.startConsumer(gen, gid, o)
 	return nil
 }
 
@@ -428,7 +441,7 @@ func (b *Broker) KeepInbox(gid string, groups []string) {
 	gen := b.gen
 	b.mu.Unlock()
 	if gen != nil {
-		b.startConsumer(gen, gid, groups, nil)
+		b.startConsumer(gen, gid, nil)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -114,8 +115,15 @@ type opened struct {
 
 // startConsumer runs gid's consumer, on first if the caller opened it
 // already (nil: the consumer opens it).
-func (b *Broker) startConsumer(gen *generation, gid string, groups []string, first *opened) {
+func (b *Broker) startConsumer(gen *generation, gid string, first *opened) {
 	gen.mu.Lock()
+	if gen.ctx.Err() != nil { // a generation that is ending: the next one consumes it
+		gen.mu.Unlock()
+		if first != nil {
+			gen.release(first.cc)
+		}
+		return
+	}
 	if _, ok := gen.consumers[gid]; ok {
 		gen.mu.Unlock()
 		if first != nil { // consumed twice: keep the running one
@@ -130,7 +138,7 @@ func (b *Broker) startConsumer(gen *generation, gid string, groups []string, fir
 	go func() {
 		defer gen.wg.Done()
 		defer close(c.done)
-		b.consume(gen, c, groups, first)
+		b.consume(gen, c, first)
 	}()
 }
 
@@ -141,7 +149,7 @@ func (b *Broker) tag(gid string) string { return fmt.Sprintf("fleet-gw/%s/%s", b
 // reaps after missed heartbeats) rather than a rival gateway.
 func (b *Broker) rivalGrace() time.Duration { return 3*b.cfg.Heartbeat + 2*time.Second }
 
-func (b *Broker) consume(gen *generation, c *consumer, groups []string, first *opened) {
+func (b *Broker) consume(gen *generation, c *consumer, first *opened) {
 	q := InboxQueue(c.gid)
 	log := b.log.With("queue", q)
 	started := time.Now()
@@ -161,7 +169,7 @@ func (b *Broker) consume(gen *generation, c *consumer, groups []string, first *o
 		first = nil
 		if o == nil {
 			var err error
-			o, err = b.openInbox(gen, c.gid, groups)
+			o, err = b.openInbox(gen, c.gid)
 			if errors.Is(err, errRemoved) {
 				return
 			}
@@ -201,7 +209,12 @@ func (b *Broker) consume(gen *generation, c *consumer, groups []string, first *o
 		if !b.drain(gen, c, o) {
 			return
 		}
-		// the shared channel closed under us (not the connection): again
+		// the shared channel closed under us: again, after a jittered
+		// pause (its other consumers do the same), unless the connection
+		// is going, which the next generation handles
+		if gen.subConn.IsClosed() || !wait(c, gen, time.Duration(100+rand.IntN(400))*time.Millisecond) {
+			return
+		}
 	}
 }
 
@@ -222,10 +235,11 @@ func wait(c *consumer, gen *generation, d time.Duration) bool {
 // that exists with other limits than configured (406 inequivalent arg) is
 // not redeclared in a loop: it is used as it is and the mismatch is logged
 // loudly.
-func (b *Broker) declare(gen *generation, gid string, groups []string) error {
+func (b *Broker) declare(gen *generation, gid string, groups []string) (consumers int, err error) {
 	q := InboxQueue(gid)
-	err := gen.setup.do(func(ch *amqp.Channel) error {
-		_, err := ch.QueueDeclare(q, true, false, false, false, inboxArgs(b.cfg.Limits))
+	err = gen.setup.do(func(ch *amqp.Channel) error {
+		st, err := ch.QueueDeclare(q, true, false, false, false, inboxArgs(b.cfg.Limits))
+		consumers = st.Consumers
 		return err
 	})
 	var ae *amqp.Error
@@ -234,14 +248,15 @@ func (b *Broker) declare(gen *generation, gid string, groups []string) error {
 			"queue", q, "err", ae.Reason,
 			"fix", "the new limits apply to inboxes declared from now on; to change this one, delete it while empty or set a broker policy")
 		err = gen.setup.do(func(ch *amqp.Channel) error {
-			_, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
+			st, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
+			consumers = st.Consumers
 			return err
 		})
 	}
 	if err != nil {
-		return err
+		return 0, err
 	}
-	return gen.setup.do(func(ch *amqp.Channel) error {
+	return consumers, gen.setup.do(func(ch *amqp.Channel) error {
 		for _, k := range InboxKeys(gid, groups) {
 			if err := ch.QueueBind(q, k, ExMsg, false, nil); err != nil {
 				return err
@@ -252,15 +267,22 @@ func (b *Broker) declare(gen *generation, gid string, groups []string) error {
 }
 
 // openInbox declares, binds and consumes an inbox, on a shared channel.
-func (b *Broker) openInbox(gen *generation, gid string, groups []string) (*opened, error) {
+func (b *Broker) openInbox(gen *generation, gid string) (*opened, error) {
 	b.mu.Lock()
-	_, wanted := b.inboxes[gid]
+	groups, wanted := b.inboxes[gid] // its groups now (SetGroups may have changed them)
 	b.mu.Unlock()
 	if !wanted { // removed meanwhile: never declare it again
 		return nil, errRemoved
 	}
-	if err := b.declare(gen, gid, groups); err != nil {
-		return nil, err
+	consumers, err := b.declare(gen, gid, groups)
+	if err != nil {
+		return nil, &notDeclared{err}
+	}
+	if consumers > 0 {
+		// consumed elsewhere (another connection): a consume would be
+		// refused (403), and on a shared channel that closes the channel
+		// of up to ConsumersPerChannel other inboxes. Not tried.
+		return nil, &amqp.Error{Code: amqp.AccessRefused, Reason: "the inbox has a consumer on another connection"}
 	}
 	cc, err := b.consumeOn(gen)
 	if err != nil {
@@ -275,6 +297,13 @@ func (b *Broker) openInbox(gen *generation, gid string, groups []string) (*opene
 	}
 	return &opened{cc: cc, deliveries: d}, nil
 }
+
+// notDeclared is an inbox that could not be declared and bound: nothing
+// of it was made (or it existed before).
+type notDeclared struct{ err error }
+
+func (e *notDeclared) Error() string { return e.err.Error() }
+func (e *notDeclared) Unwrap() error { return e.err }
 
 // cancel stops consuming an inbox on its shared channel: what was
 // delivered to it and not yet taken goes back to the queue.

@@ -14,14 +14,21 @@ import (
 // read it). A host speaks only for itself and only forward: see Fold.
 type peerView struct {
 	mu       sync.Mutex
-	peers    map[string]*peer // host -> what we last heard of it
-	left     map[string]int64 // host -> the sequence of its last leaving notice
-	interval time.Duration    // this gateway's presence interval: a host's until it says its own
+	peers    map[string]*peer     // host -> what we last heard of it
+	left     map[string]int64     // host -> the sequence of its last leaving notice
+	tombs    map[string]tombstone // gid -> its gone notice: older heartbeats do not bring it back
+	interval time.Duration        // this gateway's presence interval: a host's until it says its own
 	log      *slog.Logger
 }
 
+// tombstone is a gone notice, kept for the presence TTL.
+type tombstone struct {
+	seq   int64
+	heard time.Time
+}
+
 func newPeerView(interval time.Duration, log *slog.Logger) *peerView {
-	return &peerView{peers: map[string]*peer{}, left: map[string]int64{}, interval: interval, log: log}
+	return &peerView{peers: map[string]*peer{}, left: map[string]int64{}, tombs: map[string]tombstone{}, interval: interval, log: log}
 }
 
 // peer is what this gateway knows of another host.
@@ -48,7 +55,17 @@ func (v *peerView) Fold(b presenceBody, seq int64, now time.Time, interval time.
 	p := v.peers[b.Host]
 	switch {
 	case b.Leaving:
+		if seq <= v.left[b.Host] {
+			return broker.Refuse(broker.ReasonReplay, "leaving notice of %s heard before: a replay", b.Host)
+		}
 		if p != nil && seq <= p.maxSeq {
+			// a host's own presence can overtake its leaving notice in
+			// flight (they are published concurrently): within one
+			// interval that is a race, and the newer word stands; older,
+			// it is a replay
+			if p.maxSeq-seq <= int64(p.interval) {
+				return nil
+			}
 			return broker.Refuse(broker.ReasonReplay, "leaving notice of %s older than its latest presence: a replay", b.Host)
 		}
 		if seq > v.left[b.Host] {
@@ -62,10 +79,17 @@ func (v *peerView) Fold(b presenceBody, seq int64, now time.Time, interval time.
 		if !isGid(b.Gone) {
 			return broker.Refuse(broker.ReasonMalformed, "gone %q is not a gid", b.Gone)
 		}
+		if t, ok := v.tombs[b.Gone]; ok && seq <= t.seq {
+			return broker.Refuse(broker.ReasonReplay, "gone notice of %s heard before: a replay", b.Gone)
+		}
+		v.tombs[b.Gone] = tombstone{seq: seq, heard: now}
 		if p == nil || p.entities[b.Gone] == nil {
 			return nil // nothing to forget
 		}
-		if seq <= p.entities[b.Gone].seq {
+		if h := p.entities[b.Gone]; seq <= h.seq {
+			if h.seq-seq <= int64(p.interval) { // a heartbeat that overtook it in flight
+				return nil
+			}
 			return broker.Refuse(broker.ReasonReplay, "gone notice of %s older than its latest heartbeat: a replay", b.Gone)
 		}
 		p.maxSeq = max(p.maxSeq, seq)
@@ -86,8 +110,8 @@ func (v *peerView) Fold(b presenceBody, seq int64, now time.Time, interval time.
 		if local(r.Gid) != nil {
 			return broker.Refuse(broker.ReasonWrongHost, "host %s claims entity %s, which lives on this host", b.Host, r.Gid)
 		}
-		if seq <= v.left[b.Host] {
-			return nil // announced before its host's leaving notice: superseded
+		if seq <= v.left[b.Host] || seq <= v.tombs[r.Gid].seq {
+			return nil // announced before its host's leaving or its own gone notice: superseded
 		}
 		if p != nil {
 			if h := p.entities[r.Gid]; h != nil && seq <= h.seq {
@@ -120,6 +144,13 @@ func (v *peerView) peerLocked(host string) *peer {
 func (v *peerView) Upsert(host string, row api.EntityRow, heard time.Time, interval time.Duration) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	for h, other := range v.peers {
+		if h != host && other.entities[row.Gid] != nil {
+			v.log.Warn("a control answer names an entity the view places on another host: not learned",
+				"peer", host, "gid", row.Gid, "on", h)
+			return
+		}
+	}
 	p := v.peerLocked(host)
 	if interval > 0 {
 		p.interval = interval
@@ -150,11 +181,16 @@ func (v *peerView) Drop(host, gid string) {
 func (v *peerView) Rows(now time.Time, connected bool, ttl time.Duration) []api.EntityRow {
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	for gid, t := range v.tombs {
+		if now.Sub(t.heard) > ttl {
+			delete(v.tombs, gid)
+		}
+	}
 	var out []api.EntityRow
 	for host, p := range v.peers {
 		for gid, h := range p.entities {
 			age := now.Sub(h.heard)
-			if connected && age > ttl {
+			if connected && age > max(ttl, 3*p.interval) {
 				delete(p.entities, gid)
 				v.log.Info("entity dropped from the view: not heard within the presence TTL", "peer", host, "entity", h.row.Name)
 				continue

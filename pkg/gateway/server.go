@@ -520,13 +520,11 @@ func (g *Gateway) register(e *store.Entity) (token, credFile string, err error) 
 	// once, so the entity must be live before it exists
 	path, err := ident.Save(g.cfg.StateDir, e.Name, token)
 	if err != nil {
-		g.removeBox(gid)
-		if g.br != nil {
-			if rerr := g.br.RemoveInbox(gid, e.Groups); rerr != nil {
-				g.log.Warn("removing the inbox of a registration that failed", "gid", gid, "err", rerr)
-			}
+		// undone as a leave is: the inbox first, then the mailbox, then
+		// the entity (what reached it meanwhile is dead-lettered, told)
+		if _, uerr := g.unregister(gid, e.Name); uerr != nil {
+			g.log.Error("undoing a registration whose credential could not be saved", "entity", e.Name, "err", uerr)
 		}
-		g.st.DeleteEntity(gid, "registration failed")
 		return "", "", fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot store the credential of %s", e.Name)
 	}
 	g.announceEntity(gid)
