@@ -8,15 +8,15 @@ import (
 	"io"
 	"net"
 	"net/url"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
+
+	"github.com/fleetd/fleet/internal/testnode"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/rogpeppe/go-internal/testscript"
@@ -29,68 +29,17 @@ import (
 // parallel never share a queue. The outage scripts stop, block or pause
 // the whole node, so they take the broker exclusively.
 
-var (
-	brokerOnce sync.Once
-	brokerURL  string
-	brokerErr  error
-	brokerLock sync.RWMutex
-)
+// brokerLock orders the scripts of this process: the outage scripts take
+// it exclusively (across processes, testnode.Lock does the same).
+var brokerLock sync.RWMutex
 
-func brokerNode() (string, error) {
-	brokerOnce.Do(func() {
-		if u := os.Getenv("FLEET_TEST_BROKER"); u != "" {
-			brokerURL = strings.TrimSuffix(u, "/")
-			return
-		}
-		out, err := exec.Command("scripts/rabbitmq-node.sh", "start").CombinedOutput()
-		if err != nil {
-			brokerErr = fmt.Errorf("starting the private RabbitMQ node: %v\n%s", err, out)
-			return
-		}
-		u, err := exec.Command("scripts/rabbitmq-node.sh", "url").Output()
-		brokerURL, brokerErr = strings.TrimSuffix(strings.TrimSpace(string(u)), "/"), err
-	})
-	return brokerURL, brokerErr
-}
-
-// lockNodeFile takes the node's test lock file (see pkg/gateway's
-// lockNode), shared or exclusive, and returns its release.
-func lockNodeFile(exclusive bool) (func(), error) {
-	dir := os.Getenv("FLEET_RMQ_DIR")
-	if dir == "" {
-		dir = fmt.Sprintf("/tmp/fleet-rmq-%d", os.Getuid())
-	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, err
-	}
-	f, err := os.OpenFile(filepath.Join(dir, "tests.lock"), os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	how := syscall.LOCK_SH
-	if exclusive {
-		how = syscall.LOCK_EX
-	}
-	if err := syscall.Flock(int(f.Fd()), how); err != nil {
-		f.Close()
-		return nil, err
-	}
-	return func() { f.Close() }, nil
-}
-
-func rabbitmqctl(args ...string) ([]byte, error) {
-	return exec.Command("scripts/rabbitmq-node.sh", append([]string{"ctl"}, args...)...).CombinedOutput()
-}
+func rabbitmqctl(args ...string) ([]byte, error) { return testnode.Ctl(args...) }
 
 // setupBroker gives a broker script its vhost and lock.
 func setupBroker(env *testscript.Env, name string) error {
 	exclusive := strings.HasPrefix(name, "outage_")
 	if !exclusive && !strings.HasPrefix(name, "broker_") {
 		return nil
-	}
-	base, err := brokerNode()
-	if err != nil {
-		return err
 	}
 	if exclusive {
 		brokerLock.Lock()
@@ -101,32 +50,29 @@ func setupBroker(env *testscript.Env, name string) error {
 	}
 	// and across processes: the in-process broker tests of other packages
 	// (pkg/gateway) run beside this one
-	unlock, err := lockNodeFile(exclusive)
+	unlock, err := testnode.Lock(exclusive)
 	if err != nil {
 		return err
 	}
 	env.Defer(unlock)
 	vhost := "t-" + name
-	rabbitmqctl("delete_vhost", vhost)
-	if out, err := rabbitmqctl("add_vhost", vhost); err != nil {
-		return fmt.Errorf("add_vhost: %v\n%s", err, out)
-	}
-	if out, err := rabbitmqctl("set_permissions", "-p", vhost, "guest", ".*", ".*", ".*"); err != nil {
-		return fmt.Errorf("set_permissions: %v\n%s", err, out)
+	url, drop, err := testnode.Vhost(vhost)
+	if err != nil {
+		return err
 	}
 	env.Defer(func() {
 		if exclusive { // leave the node as we found it
 			rabbitmqctl("set_vm_memory_high_watermark", "0.4")
 			rabbitmqctl("start_app")
 		}
-		rabbitmqctl("delete_vhost", vhost)
+		drop()
 	})
-	tlsURL, _ := exec.Command("scripts/rabbitmq-node.sh", "tls-url").Output()
-	tlsDir, _ := exec.Command("scripts/rabbitmq-node.sh", "tls-dir").Output()
+	tlsURL, _ := testnode.Node("tls-url")
+	tlsDir, _ := testnode.Node("tls-dir")
 	env.Setenv("BROKER_TLS_URL", strings.TrimSpace(string(tlsURL))+vhost)
 	env.Setenv("TLS_DIR", strings.TrimSpace(string(tlsDir)))
-	env.Setenv("FLEET_BROKER", base+"/"+vhost)
-	env.Setenv("BROKER_URL", base+"/"+vhost)
+	env.Setenv("FLEET_BROKER", url)
+	env.Setenv("BROKER_URL", url)
 	env.Setenv("FLEET_HEARTBEAT", "2s")
 	env.Values["dlq"] = &dlqStash{}
 	return nil

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/fleetd/fleet/internal/testnode"
+
 	"github.com/fleetd/fleet/pkg/api"
 )
 
@@ -16,23 +18,15 @@ import (
 // sequence number under the lock its confirm reader needed), after which
 // every publish of the gateway timed out.
 func TestConcurrentRemoteSendsAllConfirmed(t *testing.T) {
-	base, err := brokerNode()
+	brokerLock.RLock()
+	defer brokerLock.RUnlock()
+	url, drop, err := testnode.Vhost("t-go-publish")
 	if err != nil {
 		t.Fatal(err)
 	}
-	brokerLock.RLock()
-	defer brokerLock.RUnlock()
-	vhost := "t-go-publish"
-	rabbitmqctl("delete_vhost", vhost)
-	if out, err := rabbitmqctl("add_vhost", vhost); err != nil {
-		t.Fatalf("add_vhost: %v\n%s", err, out)
-	}
-	defer rabbitmqctl("delete_vhost", vhost)
-	if out, err := rabbitmqctl("set_permissions", "-p", vhost, "guest", ".*", ".*", ".*"); err != nil {
-		t.Fatalf("set_permissions: %v\n%s", err, out)
-	}
+	defer drop()
 	dir := t.TempDir()
-	env := []string{"FLEET_BROKER=" + base + "/" + vhost, "FLEET_PUBLISH_TIMEOUT=5s"}
+	env := []string{"FLEET_BROKER=" + url, "FLEET_PUBLISH_TIMEOUT=5s"}
 	h1 := newTestGW(t, dir, "h1", env...)
 	h2 := newTestGW(t, dir, "h2", env...)
 	enrolGWs(t, h1, h2)

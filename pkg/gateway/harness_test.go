@@ -14,13 +14,13 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fleetd/fleet/internal/testnode"
 
 	"github.com/fleetd/fleet/pkg/api"
 	"github.com/fleetd/fleet/pkg/config"
@@ -284,38 +284,23 @@ func faultOf(t testing.TB, err error, want fault.Code) *fault.Error {
 }
 
 // brokerURL is the private RabbitMQ node's URL for a test that needs one,
-// in a vhost of its own (deleted after). make test starts the node and
-// sets FLEET_TEST_BROKER; without it, the test starts the node itself.
+// in a vhost of its own (deleted after), holding the node's shared test
+// lock (the outage scripts of the end-to-end tests take it exclusively).
+// make test starts the node and sets FLEET_TEST_BROKER; without it, the
+// test starts the node itself.
 func brokerURL(t testing.TB) string {
 	t.Helper()
-	base := os.Getenv("FLEET_TEST_BROKER")
-	root, _ := filepath.Abs("../..")
-	node := filepath.Join(root, "scripts", "rabbitmq-node.sh")
-	if base == "" {
-		if out, err := exec.Command(node, "start").CombinedOutput(); err != nil {
-			t.Fatalf("starting the private RabbitMQ node: %v\n%s", err, out)
-		}
-		out, err := exec.Command(node, "url").Output()
-		if err != nil {
-			t.Fatal(err)
-		}
-		base = strings.TrimSpace(string(out))
+	unlock, err := testnode.Lock(false)
+	if err != nil {
+		t.Fatal(err)
 	}
-	base = strings.TrimSuffix(base, "/")
-	// the outage scripts of the end-to-end tests stop and block the node
-	// (another test process): they hold this lock exclusively
-	lockNode(t, false)
-	vhost := "t-inproc-" + strings.ReplaceAll(t.Name(), "/", "-")
-	ctl := func(args ...string) {
-		if out, err := exec.Command(node, append([]string{"ctl"}, args...)...).CombinedOutput(); err != nil {
-			t.Fatalf("rabbitmqctl %v: %v\n%s", args, err, out)
-		}
+	t.Cleanup(unlock)
+	url, drop, err := testnode.Vhost("t-inproc-" + strings.ReplaceAll(t.Name(), "/", "-"))
+	if err != nil {
+		t.Fatal(err)
 	}
-	exec.Command(node, "ctl", "delete_vhost", vhost).Run()
-	ctl("add_vhost", vhost)
-	ctl("set_permissions", "-p", vhost, "guest", ".*", ".*", ".*")
-	t.Cleanup(func() { exec.Command(node, "ctl", "delete_vhost", vhost).Run() })
-	return base + "/" + vhost
+	t.Cleanup(drop)
+	return url
 }
 
 // enrol makes the gateways trust each other, as `fleet-gw trust add` does.
@@ -353,30 +338,3 @@ func (g *testGW) waitLog(s string) {
 }
 
 func asFault(err error, fe **fault.Error) bool { return errors.As(err, fe) }
-
-// lockNode takes the private node's test lock, shared (a test using the
-// node) or exclusive (a test that stops or blocks it), until the test ends.
-// It is a file lock, so tests of different packages, run as different
-// processes, respect it too.
-func lockNode(t testing.TB, exclusive bool) {
-	t.Helper()
-	dir := os.Getenv("FLEET_RMQ_DIR")
-	if dir == "" {
-		dir = fmt.Sprintf("/tmp/fleet-rmq-%d", os.Getuid())
-	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.OpenFile(filepath.Join(dir, "tests.lock"), os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	how := syscall.LOCK_SH
-	if exclusive {
-		how = syscall.LOCK_EX
-	}
-	if err := syscall.Flock(int(f.Fd()), how); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { f.Close() })
-}

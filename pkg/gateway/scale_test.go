@@ -3,10 +3,11 @@ package gateway_test
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/fleetd/fleet/internal/testnode"
 
 	"github.com/fleetd/fleet/pkg/api"
 )
@@ -32,8 +33,7 @@ func TestCrossManyEntities(t *testing.T) {
 		last = entity{Name: resp.Entity.Name, Gid: resp.Entity.Gid, Token: resp.Token, gw: g}
 	}
 	vhost := url[strings.LastIndex(url, "/")+1:]
-	root, _ := filepath.Abs("../..")
-	out, err := exec.Command(filepath.Join(root, "scripts", "rabbitmq-node.sh"), "ctl", "list_consumers", "-q", "--no-table-headers", "-p", vhost, "queue_name").Output()
+	out, err := testnode.Ctl("list_consumers", "-q", "--no-table-headers", "-p", vhost, "queue_name")
 	if err != nil {
 		t.Fatalf("list_consumers: %v", err)
 	}
@@ -79,17 +79,15 @@ func grepLines(s, sub string, max int) string {
 func TestCrossJoinWithoutInboxFailsWhole(t *testing.T) {
 	url := brokerURL(t)
 	vhost := url[strings.LastIndex(url, "/")+1:]
-	root, _ := filepath.Abs("../..")
-	node := filepath.Join(root, "scripts", "rabbitmq-node.sh")
 	user := "limited-" + fmt.Sprint(len(vhost))
 	ctl := func(args ...string) {
-		if out, err := exec.Command(node, append([]string{"ctl"}, args...)...).CombinedOutput(); err != nil {
+		if out, err := testnode.Ctl(args...); err != nil {
 			t.Fatalf("rabbitmqctl %v: %v\n%s", args, err, out)
 		}
 	}
-	exec.Command(node, "ctl", "delete_user", user).Run()
+	testnode.Ctl("delete_user", user)
 	ctl("add_user", user, "pw-"+user)
-	t.Cleanup(func() { exec.Command(node, "ctl", "delete_user", user).Run() })
+	t.Cleanup(func() { testnode.Ctl("delete_user", user) })
 	ctl("set_permissions", "-p", vhost, user, `^(bridge|control|roster)\..*`, ".*", ".*")
 	limited := strings.Replace(url, "guest:guest@", user+":pw-"+user+"@", 1)
 	g := startGW(t, t.TempDir(), "h1", settings{"broker": limited})

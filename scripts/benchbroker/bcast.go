@@ -129,7 +129,7 @@ func bcastPhase(gws []*benchkit.Gateway, vhostURL string, bpid int) (*bcastResul
 		jwg.Add(1)
 		go func() {
 			defer jwg.Done()
-			t, err := joinMany(g, names, 4)
+			t, err := benchkit.JoinMany(g, names, 4)
 			jmu.Lock()
 			defer jmu.Unlock()
 			if err != nil {

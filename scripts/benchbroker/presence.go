@@ -73,7 +73,7 @@ func presencePhase(bin, root, vhostURL string, bpid int) (*presenceResult, error
 		wg.Add(1)
 		go func(gi int, g *benchkit.Gateway) {
 			defer wg.Done()
-			_, errs[gi] = joinMany(g, names, 8)
+			_, errs[gi] = benchkit.JoinMany(g, names, 8)
 		}(gi, g)
 	}
 	wg.Wait()

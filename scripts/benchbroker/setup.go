@@ -6,14 +6,12 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -119,34 +117,6 @@ func brokerCPU(pid int) time.Duration {
 }
 
 // ---- helpers ----
-
-// joinMany registers names on g as pull entities over `conns` connections
-// and returns their credentials, in the order of names.
-func joinMany(g *benchkit.Gateway, names []string, conns int) ([]string, error) {
-	toks := make([]string, len(names))
-	var wg sync.WaitGroup
-	errs := make([]error, conns)
-	for c := 0; c < conns; c++ {
-		wg.Add(1)
-		go func(c int) {
-			defer wg.Done()
-			cl, err := g.Dial("")
-			if err != nil {
-				errs[c] = err
-				return
-			}
-			defer cl.Close()
-			for i := c; i < len(names); i += conns {
-				if toks[i], err = benchkit.Join(cl, names[i]); err != nil {
-					errs[c] = err
-					return
-				}
-			}
-		}(c)
-	}
-	wg.Wait()
-	return toks, errors.Join(errs...)
-}
 
 // waitRoster polls g's roster view until ok says so, at most d.
 func waitRoster(g *benchkit.Gateway, d time.Duration, what string, ok func([]api.EntityRow) bool) error {

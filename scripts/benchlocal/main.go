@@ -433,7 +433,11 @@ func run() error {
 	}
 	fmt.Printf("idle, 0 entities:         VmRSS %s  (anon %s, file %s; threads %d)\n", benchkit.MiB(idle.RSS), benchkit.MiB(idle.Anon), benchkit.MiB(idle.File), idle.Threads)
 	joinStart := time.Now()
-	if err := joinMany(g, *flagEntities); err != nil {
+	names := make([]string, *flagEntities)
+	for i := range names {
+		names[i] = fmt.Sprintf("ent%05d", i)
+	}
+	if _, err := benchkit.JoinMany(g, names, 8); err != nil {
 		return err
 	}
 	joinTook := time.Since(joinStart)
@@ -575,33 +579,6 @@ func run() error {
 	p50 := benchkit.Pct(sendT, 50)
 	fmt.Printf("  fleet-send p50 <= %s:          %s  -> %s\n", benchkit.Ms(targetSendP50), benchkit.Ms(p50), benchkit.Met(p50 <= targetSendP50))
 	return nil
-}
-
-// joinMany registers n pull entities over 8 connections.
-func joinMany(g *benchkit.Gateway, n int) error {
-	const conns = 8
-	var wg sync.WaitGroup
-	errs := make([]error, conns)
-	for c := 0; c < conns; c++ {
-		wg.Add(1)
-		go func(c int) {
-			defer wg.Done()
-			cl, err := g.Dial("")
-			if err != nil {
-				errs[c] = err
-				return
-			}
-			defer cl.Close()
-			for i := c; i < n; i += conns {
-				if _, err := benchkit.Join(cl, fmt.Sprintf("ent%05d", i)); err != nil {
-					errs[c] = err
-					return
-				}
-			}
-		}(c)
-	}
-	wg.Wait()
-	return errors.Join(errs...)
 }
 
 func parseCounts(s string) ([]int, error) {

@@ -1,6 +1,7 @@
 package benchkit
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -257,4 +258,32 @@ func Join(c *api.Client, name string) (string, error) {
 		return "", fmt.Errorf("join %s: no credential in the reply", name)
 	}
 	return resp.Token, nil
+}
+
+// JoinMany registers names on g as pull entities over `conns` connections
+// and returns their credentials, in the order of names.
+func JoinMany(g *Gateway, names []string, conns int) ([]string, error) {
+	toks := make([]string, len(names))
+	var wg sync.WaitGroup
+	errs := make([]error, conns)
+	for c := 0; c < conns; c++ {
+		wg.Add(1)
+		go func(c int) {
+			defer wg.Done()
+			cl, err := g.Dial("")
+			if err != nil {
+				errs[c] = err
+				return
+			}
+			defer cl.Close()
+			for i := c; i < len(names); i += conns {
+				if toks[i], err = Join(cl, names[i]); err != nil {
+					errs[c] = err
+					return
+				}
+			}
+		}(c)
+	}
+	wg.Wait()
+	return toks, errors.Join(errs...)
 }

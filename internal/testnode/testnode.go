@@ -1,0 +1,116 @@
+// Package testnode is the tests' way to the private RabbitMQ node of
+// scripts/rabbitmq-node.sh: its URL (FLEET_TEST_BROKER, or the node started
+// on first use), rabbitmqctl, a vhost of a test's own, and the node's test
+// lock. Tests of several packages run as several processes at once, and
+// the outage scripts stop and block the node: they take the lock
+// exclusively, every other broker test shares it. Only tests import it.
+package testnode
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+)
+
+var (
+	once   sync.Once
+	url    string
+	urlErr error
+)
+
+// script is scripts/rabbitmq-node.sh, found from the working directory up
+// to the module's root.
+func script() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return filepath.Join(dir, "scripts", "rabbitmq-node.sh"), nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("testnode: no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// URL is the node's URL without a vhost: FLEET_TEST_BROKER (make test
+// starts the node and sets it), or the node started now.
+func URL() (string, error) {
+	once.Do(func() {
+		if u := os.Getenv("FLEET_TEST_BROKER"); u != "" {
+			url = strings.TrimSuffix(u, "/")
+			return
+		}
+		out, err := Node("start")
+		if err != nil {
+			urlErr = fmt.Errorf("starting the private RabbitMQ node: %v\n%s", err, out)
+			return
+		}
+		u, err := Node("url")
+		url, urlErr = strings.TrimSuffix(strings.TrimSpace(string(u)), "/"), err
+	})
+	return url, urlErr
+}
+
+// Node runs the node script with args (start, url, tls-url, ctl ...).
+func Node(args ...string) ([]byte, error) {
+	s, err := script()
+	if err != nil {
+		return nil, err
+	}
+	return exec.Command(s, args...).CombinedOutput()
+}
+
+// Ctl runs rabbitmqctl on the node.
+func Ctl(args ...string) ([]byte, error) { return Node(append([]string{"ctl"}, args...)...) }
+
+// Vhost makes a fresh vhost name for guest and returns its URL and its
+// removal.
+func Vhost(name string) (string, func(), error) {
+	base, err := URL()
+	if err != nil {
+		return "", nil, err
+	}
+	Ctl("delete_vhost", name)
+	if out, err := Ctl("add_vhost", name); err != nil {
+		return "", nil, fmt.Errorf("add_vhost: %v\n%s", err, out)
+	}
+	if out, err := Ctl("set_permissions", "-p", name, "guest", ".*", ".*", ".*"); err != nil {
+		return "", nil, fmt.Errorf("set_permissions: %v\n%s", err, out)
+	}
+	return base + "/" + name, func() { Ctl("delete_vhost", name) }, nil
+}
+
+// Lock takes the node's test lock, shared or exclusive, and returns its
+// release. It is a file lock, so tests in other processes respect it.
+func Lock(exclusive bool) (func(), error) {
+	dir := os.Getenv("FLEET_RMQ_DIR")
+	if dir == "" {
+		dir = fmt.Sprintf("/tmp/fleet-rmq-%d", os.Getuid())
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(filepath.Join(dir, "tests.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	how := syscall.LOCK_SH
+	if exclusive {
+		how = syscall.LOCK_EX
+	}
+	if err := syscall.Flock(int(f.Fd()), how); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { f.Close() }, nil
+}
