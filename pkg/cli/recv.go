@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fleetd/fleet/pkg/api"
+	"github.com/fleetd/fleet/pkg/deliver"
 	"github.com/fleetd/fleet/pkg/envelope"
 	"github.com/fleetd/fleet/pkg/fault"
 	"github.com/urfave/cli/v2"
@@ -100,6 +101,8 @@ func printHuman(w *bufio.Writer, e *envelope.Envelope) error {
 	if e.InReplyTo != "" {
 		fmt.Fprintf(w, " · re %s", e.InReplyTo)
 	}
-	_, err := fmt.Fprintf(w, "\n%s\n\n", e.Body)
+	// only on a terminal: no byte of another entity's text may act as an
+	// escape sequence there
+	_, err := fmt.Fprintf(w, "\n%s\n\n", deliver.Inert(e.Body, true))
 	return err
 }

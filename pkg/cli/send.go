@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fleetd/fleet/pkg/api"
+	"github.com/fleetd/fleet/pkg/deliver"
 	"github.com/fleetd/fleet/pkg/envelope"
 	"github.com/fleetd/fleet/pkg/fault"
 	"github.com/urfave/cli/v2"
@@ -110,7 +111,13 @@ func awaitEnvelope(c *cli.Context, s *session, kind string, interrupted error) e
 	if c.Bool("json") {
 		return printJSON(c.App.Writer, message{Type: kind, Envelope: env})
 	}
-	_, err = fmt.Fprintln(c.App.Writer, strings.TrimRight(env.Body, "\n"))
+	body := strings.TrimRight(env.Body, "\n")
+	if f, ok := c.App.Writer.(*os.File); ok && isTerminal(f) {
+		// another entity's text on a person's terminal: no byte of it may
+		// act as an escape sequence (a pipe gets the text as sent)
+		body = deliver.Inert(body, true)
+	}
+	_, err = fmt.Fprintln(c.App.Writer, body)
 	return err
 }
 

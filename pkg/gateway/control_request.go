@@ -303,6 +303,18 @@ func checkControlResult(res *controlResult, host string) error {
 	}
 	if e := res.Error; e != nil {
 		e.Message, e.Hint = clipReason(e.Message), clipReason(e.Hint)
+		// the caller exits with it: never 0, never a code outside the
+		// table (a kind this build does not know, from a newer one, reads
+		// as internal)
+		switch fault.Code(e.Exit) {
+		case fault.Usage, fault.Data, fault.NoRecipient, fault.Unavailable, fault.Software,
+			fault.LaunchFailed, fault.CantCreate, fault.TempFail, fault.Refused:
+		default:
+			e.Exit = int(fault.Software)
+		}
+		if !e.Kind.Known() {
+			e.Kind = fault.KindInternal
+		}
 	}
 	return nil
 }
