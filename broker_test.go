@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/fleetd/fleet/internal/testnode"
+	"github.com/fleetd/fleet/pkg/trust"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/rogpeppe/go-internal/testscript"
@@ -56,7 +58,7 @@ func setupBroker(env *testscript.Env, name string) error {
 	}
 	env.Defer(unlock)
 	vhost := "t-" + name
-	url, drop, err := testnode.Vhost(vhost)
+	vhostURL, drop, err := testnode.Vhost(vhost)
 	if err != nil {
 		return err
 	}
@@ -71,11 +73,58 @@ func setupBroker(env *testscript.Env, name string) error {
 	tlsDir, _ := testnode.Node("tls-dir")
 	env.Setenv("BROKER_TLS_URL", strings.TrimSpace(string(tlsURL))+vhost)
 	env.Setenv("TLS_DIR", strings.TrimSpace(string(tlsDir)))
-	env.Setenv("FLEET_BROKER", url)
-	env.Setenv("BROKER_URL", url)
+	env.Setenv("FLEET_BROKER", vhostURL)
+	env.Setenv("BROKER_URL", vhostURL)
 	env.Setenv("FLEET_HEARTBEAT", "2s")
+	if node, err := testnode.Script(); err == nil {
+		env.Setenv("FLEET_RABBITMQCTL", node+" ctl") // for fleet-gw broker-setup
+	}
 	env.Values["dlq"] = &dlqStash{}
+	env.Values["logins"] = map[string]*url.Userinfo{}
+	// every gateway runs with its own least-privilege login ("host"
+	// below): in normal operation none may meet a broker refusal
+	env.Defer(func() {
+		if _, err := os.Stat(filepath.Join(env.WorkDir, "expect-refusals")); err == nil {
+			return // the script takes a login away on purpose
+		}
+		logs, _ := filepath.Glob(filepath.Join(env.WorkDir, "*.log"))
+		for _, l := range logs {
+			data, _ := os.ReadFile(l)
+			for _, line := range strings.Split(string(data), "\n") {
+				if strings.Contains(line, "ACCESS_REFUSED") {
+					env.T().Fatal(fmt.Sprintf("%s: a gateway, with its own broker login, met a permission error: %s", filepath.Base(l), line))
+				}
+			}
+		}
+	})
 	return nil
+}
+
+// hostLogin is host's own broker login for this script's vhost, made once
+// by the real `fleet-gw broker-setup`, as an operator would make it.
+func hostLogin(ts *testscript.TestScript, host string) *url.Userinfo {
+	logins := ts.Value("logins").(map[string]*url.Userinfo)
+	if u, ok := logins[host]; ok {
+		return u
+	}
+	base, err := url.Parse(ts.Getenv("BROKER_URL"))
+	ts.Check(err)
+	base.User = nil
+	node, err := testnode.Script()
+	ts.Check(err)
+	cmd := exec.Command(filepath.Join(binDir, "fleet-gw"), "broker-setup", "--broker", base.String(), "--host", host,
+		"--rabbitmqctl", node+" ctl")
+	cmd.Env = scriptEnv(ts)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		ts.Fatalf("fleet-gw broker-setup --host %s: %v\n%s", host, err, stderr.String())
+	}
+	u, err := url.Parse(strings.TrimSpace(string(out)))
+	ts.Check(err)
+	logins[host] = u.User
+	return u.User
 }
 
 // dlqStash holds what "amqp refused" took from bridge.dlq and did not
@@ -85,7 +134,8 @@ type dlqStash struct {
 }
 
 // host NAME — point FLEET_HOST, FLEET_SOCKET and FLEET_STATE_DIR at host
-// NAME's gateway, so "gw start NAME" and the commands after it act there.
+// NAME's gateway, so "gw start NAME" and the commands after it act there;
+// in a broker script, FLEET_BROKER then carries NAME's own broker login.
 func cmdHost(ts *testscript.TestScript, neg bool, args []string) {
 	if len(args) != 1 {
 		ts.Fatalf("usage: host NAME")
@@ -94,6 +144,14 @@ func cmdHost(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Setenv("FLEET_HOST", args[0])
 	ts.Setenv("FLEET_SOCKET", filepath.Join(work, args[0]+".sock"))
 	ts.Setenv("FLEET_STATE_DIR", filepath.Join(work, args[0]))
+	// with a broker, the host's own login (same address: plain, TLS or
+	// through a proxy), never guest
+	if ts.Getenv("BROKER_URL") != "" {
+		if u, err := url.Parse(ts.Getenv("FLEET_BROKER")); err == nil && u.User != nil && trust.HostRE.MatchString(args[0]) {
+			u.User = hostLogin(ts, args[0])
+			ts.Setenv("FLEET_BROKER", u.String())
+		}
+	}
 }
 
 // enrol HOST... — enrol the hosts with each other the way the README tells
@@ -472,7 +530,7 @@ func cmdProxy(ts *testscript.TestScript, neg bool, args []string) {
 	key := "proxy-" + args[1]
 	switch args[0] {
 	case "start":
-		u, err := url.Parse(ts.Getenv("BROKER_URL"))
+		u, err := url.Parse(ts.Getenv("FLEET_BROKER")) // the current host's login
 		ts.Check(err)
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		ts.Check(err)

@@ -26,9 +26,15 @@ func TestConcurrentRemoteSendsAllConfirmed(t *testing.T) {
 	}
 	defer drop()
 	dir := t.TempDir()
-	env := []string{"FLEET_BROKER=" + url, "FLEET_PUBLISH_TIMEOUT=5s"}
-	h1 := newTestGW(t, dir, "h1", env...)
-	h2 := newTestGW(t, dir, "h2", env...)
+	login := func(host string) string { // each gateway its own broker login
+		u, err := testnode.Login(url, host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return "FLEET_BROKER=" + u
+	}
+	h1 := newTestGW(t, dir, "h1", login("h1"), "FLEET_PUBLISH_TIMEOUT=5s")
+	h2 := newTestGW(t, dir, "h2", login("h2"), "FLEET_PUBLISH_TIMEOUT=5s")
 	enrolGWs(t, h1, h2)
 	const senders, each = 16, 150
 	var names []string

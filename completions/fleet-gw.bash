@@ -18,13 +18,13 @@ _fleet_gw() {
         -*)
             [[ ${COMP_WORDS[i+1]} == = ]] && continue
             case $cmd:$w in
-            run:--host|run:--state-dir|run:--socket|run:--max-body|run:--delivery-attempts|run:--retry-base|run:--retry-max|run:--nudge-after|run:--nudge-max|run:--settle-delay|run:--exec-timeout|run:--dedup-window|run:--dead-retention|run:--drain-timeout|run:--max-connections|run:--frame-timeout|run:--uncertain|run:--broker|run:--broker-ca|run:--broker-cert|run:--broker-key|run:--heartbeat|run:--inbox-max-length|run:--inbox-ttl|run:--publish-timeout|run:--trust-file|run:--ask-ttl|run:--presence-interval|run:--presence-ttl|run:--config|key:--host|key:--state-dir|key:--socket|key:--max-body|key:--delivery-attempts|key:--retry-base|key:--retry-max|key:--nudge-after|key:--nudge-max|key:--settle-delay|key:--exec-timeout|key:--dedup-window|key:--dead-retention|key:--drain-timeout|key:--max-connections|key:--frame-timeout|key:--uncertain|key:--broker|key:--broker-ca|key:--broker-cert|key:--broker-key|key:--heartbeat|key:--inbox-max-length|key:--inbox-ttl|key:--publish-timeout|key:--trust-file|key:--ask-ttl|key:--presence-interval|key:--presence-ttl|key:--config) i=$((i + 1)) ;; # skip the flag's value
+            run:--host|run:--state-dir|run:--socket|run:--max-body|run:--delivery-attempts|run:--retry-base|run:--retry-max|run:--nudge-after|run:--nudge-max|run:--settle-delay|run:--exec-timeout|run:--dedup-window|run:--dead-retention|run:--drain-timeout|run:--max-connections|run:--frame-timeout|run:--uncertain|run:--broker|run:--broker-ca|run:--broker-cert|run:--broker-key|run:--heartbeat|run:--inbox-max-length|run:--inbox-ttl|run:--publish-timeout|run:--trust-file|run:--ask-ttl|run:--presence-interval|run:--presence-ttl|run:--config|key:--host|key:--state-dir|key:--socket|key:--max-body|key:--delivery-attempts|key:--retry-base|key:--retry-max|key:--nudge-after|key:--nudge-max|key:--settle-delay|key:--exec-timeout|key:--dedup-window|key:--dead-retention|key:--drain-timeout|key:--max-connections|key:--frame-timeout|key:--uncertain|key:--broker|key:--broker-ca|key:--broker-cert|key:--broker-key|key:--heartbeat|key:--inbox-max-length|key:--inbox-ttl|key:--publish-timeout|key:--trust-file|key:--ask-ttl|key:--presence-interval|key:--presence-ttl|key:--config|broker-setup:--broker|broker-setup:--host|broker-setup:--operator|broker-setup:--output|broker-setup:--rabbitmqctl) i=$((i + 1)) ;; # skip the flag's value
             esac
             ;;
         *)
             if [[ -z $cmd ]] && (( npos == 0 )); then
                 case $w in
-                run|key|trust) cmd=$w; continue ;;
+                run|key|trust|broker-setup) cmd=$w; continue ;;
                 esac
             fi
             npos=$((npos + 1)) ;;
@@ -36,7 +36,7 @@ _fleet_gw() {
     case $cmd:$prev in
     run:--socket|run:--broker-ca|run:--broker-cert|run:--broker-key|run:--config|key:--socket|key:--broker-ca|key:--broker-cert|key:--broker-key|key:--config) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return 0 ;;
     run:--state-dir|key:--state-dir) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -d -- "$cur"); return 0 ;;
-    run:--host|run:--max-body|run:--delivery-attempts|run:--retry-base|run:--retry-max|run:--nudge-after|run:--nudge-max|run:--settle-delay|run:--exec-timeout|run:--dedup-window|run:--dead-retention|run:--drain-timeout|run:--max-connections|run:--frame-timeout|run:--broker|run:--heartbeat|run:--inbox-max-length|run:--inbox-ttl|run:--publish-timeout|run:--trust-file|run:--ask-ttl|run:--presence-interval|run:--presence-ttl|key:--host|key:--max-body|key:--delivery-attempts|key:--retry-base|key:--retry-max|key:--nudge-after|key:--nudge-max|key:--settle-delay|key:--exec-timeout|key:--dedup-window|key:--dead-retention|key:--drain-timeout|key:--max-connections|key:--frame-timeout|key:--broker|key:--heartbeat|key:--inbox-max-length|key:--inbox-ttl|key:--publish-timeout|key:--trust-file|key:--ask-ttl|key:--presence-interval|key:--presence-ttl) COMPREPLY=(); return 0 ;; # free text
+    run:--host|run:--max-body|run:--delivery-attempts|run:--retry-base|run:--retry-max|run:--nudge-after|run:--nudge-max|run:--settle-delay|run:--exec-timeout|run:--dedup-window|run:--dead-retention|run:--drain-timeout|run:--max-connections|run:--frame-timeout|run:--broker|run:--heartbeat|run:--inbox-max-length|run:--inbox-ttl|run:--publish-timeout|run:--trust-file|run:--ask-ttl|run:--presence-interval|run:--presence-ttl|key:--host|key:--max-body|key:--delivery-attempts|key:--retry-base|key:--retry-max|key:--nudge-after|key:--nudge-max|key:--settle-delay|key:--exec-timeout|key:--dedup-window|key:--dead-retention|key:--drain-timeout|key:--max-connections|key:--frame-timeout|key:--broker|key:--heartbeat|key:--inbox-max-length|key:--inbox-ttl|key:--publish-timeout|key:--trust-file|key:--ask-ttl|key:--presence-interval|key:--presence-ttl|broker-setup:--broker|broker-setup:--host|broker-setup:--operator|broker-setup:--output|broker-setup:--rabbitmqctl) COMPREPLY=(); return 0 ;; # free text
     run:--uncertain) mapfile -t COMPREPLY < <(compgen -W 'hold reinject' -- "$cur"); return 0 ;;
     key:--uncertain) mapfile -t COMPREPLY < <(compgen -W 'hold reinject' -- "$cur"); return 0 ;;
     esac
@@ -46,11 +46,12 @@ _fleet_gw() {
         run) mapfile -t COMPREPLY < <(compgen -W '--host --state-dir --socket --max-body --delivery-attempts --retry-base --retry-max --nudge-after --nudge-max --settle-delay --exec-timeout --dedup-window --dead-retention --drain-timeout --max-connections --frame-timeout --uncertain --broker --broker-ca --broker-cert --broker-key --heartbeat --inbox-max-length --inbox-ttl --publish-timeout --trust-file --ask-ttl --presence-interval --presence-ttl --config --help -h' -- "$cur") ;;
         key) mapfile -t COMPREPLY < <(compgen -W '--host --state-dir --socket --max-body --delivery-attempts --retry-base --retry-max --nudge-after --nudge-max --settle-delay --exec-timeout --dedup-window --dead-retention --drain-timeout --max-connections --frame-timeout --uncertain --broker --broker-ca --broker-cert --broker-key --heartbeat --inbox-max-length --inbox-ttl --publish-timeout --trust-file --ask-ttl --presence-interval --presence-ttl --config --help -h' -- "$cur") ;;
         trust) mapfile -t COMPREPLY < <(compgen -W '--help -h' -- "$cur") ;;
+        broker-setup) mapfile -t COMPREPLY < <(compgen -W '--broker --host --operator --remove --dry-run --output --rabbitmqctl --help -h' -- "$cur") ;;
         esac
         return 0
     fi
     case $cmd in
-        '') (( npos == 0 )) && mapfile -t COMPREPLY < <(compgen -W 'run key trust' -- "$cur") ;;
+        '') (( npos == 0 )) && mapfile -t COMPREPLY < <(compgen -W 'run key trust broker-setup' -- "$cur") ;;
     esac
     return 0
 }

@@ -9,12 +9,15 @@ package testnode
 import (
 	"errors"
 	"fmt"
+	neturl "net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
+
+	"github.com/fleetd/fleet/pkg/broker"
 )
 
 var (
@@ -22,6 +25,10 @@ var (
 	url    string
 	urlErr error
 )
+
+// Script is scripts/rabbitmq-node.sh: "Script() ctl" is the node's
+// rabbitmqctl.
+func Script() (string, error) { return script() }
 
 // script is scripts/rabbitmq-node.sh, found from the working directory up
 // to the module's root.
@@ -113,4 +120,52 @@ func Lock(exclusive bool) (func(), error) {
 		return nil, err
 	}
 	return func() { f.Close() }, nil
+}
+
+var (
+	loginsMu sync.Mutex
+	logins   = map[string]string{}
+)
+
+// Login is host's own broker login in the vhost of vhostURL (a URL from
+// Vhost), made once per vhost and host, so a gateway that restarts keeps
+// its login.
+func Login(vhostURL, host string) (string, error) {
+	loginsMu.Lock()
+	defer loginsMu.Unlock()
+	key := vhostURL + " " + host
+	if u, ok := logins[key]; ok {
+		return u, nil
+	}
+	u, err := Provision(vhostURL, func(vhost string) broker.Grant { return broker.HostGrant(vhost, host) })
+	if err != nil {
+		return "", err
+	}
+	logins[key] = u
+	return u, nil
+}
+
+// Provision makes a login in the vhost of vhostURL the way a deployment
+// makes it: by broker.Provisioner, the code of fleet-gw broker-setup,
+// through the node's rabbitmqctl; every call gives a new password.
+func Provision(vhostURL string, grant func(vhost string) broker.Grant) (string, error) {
+	s, err := script()
+	if err != nil {
+		return "", err
+	}
+	u, err := neturl.Parse(vhostURL)
+	if err != nil {
+		return "", err
+	}
+	u.User = nil
+	base, vhost, err := broker.ParseBase(u.String())
+	if err != nil {
+		return "", err
+	}
+	g := grant(vhost)
+	login, err := broker.Provisioner{Ctl: []string{s, "ctl"}}.Setup(g, base.String())
+	if err != nil {
+		return "", fmt.Errorf("provisioning the broker login %s: %w", g.User, err)
+	}
+	return login, nil
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
 	"os"
 	"slices"
@@ -112,6 +113,24 @@ func Redact(raw string) string {
 	return u.String()
 }
 
+// InClear reports whether raw is a plain amqp:// URI to a host that is not
+// this machine: then every message crosses a network unencrypted. It also
+// returns the broker's host, for the warning.
+func InClear(raw string) (bool, string) {
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme != "amqp" {
+		return false, ""
+	}
+	h := u.Hostname()
+	if h == "localhost" {
+		return false, h
+	}
+	if ip := net.ParseIP(h); ip != nil && ip.IsLoopback() {
+		return false, h
+	}
+	return true, h
+}
+
 // Connected reports whether the transport is up (and not blocked).
 func (b *Broker) Connected() bool {
 	b.mu.Lock()
@@ -196,6 +215,20 @@ func (b *Broker) dial(role string) (*amqp.Connection, error) {
 // errHostTaken is connect's error while another connection holds the claim.
 var errHostTaken = errors.New("host id held by another connection")
 
+// loginRefused reports whether err is the broker refusing who we are or
+// what we may do: bad or revoked credentials, no access to the vhost, a
+// permission this gateway's own queues need, or a topology it may not make.
+func loginRefused(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, amqp.ErrCredentials) || errors.Is(err, amqp.ErrVhost) || errors.Is(err, amqp.ErrSASL) || errors.Is(err, errNoTopology) {
+		return true
+	}
+	var ae *amqp.Error
+	return errors.As(err, &ae) && (ae.Code == amqp.AccessRefused || ae.Code == amqp.NotAllowed)
+}
+
 // ClaimWait is how long a held host id is retried before it counts as
 // taken by another live gateway.
 func (b *Broker) ClaimWait() time.Duration { return 3*b.cfg.Heartbeat + 2*time.Second }
@@ -233,18 +266,36 @@ func (b *Broker) Run(ctx context.Context) {
 			continue
 		}
 		takenSince = time.Time{}
+		refused := loginRefused(err)
+		if refused && !b.lostOnce && failures == 0 {
+			// at start: a wrong, revoked or under-privileged login is the
+			// operator's to fix, not something a retry mends
+			b.fatal <- fault.Wrap(fault.Refused, fault.KindBrokerLogin, err,
+				"the broker refused this gateway's login or its permissions").
+				WithHint("make its login with: fleet-gw broker-setup --host %s --broker URI (on the broker), and put the URI it prints in FLEET_BROKER", b.cfg.Host)
+			return
+		}
 		b.triedOnce.Do(func() { close(b.tried) })
 		if err != nil {
 			failures++
 			b.mu.Lock()
 			b.lastErr = err
 			b.mu.Unlock()
+			delay := pol.Delay(failures)
 			// the first failure, every tenth, and any with a new reason
 			if failures == 1 || failures%10 == 0 || err.Error() != said {
-				b.log.Error("broker unreachable", "err", err, "attempt", failures)
+				if refused {
+					b.log.Error("the broker refuses this gateway's login (revoked, or its password changed): other hosts read unknown until it is fixed",
+						"err", err, "attempt", failures, "fix", "fleet-gw broker-setup --host "+b.cfg.Host+" on the broker, then restart with the new FLEET_BROKER")
+				} else {
+					b.log.Error("broker unreachable", "err", err, "attempt", failures)
+				}
 				said = err.Error()
 			}
-			backoff.Sleep(ctx, pol.Delay(failures))
+			if refused {
+				delay = max(delay, 30*time.Second) // it takes an operator: knock seldom
+			}
+			backoff.Sleep(ctx, delay)
 			continue
 		}
 		if failures > 0 || b.lostOnce {
@@ -290,11 +341,8 @@ func (b *Broker) connect(ctx context.Context) (*generation, error) {
 		subConn.Close()
 		return nil, err
 	}
-	ch, err := subConn.Channel()
+	ch, err := declareShared(subConn, b.cfg.Limits)
 	if err != nil {
-		return fail(err)
-	}
-	if err := declareShared(ch, b.cfg.Limits); err != nil {
 		return fail(fmt.Errorf("declaring the shared topology: %w", err))
 	}
 	q := ControlQueue(b.cfg.Host)

@@ -7,6 +7,8 @@
 package broker
 
 import (
+	"errors"
+	"fmt"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -16,12 +18,13 @@ import (
 const (
 	ExMsg     = "bridge.msg"     // topic: key = recipient gid, broadcast.all, broadcast.<group>
 	ExRoster  = "bridge.roster"  // topic: roster.<host>.<gid>
-	ExControl = "bridge.control" // direct: key = host id
+	ExControl = "bridge.control" // topic: key = host id (topic, so a login's binding keys can be confined)
 	ExDLX     = "bridge.dlx"     // fanout: dead letters of every inbox
 	QDLQ      = "bridge.dlq"     // the dead-letter queue, itself bounded
 )
 
-// InboxQueue is the queue of a local entity.
+// InboxQueue is the queue of a local entity: agent.<host>.<uuid>.inbox, as
+// a gid is <host>.<uuid> (see provision.go for why the host is in it).
 func InboxQueue(gid string) string { return "agent." + gid + ".inbox" }
 
 // ControlQueue is a gateway's control queue.
@@ -57,14 +60,49 @@ func inboxArgs(l Limits) amqp.Table {
 	return t
 }
 
-// declareShared declares the shared exchanges and the dead-letter queue.
-// Idempotent; redone on every reconnect.
-func declareShared(ch *amqp.Channel, l Limits) error {
-	for _, ex := range []struct{ name, kind string }{
-		{ExMsg, "topic"}, {ExRoster, "topic"}, {ExControl, "direct"}, {ExDLX, "fanout"},
-	} {
+var sharedExchanges = []struct{ name, kind string }{
+	{ExMsg, "topic"}, {ExRoster, "topic"}, {ExControl, "topic"}, {ExDLX, "fanout"},
+}
+
+// errNoTopology is declareShared's error when the shared topology is
+// missing and this login may not make it.
+var errNoTopology = errors.New("the fleet's exchanges are not on the broker, and this gateway's login may not make them")
+
+// declareShared makes sure the shared exchanges and the dead-letter queue
+// exist. A gateway with its own least-privilege login may not declare
+// them (fleet-gw broker-setup does), so it looks first with passive
+// declares, which need no permission; only when something is missing does
+// it declare everything, as a login with full rights (a single-user
+// broker) may. conn gives a fresh channel after a refusal closed one.
+func declareShared(conn *amqp.Connection, l Limits) (*amqp.Channel, error) {
+	ch, err := conn.Channel()
+	if err != nil {
+		return nil, err
+	}
+	missing := false
+	for _, ex := range sharedExchanges {
+		if err := ch.ExchangeDeclarePassive(ex.name, ex.kind, true, false, false, false, nil); err != nil {
+			missing = true
+			break
+		}
+	}
+	if !missing {
+		if _, err := ch.QueueDeclarePassive(QDLQ, true, false, false, false, nil); err != nil {
+			missing = true
+		}
+	}
+	if !missing {
+		return ch, nil
+	}
+	if !ch.IsClosed() {
+		ch.Close()
+	}
+	if ch, err = conn.Channel(); err != nil {
+		return nil, err
+	}
+	for _, ex := range sharedExchanges {
 		if err := ch.ExchangeDeclare(ex.name, ex.kind, true, false, false, false, nil); err != nil {
-			return err
+			return nil, topologyErr(err)
 		}
 	}
 	args := amqp.Table{"x-queue-type": "classic"}
@@ -72,9 +110,20 @@ func declareShared(ch *amqp.Channel, l Limits) error {
 		args["x-max-length"] = int64(l.DLQLength)
 	}
 	if _, err := ch.QueueDeclare(QDLQ, true, false, false, false, args); err != nil {
-		return err
+		return nil, topologyErr(err)
 	}
-	return ch.QueueBind(QDLQ, "", ExDLX, false, nil)
+	if err := ch.QueueBind(QDLQ, "", ExDLX, false, nil); err != nil {
+		return nil, topologyErr(err)
+	}
+	return ch, nil
+}
+
+func topologyErr(err error) error {
+	var ae *amqp.Error
+	if errors.As(err, &ae) && ae.Code == amqp.AccessRefused {
+		return fmt.Errorf("%w (%v)", errNoTopology, err)
+	}
+	return err
 }
 
 // InboxKeys are the binding keys of an inbox: its gid, broadcast.all and

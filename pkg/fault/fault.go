@@ -140,6 +140,7 @@ const (
 	KindBadCredential      Kind = "bad_credential"
 	KindNoCredential       Kind = "no_credential"
 	KindPeer               Kind = "peer_refused"
+	KindBrokerLogin        Kind = "broker_login_refused" // the broker refused this gateway's login or its permissions
 )
 
 // Kinds is the closed set.
@@ -154,7 +155,7 @@ func init() {
 		KindLaunchFailed, KindSpawnUncertain, KindStateDir, KindOutput,
 		KindGatewayLocked, KindHostTaken, KindTimeout, KindBrokerTimeout, KindBrokerRefused,
 		KindInboxFull, KindInboxBusy, KindTooLate, KindTooManyConnections,
-		KindBadCredential, KindNoCredential, KindPeer,
+		KindBadCredential, KindNoCredential, KindPeer, KindBrokerLogin,
 	} {
 		Kinds[k] = true
 	}

@@ -13,7 +13,7 @@ package gateway
 //     the trust file — no trust file, or an empty one, admits no other
 //     host at all;
 //  3. the sender it names lives on the signing host: the envelope says so,
-//     and the roster view, when it knows the sender's gid, agrees;
+//     and so does the sender's gid, which names the host it was made on;
 //  4. it is not older than its window (presence: presence-ttl; SPAWN and
 //     STOP: their own expiry, at most controlWindow; everything else: the
 //     dedup window) nor from the future; a repeated msg id is dropped by
@@ -40,8 +40,8 @@ import (
 	"github.com/fleetd/fleet/pkg/api"
 	"github.com/fleetd/fleet/pkg/broker"
 	"github.com/fleetd/fleet/pkg/envelope"
+	"github.com/fleetd/fleet/pkg/ident"
 	"github.com/fleetd/fleet/pkg/trust"
-	"github.com/google/uuid"
 )
 
 const (
@@ -65,7 +65,6 @@ type admission struct {
 	own         ed25519.PublicKey
 	file        *trust.File
 	memo        *verified
-	hostOf      func(gid string) string // the roster view: where a remote gid lives ("" unknown)
 	dedupWindow time.Duration
 	presenceTTL time.Duration
 
@@ -81,7 +80,7 @@ func (g *Gateway) setupAuth() error {
 	}
 	g.admit = &admission{
 		host: g.cfg.Host, own: priv.Public().(ed25519.PublicKey), file: trust.Open(g.cfg.TrustFile),
-		memo: newVerified(1024), hostOf: g.peers.HostOf,
+		memo:        newVerified(1024),
 		dedupWindow: g.cfg.DedupWindow, presenceTTL: g.cfg.PresenceTTL,
 		untrusted: map[string]time.Time{},
 	}
@@ -124,10 +123,9 @@ func (a *admission) check(host string, body, sig []byte, env *envelope.Envelope)
 	if env.Sender.Host != host {
 		return broker.Refuse(broker.ReasonWrongHost, "sender claims host %q but %q signed it", env.Sender.Host, host)
 	}
-	if env.Sender.Gid != "" && host != a.host {
-		if at := a.hostOf(env.Sender.Gid); at != "" && at != host {
-			return broker.Refuse(broker.ReasonWrongHost, "sender %s lives on %q in the roster, not on %q", env.Sender.Gid, at, host)
-		}
+	if env.Sender.Gid != "" && ident.GidHost(env.Sender.Gid) != host {
+		// a gid names the host it was made on: no other host speaks for it
+		return broker.Refuse(broker.ReasonWrongHost, "sender %s was made on %q, but %q signed it", env.Sender.Gid, ident.GidHost(env.Sender.Gid), host)
 	}
 	now := time.Now()
 	window := a.dedupWindow
@@ -205,14 +203,8 @@ func checkFields(env *envelope.Envelope) error {
 	return nil
 }
 
-// isGid reports whether s is a gid: a UUID in its lower-case 36-character form.
-func isGid(s string) bool {
-	if len(s) != 36 {
-		return false
-	}
-	u, err := uuid.Parse(s)
-	return err == nil && u.String() == s
-}
+// isGid reports whether s is a gid (<host>.<uuid>).
+func isGid(s string) bool { return ident.IsGid(s) }
 
 // noteRefused remembers hosts refused as not trusted, for the roster.
 func (a *admission) noteRefused(reason, host string) {

@@ -51,9 +51,8 @@ func TestVerifiedAdmitsOnlyExactRepeats(t *testing.T) {
 	}
 }
 
-// testAdmission is an admission for host h2 that trusts h1, with a roster
-// view placing gids on hosts.
-func testAdmission(t testing.TB) (a *admission, h1 ed25519.PrivateKey, view map[string]string) {
+// testAdmission is an admission for host h2 that trusts h1.
+func testAdmission(t testing.TB) (a *admission, h1 ed25519.PrivateKey) {
 	dir := t.TempDir()
 	_, h1, _ = ed25519.GenerateKey(nil)
 	own, _, _ := ed25519.GenerateKey(nil)
@@ -61,19 +60,17 @@ func testAdmission(t testing.TB) (a *admission, h1 ed25519.PrivateKey, view map[
 	if _, err := trust.Add(path, trust.Entry{Host: "h1", Key: base64.StdEncoding.EncodeToString(h1.Public().(ed25519.PublicKey))}); err != nil {
 		t.Fatal(err)
 	}
-	view = map[string]string{}
 	a = &admission{
 		host: "h2", own: own, file: trust.Open(path), memo: newVerified(16),
-		hostOf:      func(gid string) string { return view[gid] },
 		dedupWindow: time.Hour, presenceTTL: 15 * time.Second, untrusted: map[string]time.Time{},
 	}
-	return a, h1, view
+	return a, h1
 }
 
 func sendFrom(host string) *envelope.Envelope {
 	return envelope.New(envelope.Send,
-		envelope.Party{Gid: "01a22a93-8b62-7719-997e-dae6eae12382", Name: "alice", Host: host},
-		envelope.Party{Gid: "01a22a93-8b62-7719-997e-dae6eae12383", Name: "bob", Host: "h2"}, "hello")
+		envelope.Party{Gid: host + ".01a22a93-8b62-7719-997e-dae6eae12382", Name: "alice", Host: host},
+		envelope.Party{Gid: "h2.01a22a93-8b62-7719-997e-dae6eae12383", Name: "bob", Host: "h2"}, "hello")
 }
 
 func signed(t testing.TB, key ed25519.PrivateKey, env *envelope.Envelope) ([]byte, []byte) {
@@ -86,7 +83,7 @@ func signed(t testing.TB, key ed25519.PrivateKey, env *envelope.Envelope) ([]byt
 
 // Each way a message can fail to prove itself is refused with its reason.
 func TestAdmissionRefusesWhatIsNotProven(t *testing.T) {
-	a, h1, view := testAdmission(t)
+	a, h1 := testAdmission(t)
 	_, stranger, _ := ed25519.GenerateKey(nil)
 	reason := func(err error) string {
 		var r *broker.Refusal
@@ -125,10 +122,15 @@ func TestAdmissionRefusesWhatIsNotProven(t *testing.T) {
 			b, s := signed(t, h1, e)
 			return a.check("h1", b, s, e)
 		}},
-		{"sender the roster places elsewhere", broker.ReasonWrongHost, func() error {
+		{"sender gid made on another host", broker.ReasonWrongHost, func() error {
 			e := sendFrom("h1")
-			view[e.Sender.Gid] = "h3"
-			defer delete(view, e.Sender.Gid)
+			e.Sender.Gid = "h3.01a22a93-8b62-7719-997e-dae6eae12382"
+			b, s := signed(t, h1, e)
+			return a.check("h1", b, s, e)
+		}},
+		{"sender gid without its host", broker.ReasonMalformed, func() error {
+			e := sendFrom("h1")
+			e.Sender.Gid = "01a22a93-8b62-7719-997e-dae6eae12382"
 			b, s := signed(t, h1, e)
 			return a.check("h1", b, s, e)
 		}},
@@ -190,7 +192,7 @@ func TestAdmissionRefusesWhatIsNotProven(t *testing.T) {
 // Removing a host from the trust file takes effect at the next message,
 // without a restart; so does adding one. Untrusted hosts heard are listed.
 func TestAdmissionFollowsTheTrustFile(t *testing.T) {
-	a, h1, _ := testAdmission(t)
+	a, h1 := testAdmission(t)
 	env := sendFrom("h1")
 	body, sig := signed(t, h1, env)
 	if err := a.check("h1", body, sig, env); err != nil {
@@ -226,7 +228,7 @@ func TestAdmissionFollowsTheTrustFile(t *testing.T) {
 // Verification is measured fresh for every message (the memo holds one
 // entry and the messages differ); signing is the publisher's side.
 func BenchmarkAdmission(b *testing.B) {
-	a, h1, _ := testAdmission(b)
+	a, h1 := testAdmission(b)
 	a.memo = newVerified(1)
 	const n = 64
 	bodies, sigs := make([][]byte, n), make([][]byte, n)

@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"net"
 	"slices"
 	"strings"
 	"testing"
@@ -70,7 +71,7 @@ func TestLocalBrokerDownLocalWorks(t *testing.T) {
 func TestLocalBrokerDownRemoteRefused(t *testing.T) {
 	g := startDown(t, nil)
 	alice, bob := g.join("alice"), g.join("bob")
-	const remote = "01a22a93-8b62-7719-997e-dae6eae12382"
+	const remote = "h2.01a22a93-8b62-7719-997e-dae6eae12382"
 	_, err := alice.send(remote, "to another host")
 	if fe := faultOf(t, err, fault.Unavailable); fe.Kind != "broker_down" || !strings.Contains(fe.Hint, "local sends keep working") {
 		t.Fatalf("send to a remote gid: %v (%s, hint %q)", fe, fe.Kind, fe.Hint)
@@ -133,5 +134,39 @@ func TestLocalBrokerDownLeaveRefused(t *testing.T) {
 	bob.collect("still here")
 	if r, ok := g.rosterRow("bob"); !ok || r.Dead != 0 {
 		t.Fatalf("bob row %+v %v", r, ok)
+	}
+}
+
+// A plain amqp:// broker URI to an address that is not this machine is
+// said loudly at start: every message would cross the network in clear.
+// (Here one of this machine's own non-loopback addresses, on a closed
+// port, stands for "another machine"; a loopback URI, as every other test
+// uses, is not warned about.)
+func TestLocalBrokerInClearWarned(t *testing.T) {
+	var ip net.IP
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() && n.IP.To4() != nil {
+			ip = n.IP
+			break
+		}
+	}
+	if ip == nil {
+		t.Skip("this machine has no non-loopback IPv4 address")
+	}
+	ln, err := net.Listen("tcp", ip.String()+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // a closed port: refused at once
+	g := startGW(t, t.TempDir(), "h1", settings{"broker": "amqp://u:p@" + addr + "/"})
+	g.waitLog(`"level":"WARN","msg":"the broker URI is amqp://, not amqps://: task text and every message cross the network to ` + ip.String() + ` in clear`)
+	down := startDown(t, nil)
+	if strings.Contains(down.logs.String(), "in clear") {
+		t.Error("a loopback broker URI was warned about")
 	}
 }

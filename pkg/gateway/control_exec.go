@@ -199,7 +199,7 @@ func (g *Gateway) spawnNow(env *envelope.Envelope, b spawnBody, log *slog.Logger
 	socket, _ := filepath.Abs(g.cfg.Socket)
 	cred, _ := filepath.Abs(ident.File(g.cfg.StateDir, b.Name))
 	logDir, _ := filepath.Abs(filepath.Join(g.cfg.StateDir, "spawn"))
-	gid := envelope.NewID()
+	gid := ident.NewGid(g.cfg.Host)
 	proc, err := launch.Start(g.hardCtx, launch.Spec{
 		Launcher: p.Launcher, Command: p.Command, Args: b.Args, Name: b.Name, Gid: gid,
 		Socket: socket, CredFile: cred, Session: p.Session, Dir: dir, LogDir: logDir,

@@ -13,6 +13,7 @@ import (
 
 	"github.com/fleetd/fleet/pkg/api"
 	"github.com/fleetd/fleet/pkg/fault"
+	"github.com/fleetd/fleet/pkg/ident"
 )
 
 // profiles is the config file text of the launcher profiles these tests
@@ -87,7 +88,7 @@ func TestLocalSpawnStop(t *testing.T) {
 		t.Fatal(err)
 	}
 	if sp.Name != "w1" || sp.Host != "h1" || sp.Mode != "pull" || sp.Profile != "w" || sp.RequestID != "nightly-42" ||
-		!slices.Equal(sp.Groups, []string{"ci"}) || len(sp.Gid) != 36 {
+		!slices.Equal(sp.Groups, []string{"ci"}) || ident.GidHost(sp.Gid) != "h1" {
 		t.Fatalf("spawned %+v", sp)
 	}
 	if r, ok := g.rosterRow("w1"); !ok || r.Gid != sp.Gid || r.Mode != "pull" {
@@ -196,7 +197,7 @@ func TestLocalSpawnRefusals(t *testing.T) {
 	for _, c := range []struct {
 		name, target string
 		exit         fault.Code
-	}{{"no target", "", fault.Usage}, {"unknown", "nobody", fault.NoRecipient}, {"unknown gid", "01a22a93-8b62-7719-997e-dae6eae12382", fault.NoRecipient}} {
+	}{{"no target", "", fault.Usage}, {"unknown", "nobody", fault.NoRecipient}, {"unknown gid", "h1.01a22a93-8b62-7719-997e-dae6eae12382", fault.NoRecipient}} {
 		_, err := main.stopEntity(c.target)
 		if codeOf(err) != c.exit {
 			t.Errorf("stop %s: %v, want exit %d", c.name, err, c.exit)

@@ -14,6 +14,7 @@ import (
 	"github.com/fleetd/fleet/pkg/broker"
 	"github.com/fleetd/fleet/pkg/envelope"
 	"github.com/fleetd/fleet/pkg/fault"
+	"github.com/fleetd/fleet/pkg/ident"
 	"github.com/fleetd/fleet/pkg/store"
 )
 
@@ -291,6 +292,8 @@ func checkControlResult(res *controlResult, host string) error {
 			return broker.Refuse(broker.ReasonWrongHost, "host %s answers that it spawned an entity on %s", host, s.Host)
 		case !isGid(s.Gid) || !nameRE.MatchString(s.Name) || (s.Mode != "inject" && s.Mode != "pull"):
 			return bad("spawned entity %q (%q, %q)", s.Name, s.Gid, s.Mode)
+		case ident.GidHost(s.Gid) != host:
+			return broker.Refuse(broker.ReasonWrongHost, "host %s answers that it spawned %s, a gid made on another host", host, s.Gid)
 		}
 		for _, gr := range s.Groups {
 			if !nameRE.MatchString(gr) {
@@ -298,7 +301,7 @@ func checkControlResult(res *controlResult, host string) error {
 			}
 		}
 	}
-	if s := res.Stopped; s != nil && (s.Host != host || !isGid(s.Gid)) {
+	if s := res.Stopped; s != nil && (s.Host != host || ident.GidHost(s.Gid) != host) {
 		return broker.Refuse(broker.ReasonWrongHost, "host %s answers that it stopped %q on %s", host, s.Gid, s.Host)
 	}
 	if e := res.Error; e != nil {

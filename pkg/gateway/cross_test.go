@@ -18,10 +18,13 @@ func twoHosts(t *testing.T) (*testGW, *testGW) {
 	h1 := newConfigOnly(t, dir, "h1", url)
 	h2 := newConfigOnly(t, dir, "h2", url)
 	enrol(t, h1, h2)
-	h1.start()
-	t.Cleanup(h1.stop)
-	h2.start()
-	t.Cleanup(h2.stop)
+	for _, g := range []*testGW{h1, h2} {
+		g.start()
+		t.Cleanup(func() {
+			g.stop()
+			g.noPermissionErrors()
+		})
+	}
 	return h1, h2
 }
 
@@ -93,7 +96,7 @@ func TestCrossHostConversation(t *testing.T) {
 		}
 		return nil
 	})
-	_, err = alice.send("01a22a93-8b62-7719-997e-dae6eae12382", "to nobody")
+	_, err = alice.send("h2.01a22a93-8b62-7719-997e-dae6eae12382", "to nobody")
 	faultOf(t, err, fault.NoRecipient)
 }
 

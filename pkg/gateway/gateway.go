@@ -119,9 +119,13 @@ func (g *Gateway) Run(ctx context.Context) error {
 			URL: g.cfg.Broker, CAFile: g.cfg.BrokerCA, CertFile: g.cfg.BrokerCert, KeyFile: g.cfg.BrokerKey,
 			Host: g.cfg.Host, Heartbeat: g.cfg.Heartbeat, PublishTimeout: g.cfg.PublishTimeout,
 			MaxBody: g.cfg.MaxBody, Attempts: g.cfg.DeliveryAttempts,
-			Limits: broker.Limits{MaxLength: g.cfg.InboxMaxLength, TTL: g.cfg.InboxTTL, DLQLength: 100000},
+			Limits: broker.Limits{MaxLength: g.cfg.InboxMaxLength, TTL: g.cfg.InboxTTL, DLQLength: broker.DLQLength},
 		}, g.log, g.takeBroker) // control.go: control answers, then takeRemote
 		g.br.OnPresence(g.onPresence)
+		if clear, where := broker.InClear(g.cfg.Broker); clear {
+			g.log.Warn("the broker URI is amqp://, not amqps://: task text and every message cross the network to "+where+" in clear, readable by anyone on the path",
+				"fix", "use amqps:// (README: Across hosts)")
+		}
 		if err := g.setupAuth(); err != nil {
 			g.closeState()
 			return fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot set up this host's signing key")
@@ -139,8 +143,8 @@ func (g *Gateway) Run(ctx context.Context) error {
 		select {
 		case <-g.br.Tried():
 		case err := <-g.br.Fatal():
-			g.hostTaken = true
-			g.log.Error("not serving: this host id is held by another live gateway", "err", err)
+			g.hostTaken = true // say nothing on the broker on this host id's behalf
+			g.log.Error("not serving", "err", err)
 			g.stopRun()
 			g.workers.Wait()
 			g.closeState()

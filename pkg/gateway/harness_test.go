@@ -38,6 +38,8 @@ type testGW struct {
 	logs   *syncBuffer
 	cancel context.CancelFunc
 	done   chan error
+	// refusalsExpected: the test takes the gateway's broker login away
+	refusalsExpected bool
 }
 
 // syncBuffer is the gateway's log, readable while it writes.
@@ -74,6 +76,16 @@ func newConfig(t testing.TB, dir, host string, set settings) *config.Config {
 	for k, v := range set {
 		all[k] = v
 	}
+	// A gateway never connects as guest: each host gets its own
+	// least-privilege login in the test's vhost, made by the provisioning
+	// code (fleet-gw broker-setup's), as in a deployment.
+	if u := all["broker"]; strings.Contains(u, "guest:guest@") && u != downBroker {
+		login, err := testnode.Login(u, host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all["broker"] = login
+	}
 	// the config file holds what only it can (launcher profiles): set["file"]
 	file := filepath.Join(dir, host+".conf")
 	if err := os.WriteFile(file, []byte(all["file"]), 0o600); err != nil {
@@ -100,8 +112,26 @@ func startGW(t testing.TB, dir, host string, set settings) *testGW {
 	t.Helper()
 	g := &testGW{t: t, Host: host, Cfg: newConfig(t, dir, host, set), logs: &syncBuffer{}}
 	g.start()
-	t.Cleanup(g.stop)
+	t.Cleanup(func() {
+		g.stop()
+		g.noPermissionErrors()
+	})
 	return g
+}
+
+// noPermissionErrors fails the test if a gateway running with its own
+// least-privilege login logged a broker refusal: in normal operation a
+// gateway never tries what its login may not do.
+func (g *testGW) noPermissionErrors() {
+	if !strings.Contains(g.Cfg.Broker, "fleet-gw-") || g.refusalsExpected {
+		return
+	}
+	for _, l := range strings.Split(g.logs.String(), "\n") {
+		if strings.Contains(l, "ACCESS_REFUSED") || strings.Contains(l, "(403)") {
+			g.t.Errorf("gateway %s, with its own broker login, logged a permission error: %s", g.Host, l)
+			return
+		}
+	}
 }
 
 func (g *testGW) start() {
@@ -283,13 +313,19 @@ func faultOf(t testing.TB, err error, want fault.Code) *fault.Error {
 	return fe
 }
 
-// brokerURL is the private RabbitMQ node's URL for a test that needs one,
-// in a vhost of its own (deleted after), holding the node's shared test
+// brokerURL is the private RabbitMQ node's URL for a test that needs one
+// (as guest, the node's administrator), in a vhost of its own (deleted
+// after; the same one for every call in a test), holding the node's shared test
 // lock (the outage scripts of the end-to-end tests take it exclusively).
 // make test starts the node and sets FLEET_TEST_BROKER; without it, the
 // test starts the node itself.
 func brokerURL(t testing.TB) string {
 	t.Helper()
+	vhostsMu.Lock()
+	defer vhostsMu.Unlock()
+	if u, ok := vhosts[t]; ok {
+		return u
+	}
 	unlock, err := testnode.Lock(false)
 	if err != nil {
 		t.Fatal(err)
@@ -299,9 +335,21 @@ func brokerURL(t testing.TB) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(drop)
+	vhosts[t] = url
+	t.Cleanup(func() {
+		drop()
+		vhostsMu.Lock()
+		delete(vhosts, t)
+		vhostsMu.Unlock()
+	})
 	return url
 }
+
+// vhosts are the tests' vhost URLs: one per test, however often asked.
+var (
+	vhostsMu sync.Mutex
+	vhosts   = map[testing.TB]string{}
+)
 
 // enrol makes the gateways trust each other, as `fleet-gw trust add` does.
 func enrol(t testing.TB, gws ...*testGW) {

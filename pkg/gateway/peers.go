@@ -7,6 +7,7 @@ import (
 
 	"github.com/fleetd/fleet/pkg/api"
 	"github.com/fleetd/fleet/pkg/broker"
+	"github.com/fleetd/fleet/pkg/ident"
 )
 
 // peerView owns what this gateway heard of the other hosts: the remote
@@ -79,6 +80,9 @@ func (v *peerView) Fold(b presenceBody, seq int64, now time.Time, interval time.
 		if !isGid(b.Gone) {
 			return broker.Refuse(broker.ReasonMalformed, "gone %q is not a gid", b.Gone)
 		}
+		if made := ident.GidHost(b.Gone); made != b.Host {
+			return broker.Refuse(broker.ReasonWrongHost, "host %s says entity %s is gone, which was made on %s", b.Host, b.Gone, made)
+		}
 		if t, ok := v.tombs[b.Gone]; ok && seq <= t.seq {
 			return broker.Refuse(broker.ReasonReplay, "gone notice of %s heard before: a replay", b.Gone)
 		}
@@ -102,13 +106,10 @@ func (v *peerView) Fold(b presenceBody, seq int64, now time.Time, interval time.
 		if err := checkRow(&r); err != nil {
 			return err
 		}
-		for host, other := range v.peers {
-			if host != b.Host && other.entities[r.Gid] != nil {
-				return broker.Refuse(broker.ReasonWrongHost, "host %s claims entity %s, which lives on %s", b.Host, r.Gid, host)
-			}
-		}
-		if local(r.Gid) != nil {
-			return broker.Refuse(broker.ReasonWrongHost, "host %s claims entity %s, which lives on this host", b.Host, r.Gid)
+		if made := ident.GidHost(r.Gid); made != b.Host {
+			// a gid names the host it was made on: a host announces only
+			// its own entities, whoever heard of them first
+			return broker.Refuse(broker.ReasonWrongHost, "host %s claims entity %s, which was made on %s", b.Host, r.Gid, made)
 		}
 		if seq <= v.left[b.Host] || seq <= v.tombs[r.Gid].seq {
 			return nil // announced before its host's leaving or its own gone notice: superseded
@@ -210,17 +211,4 @@ func (v *peerView) Rows(now time.Time, connected bool, ttl time.Duration) []api.
 		}
 	}
 	return out
-}
-
-// HostOf returns the host the view places a remote gid on ("" if
-// unknown): one map lookup per host, for the check on every inbound message.
-func (v *peerView) HostOf(gid string) string {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	for host, p := range v.peers {
-		if _, ok := p.entities[gid]; ok {
-			return host
-		}
-	}
-	return ""
 }

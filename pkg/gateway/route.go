@@ -12,7 +12,6 @@ import (
 	"github.com/fleetd/fleet/pkg/envelope"
 	"github.com/fleetd/fleet/pkg/fault"
 	"github.com/fleetd/fleet/pkg/store"
-	"github.com/google/uuid"
 )
 
 // target is where a message goes: a local mailbox, or a gid on another
@@ -30,8 +29,7 @@ type target struct {
 // on two hosts is ambiguous (64), a name nowhere is unknown (67).
 func (g *Gateway) resolve(to string) (target, error) {
 	name, host, qualified := strings.Cut(to, "@")
-	if _, err := uuid.Parse(to); err == nil && len(to) == 36 {
-		to = strings.ToLower(to)
+	if isGid(to) {
 		if b := g.box(to); b != nil {
 			return target{box: b}, nil
 		}

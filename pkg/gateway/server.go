@@ -480,7 +480,7 @@ func (g *Gateway) register(e *store.Entity) (token, credFile string, err error) 
 		return "", "", err
 	}
 	if e.Gid == "" {
-		e.Gid = envelope.NewID()
+		e.Gid = ident.NewGid(g.cfg.Host)
 	}
 	gid := e.Gid
 	token, hash := ident.Issue(gid)

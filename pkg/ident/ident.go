@@ -39,8 +39,12 @@ func Parse(token string) (gid, secret string, err error) {
 	if !ok {
 		return "", "", fault.New(fault.Refused, fault.KindBadCredential, "credential is not a fleet credential")
 	}
-	gid, secret, ok = strings.Cut(rest, ".")
-	if !ok || gid == "" || secret == "" {
+	i := strings.LastIndexByte(rest, '.') // a gid holds a dot, a secret none
+	if i < 0 {
+		return "", "", fault.New(fault.Refused, fault.KindBadCredential, "credential is malformed")
+	}
+	gid, secret = rest[:i], rest[i+1:]
+	if !IsGid(gid) || secret == "" {
 		return "", "", fault.New(fault.Refused, fault.KindBadCredential, "credential is malformed")
 	}
 	return gid, secret, nil
@@ -49,6 +53,28 @@ func Parse(token string) (gid, secret string, err error) {
 // Check reports whether secret matches the stored hash, in constant time.
 func Check(secret, hash string) bool {
 	return subtle.ConstantTimeCompare([]byte(Hash(secret)), []byte(hash)) == 1
+}
+
+// A gid is "<host>.<uuid>": the entity's id for ever, made on the host
+// that registered it. The host in it binds the entity to that host's
+// signing key (another host cannot speak for it) and to that host's broker
+// login (its inbox queue, agent.<gid>.inbox, is in the host's namespace).
+// Senders route by the gid as a whole; nobody types the host.
+var gidRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,62}\.[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+
+// NewGid mints a gid on host.
+func NewGid(host string) string { return host + "." + envelope.NewID() }
+
+// IsGid reports whether s is a gid.
+func IsGid(s string) bool { return len(s) <= 100 && gidRE.MatchString(s) }
+
+// GidHost is the host a gid was made on ("" if s is not a gid).
+func GidHost(s string) string {
+	if !IsGid(s) {
+		return ""
+	}
+	h, _, _ := strings.Cut(s, ".")
+	return h
 }
 
 // NamePattern is the grammar of an entity (and group) name: a letter, then

@@ -29,7 +29,7 @@ func wantRefused(t *testing.T, err error, kind fault.Kind) *fault.Error {
 }
 
 func TestIssueParseCheck(t *testing.T) {
-	const gid = "0b5c1c8e-6d2f-4f7a-9a51-2c9a3c1d7e10"
+	const gid = "h1.0b5c1c8e-6d2f-4f7a-9a51-2c9a3c1d7e10"
 	token, hash := Issue(gid)
 	if !strings.HasPrefix(token, "fleet1."+gid+".") {
 		t.Fatalf("token %q does not start with fleet1.<gid>.", token)
@@ -86,9 +86,33 @@ func TestParseRefusesMalformed(t *testing.T) {
 		_, _, err := Parse(tok)
 		wantRefused(t, err, fault.KindBadCredential)
 	}
-	// The secret may itself contain dots: only the first one splits.
-	if g, s, err := Parse("fleet1.gid.a.b"); err != nil || g != "gid" || s != "a.b" {
-		t.Errorf("Parse(fleet1.gid.a.b) = %q, %q, %v", g, s, err)
+	// A gid holds one dot (host.uuid), a secret none: the last dot splits,
+	// and what is before it must be a gid.
+	const gid = "h1.0b5c1c8e-6d2f-4f7a-9a51-2c9a3c1d7e10"
+	if g, s, err := Parse("fleet1." + gid + ".abc"); err != nil || g != gid || s != "abc" {
+		t.Errorf("Parse = %q, %q, %v", g, s, err)
+	}
+	for _, tok := range []string{"fleet1.0b5c1c8e-6d2f-4f7a-9a51-2c9a3c1d7e10.abc", "fleet1." + gid + ".", "fleet1.h1.gid.abc"} {
+		_, _, err := Parse(tok)
+		wantRefused(t, err, fault.KindBadCredential)
+	}
+}
+
+func TestGid(t *testing.T) {
+	g := NewGid("h-1_x")
+	if !IsGid(g) || GidHost(g) != "h-1_x" {
+		t.Fatalf("NewGid = %q: IsGid %v, host %q", g, IsGid(g), GidHost(g))
+	}
+	for _, s := range []string{
+		"", "0b5c1c8e-6d2f-4f7a-9a51-2c9a3c1d7e10", // no host: the form before hosts were in gids
+		"h1.0B5C1C8E-6D2F-4F7A-9A51-2C9A3C1D7E10", // upper case: one spelling only
+		"h1.h2.0b5c1c8e-6d2f-4f7a-9a51-2c9a3c1d7e10", ".0b5c1c8e-6d2f-4f7a-9a51-2c9a3c1d7e10",
+		"-h.0b5c1c8e-6d2f-4f7a-9a51-2c9a3c1d7e10", "h1.0b5c1c8e-6d2f-4f7a-9a51-2c9a3c1d7e1",
+		"h#.0b5c1c8e-6d2f-4f7a-9a51-2c9a3c1d7e10", "h1.0b5c1c8e-6d2f-4f7a-9a51-2c9a3c1d7e10\n",
+	} {
+		if IsGid(s) || GidHost(s) != "" {
+			t.Errorf("IsGid(%q) = true", s)
+		}
 	}
 }
 
@@ -193,10 +217,14 @@ func TestLoadMissing(t *testing.T) {
 }
 
 func TestDescribeHidesSecret(t *testing.T) {
-	token, _ := Issue("gid-bob")
-	_, secret, _ := Parse(token)
+	gid := NewGid("h1")
+	token, _ := Issue(gid)
+	_, secret, err := Parse(token)
+	if err != nil || secret == "" {
+		t.Fatalf("Parse(%q): %q, %v", token, secret, err)
+	}
 	d := Describe(token)
-	if strings.Contains(d, secret) || !strings.HasPrefix(d, "gid-bob") {
+	if strings.Contains(d, secret) || !strings.HasPrefix(d, gid) {
 		t.Errorf("Describe = %q", d)
 	}
 	if Describe("nonsense") != "invalid" {

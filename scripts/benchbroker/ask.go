@@ -14,6 +14,7 @@ import (
 
 	"github.com/fleetd/fleet/pkg/api"
 	"github.com/fleetd/fleet/pkg/envelope"
+	"github.com/fleetd/fleet/pkg/ident"
 	"github.com/fleetd/fleet/scripts/internal/benchkit"
 )
 
@@ -244,8 +245,8 @@ func askPhase(gws []*benchkit.Gateway, vhostURL string, bpid int) (*askResult, e
 	to := "answerer"
 
 	// the raw baseline carries a body the size of a real ASK envelope
-	sample := envelope.New(envelope.Ask, envelope.Party{Gid: envelope.NewID(), Name: "asker", Host: h1.Host},
-		envelope.Party{Gid: envelope.NewID(), Name: "answerer", Host: h2.Host}, "are you there?")
+	sample := envelope.New(envelope.Ask, envelope.Party{Gid: ident.NewGid(h1.Host), Name: "asker", Host: h1.Host},
+		envelope.Party{Gid: ident.NewGid(h2.Host), Name: "answerer", Host: h2.Host}, "are you there?")
 	sample.TurnID, sample.Expires = envelope.NewID(), time.Now().Add(askTTL).UTC()
 	body, err := envelope.Encode(sample)
 	if err != nil {

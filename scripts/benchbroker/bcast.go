@@ -12,6 +12,7 @@ import (
 
 	"github.com/fleetd/fleet/pkg/api"
 	"github.com/fleetd/fleet/pkg/envelope"
+	"github.com/fleetd/fleet/pkg/ident"
 	"github.com/fleetd/fleet/scripts/internal/benchkit"
 )
 
@@ -211,7 +212,7 @@ func bcastPhase(gws []*benchkit.Gateway, vhostURL string, bpid int) (*bcastResul
 		return nil, fmt.Errorf("warm-up broadcast: not in every inbox after %v; missing per host: %s", convergeWait, tr.missing(wr, hostOf))
 	}
 	fmt.Printf("warm-up broadcast reached all %d in %v\n", n, time.Since(warmStart).Round(time.Millisecond))
-	sample := envelope.New(envelope.Broadcast, envelope.Party{Gid: envelope.NewID(), Name: "bcaster", Host: gws[0].Host},
+	sample := envelope.New(envelope.Broadcast, envelope.Party{Gid: ident.NewGid(gws[0].Host), Name: "bcaster", Host: gws[0].Host},
 		envelope.Party{Group: "all"}, "broadcast 0")
 	body, err := envelope.Encode(sample)
 	if err != nil {

@@ -1,0 +1,227 @@
+package gateway_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fleetd/fleet/internal/testnode"
+	"github.com/fleetd/fleet/pkg/api"
+	"github.com/fleetd/fleet/pkg/broker"
+	"github.com/fleetd/fleet/pkg/fault"
+	"github.com/fleetd/fleet/pkg/gateway"
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// Each gateway runs with its own broker login (harness: newConfig), and
+// the broker itself refuses what one host's login has no business doing
+// to another host's traffic (pkg/broker/provision.go). Here h1's login is
+// the attacker's: with h2 down and a message for bob confirmed into bob's
+// broker inbox, nothing h1's login tries reads, takes, copies or forges it;
+// bob gets it exactly once when h2 is back.
+func TestCrossLeastPrivilege(t *testing.T) {
+	h1, h2 := twoHosts(t)
+	alice, bob := h1.join("alice"), h2.join("bob")
+	h2.stop()
+	alice.mustSend(bob.Gid, "for bob only")
+	bobQ, aliceQ := broker.InboxQueue(bob.Gid), broker.InboxQueue(alice.Gid)
+
+	conn, err := amqp.Dial(h1.Cfg.Broker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	refused := func(what string, f func(ch *amqp.Channel) error) {
+		t.Helper()
+		ch, err := conn.Channel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = f(ch)
+		if err == nil { // a refused publish closes the channel after the fact
+			_, err = ch.QueueDeclarePassive(broker.QDLQ, true, false, false, false, nil)
+		}
+		var ae *amqp.Error
+		if !errors.As(err, &ae) || ae.Code != amqp.AccessRefused {
+			t.Errorf("%s with h1's login: %v, want ACCESS_REFUSED", what, err)
+		}
+		if !ch.IsClosed() {
+			ch.Close()
+		}
+	}
+	refused("consume bob's inbox", func(ch *amqp.Channel) error {
+		_, err := ch.Consume(bobQ, "", false, false, false, false, nil)
+		return err
+	})
+	refused("get from bob's inbox", func(ch *amqp.Channel) error { _, _, err := ch.Get(bobQ, false); return err })
+	refused("purge bob's inbox", func(ch *amqp.Channel) error { _, err := ch.QueuePurge(bobQ, false); return err })
+	refused("delete bob's inbox", func(ch *amqp.Channel) error { _, err := ch.QueueDelete(bobQ, false, false, false); return err })
+	refused("bind bob's inbox", func(ch *amqp.Channel) error { return ch.QueueBind(bobQ, alice.Gid, broker.ExMsg, false, nil) })
+	for _, key := range []string{"#", "*.*", bob.Gid, "h2.*", "broadcast.*", "broadcast.#"} {
+		refused("bind h1's own inbox to bridge.msg with "+key, func(ch *amqp.Channel) error {
+			return ch.QueueBind(aliceQ, key, broker.ExMsg, false, nil)
+		})
+	}
+	refused("bind control.h1 to h2's control key", func(ch *amqp.Channel) error {
+		return ch.QueueBind(broker.ControlQueue("h1"), "h2", broker.ExControl, false, nil)
+	})
+	refused("bind to bridge.dlx (every dead letter)", func(ch *amqp.Channel) error {
+		return ch.QueueBind(aliceQ, "", broker.ExDLX, false, nil)
+	})
+	refused("read bridge.dlq", func(ch *amqp.Channel) error { _, _, err := ch.Get(broker.QDLQ, false); return err })
+	refused("publish presence as h2", func(ch *amqp.Channel) error {
+		return ch.Publish(broker.ExRoster, "roster.h2.presence", false, false, amqp.Publishing{Body: []byte("{}")})
+	})
+	refused("publish straight into bob's inbox", func(ch *amqp.Channel) error {
+		return ch.Publish("", bobQ, false, false, amqp.Publishing{Body: []byte("{}")})
+	})
+	for _, q := range []string{"sniffer", "agent.h2.0c0ffee0-0000-4000-8000-000000000000.inbox", "control.h2", "roster.h2"} {
+		refused("declare queue "+q, func(ch *amqp.Channel) error {
+			_, err := ch.QueueDeclare(q, false, true, false, false, nil)
+			return err
+		})
+	}
+	refused("declare bridge.msg", func(ch *amqp.Channel) error {
+		return ch.ExchangeDeclare(broker.ExMsg, "topic", true, false, false, false, nil)
+	})
+	refused("delete bridge.msg", func(ch *amqp.Channel) error { return ch.ExchangeDelete(broker.ExMsg, false, false) })
+
+	// What the login still sees (README: Broker logins): a passive declare
+	// needs no permission in RabbitMQ, so it tells a queue's existence and
+	// depth — not its content.
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q, err := ch.QueueDeclarePassive(bobQ, true, false, false, false, nil); err != nil || q.Messages != 1 {
+		t.Errorf("passive declare of bob's inbox: %+v %v (the README says it shows the depth)", q, err)
+	}
+	conn.Close()
+
+	h2.start()
+	eventually(t, "bob's message", func() error {
+		if got := bodies(bob.recv()); len(got) != 1 || got[0] != "for bob only" {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	time.Sleep(300 * time.Millisecond)
+	if got := bob.recv(); len(got) != 0 {
+		t.Fatalf("bob got more: %v", bodies(got))
+	}
+}
+
+// An operator's login reads the dead letters in bridge.dlq and nothing
+// of any inbox.
+func TestCrossOperatorLogin(t *testing.T) {
+	_, h2 := twoHosts(t)
+	bob := h2.join("bob")
+	op, err := testnode.Provision(brokerURL(t), func(vhost string) broker.Grant { return broker.OperatorGrant(vhost, "ops") })
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := amqp.Dial(op)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := ch.Get(broker.QDLQ, false); err != nil {
+		t.Fatalf("operator get from bridge.dlq: %v", err)
+	}
+	_, _, err = ch.Get(broker.InboxQueue(bob.Gid), false)
+	var ae *amqp.Error
+	if !errors.As(err, &ae) || ae.Code != amqp.AccessRefused {
+		t.Errorf("operator get from bob's inbox: %v, want ACCESS_REFUSED", err)
+	}
+}
+
+// Rotation (fleet-gw broker-setup again): the running gateway keeps its
+// connection, and restarted with the new URI it works; the old password no
+// longer logs in.
+func TestCrossLoginRotated(t *testing.T) {
+	h1, h2 := twoHosts(t)
+	alice, bob := h1.join("alice"), h2.join("bob")
+	old := h1.Cfg.Broker
+	rotated, err := testnode.Provision(brokerURL(t), func(vhost string) broker.Grant { return broker.HostGrant(vhost, "h1") })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rotated == old {
+		t.Fatal("provisioning again kept the password")
+	}
+	alice.mustSend(bob.Gid, "before the restart")
+	if _, err := amqp.Dial(old); !errors.Is(err, amqp.ErrCredentials) {
+		var ae *amqp.Error
+		if !errors.As(err, &ae) || ae.Code != amqp.AccessRefused {
+			t.Errorf("the old password still logs in: %v", err)
+		}
+	}
+	h1.stop()
+	h1.Cfg.Broker = rotated
+	h1.start()
+	alice.mustSend(bob.Gid, "after the restart")
+	eventually(t, "both messages", func() error {
+		if got := bodies(bob.recv()); len(got) == 0 {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+}
+
+// Revocation (fleet-gw broker-setup --remove): a gateway that loses its
+// login while running says so once, does not flood the log, and refuses
+// remote sends with 69; one started with a removed login stops at once
+// with 77 and one clear error.
+func TestCrossLoginRevoked(t *testing.T) {
+	h1, h2 := twoHosts(t)
+	alice, bob := h1.join("alice"), h2.join("bob")
+	h2.resolves("alice@h1")
+	h1.resolves("bob@h2")
+	h1.refusalsExpected = true
+	vhost := h1.Cfg.Broker[strings.LastIndex(h1.Cfg.Broker, "/")+1:]
+	steps := broker.RemoveSteps(broker.HostUser(vhost, "h1"))
+	for _, st := range steps {
+		if out, err := testnode.Ctl(st.Args...); err != nil {
+			t.Fatalf("%v: %v\n%s", st.Args, err, out)
+		}
+	}
+	h1.waitLog(`"msg":"the broker refuses this gateway's login`)
+	_, err := alice.send(bob.Gid, "after revocation")
+	faultOf(t, err, fault.Unavailable)
+	time.Sleep(3 * time.Second)
+	if n := strings.Count(h1.logs.String(), "refuses this gateway's login"); n != 1 {
+		t.Errorf("the refusal logged %d times in 3s, want once", n)
+	}
+	resp := h1.must("", &api.Request{Op: api.OpRoster})
+	for _, r := range resp.Entities {
+		if r.Name == "bob" && r.Status != "unknown" {
+			t.Errorf("h1, cut off, shows bob as %q, want unknown", r.Status)
+		}
+	}
+
+	h1.stop()
+	logs := &syncBuffer{}
+	gw := gateway.New(h1.Cfg, slog.New(slog.NewJSONHandler(logs, nil)))
+	done := make(chan error, 1)
+	go func() { done <- gw.Run(context.Background()) }()
+	select {
+	case <-gw.Ready():
+		t.Fatal("a gateway with a removed login served")
+	case err = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("a gateway with a removed login neither served nor stopped")
+	}
+	if fe := faultOf(t, err, fault.Refused); fe.Kind != fault.KindBrokerLogin || !strings.Contains(fe.Hint, "fleet-gw broker-setup --host h1") {
+		t.Errorf("start with a removed login: %v (kind %s, hint %q)", fe, fe.Kind, fe.Hint)
+	}
+	if n := strings.Count(logs.String(), `"level":"ERROR"`); n != 1 {
+		t.Errorf("%d ERROR lines at a refused start, want 1:\n%s", n, logs)
+	}
+}
