@@ -19,13 +19,16 @@ build:
 	$(GO) build -trimpath -tags urfave_cli_no_docs -ldflags '$(LDFLAGS)' -o bin/ ./cmd/...
 
 # Every test: unit tests, and end-to-end tests that build the real binaries
-# and run them against real gateways, a real tmux and a private RabbitMQ node
-# (both installed when missing and running as root; the node is stopped after).
+# and run them against real gateways, a real tmux, a private RabbitMQ node
+# and a private three-node RabbitMQ cluster (installed when missing and
+# running as root; node and cluster are stopped after).
 test:
 	scripts/test-deps.sh
 	scripts/rabbitmq-node.sh start
-	FLEET_TEST_BROKER=$$(scripts/rabbitmq-node.sh url) $(GO) test -count=1 -timeout 45m ./...; \
-		status=$$?; scripts/rabbitmq-node.sh stop; exit $$status
+	scripts/rabbitmq-cluster.sh start
+	FLEET_TEST_BROKER=$$(scripts/rabbitmq-node.sh url) FLEET_TEST_CLUSTER=$$(scripts/rabbitmq-cluster.sh urls) \
+		$(GO) test -count=1 -timeout 45m ./...; \
+		status=$$?; scripts/rabbitmq-cluster.sh stop; scripts/rabbitmq-node.sh stop; exit $$status
 
 # Hygiene gates: gofmt (tracked and new files), go vet, go.mod/go.sum tidy,
 # and staticcheck's default checks. staticcheck is pinned here and fetched

@@ -243,6 +243,7 @@ func amqpDial(ts *testscript.TestScript) (*amqp.Connection, *amqp.Channel) {
 	return conn, ch
 }
 
+// amqp exchange NAME TYPE|delete — declare (or delete) an exchange.
 // amqp publish EXCHANGE KEY BODY — publish raw bytes (a poison message);
 // KEY (and QUEUE below) may be @FILE, read from a file. In a body, @NOW@
 // becomes the current time and @SOON@ a minute from now (RFC 3339), so a
@@ -264,6 +265,15 @@ func cmdAMQP(ts *testscript.TestScript, neg bool, args []string) {
 	conn, ch := amqpDial(ts)
 	defer conn.Close()
 	switch args[0] {
+	case "exchange": // amqp exchange NAME TYPE|delete — as the node's admin
+		if len(args) != 3 {
+			ts.Fatalf("usage: amqp exchange NAME TYPE|delete")
+		}
+		if args[2] == "delete" {
+			ts.Check(ch.ExchangeDelete(args[1], false, false))
+		} else {
+			ts.Check(ch.ExchangeDeclare(args[1], args[2], true, false, false, false, nil))
+		}
 	case "publish":
 		if len(args) != 4 {
 			ts.Fatalf("usage: amqp publish EXCHANGE KEY BODY")

@@ -18,7 +18,7 @@ _fleet_send() {
         -*)
             [[ ${COMP_WORDS[i+1]} == = ]] && continue
             case $cmd:$w in
-            :--socket|:--state-dir|:--config|:--as|:--reply-to|:--status|:--until|:--answer|:--timeout) i=$((i + 1)) ;; # skip the flag's value
+            :--socket|:--state-dir|:--config|:--as|:--reply-to|:--status|:--until|:--answer|:--wait-reply|:--timeout) i=$((i + 1)) ;; # skip the flag's value
             esac
             ;;
         *)
@@ -31,11 +31,11 @@ _fleet_send() {
     case $cmd:$prev in
     :--socket|:--config) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return 0 ;;
     :--state-dir) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -d -- "$cur"); return 0 ;;
-    :--as|:--reply-to|:--status|:--until|:--answer|:--timeout) COMPREPLY=(); return 0 ;; # free text
+    :--as|:--reply-to|:--status|:--until|:--answer|:--wait-reply|:--timeout) COMPREPLY=(); return 0 ;; # free text
     esac
     if [[ $cur == -* ]]; then
         case $cmd in
-        '') mapfile -t COMPREPLY < <(compgen -W '--socket --state-dir --config --json --as --reply-to --status --until --answer --wait --timeout --help -h --version' -- "$cur") ;;
+        '') mapfile -t COMPREPLY < <(compgen -W '--socket --state-dir --config --json --as --reply-to --status --until --answer --wait --wait-reply --timeout --help -h --version' -- "$cur") ;;
         esac
         return 0
     fi

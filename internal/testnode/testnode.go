@@ -104,6 +104,11 @@ func Lock(exclusive bool) (func(), error) {
 	if dir == "" {
 		dir = fmt.Sprintf("/tmp/fleet-rmq-%d", os.Getuid())
 	}
+	return flock(dir, exclusive)
+}
+
+// flock takes dir/tests.lock, shared or exclusive, and returns its release.
+func flock(dir string, exclusive bool) (func(), error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
@@ -168,4 +173,103 @@ func Provision(vhostURL string, grant func(vhost string) broker.Grant) (string, 
 		return "", fmt.Errorf("provisioning the broker login %s: %w", g.User, err)
 	}
 	return login, nil
+}
+
+// The three-node cluster of scripts/rabbitmq-cluster.sh, for the tests of
+// a node's loss. make test starts it and passes its nodes' URLs in
+// FLEET_TEST_CLUSTER; without that the first test to need it starts it.
+var (
+	clusterOnce sync.Once
+	clusterURLs []string
+	clusterErr  error
+)
+
+func clusterScript() (string, error) {
+	s, err := script()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(filepath.Dir(s), "rabbitmq-cluster.sh"), nil
+}
+
+// Cluster returns the cluster's node URLs (as guest, without a vhost),
+// node 1 first.
+func Cluster() ([]string, error) {
+	clusterOnce.Do(func() {
+		raw := os.Getenv("FLEET_TEST_CLUSTER")
+		if raw == "" {
+			if out, err := ClusterCmd("start"); err != nil {
+				clusterErr = fmt.Errorf("starting the private RabbitMQ cluster: %v\n%s", err, out)
+				return
+			}
+			out, err := ClusterCmd("urls")
+			if err != nil {
+				clusterErr = err
+				return
+			}
+			raw = strings.TrimSpace(string(out))
+		}
+		for _, u := range broker.SplitURLs(raw) {
+			clusterURLs = append(clusterURLs, strings.TrimSuffix(u, "/"))
+		}
+	})
+	return clusterURLs, clusterErr
+}
+
+// ClusterLock takes the cluster's test lock (exclusive: the cluster tests
+// kill and stop nodes) and returns its release.
+func ClusterLock() (func(), error) {
+	dir := os.Getenv("FLEET_RMQC_DIR")
+	if dir == "" {
+		dir = fmt.Sprintf("/tmp/fleet-rmqc-%d", os.Getuid())
+	}
+	return flock(dir, true)
+}
+
+// ClusterCmd runs the cluster script (kill N, start-node N, ctl N ARGS...).
+func ClusterCmd(args ...string) ([]byte, error) {
+	s, err := clusterScript()
+	if err != nil {
+		return nil, err
+	}
+	return exec.Command(s, args...).CombinedOutput()
+}
+
+// ClusterLogin makes host's own login in vhost on the cluster (as
+// fleet-gw broker-setup does, through node 1's rabbitmqctl, with a quorum
+// bridge.dlq) and returns its broker setting: every node's URI, starting
+// with node first (1-based), so gateways can be spread over the nodes.
+func ClusterLogin(vhost, host string, first int) (string, error) {
+	urls, err := Cluster()
+	if err != nil {
+		return "", err
+	}
+	s, err := clusterScript()
+	if err != nil {
+		return "", err
+	}
+	base := urls[0] + "/" + neturl.PathEscape(vhost)
+	u, err := neturl.Parse(base)
+	if err != nil {
+		return "", err
+	}
+	u.User = nil
+	login, err := broker.Provisioner{Ctl: []string{s, "ctl", "1"}, QueueType: "quorum"}.Setup(broker.HostGrant(vhost, host), u.String())
+	if err != nil {
+		return "", err
+	}
+	lu, err := neturl.Parse(login)
+	if err != nil {
+		return "", err
+	}
+	var out []string
+	for i := range urls {
+		nu, err := neturl.Parse(urls[(first-1+i)%len(urls)])
+		if err != nil {
+			return "", err
+		}
+		lu.Host = nu.Host
+		out = append(out, lu.String())
+	}
+	return strings.Join(out, ","), nil
 }

@@ -48,6 +48,9 @@ const (
 	OpGroups = "groups" // add/remove an entity's groups
 	OpSpawn  = "spawn"  // start an entity on a host through its launcher (U4); waits for the answer
 	OpStop   = "stop"   // stop an entity wherever it lives (U4); waits for the answer
+	// OpWaitReply resumes the wait of a send (MsgID) for its reply: the
+	// reply, or an ask to the caller arriving first (Response.WaitingFor)
+	OpWaitReply = "wait_reply"
 )
 
 // Request is every client→gateway frame.
@@ -128,6 +131,9 @@ type Response struct {
 	Count    int          `json:"count,omitempty"`
 	Spawned  *Spawned     `json:"spawned,omitempty"` // spawn
 	Stopped  *Stopped     `json:"stopped,omitempty"` // stop
+	// WaitingFor: an ASK to the caller (in Batch) ended a wait for the
+	// reply to this msg id before the reply came (send --wait, wait_reply)
+	WaitingFor string `json:"waiting_for,omitempty"`
 }
 
 // Spawned is an entity a launcher started (fleet-spawn's answer).

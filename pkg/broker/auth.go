@@ -101,7 +101,8 @@ func (b *Broker) authentic(d amqp.Delivery, env *envelope.Envelope) error {
 
 // refuse sends a refused delivery to bridge.dlq: a copy with its reason
 // (fleet-reason, fleet-error, fleet-refused-by, fleet-queue) is published
-// to bridge.dlx and confirmed, then the delivery is acked; if the copy
+// to bridge.msg as fleet.dead.<host> (so to bridge.dlq) and confirmed,
+// then the delivery is acked; if the copy
 // cannot be published, the delivery is rejected without requeue (an inbox
 // dead-letters it to bridge.dlq itself, without the reason). ack is false
 // for an auto-ack delivery (the roster queue). One ERROR line says why,
@@ -134,8 +135,7 @@ func (b *Broker) refuse(d amqp.Delivery, queue string, env *envelope.Envelope, r
 	b.mu.Lock()
 	gen := b.gen
 	b.mu.Unlock()
-	copied := gen != nil &&
-		gen.pub.publishTo(context.Background(), ExDLX, "", msg, time.Now().Add(b.cfg.PublishTimeout), false) == resAck
+	copied := gen != nil && b.copyDead(gen, msg) == nil
 	if !ack {
 		if !copied {
 			b.log.Warn("refused message not copied to bridge.dlq", "queue", queue, "msg_id", d.MessageId)
@@ -146,6 +146,22 @@ func (b *Broker) refuse(d amqp.Delivery, queue string, env *envelope.Envelope, r
 		_ = d.Ack(false)
 	} else {
 		_ = d.Nack(false, false)
+	}
+}
+
+// copyDead publishes a dead letter's copy to bridge.dlq, mandatory: a copy
+// the broker cannot route (bridge.dlq not bound as fleet.dead.*, a
+// topology from before it) is an error, said loudly, never a silent loss.
+func (b *Broker) copyDead(gen *generation, msg amqp.Publishing) error {
+	switch gen.pub.publishTo(context.Background(), ExMsg, DeadKey(b.cfg.Host), msg, time.Now().Add(b.cfg.PublishTimeout), true) {
+	case resAck:
+		return nil
+	case resReturned:
+		b.log.Error("bridge.dlq is not bound to bridge.msg as fleet.dead.*: dead letters have nowhere to go",
+			"msg_id", msg.MessageId, "fix", "run fleet-gw broker-setup for this host (it makes the binding)")
+		return errors.New("dead letter unroutable")
+	default:
+		return errors.New("dead letter not confirmed")
 	}
 }
 

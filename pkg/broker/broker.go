@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,7 +23,7 @@ import (
 
 // Config configures the transport.
 type Config struct {
-	URL            string // amqp:// or amqps://
+	URL            string // amqp:// or amqps://; several (a cluster's nodes), separated by commas
 	CAFile         string // amqps: private CA to verify the broker
 	CertFile       string // amqps: client certificate
 	KeyFile        string // amqps: client key
@@ -43,6 +44,8 @@ type Handler func(env *envelope.Envelope) error
 // calls may be used from any goroutine.
 type Broker struct {
 	cfg    Config
+	urls   []string // the nodes' URIs (one without a cluster)
+	node   int      // which of urls connect dials next (Run's goroutine only)
 	log    *slog.Logger
 	handle Handler
 
@@ -72,6 +75,7 @@ type Broker struct {
 // tags restart at 1 on new channels, so nothing from an old generation is
 // ever acked on a new one.
 type generation struct {
+	node             string // the node's URI, without credentials
 	pubConn, subConn *amqp.Connection
 	pub              *publisher
 	ctx              context.Context
@@ -98,8 +102,39 @@ func New(cfg Config, log *slog.Logger, handle Handler) *Broker {
 	if cfg.Attempts <= 0 {
 		cfg.Attempts = 5
 	}
-	return &Broker{cfg: cfg, log: log.With("broker", Redact(cfg.URL)), handle: handle, inboxes: map[string][]string{}, fails: map[string]int{},
+	return &Broker{cfg: cfg, urls: nodeURLs(cfg.URL), log: log.With("broker", RedactAll(cfg.URL)), handle: handle, inboxes: map[string][]string{}, fails: map[string]int{},
 		tried: make(chan struct{}), fatal: make(chan error, 1)}
+}
+
+// SplitURLs splits a broker setting into its node URIs (commas or spaces).
+func SplitURLs(raw string) []string {
+	return strings.FieldsFunc(raw, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' || r == '\n' })
+}
+
+// nodeURLs are the node URIs of a broker setting, a node without user info
+// taking the login of the first (one login, several nodes of a cluster).
+func nodeURLs(raw string) []string {
+	urls := SplitURLs(raw)
+	first, err := url.Parse(urls[0])
+	if err != nil || first.User == nil {
+		return urls
+	}
+	for i, one := range urls[1:] {
+		if u, err := url.Parse(one); err == nil && u.User == nil {
+			u.User = first.User
+			urls[i+1] = u.String()
+		}
+	}
+	return urls
+}
+
+// RedactAll is Redact of every node URI in raw, comma-separated.
+func RedactAll(raw string) string {
+	var out []string
+	for _, u := range SplitURLs(raw) {
+		out = append(out, Redact(u))
+	}
+	return strings.Join(out, ",")
 }
 
 // Redact returns the URL without its user info: credentials never appear in
@@ -113,10 +148,20 @@ func Redact(raw string) string {
 	return u.String()
 }
 
-// InClear reports whether raw is a plain amqp:// URI to a host that is not
-// this machine: then every message crosses a network unencrypted. It also
-// returns the broker's host, for the warning.
+// InClear reports whether raw (one or several node URIs) has a plain
+// amqp:// URI to a host that is not this machine: then every message
+// crosses a network unencrypted. It also returns that broker's host, for
+// the warning.
 func InClear(raw string) (bool, string) {
+	for _, one := range SplitURLs(raw) {
+		if clear, h := inClear(one); clear {
+			return true, h
+		}
+	}
+	return false, ""
+}
+
+func inClear(raw string) (bool, string) {
 	u, err := url.Parse(raw)
 	if err != nil || u.Scheme != "amqp" {
 		return false, ""
@@ -160,8 +205,8 @@ func (b *Broker) setState(up bool) {
 	}
 }
 
-func (b *Broker) tlsConfig() (*tls.Config, error) {
-	u, err := url.Parse(b.cfg.URL)
+func (b *Broker) tlsConfig(raw string) (*tls.Config, error) {
+	u, err := url.Parse(raw)
 	if err != nil {
 		return nil, err
 	}
@@ -190,14 +235,17 @@ func (b *Broker) tlsConfig() (*tls.Config, error) {
 	return tc, nil
 }
 
-func (b *Broker) dial(role string) (*amqp.Connection, error) {
-	tc, err := b.tlsConfig()
+func (b *Broker) dial(raw, role string) (*amqp.Connection, error) {
+	tc, err := b.tlsConfig(raw)
 	if err != nil {
 		return nil, err
 	}
 	props := amqp.NewConnectionProperties()
 	props.SetClientConnectionName("fleet-gw " + b.cfg.Host + " " + role)
-	return amqp.DialConfig(b.cfg.URL, amqp.Config{
+	return amqp.DialConfig(raw, amqp.Config{
+		// a node that does not answer (down, partitioned) is given up
+		// quickly, for the next one
+		Dial:            amqp.DefaultDial(dialTimeout),
 		Heartbeat:       b.cfg.Heartbeat,
 		TLSClientConfig: tc,
 		Properties:      props,
@@ -226,8 +274,16 @@ func loginRefused(err error) bool {
 		return true
 	}
 	var ae *amqp.Error
-	return errors.As(err, &ae) && (ae.Code == amqp.AccessRefused || ae.Code == amqp.NotAllowed)
+	return errors.As(err, &ae) && ae.Code == amqp.AccessRefused
 }
+
+// dialTimeout bounds a connection attempt (TCP, TLS and the AMQP
+// handshake), so a silent node costs seconds, not the library's 30.
+const dialTimeout = 5 * time.Second
+
+// refusedAtStart is how long a starting gateway retries a login the broker
+// refuses before it stops with 77.
+const refusedAtStart = 5 * time.Second
 
 // ClaimWait is how long a held host id is retried before it counts as
 // taken by another live gateway.
@@ -237,7 +293,7 @@ func (b *Broker) ClaimWait() time.Duration { return 3*b.cfg.Heartbeat + 2*time.S
 // the host id: connected (the host id is ours), or the broker unreachable.
 func (b *Broker) Tried() <-chan struct{} { return b.tried }
 
-// Fatal receives the error that ends this gateway: its host id is held by
+// Fatal receives the error that ends this gateway at start: its host id is held by
 // another live gateway past ClaimWait. Run returns after sending it.
 func (b *Broker) Fatal() <-chan error { return b.fatal }
 
@@ -247,7 +303,7 @@ func (b *Broker) Run(ctx context.Context) {
 	pol := backoff.Policy{Base: 200 * time.Millisecond, Max: 10 * time.Second, Jitter: true}
 	failures := 0
 	said := "" // the reason last logged
-	var takenSince time.Time
+	var takenSince, refusedSince time.Time
 	for ctx.Err() == nil {
 		gen, err := b.connect(ctx)
 		if errors.Is(err, errHostTaken) {
@@ -256,7 +312,7 @@ func (b *Broker) Run(ctx context.Context) {
 				b.log.Error("another live connection holds host id "+b.cfg.Host+" on the broker: waiting for it to go",
 					"queue", RosterQueue(b.cfg.Host), "bound", b.ClaimWait().String())
 			}
-			if time.Since(takenSince) > b.ClaimWait() {
+			if time.Since(takenSince) > b.ClaimWait() && !b.lostOnce {
 				b.fatal <- fault.New(fault.TempFail, fault.KindHostTaken,
 					"host id %s is taken: another live gateway is connected to the broker as %s", b.cfg.Host, b.cfg.Host).
 					WithHint("stop the other gateway, or give this one its own --host (a copied state folder keeps its host id)")
@@ -269,7 +325,17 @@ func (b *Broker) Run(ctx context.Context) {
 		refused := loginRefused(err)
 		if refused && !b.lostOnce && failures == 0 {
 			// at start: a wrong, revoked or under-privileged login is the
-			// operator's to fix, not something a retry mends
+			// operator's to fix, not something a retry mends — once it
+			// has lasted refusedAtStart (amqp091-go reports a connection
+			// cut during the handshake, or a vhost still starting, in the
+			// same words), the gateway stops before it ever serves
+			if refusedSince.IsZero() {
+				refusedSince = time.Now()
+			}
+			if time.Since(refusedSince) < refusedAtStart {
+				backoff.Sleep(ctx, time.Second)
+				continue
+			}
 			b.fatal <- fault.Wrap(fault.Refused, fault.KindBrokerLogin, err,
 				"the broker refused this gateway's login or its permissions").
 				WithHint("make its login with: fleet-gw broker-setup --host %s --broker URI (on the broker), and put the URI it prints in FLEET_BROKER", b.cfg.Host)
@@ -299,9 +365,9 @@ func (b *Broker) Run(ctx context.Context) {
 			continue
 		}
 		if failures > 0 || b.lostOnce {
-			b.log.Info("broker connection restored", "after_attempts", failures)
+			b.log.Info("broker connection restored", "node", gen.node, "after_attempts", failures)
 		} else {
-			b.log.Info("broker connected")
+			b.log.Info("broker connected", "node", gen.node)
 		}
 		failures, said = 0, ""
 		err = b.serve(ctx, gen)
@@ -319,19 +385,41 @@ func (b *Broker) Run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		b.log.Warn("broker connection lost: reconnecting", "err", err)
+		if len(b.urls) > 1 {
+			b.node++ // the next node first: this one may be the one lost
+		}
+		b.log.Warn("broker connection lost: reconnecting", "node", gen.node, "err", err)
 		backoff.Sleep(ctx, pol.Delay(1))
 	}
 }
 
 // connect dials both connections, declares the shared topology and opens
 // the publisher.
+//
+// With several node URIs (a cluster), both connections go to one node: the
+// one after the node that last failed, so a lost node is left for the next
+// live one at once, in turn.
 func (b *Broker) connect(ctx context.Context) (*generation, error) {
-	pubConn, err := b.dial("publish")
+	raw := b.urls[b.node%len(b.urls)]
+	gen, err := b.connectTo(ctx, raw)
+	if err != nil && !errors.Is(err, errHostTaken) {
+		b.node++ // the next node, next time
+		if len(b.urls) > 1 {
+			err = fmt.Errorf("%s: %w", Redact(raw), err)
+		}
+	}
+	if gen != nil {
+		gen.node = Redact(raw)
+	}
+	return gen, err
+}
+
+func (b *Broker) connectTo(ctx context.Context, raw string) (*generation, error) {
+	pubConn, err := b.dial(raw, "publish")
 	if err != nil {
 		return nil, err
 	}
-	subConn, err := b.dial("consume")
+	subConn, err := b.dial(raw, "consume")
 	if err != nil {
 		pubConn.Close()
 		return nil, err
@@ -346,8 +434,18 @@ func (b *Broker) connect(ctx context.Context) (*generation, error) {
 		return fail(fmt.Errorf("declaring the shared topology: %w", err))
 	}
 	q := ControlQueue(b.cfg.Host)
-	if _, err := ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-queue-type": "classic"}); err != nil {
-		return fail(err)
+	if _, err := ch.QueueDeclare(q, true, false, false, false, queueArgs(b.cfg.Limits.QueueType)); err != nil {
+		// one made with another type (inbox-queue-type changed): used as
+		// it is, said loudly; a redeclare in a loop would never connect
+		var ae *amqp.Error
+		if !errors.As(err, &ae) || ae.Code != amqp.PreconditionFailed {
+			return fail(err)
+		}
+		b.log.Error("control queue exists with other arguments than configured (another inbox-queue-type?): keeping it as it is",
+			"queue", q, "err", ae.Reason, "fix", "queues keep the type they were made with: see README, A broker cluster")
+		if ch, err = subConn.Channel(); err != nil {
+			return fail(err)
+		}
 	}
 	if err := ch.QueueBind(q, b.cfg.Host, ExControl, false, nil); err != nil {
 		return fail(err)
@@ -416,6 +514,11 @@ func (b *Broker) serve(ctx context.Context, gen *generation) error {
 			return closeErr("publish connection", err)
 		case err := <-subClosed:
 			return closeErr("consume connection", err)
+		case <-gen.pub.done:
+			// the connection lives on but its publishing channel died
+			// (a refused publish closes it): without a new one no send,
+			// receipt or heartbeat would leave, so start over
+			return errors.New("the publishing channel closed")
 		case bl := <-blocked:
 			b.mu.Lock()
 			if bl.Active {
@@ -556,15 +659,46 @@ func (b *Broker) RemoveInbox(gid string, groups []string) error {
 			return err
 		}
 	}
-	for i := 0; i < 100000; i++ {
-		d, ok, err := ch.Get(q, false)
-		if err != nil {
-			return err
+	// take in what is queued, with a consumer of its own (basic.get is
+	// refused on a quorum queue with a single active consumer), until the
+	// queue has nothing ready
+	if err := ch.Qos(b.cfg.Prefetch, 0, false); err != nil {
+		return err
+	}
+	tag := b.tag(gid) + "/leave"
+	dl, err := ch.Consume(q, tag, false, false, false, false, nil)
+	if err != nil {
+		return err
+	}
+	idle := time.NewTimer(300 * time.Millisecond)
+	defer idle.Stop()
+	for done := false; !done; {
+		select {
+		case d, ok := <-dl:
+			if !ok {
+				return errors.New("the channel closed while taking in the inbox")
+			}
+			if !b.take(d, gid, nil, nil) {
+				_ = ch.Cancel(tag, false)
+				_ = d.Nack(false, true)
+				return errors.New("the host could not take in what waits in the inbox")
+			}
+		case <-idle.C:
+			st, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
+			if err != nil {
+				return err
+			}
+			done = st.Messages == 0
+			idle.Reset(300 * time.Millisecond)
 		}
-		if !ok {
-			break
+	}
+	if err := ch.Cancel(tag, false); err != nil {
+		return err
+	}
+	for d := range dl { // sent before the cancel: taken in too
+		if !b.take(d, gid, nil, nil) {
+			_ = d.Nack(false, true)
 		}
-		b.take(d, gid)
 	}
 	_, err = ch.QueueDelete(q, false, true, false)
 	return err
@@ -639,7 +773,7 @@ func (b *Broker) current(refused, downHint string) (*generation, error) {
 	return gen, nil
 }
 
-// DeadLetter publishes a copy of env to bridge.dlx (and so bridge.dlq) with
+// DeadLetter publishes a copy of env to bridge.dlq (by bridge.msg, DeadKey) with
 // the reason and attempt count, for a remote message that died on this
 // host. Best effort: the host's own dead letter is the record.
 func (b *Broker) DeadLetter(env *envelope.Envelope, reason string, attempts int) error {
@@ -662,11 +796,5 @@ func (b *Broker) DeadLetter(env *envelope.Envelope, reason string, attempts int)
 		},
 	}
 	b.signHeaders(&msg)
-	// fanout: any key; not mandatory (bridge.dlq is always bound)
-	switch gen.pub.publishTo(context.Background(), ExDLX, "", msg, time.Now().Add(b.cfg.PublishTimeout), false) {
-	case resAck:
-		return nil
-	default:
-		return errors.New("dead letter not confirmed")
-	}
+	return b.copyDead(gen, msg)
 }

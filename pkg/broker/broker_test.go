@@ -27,14 +27,15 @@ func TestRedactDropsCredentials(t *testing.T) {
 }
 
 func TestInboxArgsNeverDropMail(t *testing.T) {
-	a := inboxArgs(Limits{MaxLength: 10, TTL: 2 * time.Second})
-	if a["x-overflow"] != "reject-publish" || a["x-queue-type"] != "classic" || a["x-dead-letter-exchange"] != ExDLX {
+	a := inboxArgs(Limits{MaxLength: 10, TTL: 2 * time.Second}, "h1")
+	if a["x-overflow"] != "reject-publish" || a["x-queue-type"] != "classic" || a["x-dead-letter-exchange"] != ExMsg ||
+		a["x-dead-letter-routing-key"] != "fleet.dead.h1" {
 		t.Errorf("inbox arguments %v", a)
 	}
 	if a["x-max-length"] != int64(10) || a["x-message-ttl"] != int64(2000) {
 		t.Errorf("limits %v", a)
 	}
-	if b := inboxArgs(Limits{}); b["x-max-length"] != nil || b["x-message-ttl"] != nil {
+	if b := inboxArgs(Limits{}, "h1"); b["x-max-length"] != nil || b["x-message-ttl"] != nil {
 		t.Errorf("no limits configured, yet %v", b)
 	}
 	keys := InboxKeys("g1", []string{"ops", "ci"})
@@ -74,5 +75,16 @@ func TestItoa(t *testing.T) {
 		if got := itoa(n); got != want {
 			t.Errorf("itoa(%d) = %q, want %q", n, got, want)
 		}
+	}
+}
+
+func TestNodeURLsShareTheFirstLogin(t *testing.T) {
+	got := nodeURLs("amqps://u:p@n1:5671/f, amqps://n2:5671/f,amqps://v:q@n3:5671/f")
+	want := []string{"amqps://u:p@n1:5671/f", "amqps://u:p@n2:5671/f", "amqps://v:q@n3:5671/f"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("nodeURLs = %v, want %v", got, want)
+	}
+	if r := RedactAll("amqps://u:p@n1:5671/f,amqps://n2:5671/f"); strings.Contains(r, "p@") || !strings.Contains(r, "n2") {
+		t.Errorf("RedactAll = %s", r)
 	}
 }

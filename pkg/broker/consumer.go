@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fleetd/fleet/pkg/envelope"
@@ -111,6 +113,7 @@ func (c *consumer) stop() {
 type opened struct {
 	cc         *consumeChannel
 	deliveries <-chan amqp.Delivery
+	got        atomic.Bool // a delivery came (the standby check, openInbox)
 }
 
 // startConsumer runs gid's consumer, on first if the caller opened it
@@ -153,7 +156,7 @@ func (b *Broker) consume(gen *generation, c *consumer, first *opened) {
 	q := InboxQueue(c.gid)
 	log := b.log.With("queue", q)
 	started := time.Now()
-	reported := false
+	reported, held := false, false
 	for {
 		select {
 		case <-c.quit:
@@ -175,17 +178,18 @@ func (b *Broker) consume(gen *generation, c *consumer, first *opened) {
 			}
 			if err != nil {
 				var ae *amqp.Error
-				if errors.As(err, &ae) && ae.Code == amqp.AccessRefused {
-					b.mu.Lock()
-					since := b.reconnected
-					b.mu.Unlock()
-					ours := !since.IsZero() && time.Since(since) < b.rivalGrace()
-					if !ours && !reported {
+				if errors.As(err, &ae) && ae.Code == amqp.AccessRefused && !strings.Contains(ae.Reason, "refused for user") {
+					// held by another consumer: our own previous
+					// connection's until the broker reaps it (after a
+					// reconnect; on a restarted cluster a quorum queue
+					// lists its old consumers a while), or a rival's
+					if time.Since(started) > b.rivalGrace() && !reported {
 						log.Error("inbox is consumed by another gateway: refusing to split its stream",
-							"err", err.Error(), "waited", time.Since(started).Round(time.Second).String())
+							"err", ae.Reason, "waited", time.Since(started).Round(time.Second).String())
 						reported = true
-					} else if ours {
-						log.Info("inbox still held by our previous connection: retrying until the broker reaps it")
+					} else if !reported && !held {
+						log.Info("inbox still held by another consumer (our previous connection?): retrying until the broker reaps it")
+						held = true
 					}
 					if !wait(c, gen, time.Second) {
 						return
@@ -238,7 +242,7 @@ func wait(c *consumer, gen *generation, d time.Duration) bool {
 func (b *Broker) declare(gen *generation, gid string, groups []string) (consumers int, err error) {
 	q := InboxQueue(gid)
 	err = gen.setup.do(func(ch *amqp.Channel) error {
-		st, err := ch.QueueDeclare(q, true, false, false, false, inboxArgs(b.cfg.Limits))
+		st, err := ch.QueueDeclare(q, true, false, false, false, inboxArgs(b.cfg.Limits, b.cfg.Host))
 		consumers = st.Consumers
 		return err
 	})
@@ -282,7 +286,7 @@ func (b *Broker) openInbox(gen *generation, gid string) (*opened, error) {
 		// consumed elsewhere (another connection): a consume would be
 		// refused (403), and on a shared channel that closes the channel
 		// of up to ConsumersPerChannel other inboxes. Not tried.
-		return nil, &amqp.Error{Code: amqp.AccessRefused, Reason: "the inbox has a consumer on another connection"}
+		return nil, &amqp.Error{Code: amqp.AccessRefused, Reason: "the inbox has a consumer on another connection"} // not "refused for user": see consume
 	}
 	cc, err := b.consumeOn(gen)
 	if err != nil {
@@ -295,8 +299,42 @@ func (b *Broker) openInbox(gen *generation, gid string) (*opened, error) {
 		gen.release(cc)
 		return nil, err
 	}
-	return &opened{cc: cc, deliveries: d}, nil
+	o := &opened{cc: cc, deliveries: d}
+	if b.cfg.Limits.QueueType == "quorum" {
+		go b.standbyCheck(gen, gid, o)
+	}
+	return o, nil
 }
+
+// standbyCheck: a quorum queue takes a second consumer silently, as a
+// standby (single active consumer), and counts only the active one. One
+// that raced ours past the check above shows as messages ready that never
+// come to us: said loudly.
+func (b *Broker) standbyCheck(gen *generation, gid string, o *opened) {
+	t := time.NewTimer(standbyAfter)
+	defer t.Stop()
+	select {
+	case <-gen.ctx.Done():
+		return
+	case <-t.C:
+	}
+	if o.got.Load() {
+		return
+	}
+	var ready int
+	if gen.setup.do(func(ch *amqp.Channel) error {
+		st, err := ch.QueueDeclarePassive(InboxQueue(gid), true, false, false, false, nil)
+		ready = st.Messages
+		return err
+	}) == nil && ready > 0 && !o.got.Load() {
+		b.log.Error("this gateway is a silent standby on its inbox: another consumer is active (quorum queue, single active consumer), and its mail goes there",
+			"queue", InboxQueue(gid), "ready", ready, "fix", "stop the other gateway: one gateway per host id")
+	}
+}
+
+// standbyAfter is how long a quorum inbox with mail ready may give us
+// nothing before we call ourselves a standby.
+const standbyAfter = 5 * time.Second
 
 // notDeclared is an inbox that could not be declared and bound: nothing
 // of it was made (or it existed before).
@@ -320,6 +358,23 @@ func (b *Broker) cancel(gen *generation, o *opened, tag, gid string) {
 	}
 }
 
+// giveBack returns held, and everything delivered after it, to the queue in
+// order: the consumer is cancelled first, so no freed prefetch slot brings
+// held back at once behind its successors.
+func (b *Broker) giveBack(gen *generation, o *opened, tag string, held amqp.Delivery) {
+	o.cc.mu.Lock()
+	err := o.cc.ch.Cancel(tag, false)
+	o.cc.mu.Unlock()
+	gen.release(o.cc)
+	if err != nil {
+		return // the channel is gone: the broker requeues all it had unacked
+	}
+	_ = held.Nack(false, true)
+	for d := range o.deliveries {
+		_ = d.Nack(false, true)
+	}
+}
+
 // drain hands deliveries to the handler until the channel closes (true:
 // consume again) or the consumer or generation stops (false).
 func (b *Broker) drain(gen *generation, c *consumer, o *opened) bool {
@@ -338,32 +393,116 @@ func (b *Broker) drain(gen *generation, c *consumer, o *opened) bool {
 				}
 				return gen.ctx.Err() == nil
 			}
-			b.take(d, c.gid)
+			o.got.Store(true)
+			if !b.take(d, c.gid, c.quit, gen.ctx.Done()) {
+				b.giveBack(gen, o, c.tag, d)
+				if gen.ctx.Err() != nil {
+					return false
+				}
+				return wait(c, gen, time.Second)
+			}
 		}
 	}
 }
 
-// take hands one delivery to the handler and settles it on its own channel.
-// Undecodable, not authentic, or refused by the handler (a *Refusal):
-// refused at once to bridge.dlq with the reason, loudly. Other handler
-// failures: requeued, then rejected without requeue after the configured
-// attempts.
-func (b *Broker) take(d amqp.Delivery, gid string) {
+// holdBound is how long an inbox's intake waits on one delivery the host
+// cannot take in (a full disk, say) before giving it, and whatever the
+// broker sent after it, back to the queue in order. Well under RabbitMQ's
+// consumer_timeout (30 min by default; 20 s on the test node).
+const holdBound = 10 * time.Second
+
+// Hold marks a handler's error as the host's, not the message's: its store
+// cannot take anything now. Such a delivery is never rejected for it; it
+// is retried, and given back to the queue in order, until the host can.
+func Hold(err error) error { return &holdError{err} }
+
+type holdError struct{ err error }
+
+func (e *holdError) Error() string { return e.err.Error() }
+func (e *holdError) Unwrap() error { return e.err }
+
+// take hands one delivery of an inbox to the handler and settles it on its
+// own channel. Undecodable, not authentic, or refused by the handler (a
+// *Refusal): refused at once to bridge.dlq with the reason, loudly.
+//
+// Order: a delivery the handler cannot take blocks this inbox's intake —
+// it is retried while the later deliveries wait behind it, so none
+// overtakes it — for up to holdBound (or until stop or done closes). Then
+// take returns false without settling it, and the caller gives it back in
+// order (giveBack): the consumer cancelled first (so the broker sends
+// nothing more), then this delivery requeued, then what came after it, in
+// the order they came — a classic queue puts requeued messages back in
+// their places, a quorum queue returns them in the order they are
+// requeued — and consumes again after a pause. A delivery given
+// back for the handler's own reasons (not Hold) the configured number of
+// times is rejected (to bridge.dlq), so no poison message blocks an inbox
+// for ever.
+func (b *Broker) take(d amqp.Delivery, gid string, stop, done <-chan struct{}) bool {
 	q := InboxQueue(gid)
 	env, err := envelope.Decode(d.Body, b.cfg.MaxBody)
 	if err != nil {
 		b.refuse(d, q, nil, asRefusal(err, ReasonMalformed), true)
-		return
+		return true
 	}
 	if env.Recipient.Group != "" {
 		env.Recipient.Gid = gid // a broadcast copy: this inbox's (membership is the handler's check)
 	} else if env.Recipient.Gid != gid {
 		b.refuse(d, q, env, Refuse(ReasonMisrouted, "addressed to %s, found in the inbox of %s", env.Recipient.Gid, gid), true)
-		return
+		return true
 	}
-	// an ack that fails (the channel died after the host took it) means a
-	// redelivery, which the host's dedup by msg id drops
-	b.hand(d, q, env, b.handle, "could not take a message into the host store", 200*time.Millisecond)
+	if err := b.authentic(d, env); err != nil {
+		// unsigned, forged, replayed or from the wrong host: never taken in
+		b.refuse(d, q, env, asRefusal(err, ReasonForged), true)
+		return true
+	}
+	log := b.log.With("msg_id", env.MsgID, "trace_id", env.TraceID, "queue", q)
+	var r *Refusal
+	err = b.handle(env)
+	if err != nil && !errors.As(err, &r) {
+		log.Warn("could not take a message into the host store: holding this inbox's intake, nothing behind it overtakes it", "err", err)
+		deadline := time.Now().Add(holdBound)
+		for delay := 100 * time.Millisecond; err != nil && !errors.As(err, &r) && time.Now().Before(deadline); delay = min(2*delay, 2*time.Second) {
+			t := time.NewTimer(delay)
+			select {
+			case <-stop:
+				t.Stop()
+				return false
+			case <-done: // the connection is going: its deliveries go back with it
+				t.Stop()
+				return false
+			case <-t.C:
+			}
+			err = b.handle(env)
+		}
+		if err == nil {
+			log.Info("message taken in: the inbox's intake resumes")
+		}
+	}
+	switch {
+	case errors.As(err, &r):
+		b.refuse(d, q, env, r, true)
+		return true
+	case err == nil:
+		b.forget(env.MsgID)
+		if err := d.Ack(false); err != nil {
+			// the channel died after the host took it: the redelivery is
+			// dropped by the host's dedup by msg id
+			log.Warn("ack failed; the redelivery will be recognised by its msg id", "err", err)
+		}
+		return true
+	}
+	var hold *holdError
+	if !errors.As(err, &hold) { // the host's failures (a full disk) never count against a message
+		if n := b.noteFailure(env.MsgID); n >= b.cfg.Attempts {
+			log.Error("could not take a message into the host store: rejected", "attempts", n, "err", err)
+			_ = d.Nack(false, false)
+			b.forget(env.MsgID)
+			return true
+		}
+	}
+	log.Warn("could not take a message into the host store: given back to the broker with what came after it, in order; consuming again shortly",
+		"held", holdBound.String(), "err", err)
+	return false
 }
 
 // hand checks that a decoded delivery is authentic, gives it to handler

@@ -34,11 +34,13 @@ import (
 // test in pkg/gateway, TestCrossLeastPrivilege):
 //
 //	configure  its own inboxes, control.<host>, roster.<host>
-//	write      publish to bridge.msg, bridge.roster, bridge.control and
-//	           bridge.dlx; bind its own queues
+//	write      publish to bridge.msg, bridge.roster and bridge.control
+//	           (its dead-letter copies go by bridge.msg as fleet.dead.<host>, see
+//	           DeadKey); bind its own queues
 //	read       consume its own queues; bind to bridge.msg, bridge.roster
-//	           and bridge.control (never bridge.dlx, so never bridge.dlq)
-//	topics     bridge.msg: bind only its own gids and broadcast.<name>;
+//	           and bridge.control (never bridge.dlq)
+//	topics     bridge.msg: publish to gids, broadcast.<name> and
+//	           fleet.dead.<host>; bind only its own gids and broadcast.<name>;
 //	           bridge.roster: publish only roster.<host>.…, bind roster.#;
 //	           bridge.control: bind only its own host id
 //
@@ -83,10 +85,10 @@ func HostGrant(vhost, host string) Grant {
 	return Grant{
 		User:      HostUser(vhost, host),
 		Configure: `^(` + own + `)$`,
-		Write:     `^(bridge\.(msg|roster|control|dlx)|` + own + `)$`,
+		Write:     `^(bridge\.(msg|roster|control)|` + own + `)$`,
 		Read:      `^(bridge\.(msg|roster|control)|` + own + `)$`,
 		Topics: []TopicGrant{
-			{ExMsg, `^(` + gidKeyRE + `|` + groupKeyRE + `)$`, `^(` + h + `\.[0-9a-f-]{36}|` + groupKeyRE + `)$`},
+			{ExMsg, `^(` + gidKeyRE + `|` + groupKeyRE + `|fleet\.dead\.` + h + `)$`, `^(` + h + `\.[0-9a-f-]{36}|` + groupKeyRE + `)$`},
 			{ExRoster, `^roster\.` + h + `(\..*)?$`, `^roster\.#$`},
 			{ExControl, `^` + hostKeyRE + `$`, `^` + h + `$`},
 		},
@@ -106,11 +108,11 @@ func OperatorGrant(vhost, name string) Grant {
 }
 
 // Definitions is what a setup imports into vhost (rabbitmqctl
-// import_definitions, one call): the vhost, the four exchanges, bridge.dlq
-// bound to bridge.dlx, and g's user with passwordHash and its permissions.
+// import_definitions, one call): the vhost, the three exchanges, bridge.dlq
+// bound to bridge.msg as fleet.dead.*, and g's user with passwordHash and its permissions.
 // Importing it again changes nothing but the password. With g nil, the
 // topology alone.
-func Definitions(vhost string, g *Grant, passwordHash string) []byte {
+func Definitions(vhost, queueType string, g *Grant, passwordHash string) []byte {
 	type obj = map[string]any
 	d := obj{"vhosts": []obj{{"name": vhost}}}
 	var exs []obj
@@ -119,10 +121,14 @@ func Definitions(vhost string, g *Grant, passwordHash string) []byte {
 			"auto_delete": false, "internal": false, "arguments": obj{}})
 	}
 	d["exchanges"] = exs
-	d["queues"] = []obj{{"name": QDLQ, "vhost": vhost, "durable": true, "auto_delete": false,
-		"arguments": obj{"x-queue-type": "classic", "x-max-length": DLQLength}}}
-	d["bindings"] = []obj{{"source": ExDLX, "vhost": vhost, "destination": QDLQ, "destination_type": "queue",
-		"routing_key": "", "arguments": obj{}}}
+	args := obj{"x-max-length": DLQLength}
+	for k, v := range queueArgs(queueType) {
+		args[k] = v
+	}
+	d["queues"] = []obj{{"name": QDLQ, "vhost": vhost, "durable": true, "auto_delete": false, "arguments": args}}
+	d["bindings"] = []obj{
+		{"source": ExMsg, "vhost": vhost, "destination": QDLQ, "destination_type": "queue", "routing_key": "fleet.dead.*", "arguments": obj{}},
+	}
 	if g != nil {
 		d["users"] = []obj{{"name": g.User, "password_hash": passwordHash,
 			"hashing_algorithm": "rabbit_password_hashing_sha256", "tags": []string{}}}
@@ -165,9 +171,9 @@ type Step struct {
 // by one, for an operator to read or run by hand (fleet-gw broker-setup
 // --dry-run). Setup does the same with one definitions import, which is
 // quicker: each rabbitmqctl call starts an Erlang VM.
-func SetupSteps(g Grant, vhost string) []Step {
+func SetupSteps(g Grant, vhost, queueType string) []Step {
 	steps := []Step{
-		{Args: []string{"import_definitions"}, Stdin: string(Definitions(vhost, nil, "")) + "\n"},
+		{Args: []string{"import_definitions"}, Stdin: string(Definitions(vhost, queueType, nil, "")) + "\n"},
 		{Args: []string{"add_user", g.User}, Secret: true},
 		{Args: []string{"set_permissions", "-p", vhost, g.User, g.Configure, g.Write, g.Read}},
 	}
@@ -216,6 +222,9 @@ func shellQuote(s string) string {
 // reach the node.
 type Provisioner struct {
 	Ctl []string
+	// QueueType of bridge.dlq: classic, or quorum on a cluster (as the
+	// gateways' inbox-queue-type).
+	QueueType string
 }
 
 func (p Provisioner) run(s Step) (string, error) {
@@ -269,7 +278,20 @@ func (p Provisioner) Setup(g Grant, base string) (string, error) {
 		return "", err
 	}
 	password := base64.RawURLEncoding.EncodeToString(raw[:])
-	if err := p.Run([]Step{{Args: []string{"import_definitions"}, Stdin: string(Definitions(vhost, &g, HashPassword(password)))}}); err != nil {
+	// an import keeps an exchange that exists with another type (a
+	// bridge.control from before it was a topic exchange): refused before
+	// the import, which would already have changed the password
+	if out, err := p.run(Step{Args: []string{"list_exchanges", "-p", vhost, "--quiet", "--no-table-headers", "name", "type"}}); err == nil {
+		for _, line := range strings.Split(out, "\n") {
+			f := strings.Fields(line)
+			for _, e := range sharedExchanges {
+				if len(f) == 2 && f[0] == e.name && f[1] != e.kind {
+					return "", fmt.Errorf("%s exists in vhost %s with another type than %s (made by an earlier version): delete it (rabbitmqadmin delete exchange name=%s, or the management UI) and run this again", e.name, vhost, e.kind, e.name)
+				}
+			}
+		}
+	} // else: no such vhost yet, the import makes it
+	if err := p.Run([]Step{{Args: []string{"import_definitions"}, Stdin: string(Definitions(vhost, p.QueueType, &g, HashPassword(password)))}}); err != nil {
 		return "", err
 	}
 	// the import is applied by the time rabbitmqctl returns on the
@@ -302,6 +324,9 @@ func ParseBase(base string) (*url.URL, string, error) {
 	uri, err := amqp.ParseURI(u.String())
 	if err != nil {
 		return nil, "", fmt.Errorf("broker address: %w", err)
+	}
+	if uri.Vhost == "" { // amqps://host/ is the default vhost, as a gateway dials it
+		uri.Vhost = "/"
 	}
 	return u, uri.Vhost, nil
 }

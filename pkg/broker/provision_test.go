@@ -35,10 +35,10 @@ func TestHostGrantPatterns(t *testing.T) {
 		[]string{InboxQueue(other), ControlQueue("h2"), RosterQueue("h2"), ExMsg, QDLQ, "agent.h1.x.inbox", "control.h10", "roster.h1x", "agent.h1.01a22a93-8b62-7719-997e-dae6eae12382.inbox.x"})
 	check("read", g.Read,
 		[]string{InboxQueue(own), ExMsg, ExRoster, ExControl},
-		[]string{InboxQueue(other), ExDLX, QDLQ, ""})
+		[]string{InboxQueue(other), "bridge.dlx", QDLQ, ""})
 	check("write", g.Write,
-		[]string{InboxQueue(own), ExMsg, ExRoster, ExControl, ExDLX},
-		[]string{InboxQueue(other), QDLQ, ""})
+		[]string{InboxQueue(own), ExMsg, ExRoster, ExControl},
+		[]string{InboxQueue(other), QDLQ, "bridge.dlx", ""})
 	topics := map[string]TopicGrant{}
 	for _, tg := range g.Topics {
 		topics[tg.Exchange] = tg
@@ -47,8 +47,8 @@ func TestHostGrantPatterns(t *testing.T) {
 		[]string{own, "broadcast.all", "broadcast.ci"},
 		[]string{other, "#", "*", "h1.*", "h1.#", "broadcast.*", "broadcast.#", "broadcast.all.x", own + ".x"})
 	check("publish bridge.msg", topics[ExMsg].Write,
-		[]string{own, other, "broadcast.all"},
-		[]string{"#", "x", other + ".x"})
+		[]string{own, other, "broadcast.all", DeadKey("h1")},
+		[]string{"#", "x", other + ".x", DeadKey("h2"), DeadKey("h10")})
 	check("publish bridge.roster", topics[ExRoster].Write,
 		[]string{"roster.h1.leaving", "roster.h1." + own},
 		[]string{"roster.h2.leaving", "roster.h10.x", "roster"})
@@ -85,9 +85,12 @@ func TestDefinitions(t *testing.T) {
 		TopicPermissions []map[string]string `json:"topic_permissions"`
 		Exchanges        []struct{ Name, Type string }
 		Queues           []struct{ Name string }
-		Bindings         []struct{ Source, Destination string }
+		Bindings         []struct {
+			Source, Destination string
+			RoutingKey          string `json:"routing_key"`
+		}
 	}
-	out := Definitions("v", &g, h)
+	out := Definitions("v", "classic", &g, h)
 	if strings.Contains(string(out), "s3cret") {
 		t.Fatal("the definitions hold the password")
 	}
@@ -95,7 +98,8 @@ func TestDefinitions(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(d.Users) != 1 || d.Users[0].PasswordHash != h || len(d.Permissions) != 1 || d.Permissions[0]["read"] != g.Read ||
-		len(d.TopicPermissions) != 3 || len(d.Exchanges) != 4 || d.Queues[0].Name != QDLQ || d.Bindings[0].Source != ExDLX {
+		len(d.TopicPermissions) != 3 || len(d.Exchanges) != 3 || d.Queues[0].Name != QDLQ ||
+		len(d.Bindings) != 1 || d.Bindings[0].Source != ExMsg || d.Bindings[0].RoutingKey != "fleet.dead.*" {
 		t.Fatalf("definitions: %s", out)
 	}
 	for _, e := range d.Exchanges {
@@ -106,7 +110,7 @@ func TestDefinitions(t *testing.T) {
 }
 
 func TestStepShell(t *testing.T) {
-	steps := SetupSteps(HostGrant("v", "h1"), "v")
+	steps := SetupSteps(HostGrant("v", "h1"), "v", "classic")
 	if got := steps[1].Shell("rabbitmqctl"); got != `printf '%s\n' "$PASSWORD" | rabbitmqctl add_user fleet-gw-h1@v` {
 		t.Errorf("add_user: %s", got)
 	}
@@ -132,6 +136,21 @@ func TestInClear(t *testing.T) {
 	} {
 		if got, _ := InClear(raw); got != want {
 			t.Errorf("InClear(%s) = %v, want %v", raw, got, want)
+		}
+	}
+}
+
+func TestParseBase(t *testing.T) {
+	for raw, vhost := range map[string]string{
+		"amqps://h:5671/fleet": "fleet", "amqps://h/": "/", "amqp://h": "/", "amqp://h/%2f": "/", "amqp://h/a%2Fb": "a/b",
+	} {
+		if _, v, err := ParseBase(raw); err != nil || v != vhost {
+			t.Errorf("ParseBase(%s) = %q, %v; want %q", raw, v, err, vhost)
+		}
+	}
+	for _, raw := range []string{"amqp://u:p@h/", "http://h/", "amqp:///x", "%%"} {
+		if _, _, err := ParseBase(raw); err == nil {
+			t.Errorf("ParseBase(%s) accepted", raw)
 		}
 	}
 }

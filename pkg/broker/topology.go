@@ -16,12 +16,23 @@ import (
 
 // Exchange and queue names, as in the design's §3, §4 and §8.
 const (
-	ExMsg     = "bridge.msg"     // topic: key = recipient gid, broadcast.all, broadcast.<group>
+	ExMsg     = "bridge.msg"     // topic: key = recipient gid, broadcast.all, broadcast.<group>, dead.<host>
 	ExRoster  = "bridge.roster"  // topic: roster.<host>.<gid>
 	ExControl = "bridge.control" // topic: key = host id (topic, so a login's binding keys can be confined)
-	ExDLX     = "bridge.dlx"     // fanout: dead letters of every inbox
 	QDLQ      = "bridge.dlq"     // the dead-letter queue, itself bounded
 )
+
+// DeadKey is the bridge.msg key of the dead letters a gateway copies to
+// bridge.dlq itself (refusals, deaths on its host), bound there as
+// fleet.dead.* — three words, so no gid (host.uuid) or broadcast key
+// (broadcast.name) can match it, whatever a host is called.
+// Inboxes dead-letter there too (inboxArgs). No exchange of its own
+// (there was a bridge.dlx): a login that may write to an exchange may also
+// bind it to another (exchange.bind), and one that could write to an
+// exchange bound to bridge.dlq could copy every heartbeat and broadcast
+// into the operators' queue; a copy bound into bridge.msg keeps its
+// roster.* or host-id key, which no queue there is bound to.
+func DeadKey(host string) string { return "fleet.dead." + host }
 
 // InboxQueue is the queue of a local entity: agent.<host>.<uuid>.inbox, as
 // a gid is <host>.<uuid> (see provision.go for why the host is in it).
@@ -33,11 +44,28 @@ func ControlQueue(host string) string { return "control." + host }
 // RosterQueue is a gateway's presence queue.
 func RosterQueue(host string) string { return "roster." + host }
 
-// Limits are the caps of every inbox.
+// Limits are the caps of every inbox, and its queue type.
 type Limits struct {
 	MaxLength int           // x-max-length
 	TTL       time.Duration // x-message-ttl
 	DLQLength int           // x-max-length of bridge.dlq
+	// QueueType is "classic" (one node) or "quorum" (replicated on a
+	// cluster, with a single active consumer: see queueArgs).
+	QueueType string
+}
+
+// queueArgs are the type arguments of a durable fleet queue (an inbox,
+// control.<host>, bridge.dlq). A quorum queue does not enforce exclusive
+// consumers (RabbitMQ 3.10 accepts "exclusive" and ignores it), so it gets
+// x-single-active-consumer: a second consumer waits as a silent standby
+// instead of splitting the stream. One consumer per inbox then rests on
+// one gateway per host id (the exclusive roster.<host> queue), and the
+// gateway checks the consumer count around every consume.
+func queueArgs(queueType string) amqp.Table {
+	if queueType == "quorum" {
+		return amqp.Table{"x-queue-type": "quorum", "x-single-active-consumer": true}
+	}
+	return amqp.Table{"x-queue-type": "classic"}
 }
 
 // inboxArgs are an inbox's queue arguments. A classic queue: on quorum
@@ -45,12 +73,19 @@ type Limits struct {
 // reject-publish, so the publisher is nacked and told; never drop-head
 // (which acks the sender and silently drops someone else's oldest mail) and
 // never reject-publish-dlx (LavinMQ and quorum queues treat it as drop-head).
-func inboxArgs(l Limits) amqp.Table {
-	t := amqp.Table{
-		"x-queue-type":           "classic",
-		"x-dead-letter-exchange": ExDLX,
-		"x-overflow":             "reject-publish",
-	}
+// Its dead letters (expired, rejected) go to bridge.msg as
+// fleet.dead.<host>, so to bridge.dlq: no exchange of their own, because
+// RabbitMQ wants write permission on a queue's dead-letter exchange, and a
+// login that may write to an exchange may bind it to others (DeadKey).
+//
+// On a quorum queue (Limits.QueueType) the length cap is approximate:
+// RabbitMQ may accept a message or so beyond x-max-length before it
+// rejects publishes.
+func inboxArgs(l Limits, host string) amqp.Table {
+	t := queueArgs(l.QueueType)
+	t["x-dead-letter-exchange"] = ExMsg
+	t["x-dead-letter-routing-key"] = DeadKey(host)
+	t["x-overflow"] = "reject-publish"
 	if l.MaxLength > 0 {
 		t["x-max-length"] = int64(l.MaxLength)
 	}
@@ -61,7 +96,7 @@ func inboxArgs(l Limits) amqp.Table {
 }
 
 var sharedExchanges = []struct{ name, kind string }{
-	{ExMsg, "topic"}, {ExRoster, "topic"}, {ExControl, "topic"}, {ExDLX, "fanout"},
+	{ExMsg, "topic"}, {ExRoster, "topic"}, {ExControl, "topic"},
 }
 
 // errNoTopology is declareShared's error when the shared topology is
@@ -105,14 +140,14 @@ func declareShared(conn *amqp.Connection, l Limits) (*amqp.Channel, error) {
 			return nil, topologyErr(err)
 		}
 	}
-	args := amqp.Table{"x-queue-type": "classic"}
+	args := queueArgs(l.QueueType)
 	if l.DLQLength > 0 {
 		args["x-max-length"] = int64(l.DLQLength)
 	}
 	if _, err := ch.QueueDeclare(QDLQ, true, false, false, false, args); err != nil {
 		return nil, topologyErr(err)
 	}
-	if err := ch.QueueBind(QDLQ, "", ExDLX, false, nil); err != nil {
+	if err := ch.QueueBind(QDLQ, "fleet.dead.*", ExMsg, false, nil); err != nil {
 		return nil, topologyErr(err)
 	}
 	return ch, nil

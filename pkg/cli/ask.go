@@ -52,8 +52,9 @@ func NewAskApp() *cli.App {
 			}
 			fmt.Fprintf(c.App.ErrWriter, "fleet-ask: asked %s (ask %s); waiting up to %s for the answer\n", resp.Sent.Recipient, resp.Sent.MsgID, wait)
 		}
-		return awaitEnvelope(c, s, "answer",
+		_, err = awaitEnvelope(c, s, "answer",
 			fault.New(fault.TempFail, fault.KindTimeout, "interrupted: the answer to %s will be refused as TOO_LATE", resp.Sent.MsgID))
+		return err
 	}
 	return app
 }

@@ -20,7 +20,8 @@ func NewSendApp() *cli.App {
 	app.UsageText = "fleet-send [options] NAME|NAME@HOST|GID [TEXT...|-]\n" +
 		"fleet-send [options] --reply-to MSGID [TEXT...|-]\n" +
 		"fleet-send [options] --answer ASK_ID [TEXT...|-]\n" +
-		"fleet-send [options] --status MSGID"
+		"fleet-send [options] --status MSGID\n" +
+		"fleet-send [options] --wait-reply MSGID"
 	app.Description = "Sends TEXT (the arguments joined by spaces; stdin when there are none or TEXT is -) " +
 		"as the caller's entity, whose credential comes from FLEET_TOKEN or --as NAME. " +
 		"Prints the msg id and the trace id once the message is stored durably at its recipient's gateway."
@@ -29,7 +30,8 @@ func NewSendApp() *cli.App {
 		&cli.StringFlag{Name: "status", Usage: "print the delivery state of message MSGID instead of sending"},
 		&cli.StringFlag{Name: "until", Usage: "after sending (or with --status), wait until the message is STATE (delivered); exit 75 if not within --timeout"},
 		&cli.StringFlag{Name: "answer", Usage: "answer the ask ASK_ID (exit 75 TOO_LATE if its turn is gone)"},
-		&cli.BoolFlag{Name: "wait", Usage: "hold the send open and print the recipient's reply (exit 75 if none within --timeout)"},
+		&cli.BoolFlag{Name: "wait", Usage: "hold the send open and print the recipient's reply (exit 75 if none within --timeout); an ask to you arriving first is printed instead (exit 10): answer it, then --wait-reply"},
+		&cli.StringFlag{Name: "wait-reply", Usage: "wait again for the reply to your message MSGID (after --wait ended with an ask, exit 10, or timed out)"},
 		&cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, Usage: "how long --wait or --until waits"},
 	)
 	app.Action = runSend
@@ -39,6 +41,9 @@ func NewSendApp() *cli.App {
 func runSend(c *cli.Context) error {
 	if id := c.String("status"); id != "" {
 		return runStatus(c, id)
+	}
+	if id := c.String("wait-reply"); id != "" {
+		return runWaitReply(c, id)
 	}
 	args := c.Args().Slice()
 	to := ""
@@ -84,15 +89,47 @@ func readReply(c *cli.Context, s *session, sent *api.Sent, timeout time.Duration
 	if isTerminal(os.Stderr) && timeout > time.Second {
 		fmt.Fprintf(c.App.ErrWriter, "fleet-send: sent %s; waiting up to %v for %s to reply\n", sent.MsgID, timeout, sent.Recipient)
 	}
-	return awaitEnvelope(c, s, "reply",
-		fault.New(fault.TempFail, fault.KindTimeout, "interrupted while waiting for the reply to %s", sent.MsgID).
-			WithHint("a late reply waits in your inbox: fleet-recv"))
+	return awaitReply(c, s, sent.MsgID)
+}
+
+// runWaitReply is --wait-reply MSGID: the wait of a send, resumed.
+func runWaitReply(c *cli.Context, id string) error {
+	if c.NArg() > 0 {
+		return usage("--wait-reply takes no text, got %q", c.Args().First())
+	}
+	s, err := connect(c)
+	if err != nil {
+		return err
+	}
+	defer s.client.Close()
+	if err := s.client.Send(&api.Request{Op: api.OpWaitReply, MsgID: id, TimeoutMS: c.Duration("timeout").Milliseconds()}); err != nil {
+		return err
+	}
+	return awaitReply(c, s, id)
+}
+
+// awaitReply prints what ended a wait for the reply to msgID: the reply
+// (exit 0), or an ask to the caller that came first (exit 10, the ask
+// printed as a message of kind ASK: answer it with --answer, then
+// --wait-reply msgID; the reply is not lost meanwhile).
+func awaitReply(c *cli.Context, s *session, msgID string) error {
+	resp, err := awaitEnvelope(c, s, "reply",
+		fault.New(fault.TempFail, fault.KindTimeout, "interrupted while waiting for the reply to %s", msgID).
+			WithHint("wait again with: fleet-send --wait-reply %s", msgID))
+	if err != nil || resp.WaitingFor == "" {
+		return err
+	}
+	a := resp.Batch[0].Envelope
+	from := a.Sender.Name + "@" + a.Sender.Host
+	return fault.New(fault.AskArrived, fault.KindAskArrived, "an ask from %s (%s) came while waiting for the reply to %s; it is printed above", from, a.MsgID, msgID).
+		WithHint("answer it: fleet-send --answer %s TEXT; then wait on: fleet-send --wait-reply %s", a.MsgID, msgID)
 }
 
 // awaitEnvelope reads the second frame of a held-open request (--wait,
 // fleet-ask) and prints the envelope it carries: the body, or with --json
-// {"type":kind,...}. Ctrl-C closes the connection and returns interrupted.
-func awaitEnvelope(c *cli.Context, s *session, kind string, interrupted error) error {
+// {"type":kind,...} ({"type":"ask","waiting_for":...} for an ask that
+// ended a wait). Ctrl-C closes the connection and returns interrupted.
+func awaitEnvelope(c *cli.Context, s *session, kind string, interrupted error) (*api.Response, error) {
 	go func() {
 		<-c.Context.Done()
 		s.client.Close()
@@ -100,16 +137,19 @@ func awaitEnvelope(c *cli.Context, s *session, kind string, interrupted error) e
 	resp, err := s.client.Read()
 	if err != nil {
 		if c.Context.Err() != nil {
-			return interrupted
+			return nil, interrupted
 		}
-		return err
+		return nil, err
 	}
 	if len(resp.Batch) == 0 {
-		return fault.New(fault.Software, fault.KindProtocol, "the gateway ended the wait without the %s", kind)
+		return nil, fault.New(fault.Software, fault.KindProtocol, "the gateway ended the wait without the %s", kind)
 	}
 	env := resp.Batch[0].Envelope
 	if c.Bool("json") {
-		return printJSON(c.App.Writer, message{Type: kind, Envelope: env})
+		if resp.WaitingFor != "" {
+			return resp, printJSON(c.App.Writer, surfacedAsk{Type: "ask", WaitingFor: resp.WaitingFor, Envelope: env})
+		}
+		return resp, printJSON(c.App.Writer, message{Type: kind, Envelope: env})
 	}
 	body := strings.TrimRight(env.Body, "\n")
 	if f, ok := c.App.Writer.(*os.File); ok && isTerminal(f) {
@@ -118,7 +158,14 @@ func awaitEnvelope(c *cli.Context, s *session, kind string, interrupted error) e
 		body = deliver.Inert(body, true)
 	}
 	_, err = fmt.Fprintln(c.App.Writer, body)
-	return err
+	return resp, err
+}
+
+// surfacedAsk is an ask that ended a wait, in --json.
+type surfacedAsk struct {
+	Type       string `json:"type"`
+	WaitingFor string `json:"waiting_for"`
+	*envelope.Envelope
 }
 
 // readBody takes the text from the arguments, or from stdin when there are

@@ -7,7 +7,6 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
-	"github.com/fleetd/fleet/pkg/trust"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/fleetd/fleet/pkg/fault"
+	"github.com/fleetd/fleet/pkg/trust"
 )
 
 // Config is the resolved configuration of one gateway or client.
@@ -46,6 +46,7 @@ type Config struct {
 	BrokerKey      string        // amqps: client key file
 	Heartbeat      time.Duration // AMQP heartbeat
 	InboxMaxLength int           // broker inbox cap (x-max-length)
+	InboxQueueType string        // classic or quorum
 	InboxTTL       time.Duration // broker inbox message TTL (x-message-ttl)
 	PublishTimeout time.Duration // bound on a broker confirm
 
@@ -82,12 +83,13 @@ var Keys = []Key{
 	{"max-connections", "FLEET_MAX_CONNECTIONS", "socket connections the gateway serves at once; more are refused until some close", "1024"},
 	{"frame-timeout", "FLEET_FRAME_TIMEOUT", "time a client has to finish sending a request frame it has begun (an idle connection may wait between frames)", "10s"},
 	{"uncertain", "FLEET_UNCERTAIN", "a message whose injection was cut by a crash: hold (dead-letter as uncertain) or reinject", "hold"},
-	{"broker", "FLEET_BROKER", "AMQP broker URI (amqp:// or amqps://) for cross-host messages; none: single-host mode", "none"},
+	{"broker", "FLEET_BROKER", "AMQP broker URI (amqp:// or amqps://) for cross-host messages, or a cluster's node URIs separated by commas; none: single-host mode", "none"},
 	{"broker-ca", "FLEET_BROKER_CA", "amqps: CA certificate file that signs the broker's certificate", "the system roots"},
 	{"broker-cert", "FLEET_BROKER_CERT", "amqps: client certificate file", "none"},
 	{"broker-key", "FLEET_BROKER_KEY", "amqps: client key file", "none"},
 	{"heartbeat", "FLEET_HEARTBEAT", "AMQP heartbeat interval: a silent network is noticed within a few", "5s"},
 	{"inbox-max-length", "FLEET_INBOX_MAX_LENGTH", "broker inbox cap in messages; over it, senders are told the inbox is full", "10000"},
+	{"inbox-queue-type", "FLEET_INBOX_QUEUE_TYPE", "broker inboxes and control queues: classic (one broker node) or quorum (replicated across a cluster's nodes; the length cap is then approximate)", "classic"},
 	{"inbox-ttl", "FLEET_INBOX_TTL", "how long a message may wait in a broker inbox before it is dead-lettered", "168h"},
 	{"publish-timeout", "FLEET_PUBLISH_TIMEOUT", "longest wait for the broker to confirm a remote send", "5s"},
 	{"trust-file", "FLEET_TRUST_FILE", "host public keys whose signed messages are admitted (lines HOST KEY; fleet-gw key prints this host's)", "STATE_DIR/trust"},
@@ -224,6 +226,10 @@ func load(lookup Lookup, configPath string, client bool) (*Config, error) {
 	c.Heartbeat = dur("heartbeat", 5*time.Second)
 	c.InboxMaxLength = num("inbox-max-length", 10000)
 	c.InboxTTL = dur("inbox-ttl", 7*24*time.Hour)
+	c.InboxQueueType = str("inbox-queue-type", "classic")
+	if c.InboxQueueType != "classic" && c.InboxQueueType != "quorum" {
+		errs = append(errs, fmt.Errorf("inbox-queue-type: %q is not classic or quorum", c.InboxQueueType))
+	}
 	c.PublishTimeout = dur("publish-timeout", 5*time.Second)
 	c.TrustFile = str("trust-file", filepath.Join(c.StateDir, "trust"))
 	c.AskTTL = dur("ask-ttl", 10*time.Minute)
@@ -233,8 +239,17 @@ func load(lookup Lookup, configPath string, client bool) (*Config, error) {
 		c.PresenceInterval = 5 * time.Second
 	}
 	c.PresenceTTL = dur("presence-ttl", 3*c.PresenceInterval)
-	if c.Broker != "" && !strings.HasPrefix(c.Broker, "amqp://") && !strings.HasPrefix(c.Broker, "amqps://") {
-		errs = append(errs, fmt.Errorf("broker: want an amqp:// or amqps:// URI"))
+	if c.Broker != "" {
+		nodes := strings.FieldsFunc(c.Broker, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' || r == '\n' })
+		for _, u := range nodes {
+			if !strings.HasPrefix(u, "amqp://") && !strings.HasPrefix(u, "amqps://") {
+				errs = append(errs, fmt.Errorf("broker: want amqp:// or amqps:// URIs (a cluster's nodes separated by commas)"))
+				break
+			}
+		}
+		if len(nodes) == 0 {
+			errs = append(errs, fmt.Errorf("broker: no URI"))
+		}
 	}
 	if c.InboxTTL > c.DedupWindow {
 		errs = append(errs, fmt.Errorf("inbox-ttl (%v) is longer than dedup-window (%v): a message could outlive its dedup record", c.InboxTTL, c.DedupWindow))

@@ -259,6 +259,10 @@ func TestMalformedValuesAreUsageErrors(t *testing.T) {
 		{"host", "a.b"},
 		{"host", "has space"},
 		{"host", "x@y"},
+		{"inbox-queue-type", "stream"},
+		{"broker", "http://broker/"},
+		{"broker", "amqp://a/,http://b/"},
+		{"broker", ","},
 	}
 	env := map[string]string{}
 	for _, k := range Keys {
@@ -290,6 +294,18 @@ func TestMalformedValuesAreUsageErrors(t *testing.T) {
 				wantUsage(t, err, tc.key)
 			}
 		})
+	}
+}
+
+// A cluster: several node URIs in one setting.
+func TestBrokerNodes(t *testing.T) {
+	isolate(t)
+	c, err := Load(flags(map[string]string{"broker": "amqps://n1:5671/f, amqps://n2:5671/f", "inbox-queue-type": "quorum"}), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.InboxQueueType != "quorum" || !strings.Contains(c.Broker, "n2") {
+		t.Fatalf("%+v", c)
 	}
 }
 
@@ -441,6 +457,8 @@ func TestKeysTable(t *testing.T) {
 			text.WriteString("filehost")
 		case k.Name == "uncertain":
 			text.WriteString("reinject")
+		case k.Name == "inbox-queue-type":
+			text.WriteString("quorum")
 		case k.Name == "drain-timeout":
 			text.WriteString("2s")
 		case k.Name == "broker":

@@ -225,6 +225,7 @@ var exitCodes = []struct {
 	text string
 }{
 	{fault.OK, "Success."},
+	{fault.AskArrived, "Not a failure (fleet-send --wait, --wait-reply): an ask to you came before the reply and is printed; answer it with fleet-send --answer, then wait again with fleet-send --wait-reply."},
 	{fault.Usage, "Usage error: bad flags or arguments, an invalid setting or config file, an invalid or already registered name."},
 	{fault.Data, "Data error: an empty, non-UTF-8 or oversized message body, a bad envelope or frame, or a protocol mismatch."},
 	{fault.NoRecipient, "No such recipient, message or entity."},
@@ -233,7 +234,7 @@ var exitCodes = []struct {
 	{fault.LaunchFailed, "Launch failed (fleet-spawn, fleet-stop): the launcher of the target host could not start the entity's command, the command died at once (its output is in the message), or its process could not be stopped."},
 	{fault.CantCreate, "Cannot create: the state folder, the socket or the output cannot be created or written."},
 	{fault.TempFail, "Try again: timed out, an inbox is busy (another fleet-recv drains it) or full, or another gateway holds the state folder or socket."},
-	{fault.Refused, "Refused: a missing, malformed or invalid credential, or a peer of another user."},
+	{fault.Refused, "Refused: a missing, malformed or invalid credential, or a peer of another user; fleet-gw: the broker refused its login."},
 }
 
 func writeExitStatus(b *strings.Builder, app *ucli.App) {

@@ -16,6 +16,7 @@ type Code int
 // added, never renumbered.
 const (
 	OK           Code = 0
+	AskArrived   Code = 10 // not a failure: an ASK to the caller ended its wait for a reply; answer it, then wait again
 	Usage        Code = 64 // EX_USAGE: bad flags or arguments, ambiguous name
 	Data         Code = 65 // EX_DATAERR: empty, non-UTF-8 or oversized body, bad frame
 	NoRecipient  Code = 67 // EX_NOUSER: no such recipient, message or entity
@@ -141,6 +142,7 @@ const (
 	KindNoCredential       Kind = "no_credential"
 	KindPeer               Kind = "peer_refused"
 	KindBrokerLogin        Kind = "broker_login_refused" // the broker refused this gateway's login or its permissions
+	KindAskArrived         Kind = "ask_arrived"          // an ASK to the caller arrived while it waited for a reply
 )
 
 // Kinds is the closed set.
@@ -155,7 +157,7 @@ func init() {
 		KindLaunchFailed, KindSpawnUncertain, KindStateDir, KindOutput,
 		KindGatewayLocked, KindHostTaken, KindTimeout, KindBrokerTimeout, KindBrokerRefused,
 		KindInboxFull, KindInboxBusy, KindTooLate, KindTooManyConnections,
-		KindBadCredential, KindNoCredential, KindPeer, KindBrokerLogin,
+		KindBadCredential, KindNoCredential, KindPeer, KindBrokerLogin, KindAskArrived,
 	} {
 		Kinds[k] = true
 	}

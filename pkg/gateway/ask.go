@@ -211,6 +211,15 @@ func (b *mailbox) liveHead(now time.Time) []*envelope.Envelope {
 	return append([]*envelope.Envelope(nil), kept...)
 }
 
+// liveReturn puts back, first in line, an ask taken to be shown that was
+// not shown after all.
+func (b *mailbox) liveReturn(env *envelope.Envelope) {
+	b.mu.Lock()
+	b.live = append([]*envelope.Envelope{env}, b.live...)
+	b.mu.Unlock()
+	b.notify()
+}
+
 // liveDone removes an ask that was shown to its askee.
 func (b *mailbox) liveDone(msgID string) bool {
 	b.mu.Lock()

@@ -137,7 +137,7 @@ func (g *Gateway) setGroups(req *api.Request) (*api.Response, error) {
 	b.mu.Lock()
 	b.ent.Groups = e.Groups
 	b.mu.Unlock()
-	if g.br != nil {
+	if g.onBroker(gid) {
 		if err := g.br.SetGroups(gid, old, e.Groups); err != nil {
 			g.log.Warn("inbox not rebound now; it will be on the next connection", "entity", e.Name, "err", err)
 		}

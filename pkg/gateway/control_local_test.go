@@ -108,6 +108,11 @@ func TestLocalSpawnStop(t *testing.T) {
 	if fe := faultOf(t, err, fault.Usage); !strings.Contains(fe.Msg, "was used before for another request") {
 		t.Fatalf("a request id reused: %v", fe)
 	}
+	// a host id that is not one never becomes a routing key
+	_, err = main.spawn(api.Request{Name: "w3", Profile: "w", Host: "x.y"})
+	if fe := faultOf(t, err, fault.Usage); !strings.Contains(fe.Msg, `"x.y" is not a host id`) {
+		t.Fatalf("spawn on host x.y: %v", fe)
+	}
 
 	s1 := main.mustSend("w1", "one")
 	s2 := main.mustSend("w1", "two")

@@ -7,6 +7,7 @@ package gateway
 
 import (
 	"encoding/json"
+	"errors"
 	"sync"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/fleetd/fleet/pkg/fault"
 	"github.com/fleetd/fleet/pkg/ident"
 	"github.com/fleetd/fleet/pkg/store"
+	"github.com/fleetd/fleet/pkg/trust"
 )
 
 // controlState is the control plane's part of the gateway.
@@ -174,6 +176,11 @@ func (g *Gateway) request(kind envelope.Kind, host, id string, body any, from st
 	if host == "" {
 		host = g.cfg.Host
 	}
+	if !trust.HostRE.MatchString(host) {
+		// never a routing key the broker would refuse: a refused publish
+		// closes the publishing channel every send shares
+		return nil, fault.New(fault.Usage, fault.KindUsage, "%q is not a host id (letters, digits, '-' and '_', at most 63)", host)
+	}
 	data, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
@@ -249,7 +256,14 @@ func (g *Gateway) takeBroker(env *envelope.Envelope) error {
 	case envelope.SpawnResult, envelope.StopResult:
 		return g.onControlResult(env)
 	}
-	return g.takeRemote(env)
+	err := g.takeRemote(env)
+	var fe *fault.Error
+	if errors.As(err, &fe) && fe.Kind == fault.KindStateDir {
+		// the host's store cannot take anything now (a full disk): the
+		// broker holds this inbox's intake, in order, until it can
+		return broker.Hold(err)
+	}
+	return err
 }
 
 func (g *Gateway) onControlResult(env *envelope.Envelope) error {

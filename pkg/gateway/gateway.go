@@ -29,6 +29,7 @@ import (
 	"github.com/fleetd/fleet/pkg/broker"
 	"github.com/fleetd/fleet/pkg/config"
 	"github.com/fleetd/fleet/pkg/fault"
+	"github.com/fleetd/fleet/pkg/ident"
 	"github.com/fleetd/fleet/pkg/store"
 )
 
@@ -119,7 +120,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 			URL: g.cfg.Broker, CAFile: g.cfg.BrokerCA, CertFile: g.cfg.BrokerCert, KeyFile: g.cfg.BrokerKey,
 			Host: g.cfg.Host, Heartbeat: g.cfg.Heartbeat, PublishTimeout: g.cfg.PublishTimeout,
 			MaxBody: g.cfg.MaxBody, Attempts: g.cfg.DeliveryAttempts,
-			Limits: broker.Limits{MaxLength: g.cfg.InboxMaxLength, TTL: g.cfg.InboxTTL, DLQLength: broker.DLQLength},
+			Limits: broker.Limits{MaxLength: g.cfg.InboxMaxLength, TTL: g.cfg.InboxTTL, DLQLength: broker.DLQLength, QueueType: g.cfg.InboxQueueType},
 		}, g.log, g.takeBroker) // control.go: control answers, then takeRemote
 		g.br.OnPresence(g.onPresence)
 		if clear, where := broker.InClear(g.cfg.Broker); clear {
@@ -338,8 +339,16 @@ func (g *Gateway) loadEntities() error {
 	if err != nil {
 		return err
 	}
+	var foreign []string
 	for _, e := range ents {
+		if ident.GidHost(e.Gid) != g.cfg.Host {
+			foreign = append(foreign, e.Name)
+		}
 		g.addBox(e)
+	}
+	if len(foreign) > 0 {
+		g.log.Error("entities whose gid does not name this host (made before gids named their host): not on the broker, and their credentials are refused",
+			"entities", strings.Join(foreign, ","), "fix", "for each: fleet-roster leave NAME, then join it again")
 	}
 	return nil
 }

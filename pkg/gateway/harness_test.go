@@ -287,14 +287,20 @@ func bodies(ds []api.Delivery) []string {
 // with f's last error.
 func eventually(t testing.TB, what string, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
+	eventuallyWithin(t, 15*time.Second, what, f)
+}
+
+// eventuallyWithin is eventually with another bound.
+func eventuallyWithin(t testing.TB, bound time.Duration, what string, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(bound)
 	for {
 		err := f()
 		if err == nil {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 15s: %v", what, err)
+			t.Fatalf("%s: not within %v: %v", what, bound, err)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

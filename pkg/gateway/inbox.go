@@ -12,6 +12,7 @@ import (
 	"github.com/fleetd/fleet/pkg/backoff"
 	"github.com/fleetd/fleet/pkg/deliver"
 	"github.com/fleetd/fleet/pkg/envelope"
+	"github.com/fleetd/fleet/pkg/ident"
 	"github.com/fleetd/fleet/pkg/store"
 )
 
@@ -41,6 +42,14 @@ func (b *mailbox) watch() <-chan struct{} { return b.changed.wait() }
 // a drained inbox.
 func (b *mailbox) notify() { b.changed.notify() }
 
+// onBroker reports whether gid has an inbox on the broker: there is one,
+// and gid names this host (an entity from before gids named their host has
+// none: this host's broker login may not make it, and other hosts would
+// not believe it; it can only leave, and join again).
+func (g *Gateway) onBroker(gid string) bool {
+	return g.br != nil && ident.GidHost(gid) == g.cfg.Host
+}
+
 // addBox makes e live: its mailbox, its broker inbox kept consumed (a new
 // entity's register has declared and consumed it already), and its
 // delivery worker.
@@ -48,7 +57,7 @@ func (g *Gateway) addBox(e *store.Entity) *mailbox {
 	ctx, cancel := context.WithCancel(g.runCtx)
 	b := &mailbox{ent: *e, stop: cancel, done: make(chan struct{})}
 	g.reg.Add(b)
-	if g.br != nil {
+	if g.onBroker(e.Gid) {
 		g.br.KeepInbox(e.Gid, e.Groups)
 	}
 	if e.Mode != "inject" && e.Nudge == "" {

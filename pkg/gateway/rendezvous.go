@@ -74,6 +74,19 @@ func (r *rendezvous) Claimed(key string) bool {
 	return r.claimed[key]
 }
 
+// ClaimStored claims env, a reply to msgID already in the inbox, for w —
+// if w still waits for it (an arriving reply may have claimed w first).
+func (r *rendezvous) ClaimStored(msgID string, w *replyWaiter, env *envelope.Envelope) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.waiters[msgID] != w || r.claimed[store.Key(env)] {
+		return false
+	}
+	delete(r.waiters, msgID)
+	r.claimed[store.Key(env)] = true
+	return true
+}
+
 // Close ends the wait for msgID's replies; it reports whether the send was
 // still waiting (false: a reply claimed it first).
 func (r *rendezvous) Close(msgID string) bool {
@@ -110,49 +123,125 @@ func (g *Gateway) sendWait(c *conn, req *api.Request) {
 		g.rdv.Close(msgID)
 		return
 	}
+	g.awaitReply(c, b, msgID, w, time.Duration(req.TimeoutMS)*time.Millisecond)
+}
+
+// waitReply serves fleet-send --wait-reply MSGID: the wait of an earlier
+// send of the caller's for its reply, resumed (after an ask ended it, or
+// after a timeout). A reply that came while nobody waited is in the
+// caller's inbox: it is handed here, once, as a new one would be.
+func (g *Gateway) waitReply(c *conn, req *api.Request) {
+	b, err := g.caller(req)
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	gid := b.snapshot().Gid
+	if r, err := g.st.Record(req.MsgID); err != nil || r.Sender != gid {
+		c.fail(fault.New(fault.NoRecipient, fault.KindUnknownMessage, "no message %s sent by you", req.MsgID).
+			WithHint("delivery records are kept for the dedup window (%s)", g.cfg.DedupWindow))
+		return
+	}
+	w := &replyWaiter{gid: gid, ch: make(chan *envelope.Envelope, 1)}
+	g.rdv.Open(req.MsgID, w)
+	if env := g.storedReply(gid, req.MsgID); env != nil && g.rdv.ClaimStored(req.MsgID, w, env) {
+		w.ch <- env
+	}
+	g.awaitReply(c, b, req.MsgID, w, time.Duration(req.TimeoutMS)*time.Millisecond)
+}
+
+// storedReply is the first undelivered REPLY to msgID in gid's inbox.
+func (g *Gateway) storedReply(gid, msgID string) *envelope.Envelope {
+	items, err := g.st.Head(gid, 0, 100000)
+	if err != nil {
+		return nil
+	}
+	for _, it := range items {
+		if it.Env.Kind == envelope.Reply && it.Env.InReplyTo == msgID {
+			return it.Env
+		}
+	}
+	return nil
+}
+
+// awaitReply holds an open wait of b's for the reply to msgID: the reply
+// (handed and recorded as delivered), or — for a pull entity, which would
+// otherwise not see it until the wait ends (U1 + U2: a main waiting on a
+// worker that asks it something) — a live ASK to b, handed instead with
+// WaitingFor, which ends this wait (the reply, when it comes, waits for
+// --wait-reply or fleet-recv); or a timeout.
+func (g *Gateway) awaitReply(c *conn, b *mailbox, msgID string, w *replyWaiter, timeout time.Duration) {
 	gone := make(chan error, 1)
 	go func() {
 		_, err := c.read() // the client says nothing more: any read ends the wait
 		gone <- err
 	}()
-	timeout := time.Duration(req.TimeoutMS) * time.Millisecond
 	t := time.NewTimer(timeout)
 	defer t.Stop()
-	select {
-	case env := <-w.ch:
-		if env == nil { // the reply could not be stored
-			c.fail(fault.New(fault.CantCreate, fault.KindStateDir, "the reply to %s arrived but could not be stored", msgID))
-			return
-		}
-		key := store.Key(env)
-		defer func() {
-			g.rdv.Unclaim(key)
-			if bx := g.box(env.Recipient.Gid); bx != nil {
-				bx.notify()
+	pull := b.snapshot().Mode == "pull"
+	for {
+		var changed <-chan struct{}
+		if pull {
+			changed = b.watch()
+			if asks := b.liveHead(time.Now()); len(asks) > 0 && b.liveDone(asks[0].MsgID) {
+				g.abandon(msgID, w)
+				a := asks[0]
+				if c.reply(&api.Response{OK: true, Batch: []api.Delivery{{Envelope: a}}, WaitingFor: msgID}) != nil {
+					b.liveReturn(a) // the wait went away first: the ask is still to be shown
+					return
+				}
+				g.audit.Message("delivered", a, 1, "ask surfaced on a wait for "+msgID)
+				return
 			}
-		}()
-		if err := c.reply(&api.Response{OK: true, Batch: []api.Delivery{{Envelope: env}}}); err != nil {
-			return // the send went away: the reply stays in the inbox
 		}
-		if err := g.st.Delivered(key, time.Now().UTC()); err != nil {
-			g.log.Error("recording a reply handed to its send", "msg_id", env.MsgID, "trace_id", env.TraceID, "err", err)
+		select {
+		case env := <-w.ch:
+			g.handReply(c, msgID, env)
+			return
+		case <-changed:
+			continue
+		case <-t.C:
+			g.abandon(msgID, w)
+			c.fail(fault.New(fault.TempFail, fault.KindTimeout, "no reply to %s within %v", msgID, timeout).
+				WithHint("wait again with: fleet-send --wait-reply %s (a late reply also waits in your inbox: fleet-recv)", msgID))
+			return
+		case err := <-gone:
+			g.abandon(msgID, w)
+			if err != nil && !errors.Is(err, io.EOF) {
+				g.log.Warn("waiting send ended", "msg_id", msgID, "err", err)
+			}
+			return
+		case <-g.runCtx.Done():
+			g.abandon(msgID, w)
+			c.fail(fault.New(fault.Unavailable, fault.KindShuttingDown, "the gateway is shutting down"))
 			return
 		}
-		g.audit.Message("delivered", env, 1, "rendezvous")
-		g.settled(env, store.Delivered, "", 1)
-	case <-t.C:
-		g.abandon(msgID, w)
-		c.fail(fault.New(fault.TempFail, fault.KindTimeout, "no reply to %s within %v", msgID, timeout).
-			WithHint("a late reply waits in your inbox: fleet-recv"))
-	case err := <-gone:
-		g.abandon(msgID, w)
-		if err != nil && !errors.Is(err, io.EOF) {
-			g.log.Warn("waiting send ended", "msg_id", msgID, "err", err)
-		}
-	case <-g.runCtx.Done():
-		g.abandon(msgID, w)
-		c.fail(fault.New(fault.Unavailable, fault.KindShuttingDown, "the gateway is shutting down"))
 	}
+}
+
+// handReply writes a claimed reply to the waiting send and records it
+// delivered.
+func (g *Gateway) handReply(c *conn, msgID string, env *envelope.Envelope) {
+	if env == nil { // the reply could not be stored
+		c.fail(fault.New(fault.CantCreate, fault.KindStateDir, "the reply to %s arrived but could not be stored", msgID))
+		return
+	}
+	key := store.Key(env)
+	defer func() {
+		g.rdv.Unclaim(key)
+		if bx := g.box(env.Recipient.Gid); bx != nil {
+			bx.notify()
+		}
+	}()
+	if err := c.reply(&api.Response{OK: true, Batch: []api.Delivery{{Envelope: env}}}); err != nil {
+		return // the send went away: the reply stays in the inbox
+	}
+	if err := g.st.Delivered(key, time.Now().UTC()); err != nil {
+		g.log.Error("recording a reply handed to its send", "msg_id", env.MsgID, "trace_id", env.TraceID, "err", err)
+		return
+	}
+	g.audit.Message("delivered", env, 1, "rendezvous")
+	g.settled(env, store.Delivered, "", 1)
 }
 
 // abandon ends a wait. If a reply already claimed the waiter, it is

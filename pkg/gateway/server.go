@@ -315,6 +315,10 @@ func (g *Gateway) handle(uc *net.UnixConn, gd *guard) {
 			g.sendWait(c, req)
 			return
 		}
+		if req.Op == api.OpWaitReply {
+			g.waitReply(c, req)
+			return
+		}
 		resp, err := g.dispatch(c, req)
 		if err != nil {
 			if c.fail(err) != nil {
@@ -556,7 +560,7 @@ func (g *Gateway) unregister(gid, name string) (int, error) {
 	if b := g.box(gid); b != nil {
 		groups = b.snapshot().Groups
 	}
-	if g.br != nil {
+	if g.onBroker(gid) {
 		// stop routing to it, take in what is queued, delete the queue.
 		// Without the broker that cannot be done, and a queue left behind
 		// would swallow mail nobody reads: refuse, and keep the entity.

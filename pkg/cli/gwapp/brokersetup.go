@@ -42,6 +42,7 @@ func brokerSetupCommand(app *ucli.App) *ucli.Command {
 			&ucli.StringFlag{Name: "operator", Usage: "make an operator's login fleet-op-NAME instead"},
 			&ucli.BoolFlag{Name: "remove", Usage: "delete the login and close its connections"},
 			&ucli.BoolFlag{Name: "dry-run", Usage: "print the rabbitmqctl commands, run nothing"},
+			&ucli.StringFlag{Name: "queue-type", Value: "classic", Usage: "bridge.dlq's queue type: classic, or quorum on a cluster (as the gateways' inbox-queue-type)"},
 			&ucli.StringFlag{Name: "output", Usage: "write the URI to this file (mode 0600) instead of stdout"},
 			&ucli.StringFlag{Name: "rabbitmqctl", Value: "rabbitmqctl", EnvVars: []string{"FLEET_RABBITMQCTL"},
 				Usage: "how to run rabbitmqctl: a command and its leading arguments, split at spaces (e.g. \"sudo rabbitmqctl -n rabbit@broker\")"},
@@ -81,7 +82,11 @@ func brokerSetupCommand(app *ucli.App) *ucli.Command {
 			if len(ctl) == 0 {
 				return cli.Usage("--rabbitmqctl is empty")
 			}
-			p := broker.Provisioner{Ctl: ctl}
+			qt := c.String("queue-type")
+			if qt != "classic" && qt != "quorum" {
+				return cli.Usage("--queue-type %q is not classic or quorum", qt)
+			}
+			p := broker.Provisioner{Ctl: ctl, QueueType: qt}
 			w := c.App.Writer
 			if c.Bool("remove") {
 				if c.Bool("dry-run") {
@@ -101,7 +106,7 @@ func brokerSetupCommand(app *ucli.App) *ucli.Command {
 			if c.Bool("dry-run") {
 				fmt.Fprintln(w, "# PASSWORD: a new random password (make one with: head -c 24 /dev/urandom | base64 | tr '+/' '-_' | tr -d =)")
 				fmt.Fprintln(w, "# if the user exists: change_password instead of add_user (a new password; restart its gateway)")
-				for _, s := range broker.SetupSteps(g, vhost) {
+				for _, s := range broker.SetupSteps(g, vhost, qt) {
 					fmt.Fprintln(w, s.Shell(strings.Join(ctl, " ")))
 				}
 				return nil
@@ -109,16 +114,25 @@ func brokerSetupCommand(app *ucli.App) *ucli.Command {
 			if err := runnable(ctl); err != nil {
 				return err
 			}
+			// the file is made before the login: a rotation whose new
+			// password could not be saved would leave the host with none
+			var out *privateFile
+			if path := c.String("output"); path != "" {
+				if out, err = createPrivate(path); err != nil {
+					return fault.Wrap(fault.CantCreate, fault.KindOutput, err, "cannot write %s", path)
+				}
+				defer out.abort()
+			}
 			uri, err := p.Setup(g, base)
 			if err != nil {
 				return ctlFailed(err)
 			}
-			if out := c.String("output"); out != "" {
-				if err := writePrivate(out, uri+"\n"); err != nil {
-					return fault.Wrap(fault.CantCreate, fault.KindOutput, err, "cannot write %s", out)
+			if out != nil {
+				if err := out.commit(uri + "\n"); err != nil {
+					return fault.Wrap(fault.CantCreate, fault.KindOutput, err, "cannot write %s: the login was made, run this again for a new password", out.path)
 				}
-				return report(c, map[string]any{"user": g.User, "vhost": vhost, "output": out},
-					fmt.Sprintf("%s: login ready in vhost %s; its URI is in %s", g.User, vhost, out))
+				return report(c, map[string]any{"user": g.User, "vhost": vhost, "output": out.path},
+					fmt.Sprintf("%s: login ready in vhost %s; its URI is in %s", g.User, vhost, out.path))
 			}
 			_, err = fmt.Fprintln(w, uri)
 			return err
@@ -139,25 +153,40 @@ func ctlFailed(err error) error {
 		WithHint("is the node up, and may this user run rabbitmqctl against it?")
 }
 
-// writePrivate writes a secret to path, readable by its owner only, never
-// through a moment with wider permissions.
-func writePrivate(path, data string) error {
+// privateFile is a secret's file in the making: created owner-only (never
+// through a moment with wider permissions) under a temporary name, renamed
+// into place by commit.
+type privateFile struct {
+	path string
+	f    *os.File
+	done bool
+}
+
+func createPrivate(path string) (*privateFile, error) {
 	tmp := path + ".tmp"
 	os.Remove(tmp)
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	_, err = f.WriteString(data)
-	if cerr := f.Close(); err == nil {
+	return &privateFile{path: path, f: f}, nil
+}
+
+func (p *privateFile) commit(data string) error {
+	_, err := p.f.WriteString(data)
+	if cerr := p.f.Close(); err == nil {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(tmp, path)
+		err = os.Rename(p.f.Name(), p.path)
 	}
-	if err != nil {
-		os.Remove(tmp)
-		return err
+	p.done = err == nil
+	return err
+}
+
+func (p *privateFile) abort() {
+	if !p.done {
+		p.f.Close()
+		os.Remove(p.f.Name())
 	}
-	return nil
 }

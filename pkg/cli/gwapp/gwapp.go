@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"os"
 
+	"github.com/fleetd/fleet/pkg/broker"
 	"github.com/fleetd/fleet/pkg/cli"
 	"github.com/fleetd/fleet/pkg/config"
 	"github.com/fleetd/fleet/pkg/fault"
@@ -43,10 +44,12 @@ func NewGatewayApp() *ucli.App {
 				return cli.Usage("fleet-gw run takes no arguments, got %q", c.Args().First())
 			}
 			if c.IsSet("broker") {
-				if u, err := url.Parse(c.String("broker")); err == nil {
-					if _, has := u.User.Password(); has {
-						return cli.Usage("--broker would show the broker password to every user through ps").
-							WithHint("put the URI in FLEET_BROKER or in the config file (mode 0600)")
+				for _, raw := range broker.SplitURLs(c.String("broker")) {
+					if u, err := url.Parse(raw); err == nil {
+						if _, has := u.User.Password(); has {
+							return cli.Usage("--broker would show the broker password to every user through ps").
+								WithHint("put the URI in FLEET_BROKER or in the config file (mode 0600)")
+						}
 					}
 				}
 			}
