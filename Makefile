@@ -62,6 +62,13 @@ install: build
 		install -m 0644 completions/$$c.bash $(DESTDIR)$(PREFIX)/share/bash-completion/completions/$$c; \
 		install -m 0644 completions/_$$c $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_$$c; \
 	done
+	# the gateway as a systemd user service, its health check, an example config
+	install -d $(DESTDIR)$(PREFIX)/lib/systemd/user $(DESTDIR)$(PREFIX)/share/doc/fleet
+	for u in contrib/systemd/*; do \
+		sed 's#@BINDIR@#$(PREFIX)/bin#g' $$u >$(DESTDIR)$(PREFIX)/lib/systemd/user/$$(basename $$u); \
+		chmod 0644 $(DESTDIR)$(PREFIX)/lib/systemd/user/$$(basename $$u); \
+	done
+	install -m 0644 contrib/fleet.conf.example $(DESTDIR)$(PREFIX)/share/doc/fleet/
 
 clean:
 	rm -rf bin dist

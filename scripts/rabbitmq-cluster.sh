@@ -51,10 +51,16 @@ joined() { node "$1" ctl cluster_status --formatter json 2>/dev/null | grep -q "
 
 start() {
 	cookie
-	node 1 start
-	local n
+	# all at once: after a whole-cluster stop, a node waits at boot for the
+	# nodes that ran after it, so one started alone could wait for ever
+	local n pids=() failed=0
+	for n in "${nodes[@]}"; do
+		node "$n" start &
+		pids+=($!)
+	done
+	for n in "${pids[@]}"; do wait "$n" || failed=1; done
+	[ "$failed" -eq 0 ] || { echo "rabbitmq-cluster: a node did not start; see $base/n*/log" >&2; exit 69; }
 	for n in 2 3; do
-		node "$n" start
 		if ! joined "$n"; then
 			node "$n" ctl stop_app >/dev/null
 			node "$n" ctl reset >/dev/null
@@ -66,9 +72,18 @@ start() {
 	echo "rabbitmq-cluster: 3 nodes up: $(urls)" >&2
 }
 
+# stop, one node after the other, each gone before the next stops: the
+# last to stop is then known to all (start starts them all at once anyway)
 stop() {
-	local n
-	for n in 3 2 1; do node "$n" stop || true; done
+	local n pid i
+	for n in 3 2 1; do
+		pid=$(cat "$base/n$n/rabbit.pid" 2>/dev/null || true)
+		node "$n" stop || true
+		for i in $(seq 600); do
+			[ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || break
+			sleep 0.1
+		done
+	done
 }
 
 kill_node() {

@@ -51,6 +51,8 @@ const (
 	// OpWaitReply resumes the wait of a send (MsgID) for its reply: the
 	// reply, or an ask to the caller arriving first (Response.WaitingFor)
 	OpWaitReply = "wait_reply"
+	// OpGatewayStatus is fleet-gw status: the gateway's health (GatewayStatus)
+	OpGatewayStatus = "gateway_status"
 )
 
 // Request is every client→gateway frame.
@@ -134,6 +136,33 @@ type Response struct {
 	// WaitingFor: an ASK to the caller (in Batch) ended a wait for the
 	// reply to this msg id before the reply came (send --wait, wait_reply)
 	WaitingFor string `json:"waiting_for,omitempty"`
+	// GatewayStatus answers OpGatewayStatus
+	GatewayStatus *GatewayStatus `json:"gateway_status,omitempty"`
+}
+
+// GatewayStatus is the health of a running gateway (fleet-gw status).
+type GatewayStatus struct {
+	Version string    `json:"version"`
+	Host    string    `json:"host"`
+	Pid     int       `json:"pid"`
+	Started time.Time `json:"started"`
+	Uptime  string    `json:"uptime"`
+	// Broker: State is "none" (single-host mode), "connected", "blocked",
+	// "connecting" or "down", since Since; Detail says why when not connected.
+	Broker struct {
+		State  string    `json:"state"`
+		Node   string    `json:"node,omitempty"`
+		Detail string    `json:"detail,omitempty"`
+		Since  time.Time `json:"since,omitzero"`
+	} `json:"broker"`
+	Trusted  int `json:"trusted_hosts"`
+	Entities int `json:"entities"`
+	Pending  int `json:"pending"`
+	Dead     int `json:"dead"`
+	// OldestPending is when the oldest message still waiting was created
+	OldestPending time.Time `json:"oldest_pending,omitzero"`
+	// Healthy is false while a configured broker is not connected
+	Healthy bool `json:"healthy"`
 }
 
 // Spawned is an entity a launcher started (fleet-spawn's answer).

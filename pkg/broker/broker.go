@@ -52,6 +52,7 @@ type Broker struct {
 	mu          sync.Mutex
 	gen         *generation // nil while disconnected
 	blocked     string      // non-empty while the broker blocks publishers
+	since       time.Time   // when the state (up, blocked, down) last changed
 	lastErr     error
 	inboxes     map[string][]string // gid -> groups: the consumers we want
 	reconnected time.Time           // when the current generation came up after a loss
@@ -103,7 +104,7 @@ func New(cfg Config, log *slog.Logger, handle Handler) *Broker {
 		cfg.Attempts = 5
 	}
 	return &Broker{cfg: cfg, urls: nodeURLs(cfg.URL), log: log.With("broker", RedactAll(cfg.URL)), handle: handle, inboxes: map[string][]string{}, fails: map[string]int{},
-		tried: make(chan struct{}), fatal: make(chan error, 1)}
+		tried: make(chan struct{}), fatal: make(chan error, 1), since: time.Now()}
 }
 
 // SplitURLs splits a broker setting into its node URIs (commas or spaces).
@@ -193,8 +194,28 @@ func (b *Broker) Subscribe() <-chan bool {
 	return c
 }
 
+// State is the transport as fleet-gw status tells it: "connected",
+// "blocked" (the broker blocks publishers: reason in detail), "connecting"
+// (never connected yet) or "down" (the last error in detail), the node
+// connected to, and since when.
+func (b *Broker) State() (state, detail, node string, since time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case b.gen != nil && b.blocked != "":
+		return "blocked", b.blocked, b.gen.node, b.since
+	case b.gen != nil:
+		return "connected", "", b.gen.node, b.since
+	case b.lastErr == nil:
+		return "connecting", "", "", b.since
+	default:
+		return "down", b.lastErr.Error(), "", b.since
+	}
+}
+
 func (b *Broker) setState(up bool) {
 	b.mu.Lock()
+	b.since = time.Now()
 	subs := append([]chan bool(nil), b.stateSubs...)
 	b.mu.Unlock()
 	for _, c := range subs {
@@ -522,9 +543,9 @@ func (b *Broker) serve(ctx context.Context, gen *generation) error {
 		case bl := <-blocked:
 			b.mu.Lock()
 			if bl.Active {
-				b.blocked = bl.Reason
+				b.blocked, b.since = bl.Reason, time.Now()
 			} else {
-				b.blocked = ""
+				b.blocked, b.since = "", time.Now()
 			}
 			b.mu.Unlock()
 			if bl.Active {

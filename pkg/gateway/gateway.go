@@ -75,6 +75,7 @@ type Gateway struct {
 	hardCtx  context.Context // cancelled when the drain bound passes: abort in-flight work
 	stopHard context.CancelFunc
 	ready    chan struct{}
+	started  time.Time // when Run began serving (fleet-gw status)
 
 	hostTaken bool // the broker gave this host id to another gateway: say nothing as it
 }
@@ -178,6 +179,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 		fatal = g.br.Fatal()
 	}
 	g.log.Info("gateway ready", "socket", g.cfg.Socket, "state_dir", g.cfg.StateDir, "entities", g.reg.Len())
+	g.started = time.Now()
 	close(g.ready)
 
 	serveErr := make(chan error, 1)

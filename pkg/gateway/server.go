@@ -387,6 +387,8 @@ func (g *Gateway) dispatch(c *conn, req *api.Request) (*api.Response, error) {
 		return &api.Response{Entity: &row}, nil
 	case api.OpStatus:
 		return g.setStatus(req)
+	case api.OpGatewayStatus:
+		return g.gatewayStatus()
 	case api.OpSend:
 		if req.AnswerTo != "" {
 			return g.answer(req)

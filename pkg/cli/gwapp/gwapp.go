@@ -92,7 +92,7 @@ func NewGatewayApp() *ucli.App {
 			_, err = fmt.Fprintln(c.App.Writer, trust.Line(cfg.Host, priv.Public().(ed25519.PublicKey)))
 			return err
 		},
-	}, trustCommand(app), brokerSetupCommand(app)}
+	}, statusCommand(app), trustCommand(app), brokerSetupCommand(app)}
 	return app
 }
 

@@ -1,0 +1,47 @@
+package gateway
+
+import (
+	"os"
+	"time"
+
+	"github.com/fleetd/fleet/pkg/api"
+	"github.com/fleetd/fleet/pkg/version"
+)
+
+// gatewayStatus serves fleet-gw status: what a service manager or an
+// operator needs to know about this gateway, from one request. Healthy
+// means serving with every configured part up: with a broker configured,
+// connected to it (blocked, connecting or down is degraded).
+func (g *Gateway) gatewayStatus() (*api.Response, error) {
+	st := &api.GatewayStatus{
+		Version: version.Version, Host: g.cfg.Host, Pid: os.Getpid(),
+		Started: g.started.UTC(), Uptime: time.Since(g.started).Round(time.Second).String(),
+	}
+	st.Broker.State = "none"
+	if g.br != nil {
+		st.Broker.State, st.Broker.Detail, st.Broker.Node, st.Broker.Since = g.br.State()
+		st.Broker.Since = st.Broker.Since.UTC()
+	}
+	st.Healthy = st.Broker.State == "none" || st.Broker.State == "connected"
+	if g.admit != nil {
+		st.Trusted = g.admit.file.Count()
+	}
+	rows, err := g.localRows()
+	if err != nil {
+		return nil, err
+	}
+	st.Entities = len(rows)
+	for _, r := range rows {
+		st.Pending += r.Pending
+		st.Dead += r.Dead
+		if r.Pending == 0 {
+			continue
+		}
+		if items, err := g.st.Head(r.Gid, 0, 1); err == nil && len(items) > 0 {
+			if c := items[0].Env.Created; st.OldestPending.IsZero() || c.Before(st.OldestPending) {
+				st.OldestPending = c.UTC()
+			}
+		}
+	}
+	return &api.Response{GatewayStatus: st}, nil
+}
