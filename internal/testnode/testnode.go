@@ -94,7 +94,17 @@ func Vhost(name string) (string, func(), error) {
 	if out, err := Ctl("set_permissions", "-p", name, "guest", ".*", ".*", ".*"); err != nil {
 		return "", nil, fmt.Errorf("set_permissions: %v\n%s", err, out)
 	}
-	return base + "/" + name, func() { Ctl("delete_vhost", name) }, nil
+	u := base + "/" + name
+	return u, func() {
+		Ctl("delete_vhost", name) // its permissions go with it: so do the logins made in it
+		loginsMu.Lock()
+		for k := range logins {
+			if strings.HasPrefix(k, u+" ") {
+				delete(logins, k)
+			}
+		}
+		loginsMu.Unlock()
+	}, nil
 }
 
 // Lock takes the node's test lock, shared or exclusive, and returns its

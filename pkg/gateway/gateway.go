@@ -77,6 +77,8 @@ type Gateway struct {
 	ready    chan struct{}
 	started  time.Time // when Run began serving (fleet-gw status)
 
+	presenceQuit, presenceDone chan struct{} // stop presenceLoop before the leaving notice
+
 	hostTaken bool // the broker gave this host id to another gateway: say nothing as it
 }
 
@@ -174,6 +176,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	go g.janitor()
 	var fatal <-chan error
 	if g.br != nil {
+		g.presenceQuit, g.presenceDone = make(chan struct{}), make(chan struct{})
 		g.workers.Add(1)
 		go g.presenceLoop()
 		fatal = g.br.Fatal()
@@ -202,6 +205,15 @@ func (g *Gateway) Run(ctx context.Context) error {
 func (g *Gateway) shutdown() {
 	g.log.Info("gateway stopping: draining in-flight work", "bound", g.cfg.DrainTimeout.String())
 	if g.br != nil && !g.hostTaken {
+		if g.presenceQuit != nil {
+			// no heartbeat may follow the leaving notice (one in flight
+			// after it would bring this host back into other views)
+			close(g.presenceQuit)
+			select {
+			case <-g.presenceDone:
+			case <-time.After(g.cfg.PublishTimeout):
+			}
+		}
 		g.announceLeaving() // other hosts drop us now, not after the TTL
 	}
 	g.stopRun()

@@ -143,6 +143,7 @@ func (g *Gateway) announceStatusSoon(gid string) {
 
 func (g *Gateway) presenceLoop() {
 	defer g.workers.Done()
+	defer close(g.presenceDone)
 	t := time.NewTicker(g.cfg.PresenceInterval)
 	defer t.Stop()
 	up := g.br.Subscribe()
@@ -152,6 +153,8 @@ func (g *Gateway) presenceLoop() {
 	for {
 		select {
 		case <-g.runCtx.Done():
+			return
+		case <-g.presenceQuit: // shutdown: the leaving notice is the last word
 			return
 		case <-t.C:
 		case ok := <-up:
