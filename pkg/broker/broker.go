@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/fleetd/fleet/pkg/backoff"
+	"github.com/fleetd/fleet/pkg/config"
 	"github.com/fleetd/fleet/pkg/envelope"
 	"github.com/fleetd/fleet/pkg/fault"
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -107,10 +108,8 @@ func New(cfg Config, log *slog.Logger, handle Handler) *Broker {
 		tried: make(chan struct{}), fatal: make(chan error, 1), since: time.Now()}
 }
 
-// SplitURLs splits a broker setting into its node URIs (commas or spaces).
-func SplitURLs(raw string) []string {
-	return strings.FieldsFunc(raw, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' || r == '\n' })
-}
+// SplitURLs splits a broker setting into its node URIs (config.BrokerNodes).
+func SplitURLs(raw string) []string { return config.BrokerNodes(raw) }
 
 // nodeURLs are the node URIs of a broker setting, a node without user info
 // taking the login of the first (one login, several nodes of a cluster).

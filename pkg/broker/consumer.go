@@ -130,7 +130,7 @@ func (b *Broker) startConsumer(gen *generation, gid string, first *opened) {
 	if _, ok := gen.consumers[gid]; ok {
 		gen.mu.Unlock()
 		if first != nil { // consumed twice: keep the running one
-			b.cancel(gen, first, b.tag(gid), gid)
+			b.cancel(gen, first, b.tag(gid), nil)
 		}
 		return
 	}
@@ -161,7 +161,7 @@ func (b *Broker) consume(gen *generation, c *consumer, first *opened) {
 		select {
 		case <-c.quit:
 			if first != nil {
-				b.cancel(gen, first, c.tag, c.gid)
+				b.cancel(gen, first, c.tag, nil)
 			}
 			return
 		case <-gen.ctx.Done():
@@ -345,7 +345,11 @@ func (e *notDeclared) Unwrap() error { return e.err }
 
 // cancel stops consuming an inbox on its shared channel: what was
 // delivered to it and not yet taken goes back to the queue.
-func (b *Broker) cancel(gen *generation, o *opened, tag, gid string) {
+//
+// With held (a delivery take gave back), held goes back first, then what
+// came after it, in order: the consumer is cancelled before either, so no
+// freed prefetch slot brings held back at once behind its successors.
+func (b *Broker) cancel(gen *generation, o *opened, tag string, held *amqp.Delivery) {
 	o.cc.mu.Lock()
 	err := o.cc.ch.Cancel(tag, false)
 	o.cc.mu.Unlock()
@@ -353,23 +357,9 @@ func (b *Broker) cancel(gen *generation, o *opened, tag, gid string) {
 	if err != nil {
 		return // the channel is gone: its unacked deliveries are requeued by the broker
 	}
-	for d := range o.deliveries {
-		_ = d.Nack(false, true)
+	if held != nil {
+		_ = held.Nack(false, true)
 	}
-}
-
-// giveBack returns held, and everything delivered after it, to the queue in
-// order: the consumer is cancelled first, so no freed prefetch slot brings
-// held back at once behind its successors.
-func (b *Broker) giveBack(gen *generation, o *opened, tag string, held amqp.Delivery) {
-	o.cc.mu.Lock()
-	err := o.cc.ch.Cancel(tag, false)
-	o.cc.mu.Unlock()
-	gen.release(o.cc)
-	if err != nil {
-		return // the channel is gone: the broker requeues all it had unacked
-	}
-	_ = held.Nack(false, true)
 	for d := range o.deliveries {
 		_ = d.Nack(false, true)
 	}
@@ -381,7 +371,7 @@ func (b *Broker) drain(gen *generation, c *consumer, o *opened) bool {
 	for {
 		select {
 		case <-c.quit:
-			b.cancel(gen, o, c.tag, c.gid)
+			b.cancel(gen, o, c.tag, nil)
 			return false
 		case <-gen.ctx.Done():
 			return false
@@ -395,7 +385,7 @@ func (b *Broker) drain(gen *generation, c *consumer, o *opened) bool {
 			}
 			o.got.Store(true)
 			if !b.take(d, c.gid, c.quit, gen.ctx.Done()) {
-				b.giveBack(gen, o, c.tag, d)
+				b.cancel(gen, o, c.tag, &d)
 				if gen.ctx.Err() != nil {
 					return false
 				}
@@ -429,7 +419,7 @@ func (e *holdError) Unwrap() error { return e.err }
 // it is retried while the later deliveries wait behind it, so none
 // overtakes it — for up to holdBound (or until stop or done closes). Then
 // take returns false without settling it, and the caller gives it back in
-// order (giveBack): the consumer cancelled first (so the broker sends
+// order (cancel, with the held delivery): the consumer cancelled first (so the broker sends
 // nothing more), then this delivery requeued, then what came after it, in
 // the order they came — a classic queue puts requeued messages back in
 // their places, a quorum queue returns them in the order they are

@@ -98,6 +98,12 @@ var Keys = []Key{
 	{"presence-ttl", "FLEET_PRESENCE_TTL", "a host not heard this long leaves the roster view", "3 intervals"},
 }
 
+// BrokerNodes splits the broker setting into its node URIs (a cluster's
+// nodes are separated by commas or spaces).
+func BrokerNodes(raw string) []string {
+	return strings.FieldsFunc(raw, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' || r == '\n' })
+}
+
 // Lookup is how Load reads one setting from outside the file: flags first,
 // then the environment. It returns "", false when neither sets it.
 type Lookup func(name, env string) (string, bool)
@@ -240,7 +246,7 @@ func load(lookup Lookup, configPath string, client bool) (*Config, error) {
 	}
 	c.PresenceTTL = dur("presence-ttl", 3*c.PresenceInterval)
 	if c.Broker != "" {
-		nodes := strings.FieldsFunc(c.Broker, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' || r == '\n' })
+		nodes := BrokerNodes(c.Broker)
 		for _, u := range nodes {
 			if !strings.HasPrefix(u, "amqp://") && !strings.HasPrefix(u, "amqps://") {
 				errs = append(errs, fmt.Errorf("broker: want amqp:// or amqps:// URIs (a cluster's nodes separated by commas)"))

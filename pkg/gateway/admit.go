@@ -171,7 +171,7 @@ func checkFields(env *envelope.Envelope) error {
 		what string
 		p    envelope.Party
 	}{{"sender", env.Sender}, {"recipient", env.Recipient}} {
-		if p.p.Gid != "" && !isGid(p.p.Gid) {
+		if p.p.Gid != "" && !ident.IsGid(p.p.Gid) {
 			return bad("%s gid %q is not a gid", p.what, p.p.Gid)
 		}
 		if p.p.Name != "" && !nameRE.MatchString(p.p.Name) {
@@ -202,9 +202,6 @@ func checkFields(env *envelope.Envelope) error {
 	}
 	return nil
 }
-
-// isGid reports whether s is a gid (<host>.<uuid>).
-func isGid(s string) bool { return ident.IsGid(s) }
 
 // noteRefused remembers hosts refused as not trusted, for the roster.
 func (a *admission) noteRefused(reason, host string) {

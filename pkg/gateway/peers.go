@@ -77,7 +77,7 @@ func (v *peerView) Fold(b presenceBody, seq int64, now time.Time, interval time.
 			v.log.Info("host left the view: it stopped", "peer", b.Host)
 		}
 	case b.Gone != "":
-		if !isGid(b.Gone) {
+		if !ident.IsGid(b.Gone) {
 			return broker.Refuse(broker.ReasonMalformed, "gone %q is not a gid", b.Gone)
 		}
 		if made := ident.GidHost(b.Gone); made != b.Host {

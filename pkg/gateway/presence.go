@@ -9,6 +9,7 @@ import (
 	"github.com/fleetd/fleet/pkg/api"
 	"github.com/fleetd/fleet/pkg/broker"
 	"github.com/fleetd/fleet/pkg/envelope"
+	"github.com/fleetd/fleet/pkg/ident"
 )
 
 // Presence (U5) is soft state. Every presence-interval, and at once on a
@@ -261,7 +262,7 @@ func checkRow(r *api.EntityRow) error {
 		return broker.Refuse(broker.ReasonMalformed, "presence: "+format, args...)
 	}
 	switch {
-	case !isGid(r.Gid):
+	case !ident.IsGid(r.Gid):
 		return bad("gid %q is not a gid", r.Gid)
 	case !nameRE.MatchString(r.Name):
 		return bad("name %q is not an entity name", r.Name)

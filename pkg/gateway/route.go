@@ -11,6 +11,7 @@ import (
 	"github.com/fleetd/fleet/pkg/broker"
 	"github.com/fleetd/fleet/pkg/envelope"
 	"github.com/fleetd/fleet/pkg/fault"
+	"github.com/fleetd/fleet/pkg/ident"
 	"github.com/fleetd/fleet/pkg/store"
 )
 
@@ -29,7 +30,7 @@ type target struct {
 // on two hosts is ambiguous (64), a name nowhere is unknown (67).
 func (g *Gateway) resolve(to string) (target, error) {
 	name, host, qualified := strings.Cut(to, "@")
-	if isGid(to) {
+	if ident.IsGid(to) {
 		if b := g.box(to); b != nil {
 			return target{box: b}, nil
 		}
