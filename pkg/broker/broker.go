@@ -62,6 +62,8 @@ type Broker struct {
 	fails       map[string]int // msg id -> failed hand-overs
 	presence    PresenceHandler
 	control     ControlHandler // control.go: SPAWN/STOP from control.<host>
+	deaths      DeathHandler   // deaths.go: our messages dead in other inboxes
+	deathsTold  bool           // a deaths queue failure was said (once until it works)
 	sign        Signer         // auth.go: this gateway signs what it publishes
 	verify      Verifier       // auth.go: and checks what it takes in
 	onRefused   func(reason, claimedHost string)
@@ -526,6 +528,10 @@ func (b *Broker) serve(ctx context.Context, gen *generation) error {
 		gen.wg.Add(1)
 		go b.consumeControl(gen)
 	}
+	if b.deaths != nil { // deaths.go
+		gen.wg.Add(1)
+		go b.consumeDeaths(gen)
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -740,6 +746,9 @@ func (b *Broker) Publish(ctx context.Context, key string, env *envelope.Envelope
 	if err != nil {
 		return err
 	}
+	// names this host for the dead-letter route (SenderKey): the broker
+	// strips BCC before delivery; signed or not, the body says who sent it
+	msg.Headers["BCC"] = []any{SenderKey(b.cfg.Host)}
 	nacks := 0
 	deadline := time.Now().Add(b.cfg.PublishTimeout)
 	for attempt := 1; ; attempt++ {

@@ -27,15 +27,17 @@ func TestRedactDropsCredentials(t *testing.T) {
 }
 
 func TestInboxArgsNeverDropMail(t *testing.T) {
-	a := inboxArgs(Limits{MaxLength: 10, TTL: 2 * time.Second}, "h1")
-	if a["x-overflow"] != "reject-publish" || a["x-queue-type"] != "classic" || a["x-dead-letter-exchange"] != ExMsg ||
-		a["x-dead-letter-routing-key"] != "fleet.dead.h1" {
+	a := inboxArgs(Limits{MaxLength: 10, TTL: 2 * time.Second})
+	// no dead-letter key: a dead letter keeps the keys it was published
+	// with, the sender's among them (SenderKey)
+	if a["x-overflow"] != "reject-publish" || a["x-queue-type"] != "classic" || a["x-dead-letter-exchange"] != ExDead ||
+		a["x-dead-letter-routing-key"] != nil {
 		t.Errorf("inbox arguments %v", a)
 	}
 	if a["x-max-length"] != int64(10) || a["x-message-ttl"] != int64(2000) {
 		t.Errorf("limits %v", a)
 	}
-	if b := inboxArgs(Limits{}, "h1"); b["x-max-length"] != nil || b["x-message-ttl"] != nil {
+	if b := inboxArgs(Limits{}); b["x-max-length"] != nil || b["x-message-ttl"] != nil {
 		t.Errorf("no limits configured, yet %v", b)
 	}
 	keys := InboxKeys("g1", []string{"ops", "ci"})

@@ -242,7 +242,7 @@ func wait(c *consumer, gen *generation, d time.Duration) bool {
 func (b *Broker) declare(gen *generation, gid string, groups []string) (consumers int, err error) {
 	q := InboxQueue(gid)
 	err = gen.setup.do(func(ch *amqp.Channel) error {
-		st, err := ch.QueueDeclare(q, true, false, false, false, inboxArgs(b.cfg.Limits, b.cfg.Host))
+		st, err := ch.QueueDeclare(q, true, false, false, false, inboxArgs(b.cfg.Limits))
 		consumers = st.Consumers
 		return err
 	})

@@ -33,16 +33,19 @@ import (
 // What a gateway's login may do, and what it may not (each refusal is a
 // test in pkg/gateway, TestCrossLeastPrivilege):
 //
-//	configure  its own inboxes, control.<host>, roster.<host>
+//	configure  its own inboxes, control.<host>, roster.<host>, deaths.<host>
 //	write      publish to bridge.msg, bridge.roster and bridge.control
 //	           (its dead-letter copies go by bridge.msg as fleet.dead.<host>, see
-//	           DeadKey); bind its own queues
-//	read       consume its own queues; bind to bridge.msg, bridge.roster
-//	           and bridge.control (never bridge.dlq)
+//	           DeadKey); bind its own queues; bridge.dead, which its
+//	           inboxes dead-letter to (RabbitMQ asks write for that)
+//	read       consume its own queues; bind to bridge.msg, bridge.roster,
+//	           bridge.control and bridge.dead (never bridge.dlq)
 //	topics     bridge.msg: publish to gids, broadcast.<name> and
 //	           fleet.dead.<host>; bind only its own gids and broadcast.<name>;
 //	           bridge.roster: publish only roster.<host>.…, bind roster.#;
-//	           bridge.control: bind only its own host id
+//	           bridge.control: bind only its own host id;
+//	           bridge.dead: publish nothing, bind only fleet.sender.<host>
+//	           (the deaths of its own messages, see SenderKey)
 //
 // The shared exchanges and bridge.dlq are made by the provisioning command,
 // not by gateways: a login that may declare an exchange may also delete it.
@@ -72,6 +75,9 @@ type TopicGrant struct {
 	Exchange, Write, Read string
 }
 
+// nothing is a pattern no routing key matches (not even the empty one).
+const nothing = `^(?!)`
+
 const (
 	gidKeyRE   = `[A-Za-z0-9][A-Za-z0-9_-]{0,62}\.[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`
 	groupKeyRE = `broadcast\.[A-Za-z][A-Za-z0-9_-]{0,63}`
@@ -81,16 +87,20 @@ const (
 // HostGrant is the least a gateway for host needs.
 func HostGrant(vhost, host string) Grant {
 	h := regexp.QuoteMeta(host)
-	own := `agent\.` + h + `\.[0-9a-f-]{36}\.inbox|control\.` + h + `|roster\.` + h
+	own := `agent\.` + h + `\.[0-9a-f-]{36}\.inbox|control\.` + h + `|roster\.` + h + `|deaths\.` + h
 	return Grant{
 		User:      HostUser(vhost, host),
 		Configure: `^(` + own + `)$`,
-		Write:     `^(bridge\.(msg|roster|control)|` + own + `)$`,
-		Read:      `^(bridge\.(msg|roster|control)|` + own + `)$`,
+		// write on bridge.dead: RabbitMQ wants it to declare a queue
+		// dead-lettering there; its topic permission lets nothing be
+		// published to it (only the broker dead-letters into it)
+		Write: `^(bridge\.(msg|roster|control|dead)|` + own + `)$`,
+		Read:  `^(bridge\.(msg|roster|control|dead)|` + own + `)$`,
 		Topics: []TopicGrant{
 			{ExMsg, `^(` + gidKeyRE + `|` + groupKeyRE + `|fleet\.dead\.` + h + `)$`, `^(` + h + `\.[0-9a-f-]{36}|` + groupKeyRE + `)$`},
 			{ExRoster, `^roster\.` + h + `(\..*)?$`, `^roster\.#$`},
 			{ExControl, `^` + hostKeyRE + `$`, `^` + h + `$`},
+			{ExDead, nothing, `^fleet\.sender\.` + h + `$`},
 		},
 	}
 }
@@ -128,6 +138,7 @@ func Definitions(vhost, queueType string, g *Grant, passwordHash string) []byte 
 	d["queues"] = []obj{{"name": QDLQ, "vhost": vhost, "durable": true, "auto_delete": false, "arguments": args}}
 	d["bindings"] = []obj{
 		{"source": ExMsg, "vhost": vhost, "destination": QDLQ, "destination_type": "queue", "routing_key": "fleet.dead.*", "arguments": obj{}},
+		{"source": ExDead, "vhost": vhost, "destination": QDLQ, "destination_type": "queue", "routing_key": DLQDeadKey, "arguments": obj{}},
 	}
 	if g != nil {
 		d["users"] = []obj{{"name": g.User, "password_hash": passwordHash,

@@ -98,8 +98,9 @@ func TestDefinitions(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(d.Users) != 1 || d.Users[0].PasswordHash != h || len(d.Permissions) != 1 || d.Permissions[0]["read"] != g.Read ||
-		len(d.TopicPermissions) != 3 || len(d.Exchanges) != 3 || d.Queues[0].Name != QDLQ ||
-		len(d.Bindings) != 1 || d.Bindings[0].Source != ExMsg || d.Bindings[0].RoutingKey != "fleet.dead.*" {
+		len(d.TopicPermissions) != 4 || len(d.Exchanges) != 4 || d.Queues[0].Name != QDLQ ||
+		len(d.Bindings) != 2 || d.Bindings[0].Source != ExMsg || d.Bindings[0].RoutingKey != "fleet.dead.*" ||
+		d.Bindings[1].Source != ExDead || d.Bindings[1].RoutingKey != DLQDeadKey {
 		t.Fatalf("definitions: %s", out)
 	}
 	for _, e := range d.Exchanges {
@@ -114,7 +115,7 @@ func TestStepShell(t *testing.T) {
 	if got := steps[1].Shell("rabbitmqctl"); got != `printf '%s\n' "$PASSWORD" | rabbitmqctl add_user fleet-gw-h1@v` {
 		t.Errorf("add_user: %s", got)
 	}
-	if got := steps[2].Shell("rabbitmqctl"); !strings.Contains(got, `'^(agent\.h1\.[0-9a-f-]{36}\.inbox|control\.h1|roster\.h1)$'`) {
+	if got := steps[2].Shell("rabbitmqctl"); !strings.Contains(got, `'^(agent\.h1\.[0-9a-f-]{36}\.inbox|control\.h1|roster\.h1|deaths\.h1)$'`) {
 		t.Errorf("set_permissions: %s", got)
 	}
 	if got := shellQuote("it's"); got != `'it'\''s'` {

@@ -53,7 +53,7 @@ func TestClusterStandbySaidLoudly(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ch.QueueDelete(q, false, false, false)
-	if _, err := ch.QueueDeclare(q, true, false, false, false, inboxArgs(Limits{QueueType: "quorum"}, "hstandby")); err != nil {
+	if _, err := ch.QueueDeclare(q, true, false, false, false, inboxArgs(Limits{QueueType: "quorum"})); err != nil {
 		t.Fatal(err)
 	}
 	if err := ch.Qos(1, 0, false); err != nil {

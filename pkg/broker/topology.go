@@ -16,11 +16,42 @@ import (
 
 // Exchange and queue names, as in the design's §3, §4 and §8.
 const (
-	ExMsg     = "bridge.msg"     // topic: key = recipient gid, broadcast.all, broadcast.<group>, dead.<host>
+	ExMsg     = "bridge.msg"     // topic: key = recipient gid, broadcast.all, broadcast.<group>, fleet.dead.<host>
 	ExRoster  = "bridge.roster"  // topic: roster.<host>.<gid>
 	ExControl = "bridge.control" // topic: key = host id (topic, so a login's binding keys can be confined)
+	ExDead    = "bridge.dead"    // topic: the inboxes' dead-letter exchange; keys as published (gid, and the sender's SenderKey)
 	QDLQ      = "bridge.dlq"     // the dead-letter queue, itself bounded
 )
+
+// A death in a broker inbox reaches its sender's gateway (issue: "a death
+// anywhere is a death at the sender"). Every message is published with a
+// BCC header naming its sending host, SenderKey: at publish time nothing on
+// bridge.msg is bound to it, and the broker strips BCC before delivery, so
+// the recipient never sees it. An inbox dead-letters (expired, rejected) to
+// bridge.dead with no routing key of its own, so RabbitMQ routes the dead
+// letter by the keys it was published with — the recipient's gid and the
+// BCC SenderKey — to bridge.dlq (bound as DLQDeadKey: the operators' full copy) and
+// to the sending host's DeathsQueue (bound as its SenderKey). The sender's
+// gateway believes a death only for a message it signed itself, dead in
+// the inbox it was addressed to (gateway/deaths.go).
+//
+// Why not a dead-letter key per queue: it is fixed by the recipient's
+// queue, so it can name the recipient's host but never the sender's; a
+// queue every sender reads would show each host everyone's dead mail.
+
+// DLQDeadKey binds bridge.dlq to bridge.dead: two words, as every gid and
+// broadcast key is. Not #: a login may bind bridge.dead to bridge.roster
+// (it may write to the one and bind roster.# on the other), and heartbeats,
+// whose keys have three words or more, would flood the operators' queue.
+const DLQDeadKey = "*.*"
+
+// SenderKey is the bridge.dead key of the dead letters of messages
+// published by host: three words, so no gid or broadcast key matches it.
+func SenderKey(host string) string { return "fleet.sender." + host }
+
+// DeathsQueue is where a gateway finds the deaths of its own messages in
+// other hosts' inboxes.
+func DeathsQueue(host string) string { return "deaths." + host }
 
 // DeadKey is the bridge.msg key of the dead letters a gateway copies to
 // bridge.dlq itself (refusals, deaths on its host), bound there as
@@ -73,18 +104,21 @@ func queueArgs(queueType string) amqp.Table {
 // reject-publish, so the publisher is nacked and told; never drop-head
 // (which acks the sender and silently drops someone else's oldest mail) and
 // never reject-publish-dlx (LavinMQ and quorum queues treat it as drop-head).
-// Its dead letters (expired, rejected) go to bridge.msg as
-// fleet.dead.<host>, so to bridge.dlq: no exchange of their own, because
+// Its dead letters (expired, rejected) go to bridge.dead by the keys they
+// were published with: to bridge.dlq and to their sender's DeathsQueue.
 // RabbitMQ wants write permission on a queue's dead-letter exchange, and a
-// login that may write to an exchange may bind it to others (DeadKey).
+// login that may write to an exchange may bind others to it: the topic
+// permissions let no login publish to bridge.dead, and bind bridge.msg
+// only by its own keys (provision.go), so such a copy reaches bridge.dlq
+// (noise for operators) or a sender's deaths queue without the x-death
+// the sender requires — never another host's mail.
 //
 // On a quorum queue (Limits.QueueType) the length cap is approximate:
 // RabbitMQ may accept a message or so beyond x-max-length before it
 // rejects publishes.
-func inboxArgs(l Limits, host string) amqp.Table {
+func inboxArgs(l Limits) amqp.Table {
 	t := queueArgs(l.QueueType)
-	t["x-dead-letter-exchange"] = ExMsg
-	t["x-dead-letter-routing-key"] = DeadKey(host)
+	t["x-dead-letter-exchange"] = ExDead
 	t["x-overflow"] = "reject-publish"
 	if l.MaxLength > 0 {
 		t["x-max-length"] = int64(l.MaxLength)
@@ -96,7 +130,7 @@ func inboxArgs(l Limits, host string) amqp.Table {
 }
 
 var sharedExchanges = []struct{ name, kind string }{
-	{ExMsg, "topic"}, {ExRoster, "topic"}, {ExControl, "topic"},
+	{ExMsg, "topic"}, {ExRoster, "topic"}, {ExControl, "topic"}, {ExDead, "topic"},
 }
 
 // errNoTopology is declareShared's error when the shared topology is
@@ -148,6 +182,9 @@ func declareShared(conn *amqp.Connection, l Limits) (*amqp.Channel, error) {
 		return nil, topologyErr(err)
 	}
 	if err := ch.QueueBind(QDLQ, "fleet.dead.*", ExMsg, false, nil); err != nil {
+		return nil, topologyErr(err)
+	}
+	if err := ch.QueueBind(QDLQ, DLQDeadKey, ExDead, false, nil); err != nil {
 		return nil, topologyErr(err)
 	}
 	return ch, nil

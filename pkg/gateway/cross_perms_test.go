@@ -91,12 +91,29 @@ func TestCrossLeastPrivilege(t *testing.T) {
 	refused("publish straight into bob's inbox", func(ch *amqp.Channel) error {
 		return ch.Publish("", bobQ, false, false, amqp.Publishing{Body: []byte("{}")})
 	})
-	for _, q := range []string{"sniffer", "agent.h2.0c0ffee0-0000-4000-8000-000000000000.inbox", "control.h2", "roster.h2"} {
+	for _, q := range []string{"sniffer", "agent.h2.0c0ffee0-0000-4000-8000-000000000000.inbox", "control.h2", "roster.h2", "deaths.h2"} {
 		refused("declare queue "+q, func(ch *amqp.Channel) error {
 			_, err := ch.QueueDeclare(q, false, true, false, false, nil)
 			return err
 		})
 	}
+	for _, key := range []string{broker.SenderKey("h2"), broker.SenderKey("h1"), bob.Gid, ""} {
+		refused("publish to bridge.dead with "+key, func(ch *amqp.Channel) error {
+			return ch.Publish(broker.ExDead, key, false, false, amqp.Publishing{Body: []byte("{}")})
+		})
+	}
+	for _, key := range []string{broker.SenderKey("h2"), "#", "fleet.sender.*", bob.Gid} {
+		refused("bind deaths.h1 to bridge.dead with "+key, func(ch *amqp.Channel) error {
+			return ch.QueueBind(broker.DeathsQueue("h1"), key, broker.ExDead, false, nil)
+		})
+	}
+	refused("consume deaths.h2", func(ch *amqp.Channel) error {
+		_, err := ch.Consume(broker.DeathsQueue("h2"), "", false, false, false, false, nil)
+		return err
+	})
+	refused("copy all of bridge.msg into bridge.dead", func(ch *amqp.Channel) error {
+		return ch.ExchangeBind(broker.ExDead, "#", broker.ExMsg, false, nil)
+	})
 	refused("declare bridge.msg", func(ch *amqp.Channel) error {
 		return ch.ExchangeDeclare(broker.ExMsg, "topic", true, false, false, false, nil)
 	})
@@ -111,6 +128,10 @@ func TestCrossLeastPrivilege(t *testing.T) {
 	}
 	if err := ch0.ExchangeBind(broker.ExMsg, "roster.#", broker.ExRoster, false, nil); err != nil {
 		t.Fatalf("bridge.msg bound to bridge.roster: %v (README says a login may)", err)
+	}
+	// and into bridge.dead, bound to bridge.dlq only by two-word keys
+	if err := ch0.ExchangeBind(broker.ExDead, "roster.#", broker.ExRoster, false, nil); err != nil {
+		t.Fatalf("bridge.dead bound to bridge.roster: %v (README says a login may)", err)
 	}
 	ch0.Close()
 
@@ -136,6 +157,20 @@ func TestCrossLeastPrivilege(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	if got := bob.recv(); len(got) != 0 {
 		t.Fatalf("bob got more: %v", bodies(got))
+	}
+	// h2's announcements crossed bridge.roster, bound into bridge.dead
+	// above: none reached the operators' queue
+	admin, err := amqp.Dial(brokerURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	ach, err := admin.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q, err := ach.QueueDeclarePassive(broker.QDLQ, true, false, false, false, nil); err != nil || q.Messages != 0 {
+		t.Errorf("bridge.dlq after heartbeats through bridge.dead: %+v %v", q, err)
 	}
 }
 

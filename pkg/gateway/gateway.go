@@ -135,6 +135,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 			return fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot set up this host's signing key")
 		}
 		g.br.OnControl(g.onControl) // control.go: SPAWN/STOP for this host
+		g.br.OnDeath(g.onDeath)     // deaths.go: our messages dead in other hosts' inboxes
 		// One gateway per host id: nothing is delivered and no client is
 		// served until the broker has given this host id to us (or cannot
 		// be reached: then the claim is made when it can, and a lost claim

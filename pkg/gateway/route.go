@@ -145,6 +145,9 @@ func (g *Gateway) sendWith(req *api.Request, before func(*envelope.Envelope)) (*
 	}}, nil
 }
 
+// reasonRemoteFull is why a message refused by a full broker inbox died.
+const reasonRemoteFull = "inbox full: the broker refused it"
+
 // publish hands a message for another host to the broker and records it.
 // An inbox that is full there dead-letters it here, with that reason.
 func (g *Gateway) publish(env *envelope.Envelope) error {
@@ -164,8 +167,13 @@ func (g *Gateway) publish(env *envelope.Envelope) error {
 	case kind == fault.KindInboxFull:
 		g.audit.Message("dead", env, 0, "inbox full")
 		log.Warn("remote inbox full: dead-lettered here", "recipient", env.Recipient.Gid)
-		if derr := g.st.DeadOutbound(env, "inbox full: the broker refused it", now); derr != nil {
+		if derr := g.st.DeadOutbound(env, reasonRemoteFull, now); derr != nil {
 			log.Error("dead-lettering", "err", derr)
+		} else {
+			// the call fails with 75 too; the bounce is for whoever reads
+			// the sender's inbox later (a script's exit status is gone)
+			g.notifyRecords()
+			g.bounce(env.MsgID, env.TraceID, env.Sender.Gid, env.Recipient.String(), reasonRemoteFull)
 		}
 	case kind == fault.KindBrokerTimeout:
 		// outcome unknown: the record stays, a receipt may still settle it

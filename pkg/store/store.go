@@ -607,6 +607,33 @@ func (s *Store) DeadOutbound(env *envelope.Envelope, reason string, now time.Tim
 	})
 }
 
+// KillOutbound records that a message this host sent died elsewhere (in a
+// broker inbox): its outbound record goes from accepted to dead with
+// reason, and raw (the envelope as sent) is kept as a dead letter here, so
+// the sender's host lists it. dead is false when the record had already
+// settled (a receipt, or this death told before) or is unknown.
+func (s *Store) KillOutbound(msgID string, raw []byte, reason string, at time.Time) (dead bool, err error) {
+	err = s.update(func(tx *wtx) error {
+		var r Record
+		if err := load(tx.Bucket(bRecords), msgID, &r); err != nil {
+			if errors.Is(err, ErrNotFound) {
+				return nil
+			}
+			return err
+		}
+		if r.State != Accepted {
+			return nil
+		}
+		r.State, r.Reason, r.Done = Dead, reason, at
+		if err := save(tx.Bucket(bDead), msgID, &DeadLetter{Record: r, Envelope: raw}); err != nil {
+			return err
+		}
+		dead = true
+		return save(tx.Bucket(bRecords), msgID, &r)
+	})
+	return dead, err
+}
+
 // SettleOutbound moves an outbound record forward on a receipt from the
 // recipient's host: accepted -> delivered|dead, never back.
 func (s *Store) SettleOutbound(msgID, state, reason string, attempts int, at time.Time) (*Record, error) {

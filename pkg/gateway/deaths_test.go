@@ -1,0 +1,119 @@
+package gateway_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/fleetd/fleet/pkg/api"
+	"github.com/fleetd/fleet/pkg/broker"
+	"github.com/fleetd/fleet/pkg/envelope"
+	"github.com/fleetd/fleet/pkg/fault"
+	"github.com/fleetd/fleet/pkg/gateway"
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// A message that expires in a broker inbox (its recipient's gateway away
+// past inbox-ttl) is a death at its sender: the record on the sender's
+// host reads dead with the broker's reason, that host lists the dead
+// letter, the sender gets a BOUNCE, and bridge.dlq keeps the operators'
+// copy. A dead letter in the deaths queue that the sender's gateway did not
+// sign is not believed.
+func TestCrossDeathInBrokerInbox(t *testing.T) {
+	h1, h2 := twoHostsWith(t, settings{"inbox-ttl": "2s"})
+	alice, bob := h1.join("alice"), h2.join("bob")
+	h1.resolves("bob@h2")
+	h2.stop()
+	s := alice.mustSend(bob.Gid, "never taken")
+	rec, err := alice.waitFor(s.MsgID, "dead", 30_000)
+	if err != nil || rec.State != "dead" {
+		t.Fatalf("record on h1: %+v %v", rec, err)
+	}
+	if rec.Reason != gateway.ReasonBrokerExpired {
+		t.Fatalf("reason %q", rec.Reason)
+	}
+	got := alice.take(0)
+	if len(got) != 1 || got[0].Envelope.Kind != envelope.Bounce || got[0].Envelope.InReplyTo != s.MsgID ||
+		!strings.Contains(got[0].Envelope.Body, gateway.ReasonBrokerExpired) {
+		t.Fatalf("alice got %+v", got)
+	}
+	dead := h1.must("", &api.Request{Op: api.OpDead}).Dead
+	if len(dead) != 1 || dead[0].Record.MsgID != s.MsgID || dead[0].Envelope == nil || dead[0].Envelope.Body != "never taken" {
+		t.Fatalf("h1's dead letters: %+v", dead)
+	}
+
+	// the operators' copy, with the broker's death history
+	conn, err := amqp.Dial(brokerURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, ok, err := ch.Get(broker.QDLQ, false)
+	if err != nil || !ok || d.MessageId != s.MsgID {
+		t.Fatalf("bridge.dlq: %v %v %q", ok, err, d.MessageId)
+	}
+	if xs, _ := d.Headers["x-death"].([]any); len(xs) == 0 || xs[0].(amqp.Table)["reason"] != "expired" {
+		t.Fatalf("x-death %v", d.Headers["x-death"])
+	}
+	if _, leaked := d.Headers["BCC"]; leaked {
+		t.Fatalf("the BCC header reached a queue: %v", d.Headers)
+	}
+	_ = d.Nack(false, true)
+
+	// h2 back: bob never gets it (it expired); a message taken there but
+	// not yet read stays accepted on h1 whatever a forged death says
+	h2.start()
+	s2 := alice.mustSend(bob.Gid, "taken on h2")
+	fake := envelope.New(envelope.Send, envelope.Party{Gid: alice.Gid, Name: "alice", Host: "h1"},
+		envelope.Party{Gid: bob.Gid, Name: "bob", Host: "h2"}, "taken on h2")
+	fake.MsgID, fake.TraceID = s2.MsgID, s2.TraceID
+	raw, err := envelope.Encode(fake)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = ch.PublishWithContext(context.Background(), "", broker.DeathsQueue("h1"), false, false, amqp.Publishing{
+		Body: raw,
+		Headers: amqp.Table{"fleet-host": "h1", "fleet-sig": "AAAA",
+			"x-death": []any{amqp.Table{"queue": broker.InboxQueue(bob.Gid), "reason": "expired", "count": int64(1)}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h1.waitLog("a dead letter in this host's deaths queue that this host did not sign: ignored")
+	if r := alice.record(s2.MsgID); r.State != "accepted" {
+		t.Fatalf("a forged death moved the record: %+v", r)
+	}
+	bob.collect("taken on h2")
+	alice.waitState(s2.MsgID, "delivered")
+}
+
+// A message refused by a full broker inbox (reject-publish) is dead at its
+// sender too: the call fails with 75, and the record, the dead letter and
+// a BOUNCE say so.
+func TestCrossOverflowDeadAtSender(t *testing.T) {
+	h1, h2 := twoHostsWith(t, settings{"inbox-max-length": "1"})
+	alice, bob := h1.join("alice"), h2.join("bob")
+	h1.resolves("bob@h2")
+	h2.stop()
+	alice.mustSend(bob.Gid, "fills it")
+	_, err := alice.send(bob.Gid, "one too many")
+	if fe := faultOf(t, err, fault.TempFail); fe.Kind != fault.KindInboxFull {
+		t.Fatalf("second send: %v (%s)", fe, fe.Kind)
+	}
+	got := alice.take(0)
+	if len(got) != 1 || got[0].Envelope.Kind != envelope.Bounce || !strings.Contains(got[0].Envelope.Body, "inbox full") {
+		t.Fatalf("alice got %+v", got)
+	}
+	rec := alice.record(got[0].Envelope.InReplyTo)
+	if rec.State != "dead" || !strings.Contains(rec.Reason, "inbox full") {
+		t.Fatalf("record %+v", rec)
+	}
+	dead := h1.must("", &api.Request{Op: api.OpDead}).Dead
+	if len(dead) != 1 || dead[0].Envelope == nil || dead[0].Envelope.Body != "one too many" {
+		t.Fatalf("h1's dead letters: %+v", dead)
+	}
+}
