@@ -53,6 +53,12 @@ const (
 	OpWaitReply = "wait_reply"
 	// OpGatewayStatus is fleet-gw status: the gateway's health (GatewayStatus)
 	OpGatewayStatus = "gateway_status"
+	// OpReplay delivers a dead letter again under a new msg id (fleet-dlq
+	// replay): this host's (MsgID), or one from bridge.dlq (Raw, Sig,
+	// SignedBy, as the broker holds it). Sent.Again: it was replayed before.
+	OpReplay = "replay"
+	// OpPurgeDead removes this host's dead letters MsgIDs (Count: how many).
+	OpPurgeDead = "purge_dead"
 )
 
 // Request is every client→gateway frame.
@@ -104,6 +110,12 @@ type Request struct {
 	Follow bool     `json:"follow,omitempty"`
 	Window int      `json:"window,omitempty"`
 	Acks   []string `json:"acks,omitempty"`
+
+	// replay (with MsgID) / purge_dead
+	Raw      []byte   `json:"raw,omitempty"`       // a dead letter's body from bridge.dlq
+	Sig      []byte   `json:"sig,omitempty"`       // its fleet-sig header
+	SignedBy string   `json:"signed_by,omitempty"` // its fleet-host header
+	MsgIDs   []string `json:"msg_ids,omitempty"`
 }
 
 // ErrorBody is a failure carried on the socket; it maps one to one onto
@@ -216,6 +228,8 @@ type Sent struct {
 	State     string `json:"state"`
 	Recipient string `json:"recipient"` // name@host
 	Gid       string `json:"recipient_gid"`
+	ReplayOf  string `json:"replay_of,omitempty"` // a replay: the dead letter it delivers again
+	Again     bool   `json:"again,omitempty"`     // a replay made before, sent again (the recipient drops a copy it has)
 }
 
 // Record is a message's delivery state as the sender may see it.

@@ -21,6 +21,7 @@ import (
 	"strings"
 
 	"github.com/fleetd/fleet/pkg/cli"
+	"github.com/fleetd/fleet/pkg/cli/dlqapp"
 	"github.com/fleetd/fleet/pkg/cli/gwapp"
 	"github.com/fleetd/fleet/pkg/cli/rosterapp"
 	"github.com/fleetd/fleet/pkg/config"
@@ -33,7 +34,7 @@ var Dirs = []string{"man", "completions"}
 
 // AllApps is every command's constructor: fleet-gw's and the short ones.
 func AllApps() []func() *ucli.App {
-	return append([]func() *ucli.App{gwapp.NewGatewayApp, rosterapp.NewRosterApp}, cli.Apps...)
+	return append([]func() *ucli.App{gwapp.NewGatewayApp, rosterapp.NewRosterApp, dlqapp.NewDLQApp}, cli.Apps...)
 }
 
 // Render returns every generated file, keyed by its slash-separated path

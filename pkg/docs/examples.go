@@ -99,6 +99,16 @@ var examples = map[string][]example{
 		{"Follow bob's inbox and print each body as it arrives:",
 			"fleet-recv --as bob --follow --json | jq -r .body"},
 	},
+	"fleet-dlq": {
+		{"List this host's dead letters, and with an operator's broker login those in bridge.dlq too:",
+			"fleet-dlq list\nFLEET_DLQ_BROKER=amqps://fleet-op-ops%40fleet:PASS@broker:5671/fleet fleet-dlq list"},
+		{"Only those that expired in the broker in the last hour, as JSON Lines:",
+			"fleet-dlq list --reason expired --since 1h --json"},
+		{"Show one whole: the message with its body, its headers and its death history:",
+			"fleet-dlq show 3f2a9c4e-8b1d-4e6f-a7c2-5d9e0b1f4a68"},
+		{"Deliver again, once, everything that died for bob; then remove what is left for him:",
+			"fleet-dlq replay --to bob\nfleet-dlq purge --to bob"},
+	},
 	"fleet-roster": {
 		{"List this host's entities: a table on a terminal, JSON Lines otherwise:",
 			"fleet-roster"},

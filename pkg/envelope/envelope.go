@@ -93,6 +93,7 @@ type Envelope struct {
 	TraceID   string    `json:"trace_id"`
 	InReplyTo string    `json:"in_reply_to,omitempty"`
 	TurnID    string    `json:"turn_id,omitempty"`
+	ReplayOf  string    `json:"replay_of,omitempty"` // fleet-dlq replay: the dead letter this delivers again
 	Created   time.Time `json:"created"`
 	Expires   time.Time `json:"expires,omitzero"`
 	Body      string    `json:"body"`

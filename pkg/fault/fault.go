@@ -143,6 +143,8 @@ const (
 	KindPeer               Kind = "peer_refused"
 	KindBrokerLogin        Kind = "broker_login_refused" // the broker refused this gateway's login or its permissions
 	KindAskArrived         Kind = "ask_arrived"          // an ASK to the caller arrived while it waited for a reply
+	KindNotAuthentic       Kind = "not_authentic"        // a dead letter to replay whose signature does not prove its sender
+	KindNotReplayable      Kind = "not_replayable"       // a dead letter this host may not or cannot deliver again
 )
 
 // Kinds is the closed set.
@@ -158,6 +160,7 @@ func init() {
 		KindGatewayLocked, KindHostTaken, KindTimeout, KindBrokerTimeout, KindBrokerRefused,
 		KindInboxFull, KindInboxBusy, KindTooLate, KindTooManyConnections,
 		KindBadCredential, KindNoCredential, KindPeer, KindBrokerLogin, KindAskArrived,
+		KindNotAuthentic, KindNotReplayable,
 	} {
 		Kinds[k] = true
 	}

@@ -102,6 +102,15 @@ func (g *Gateway) setupAuth() error {
 
 // check admits a message signed by host, or says why not.
 func (a *admission) check(host string, body, sig []byte, env *envelope.Envelope) error {
+	if err := a.signed(host, body, sig, env); err != nil {
+		return err
+	}
+	return a.fresh(env)
+}
+
+// signed checks who made env: its fields, and a signature by a host this
+// one trusts (or by this host itself) that is the host its sender claims.
+func (a *admission) signed(host string, body, sig []byte, env *envelope.Envelope) error {
 	if err := checkFields(env); err != nil {
 		return err
 	}
@@ -127,6 +136,12 @@ func (a *admission) check(host string, body, sig []byte, env *envelope.Envelope)
 		// a gid names the host it was made on: no other host speaks for it
 		return broker.Refuse(broker.ReasonWrongHost, "sender %s was made on %q, but %q signed it", env.Sender.Gid, ident.GidHost(env.Sender.Gid), host)
 	}
+	return nil
+}
+
+// fresh refuses an envelope older than its window (a replay) or from the
+// future.
+func (a *admission) fresh(env *envelope.Envelope) error {
 	now := time.Now()
 	window := a.dedupWindow
 	switch env.Kind {
@@ -162,6 +177,8 @@ func checkFields(env *envelope.Envelope) error {
 		return bad("in_reply_to %q is not an id", env.InReplyTo)
 	case env.TurnID != "" && !idRE.MatchString(env.TurnID):
 		return bad("turn_id %q is not an id", env.TurnID)
+	case env.ReplayOf != "" && !idRE.MatchString(env.ReplayOf):
+		return bad("replay_of %q is not an id", env.ReplayOf)
 	case !trust.HostRE.MatchString(env.Sender.Host):
 		return bad("sender host %q is not a host id", env.Sender.Host)
 	case env.Sender.Group != "":

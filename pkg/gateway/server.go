@@ -408,6 +408,10 @@ func (g *Gateway) dispatch(c *conn, req *api.Request) (*api.Response, error) {
 		return g.stop(req)
 	case api.OpDead:
 		return g.dead(req)
+	case api.OpReplay: // dlq.go
+		return g.replay(req)
+	case api.OpPurgeDead:
+		return g.purgeDead(req)
 	case api.OpAck:
 		return nil, fault.New(fault.Data, fault.KindProtocol, "ack outside recv")
 	}

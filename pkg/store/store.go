@@ -495,6 +495,91 @@ func (s *Store) DeadLetters(gid string) ([]*DeadLetter, error) {
 	return out, err
 }
 
+// DeadLetter returns the dead letter of msgID (its record key).
+func (s *Store) DeadLetter(msgID string) (*DeadLetter, error) {
+	var d DeadLetter
+	err := s.view(func(tx *wtx) error {
+		v := tx.Bucket(bDead).Get([]byte(msgID))
+		if v == nil {
+			return ErrNotFound
+		}
+		return json.Unmarshal(v, &d)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &d, nil
+}
+
+// ForgetDead removes dead letters (fleet-dlq purge, or once replayed);
+// their records stay dead. It returns how many there were.
+func (s *Store) ForgetDead(msgIDs []string) (int, error) {
+	n := 0
+	err := s.update(func(tx *wtx) error {
+		n = 0
+		b := tx.Bucket(bDead)
+		for _, id := range msgIDs {
+			if b.Get([]byte(id)) == nil {
+				continue
+			}
+			if err := b.Delete([]byte(id)); err != nil {
+				return err
+			}
+			n++
+		}
+		return nil
+	})
+	return n, err
+}
+
+// bReplays remembers each dead letter replayed (fleet-dlq replay): its msg
+// id -> the new envelope, as first made. A second replay sends that same
+// envelope again, which the recipient's dedup by msg id drops: a dead
+// letter is never delivered twice. Created on first use.
+var bReplays = []byte("replays")
+
+// Replay returns the envelope a replay of msgID made, or nil.
+func (s *Store) Replay(msgID string) []byte {
+	var out []byte
+	_ = s.view(func(tx *wtx) error {
+		if b := tx.Bucket(bReplays); b != nil {
+			out = append([]byte(nil), b.Get([]byte(msgID))...)
+		}
+		return nil
+	})
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// PutReplay records that msgID is replayed as raw, unless it already is:
+// then it returns what was recorded before.
+func (s *Store) PutReplay(msgID string, raw []byte) (prev []byte, err error) {
+	err = s.update(func(tx *wtx) error {
+		b, err := tx.CreateBucketIfNotExists(bReplays)
+		if err != nil {
+			return err
+		}
+		if v := b.Get([]byte(msgID)); v != nil {
+			prev = append([]byte(nil), v...)
+			return nil
+		}
+		return b.Put([]byte(msgID), raw)
+	})
+	return prev, err
+}
+
+// DropReplay forgets a replay that did not happen (its recipient is gone).
+func (s *Store) DropReplay(msgID string) error {
+	return s.update(func(tx *wtx) error {
+		if b := tx.Bucket(bReplays); b != nil {
+			return b.Delete([]byte(msgID))
+		}
+		return nil
+	})
+}
+
 // Inflight returns the msg ids whose injection was begun and never ended:
 // the gateway died between starting an injection and recording its outcome.
 func (s *Store) Inflight() ([]string, error) {

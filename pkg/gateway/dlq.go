@@ -1,0 +1,201 @@
+package gateway
+
+// dlq.go — the gateway's part of fleet-dlq. Listing is OpDead (server.go);
+// here a dead letter is delivered again under a new msg id that names it
+// (replay_of), at most once, and dead letters are purged.
+//
+// Once: the new envelope is recorded (the store's replays bucket, by the
+// dead letter's msg id) before it is sent, and every later replay of the
+// same dead letter sends that same envelope again — which the recipient's
+// dedup by msg id drops. A replay whose recipient is gone (67) is
+// forgotten, and the dead letter stays.
+//
+// Who may replay what: a dead letter of this host's store (its recipient
+// was here, or its sender was and the broker refused or killed it); one
+// from bridge.dlq (fleet-dlq reads it with an operator's login) only when
+// its signature proves it — made by this host (then it is re-signed and
+// published), or by a trusted host for an entity of this one (then it is
+// delivered here). Nobody else's message is ever signed anew.
+
+import (
+	"errors"
+	"time"
+
+	"github.com/fleetd/fleet/pkg/api"
+	"github.com/fleetd/fleet/pkg/audit"
+	"github.com/fleetd/fleet/pkg/envelope"
+	"github.com/fleetd/fleet/pkg/fault"
+	"github.com/fleetd/fleet/pkg/ident"
+	"github.com/fleetd/fleet/pkg/store"
+)
+
+// replay serves OpReplay.
+func (g *Gateway) replay(req *api.Request) (*api.Response, error) {
+	if len(req.Raw) == 0 {
+		if prev := g.st.Replay(req.MsgID); prev != nil {
+			return g.resend(prev, req.MsgID)
+		}
+		d, err := g.st.DeadLetter(req.MsgID)
+		if err != nil {
+			return nil, fault.New(fault.NoRecipient, fault.KindUnknownMessage, "no dead letter %s on this host", req.MsgID).
+				WithHint("list them with: fleet-dlq list")
+		}
+		if len(d.Envelope) == 0 {
+			return nil, fault.New(fault.Data, fault.KindNotReplayable, "dead letter %s kept no message to deliver again", req.MsgID)
+		}
+		env, err := envelope.Decode(d.Envelope, 1<<30)
+		if err != nil {
+			return nil, err
+		}
+		return g.replayEnv(env, req.MsgID)
+	}
+	env, err := envelope.Decode(req.Raw, g.cfg.MaxBody)
+	if err != nil {
+		return nil, err
+	}
+	if prev := g.st.Replay(env.MsgID); prev != nil {
+		return g.resend(prev, "")
+	}
+	if g.admit == nil {
+		return nil, fault.New(fault.Unavailable, fault.KindBrokerDown, "this gateway runs without a broker: it cannot check a dead letter from bridge.dlq")
+	}
+	if err := g.admit.signed(req.SignedBy, req.Raw, req.Sig, env); err != nil {
+		return nil, fault.New(fault.Refused, fault.KindNotAuthentic, "dead letter %s is not proven: %v", env.MsgID, err)
+	}
+	if req.SignedBy != g.cfg.Host && g.box(env.Recipient.Gid) == nil {
+		return nil, fault.New(fault.Usage, fault.KindNotReplayable,
+			"dead letter %s was sent from %s to %s: only its sender's gateway signs it again", env.MsgID, env.Sender.String(), env.Recipient.String()).
+			WithHint("run fleet-dlq replay on host %s (or on the recipient's host)", env.Sender.Host)
+	}
+	return g.replayEnv(env, "")
+}
+
+// replayEnv delivers orig again under a new msg id. deadKey is this host's
+// dead letter of it, removed once the replay is delivered ("" for one from
+// bridge.dlq, which fleet-dlq acks itself).
+func (g *Gateway) replayEnv(orig *envelope.Envelope, deadKey string) (*api.Response, error) {
+	switch orig.Kind {
+	case envelope.Send, envelope.Reply, envelope.Broadcast:
+	default:
+		return nil, fault.New(fault.Usage, fault.KindNotReplayable, "a %s is not delivered again (only SEND, REPLY and BROADCAST are): %s", orig.Kind, orig.MsgID)
+	}
+	n := *orig
+	n.MsgID, n.ReplayOf, n.Created, n.Expires = envelope.NewID(), orig.MsgID, time.Now().UTC(), time.Time{}
+	n.Recipient.Group = "" // a broadcast copy goes again to the member it was for
+	if n.Recipient.Gid == "" {
+		return nil, fault.New(fault.Usage, fault.KindNotReplayable, "dead letter %s names no recipient entity", orig.MsgID)
+	}
+	if err := g.replayable(&n); err != nil {
+		return nil, err
+	}
+	raw, err := envelope.Encode(&n)
+	if err != nil {
+		return nil, err
+	}
+	prev, err := g.st.PutReplay(orig.MsgID, raw)
+	if err != nil {
+		return nil, fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "could not record the replay").
+			WithHint("free space in the state folder %s", g.cfg.StateDir)
+	}
+	if prev != nil { // a replay raced this one
+		return g.resend(prev, deadKey)
+	}
+	state, err := g.deliverAgain(&n)
+	if err != nil {
+		if fault.CodeOf(err) == fault.NoRecipient {
+			if derr := g.st.DropReplay(orig.MsgID); derr != nil {
+				g.log.Error("forgetting a replay that did not happen", "msg_id", orig.MsgID, "err", derr)
+			}
+		}
+		return nil, err
+	}
+	g.replayed(orig.MsgID, deadKey, &n)
+	return &api.Response{Sent: &api.Sent{MsgID: n.MsgID, TraceID: n.TraceID, State: state,
+		Recipient: n.Recipient.String(), Gid: n.Recipient.Gid, ReplayOf: orig.MsgID}}, nil
+}
+
+// replayable says whether env can be delivered from here: to an entity
+// of this host, or published as this host's own message.
+func (g *Gateway) replayable(env *envelope.Envelope) error {
+	if g.box(env.Recipient.Gid) != nil {
+		return nil
+	}
+	if ident.GidHost(env.Recipient.Gid) == g.cfg.Host {
+		return fault.New(fault.NoRecipient, fault.KindUnknownRecipient, "no recipient %s: it left this host; the dead letter stays", env.Recipient.String())
+	}
+	if env.Sender.Host != g.cfg.Host {
+		return fault.New(fault.Usage, fault.KindNotReplayable,
+			"message %s was sent from %s: only its sender's gateway signs it again", env.ReplayOf, env.Sender.String()).
+			WithHint("run fleet-dlq replay on host %s", env.Sender.Host)
+	}
+	if g.br == nil {
+		return fault.New(fault.Unavailable, fault.KindBrokerDown, "recipient %s is on another host and this gateway has no broker", env.Recipient.String())
+	}
+	return nil
+}
+
+// deliverAgain hands a replay to its recipient's inbox here or publishes
+// it; its state as a send reports it.
+func (g *Gateway) deliverAgain(env *envelope.Envelope) (string, error) {
+	if g.box(env.Recipient.Gid) != nil {
+		rec, err := g.accept(env)
+		if err != nil {
+			return "", err
+		}
+		return rec.State, nil
+	}
+	if err := g.publish(env); err != nil {
+		return "", err
+	}
+	return store.Accepted, nil
+}
+
+// resend sends a replay made before once more: a copy its recipient has
+// is dropped there by its msg id.
+func (g *Gateway) resend(raw []byte, deadKey string) (*api.Response, error) {
+	env, err := envelope.Decode(raw, 1<<30)
+	if err != nil {
+		return nil, err
+	}
+	if err := g.replayable(env); err != nil {
+		return nil, err
+	}
+	state, err := g.deliverAgain(env)
+	if err != nil {
+		return nil, err
+	}
+	g.replayed(env.ReplayOf, deadKey, env)
+	return &api.Response{Sent: &api.Sent{MsgID: env.MsgID, TraceID: env.TraceID, State: state,
+		Recipient: env.Recipient.String(), Gid: env.Recipient.Gid, ReplayOf: env.ReplayOf, Again: true}}, nil
+}
+
+// replayed removes the dead letter a replay delivered, and says so.
+func (g *Gateway) replayed(orig, deadKey string, env *envelope.Envelope) {
+	if deadKey != "" {
+		if _, err := g.st.ForgetDead([]string{deadKey}); err != nil {
+			g.log.Warn("a replayed dead letter was not removed", "msg_id", deadKey, "err", err)
+		}
+	}
+	g.audit.Write(audit.Line{Event: "replayed", TraceID: env.TraceID, MsgID: env.MsgID, Kind: string(env.Kind),
+		Sender: env.Sender.Gid, Recipient: env.Recipient.Gid, Reason: "replay of " + orig})
+	g.log.Info("dead letter delivered again", "replay_of", orig, "msg_id", env.MsgID, "trace_id", env.TraceID)
+}
+
+// purgeDead serves OpPurgeDead.
+func (g *Gateway) purgeDead(req *api.Request) (*api.Response, error) {
+	if len(req.MsgIDs) == 0 {
+		return nil, fault.New(fault.Usage, fault.KindUsage, "no dead letters named to purge")
+	}
+	n, err := g.st.ForgetDead(req.MsgIDs)
+	if err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			n = 0
+		} else {
+			return nil, fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "could not purge")
+		}
+	}
+	for _, id := range req.MsgIDs {
+		g.audit.Write(audit.Line{Event: "purged", MsgID: id})
+	}
+	return &api.Response{Count: n}, nil
+}
