@@ -308,7 +308,8 @@ func (g *Gateway) open() error {
 			"state folder %s belongs to host %q, not %q", dir, host, g.cfg.Host).
 			WithHint("run with --host %s, or give host %s its own --state-dir", host, g.cfg.Host)
 	}
-	a, err := audit.Open(filepath.Join(dir, "audit.log"), g.cfg.Host)
+	a, err := audit.Open(filepath.Join(dir, "audit.log"), g.cfg.Host,
+		audit.Options{MaxSize: int64(g.cfg.AuditMaxSize), Files: g.cfg.AuditFiles})
 	if err != nil {
 		return fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot open the audit log in %s", dir)
 	}
