@@ -408,6 +408,8 @@ func (g *Gateway) dispatch(c *conn, req *api.Request) (*api.Response, error) {
 		return g.stop(req)
 	case api.OpDead:
 		return g.dead(req)
+	case api.OpTrace: // trace.go
+		return g.trace(req)
 	case api.OpAck:
 		return nil, fault.New(fault.Data, fault.KindProtocol, "ack outside recv")
 	}
