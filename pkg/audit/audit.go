@@ -84,8 +84,9 @@ type Line struct {
 }
 
 // Message records an event about env. The line names the entity of this
-// host the event concerns: the recipient when it lives here, else the
-// sender.
+// host the event concerns: for what a sender does (asked, replied,
+// published, confirmed, unconfirmed, not_sent) the sender when it lives
+// here, else the recipient when it does; for the rest the other way round.
 func (l *Log) Message(event string, env *envelope.Envelope, attempt int, reason string) {
 	if l == nil {
 		return
@@ -110,14 +111,24 @@ func (l *Log) messageLine(event string, env *envelope.Envelope, attempt int, rea
 	return Line{
 		Event: event, TraceID: env.TraceID, MsgID: env.MsgID, Kind: string(env.Kind),
 		Sender: env.Sender.Gid, Recipient: env.Recipient.Gid, Size: size, SHA256: sum,
-		Attempt: attempt, Reason: reason, Entity: l.entity(env),
+		Attempt: attempt, Reason: reason, Entity: l.entity(event, env),
 	}
 }
 
+// senderEvents are what a sender does; every other event happens to a
+// message's recipient.
+var senderEvents = map[string]bool{
+	"asked": true, "replied": true, "published": true, "confirmed": true, "unconfirmed": true, "not_sent": true,
+}
+
 // entity is the name (else the gid) of the party of env that lives on
-// this host, the recipient first.
-func (l *Log) entity(env *envelope.Envelope) string {
-	for _, p := range []envelope.Party{env.Recipient, env.Sender} {
+// this host and that event concerns.
+func (l *Log) entity(event string, env *envelope.Envelope) string {
+	parties := []envelope.Party{env.Recipient, env.Sender}
+	if senderEvents[event] {
+		parties[0], parties[1] = parties[1], parties[0]
+	}
+	for _, p := range parties {
 		if p.Gid != "" && ident.GidHost(p.Gid) == l.host {
 			if p.Name != "" {
 				return p.Name
