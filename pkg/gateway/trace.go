@@ -260,7 +260,15 @@ func (g *Gateway) ownHops(trace string) *traceAnswer {
 	}
 	ans.Truncated = found.Truncated
 	for _, ln := range found.Lines {
-		ans.Hops = append(ans.Hops, hopOf(ln, g.cfg.Host))
+		h := hopOf(ln, g.cfg.Host)
+		if ident.IsGid(h.Entity) {
+			// a message addressed by gid names no entity: say which, if
+			// it still lives here
+			if b := g.box(h.Entity); b != nil {
+				h.Entity = b.snapshot().Name
+			}
+		}
+		ans.Hops = append(ans.Hops, h)
 	}
 	return ans
 }
