@@ -59,6 +59,10 @@ const (
 	OpReplay = "replay"
 	// OpPurgeDead removes this host's dead letters MsgIDs (Count: how many).
 	OpPurgeDead = "purge_dead"
+	// OpTrace is fleet-trace: the hops of one flow (TraceID) from this
+	// host's audit log and, with a broker, every trusted host's, gathered
+	// for at most TimeoutMS (Response.Trace)
+	OpTrace = "trace"
 )
 
 // Request is every client→gateway frame.
@@ -99,6 +103,9 @@ type Request struct {
 
 	// status
 	Status string `json:"status,omitempty"`
+
+	// trace (with TimeoutMS)
+	TraceID string `json:"trace_id,omitempty"`
 
 	// lookup / wait
 	MsgID     string `json:"msg_id,omitempty"`
@@ -150,6 +157,49 @@ type Response struct {
 	WaitingFor string `json:"waiting_for,omitempty"`
 	// GatewayStatus answers OpGatewayStatus
 	GatewayStatus *GatewayStatus `json:"gateway_status,omitempty"`
+	// Trace answers OpTrace
+	Trace *Trace `json:"trace,omitempty"`
+}
+
+// Trace is one flow as fleet-trace prints it: every hop the hosts that
+// answered have in their audit logs, in order, and how each host asked
+// answered.
+type Trace struct {
+	TraceID string      `json:"trace_id"`
+	Hops    []Hop       `json:"hops"`
+	Hosts   []TraceHost `json:"hosts"`
+}
+
+// Hop is one audit line of a trace: what happened to which message, where
+// and when. It never holds message text.
+type Hop struct {
+	Time      time.Time `json:"time"`
+	Host      string    `json:"host"`
+	Entity    string    `json:"entity,omitempty"` // the entity of Host the event concerns (name, or gid)
+	Kind      string    `json:"kind,omitempty"`   // SEND, REPLY, ASK, ANSWER, ...
+	MsgID     string    `json:"msg_id,omitempty"`
+	Event     string    `json:"event"`               // accepted, published, confirmed, taken, injected, drained, ...
+	Sender    string    `json:"sender,omitempty"`    // gid
+	Recipient string    `json:"recipient,omitempty"` // gid
+	Attempt   int       `json:"attempt,omitempty"`
+	Size      int       `json:"size,omitempty"` // body bytes
+	Reason    string    `json:"reason,omitempty"`
+}
+
+// Trace host states.
+const (
+	TraceAnswered    = "answered"    // its hops are in (Truncated: only the first of them)
+	TraceNoAnswer    = "no_answer"   // asked, and no answer came in time (down, or slow)
+	TraceUnreachable = "unreachable" // could not be asked (Detail says why)
+)
+
+// TraceHost is how one host answered a trace query.
+type TraceHost struct {
+	Host      string `json:"host"`
+	State     string `json:"state"`
+	Hops      int    `json:"hops"`
+	Truncated bool   `json:"truncated,omitempty"`
+	Detail    string `json:"detail,omitempty"`
 }
 
 // GatewayStatus is the health of a running gateway (fleet-gw status).

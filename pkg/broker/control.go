@@ -36,7 +36,18 @@ func (b *Broker) OnControl(h ControlHandler) { b.control = h }
 //	fault.Unavailable (69)  broker down, blocked, or no confirm in time
 //	fault.NoRecipient (67)  returned unroutable: no gateway ever ran as host
 func (b *Broker) PublishControl(ctx context.Context, host string, env *envelope.Envelope) error {
-	msg, err := b.publishing(env, true)
+	return b.publishControl(ctx, host, env, true)
+}
+
+// PublishQuery sends a query (TRACE) to host's control queue as
+// PublishControl does, but not persistent: a query is worth nothing after
+// its expiry, nor after a broker restart.
+func (b *Broker) PublishQuery(ctx context.Context, host string, env *envelope.Envelope) error {
+	return b.publishControl(ctx, host, env, false)
+}
+
+func (b *Broker) publishControl(ctx context.Context, host string, env *envelope.Envelope, persistent bool) error {
+	msg, err := b.publishing(env, persistent)
 	if err != nil {
 		return err
 	}
@@ -161,7 +172,7 @@ func (b *Broker) consumeControl(gen *generation) {
 }
 
 // takeControl hands one control request to the handler and settles it.
-// Whatever is not an authentic SPAWN or STOP for this host is refused to
+// Whatever is not an authentic SPAWN, STOP or TRACE for this host is refused to
 // bridge.dlq with its reason, loudly.
 func (b *Broker) takeControl(d amqp.Delivery) {
 	q := ControlQueue(b.cfg.Host)
@@ -170,7 +181,7 @@ func (b *Broker) takeControl(d amqp.Delivery) {
 		b.refuse(d, q, nil, asRefusal(err, ReasonMalformed), true)
 		return
 	}
-	if env.Kind != envelope.Spawn && env.Kind != envelope.Stop {
+	if env.Kind != envelope.Spawn && env.Kind != envelope.Stop && env.Kind != envelope.Trace {
 		b.refuse(d, q, env, Refuse(ReasonMisrouted, "kind %s is not a control request", env.Kind), true)
 		return
 	}

@@ -30,8 +30,8 @@ func init() {
 }
 
 // Apps lists every command's constructor, for the doc generator.
-// (fleet-gw and fleet-roster are in pkg/cli/gwapp and pkg/cli/rosterapp;
-// pkg/docs adds them.)
+// (fleet-gw, fleet-roster and fleet-trace are in pkg/cli/gwapp,
+// pkg/cli/rosterapp and pkg/cli/traceapp; pkg/docs adds them.)
 var Apps = []func() *cli.App{NewSendApp, NewRecvApp, NewBcastApp, NewAskApp, NewSpawnApp, NewStopApp}
 
 // Main runs app with args and returns the exit status. Every failure is one
@@ -254,6 +254,10 @@ func Connect(c *cli.Context) (*Session, error) {
 	}
 	return &Session{Cfg: s.cfg, Client: s.client}, nil
 }
+
+// WaitNotice says on a terminal's stderr, after a second, what the
+// command waits for; call the function it returns when the wait is over.
+func WaitNotice(c *cli.Context, what string) (done func()) { return waitNotice(c, what) }
 
 // PrintJSON writes v as one JSON line.
 func PrintJSON(w io.Writer, v any) error { return printJSON(w, v) }

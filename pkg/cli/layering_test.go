@@ -134,7 +134,7 @@ func TestShortCommandsStayLight(t *testing.T) {
 		"github.com/fleetd/fleet/pkg/broker",
 		"go.etcd.io/bbolt",
 		"github.com/rabbitmq/amqp091-go",
-		"github.com/olekukonko/tablewriter", // only fleet-roster renders tables (rosterapp)
+		"github.com/olekukonko/tablewriter", // only fleet-roster and fleet-trace render tables (pkg/cli/table)
 	} {
 		if chain := importChain(graph, self, heavy); chain != nil {
 			t.Errorf("pkg/cli links %s: %s", heavy, strings.Join(chain, " -> "))

@@ -39,6 +39,8 @@ type Config struct {
 	Uncertain        string        // "hold" or "reinject": the kill-during-inject window
 	MaxConnections   int           // socket connections served at once; more are refused
 	FrameTimeout     time.Duration // a socket frame, once begun, must be complete within this
+	AuditMaxSize     int           // bytes of audit.log before it is rotated
+	AuditFiles       int           // rotated audit files kept (audit.log.1 … .N)
 
 	Broker         string        // amqp:// or amqps:// URI; "" = single-host mode
 	BrokerCA       string        // amqps: private CA file
@@ -82,6 +84,8 @@ var Keys = []Key{
 	{"drain-timeout", "FLEET_DRAIN_TIMEOUT", "bound on finishing in-flight work at shutdown", "10s"},
 	{"max-connections", "FLEET_MAX_CONNECTIONS", "socket connections the gateway serves at once; more are refused until some close", "1024"},
 	{"frame-timeout", "FLEET_FRAME_TIMEOUT", "time a client has to finish sending a request frame it has begun (an idle connection may wait between frames)", "10s"},
+	{"audit-max-size", "FLEET_AUDIT_MAX_SIZE", "bytes of STATE_DIR/audit.log before it is rotated to audit.log.1 (fleet-trace searches every file)", "67108864"},
+	{"audit-files", "FLEET_AUDIT_FILES", "rotated audit files kept (audit.log.1 … audit.log.N); the oldest is removed", "5"},
 	{"uncertain", "FLEET_UNCERTAIN", "a message whose injection was cut by a crash: hold (dead-letter as uncertain) or reinject", "hold"},
 	{"broker", "FLEET_BROKER", "AMQP broker URI (amqp:// or amqps://) for cross-host messages, or a cluster's node URIs separated by commas; none: single-host mode", "none"},
 	{"broker-ca", "FLEET_BROKER_CA", "amqps: CA certificate file that signs the broker's certificate", "the system roots"},
@@ -221,6 +225,8 @@ func load(lookup Lookup, configPath string, client bool) (*Config, error) {
 		errs = append(errs, fmt.Errorf("frame-timeout must be positive"))
 		c.FrameTimeout = 10 * time.Second
 	}
+	c.AuditMaxSize = num("audit-max-size", 64<<20)
+	c.AuditFiles = num("audit-files", 5)
 	c.Uncertain = str("uncertain", "hold")
 	c.Broker = str("broker", "")
 	if c.Broker == "none" {

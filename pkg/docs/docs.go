@@ -24,6 +24,7 @@ import (
 	"github.com/fleetd/fleet/pkg/cli/dlqapp"
 	"github.com/fleetd/fleet/pkg/cli/gwapp"
 	"github.com/fleetd/fleet/pkg/cli/rosterapp"
+	"github.com/fleetd/fleet/pkg/cli/traceapp"
 	"github.com/fleetd/fleet/pkg/config"
 	"github.com/fleetd/fleet/pkg/fault"
 	ucli "github.com/urfave/cli/v2"
@@ -34,7 +35,7 @@ var Dirs = []string{"man", "completions"}
 
 // AllApps is every command's constructor: fleet-gw's and the short ones.
 func AllApps() []func() *ucli.App {
-	return append([]func() *ucli.App{gwapp.NewGatewayApp, rosterapp.NewRosterApp, dlqapp.NewDLQApp}, cli.Apps...)
+	return append([]func() *ucli.App{gwapp.NewGatewayApp, rosterapp.NewRosterApp, dlqapp.NewDLQApp, traceapp.NewTraceApp}, cli.Apps...)
 }
 
 // Render returns every generated file, keyed by its slash-separated path
@@ -229,12 +230,12 @@ var exitCodes = []struct {
 	{fault.AskArrived, "Not a failure (fleet-send --wait, --wait-reply): an ask to you came before the reply and is printed; answer it with fleet-send --answer, then wait again with fleet-send --wait-reply."},
 	{fault.Usage, "Usage error: bad flags or arguments, an invalid setting or config file, an invalid or already registered name."},
 	{fault.Data, "Data error: an empty, non-UTF-8 or oversized message body, a bad envelope or frame, or a protocol mismatch."},
-	{fault.NoRecipient, "No such recipient, message or entity."},
+	{fault.NoRecipient, "No such recipient, message or entity; fleet-trace: no host that answered saw the trace id."},
 	{fault.Unavailable, "Unavailable: no gateway is running on the socket, the gateway was lost, or it is shutting down."},
 	{fault.Software, "Internal error: a bug in fleet."},
 	{fault.LaunchFailed, "Launch failed (fleet-spawn, fleet-stop): the launcher of the target host could not start the entity's command, the command died at once (its output is in the message), or its process could not be stopped."},
 	{fault.CantCreate, "Cannot create: the state folder, the socket or the output cannot be created or written."},
-	{fault.TempFail, "Try again: timed out, an inbox is busy (another fleet-recv drains it) or full, or another gateway holds the state folder or socket."},
+	{fault.TempFail, "Try again: timed out, an inbox is busy (another fleet-recv drains it) or full, or another gateway holds the state folder or socket; fleet-trace: a host did not answer in time (what came is printed, the silent hosts are named)."},
 	{fault.Refused, "Refused: a missing, malformed or invalid credential, or a peer of another user; fleet-gw: the broker refused its login."},
 }
 

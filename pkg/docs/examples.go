@@ -91,6 +91,13 @@ var examples = map[string][]example{
 		{"Stop job7 of host build2 and get the outcome as JSON:",
 			"fleet-stop --as main --json job7@build2"},
 	},
+	"fleet-trace": {
+		{"Follow a message you sent across the fleet, as alice: every host's hops of its trace, in order " +
+			"(fleet-send prints MSG_ID TRACE_ID):",
+			"fleet-trace --as alice 0190f5a1-7b1c-7d2e-9f00-5d9e0b1f4a68"},
+		{"The same as JSON Lines, waiting up to 20 seconds for slow hosts, and only the hops of one host:",
+			"fleet-trace --as alice --json --timeout 20s 0190f5a1-7b1c-7d2e-9f00-5d9e0b1f4a68 | jq -c 'select(.type == \"hop\" and .host == \"build2\")'"},
+	},
 	"fleet-recv": {
 		{"Drain the inbox of the entity whose credential is in FLEET_TOKEN:",
 			"fleet-recv"},

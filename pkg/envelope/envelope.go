@@ -50,12 +50,15 @@ const (
 	StopResult  Kind = "STOP_RESULT"  // U4: outcome of a STOP
 	Receipt     Kind = "RECEIPT"      // delivery state report, never persisted
 	Bounce      Kind = "BOUNCE"       // a message of the sender's dead-lettered
+	Trace       Kind = "TRACE"        // fleet-trace: a host's audit lines of one trace id, please
+	TraceResult Kind = "TRACE_RESULT" // fleet-trace: those lines (no message text)
 )
 
 var kinds = map[Kind]bool{
 	Send: true, Reply: true, Ask: true, Answer: true, TooLate: true,
 	Broadcast: true, Presence: true, Spawn: true, SpawnResult: true,
 	Stop: true, StopResult: true, Receipt: true, Bounce: true,
+	Trace: true, TraceResult: true,
 }
 
 // Known reports whether k is a kind this build understands.

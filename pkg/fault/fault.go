@@ -19,7 +19,7 @@ const (
 	AskArrived   Code = 10 // not a failure: an ASK to the caller ended its wait for a reply; answer it, then wait again
 	Usage        Code = 64 // EX_USAGE: bad flags or arguments, ambiguous name
 	Data         Code = 65 // EX_DATAERR: empty, non-UTF-8 or oversized body, bad frame
-	NoRecipient  Code = 67 // EX_NOUSER: no such recipient, message or entity
+	NoRecipient  Code = 67 // EX_NOUSER: no such recipient, message, entity or trace
 	Unavailable  Code = 69 // EX_UNAVAILABLE: no gateway running, broker down
 	Software     Code = 70 // EX_SOFTWARE: a bug or an unexpected internal error
 	LaunchFailed Code = 71 // EX_OSERR: a launcher could not start or stop an entity's command
@@ -119,7 +119,8 @@ const (
 	KindUnknownRecipient   Kind = "unknown_recipient"
 	KindUnknownMessage     Kind = "unknown_message"
 	KindUnknownEntity      Kind = "unknown_entity"
-	KindUnknownHost        Kind = "unknown_host" // no such host (control plane, trust file)
+	KindUnknownTrace       Kind = "unknown_trace" // fleet-trace: no host that answered saw the trace id
+	KindUnknownHost        Kind = "unknown_host"  // no such host (control plane, trust file)
 	KindNoGateway          Kind = "no_gateway"
 	KindBrokerDown         Kind = "broker_down"
 	KindBrokerBlocked      Kind = "broker_blocked"
@@ -154,7 +155,7 @@ func init() {
 	for _, k := range []Kind{
 		KindUsage, KindBadConfig, KindAmbiguous, KindNameTaken, KindUnknownProfile,
 		KindEmptyBody, KindBodyTooLarge, KindBadUTF8, KindBadFrame, KindBadEnvelope, KindNewerSchema, KindProtocol,
-		KindUnknownRecipient, KindUnknownMessage, KindUnknownEntity, KindUnknownHost,
+		KindUnknownRecipient, KindUnknownMessage, KindUnknownEntity, KindUnknownHost, KindUnknownTrace,
 		KindNoGateway, KindBrokerDown, KindBrokerBlocked, KindShuttingDown, KindInternal,
 		KindLaunchFailed, KindSpawnUncertain, KindStateDir, KindOutput,
 		KindGatewayLocked, KindHostTaken, KindTimeout, KindBrokerTimeout, KindBrokerRefused,

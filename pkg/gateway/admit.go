@@ -147,7 +147,7 @@ func (a *admission) fresh(env *envelope.Envelope) error {
 	switch env.Kind {
 	case envelope.Presence:
 		window = a.presenceTTL
-	case envelope.Spawn, envelope.Stop:
+	case envelope.Spawn, envelope.Stop, envelope.Trace:
 		window = controlWindow
 		if env.Expires.IsZero() || env.Expires.Sub(env.Created) > controlWindow {
 			return broker.Refuse(broker.ReasonReplay, "a %s must expire within %v of its creation", env.Kind, controlWindow)
@@ -204,7 +204,7 @@ func checkFields(env *envelope.Envelope) error {
 		if group != "all" && !nameRE.MatchString(group) {
 			return bad("broadcast group %q is not a group name", group)
 		}
-	case envelope.Spawn, envelope.Stop:
+	case envelope.Spawn, envelope.Stop, envelope.Trace:
 		if group != "control" || env.Recipient.Host == "" {
 			return bad("a %s names its target host and no entity", env.Kind)
 		}

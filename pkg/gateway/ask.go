@@ -272,12 +272,17 @@ func (g *Gateway) ask(c *conn, req *api.Request) {
 		g.asks.Done(env.MsgID) // the turn is gone: later answers are TOO_LATE
 		g.announceStatusSoon(sender.Gid)
 	}()
-	g.audit.Message("ask", env, 0, "")
+	g.audit.Message("asked", env, 0, "")
 	if t.box != nil {
 		g.liveAdd(t.box, env)
-	} else if err := g.br.Publish(g.runCtx, rcpt.Gid, env, false); err != nil {
-		c.fail(err)
-		return
+	} else {
+		g.audit.Message("published", env, 0, "")
+		if err := g.br.Publish(g.runCtx, rcpt.Gid, env, false); err != nil {
+			g.audit.Message("not_sent", env, 0, err.Error())
+			c.fail(err)
+			return
+		}
+		g.audit.Message("confirmed", env, 0, "")
 	}
 	if c.reply(&api.Response{OK: true, Sent: &api.Sent{
 		MsgID: env.MsgID, TraceID: env.TraceID, State: "asked", Recipient: rcpt.String(), Gid: rcpt.Gid,
@@ -352,9 +357,12 @@ func (g *Gateway) answer(req *api.Request) (*api.Response, error) {
 	w := make(chan string, 1)
 	g.asks.Answered(ans.MsgID, &sentAnswer{from: me.Gid, host: ask.Sender.Host, ch: w, keep: ask.Expires.Add(askGrace)})
 	defer g.asks.StopWaiting(ans.MsgID)
+	g.audit.Message("published", ans, 0, "")
 	if err := g.br.Publish(g.runCtx, ask.Sender.Gid, ans, false); err != nil {
+		g.audit.Message("not_sent", ans, 0, err.Error())
 		return nil, err
 	}
+	g.audit.Message("confirmed", ans, 0, "")
 	select {
 	case outcome := <-w:
 		if outcome != "answered" {
@@ -376,6 +384,7 @@ func (g *Gateway) onAnswer(ans *envelope.Envelope) error {
 	outcome := "answered"
 	if !g.handAnswer(ans) {
 		outcome = "too_late"
+		g.audit.Message("too_late", ans, 0, "the asking turn is gone")
 		g.log.Info("answer for a turn that is gone: TOO_LATE to the answerer", "msg_id", ans.MsgID, "trace_id", ans.TraceID)
 	}
 	n := envelope.New(envelope.TooLate, envelope.Party{Host: g.cfg.Host}, ans.Sender, outcome)

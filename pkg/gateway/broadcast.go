@@ -39,6 +39,7 @@ func (g *Gateway) broadcast(req *api.Request) (*api.Response, error) {
 	var pubErr chan error
 	if g.br != nil {
 		pubErr = make(chan error, 1)
+		g.audit.Message("published", env, 0, "")
 		go func() { pubErr <- g.br.Publish(g.runCtx, "broadcast."+group, env, true) }()
 	}
 	var wg sync.WaitGroup
@@ -81,7 +82,7 @@ func (g *Gateway) broadcast(req *api.Request) (*api.Response, error) {
 	err = <-pubErr
 	switch {
 	case err == nil:
-		g.audit.Message("published", env, 0, "")
+		g.audit.Message("confirmed", env, 0, "")
 		return resp, nil
 	case fault.KindOf(err) == fault.KindUnknownRecipient:
 		if local > 0 {

@@ -28,6 +28,9 @@ import (
 // the request out, then answer the requester. An error requeues the
 // request; carried out already, it is then answered from the record.
 func (g *Gateway) onControl(env *envelope.Envelope) error {
+	if env.Kind == envelope.Trace {
+		return g.onTraceQuery(env) // trace.go
+	}
 	if env.Sender.Gid == "" {
 		// a request speaks for an entity of the signing host (admit.go)
 		return broker.Refuse(broker.ReasonMalformed, "a %s that names no requester", env.Kind)

@@ -255,6 +255,8 @@ func (g *Gateway) takeBroker(env *envelope.Envelope) error {
 	switch env.Kind {
 	case envelope.SpawnResult, envelope.StopResult:
 		return g.onControlResult(env)
+	case envelope.TraceResult:
+		return g.onTraceResult(env) // trace.go
 	}
 	err := g.takeRemote(env)
 	var fe *fault.Error

@@ -43,6 +43,7 @@ import (
 //	rdv    rendezvous.go  open sends (--wait) and the replies handed to them
 //	asks   ask.go         open asks, asks delivered here, answers sent
 //	ctl    control.go     control requests waiting for their answers
+//	traces trace.go       trace queries waiting for the other hosts' answers
 //	peers  peers.go       what was heard of the other hosts (the remote roster)
 //	said   presence.go    what this host announced of its own entities
 //	admit  admit.go       what a message from the broker must prove
@@ -58,6 +59,7 @@ type Gateway struct {
 	rdv     *rendezvous
 	asks    *asks
 	ctl     controlState
+	traces  traceWaiters // trace.go: trace queries waiting for the hosts' answers
 	peers   *peerView
 	said    *announcer
 	admit   *admission // nil: single-host mode
@@ -309,7 +311,8 @@ func (g *Gateway) open() error {
 			"state folder %s belongs to host %q, not %q", dir, host, g.cfg.Host).
 			WithHint("run with --host %s, or give host %s its own --state-dir", host, g.cfg.Host)
 	}
-	a, err := audit.Open(filepath.Join(dir, "audit.log"), g.cfg.Host)
+	a, err := audit.Open(filepath.Join(dir, "audit.log"), g.cfg.Host,
+		audit.Options{MaxSize: int64(g.cfg.AuditMaxSize), Files: g.cfg.AuditFiles})
 	if err != nil {
 		return fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot open the audit log in %s", dir)
 	}

@@ -124,7 +124,7 @@ func (g *Gateway) injectLoop(ctx context.Context, b *mailbox) {
 			err := g.adapter(ent).Deliver(g.hardCtx, env)
 			if err == nil || errors.Is(err, deliver.ErrUncertain) {
 				b.liveDone(env.MsgID)
-				g.audit.Message("delivered", env, 1, "injected ask")
+				g.audit.Message("injected", env, 1, "ask")
 				continue
 			}
 			g.log.Warn("ask not injected: retrying until it expires", "msg_id", env.MsgID, "trace_id", env.TraceID, "err", err)
@@ -186,7 +186,7 @@ func (g *Gateway) injectLoop(ctx context.Context, b *mailbox) {
 			if !recorded {
 				return
 			}
-			g.audit.Message("delivered", env, attempt, "injected")
+			g.audit.Message("injected", env, attempt, "")
 			log.Info("delivered", "attempt", attempt, "mode", "inject")
 			g.settled(env, store.Delivered, "", attempt)
 			g.crashAt("after-record")

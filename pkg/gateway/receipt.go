@@ -100,7 +100,8 @@ func (g *Gateway) onReceipt(env *envelope.Envelope) error {
 		g.log.Info("receipt for a message this host does not know", "msg_id", rb.MsgID, "trace_id", env.TraceID)
 		return nil
 	}
-	g.audit.Write(audit.Line{Event: "receipt", TraceID: env.TraceID, MsgID: rb.MsgID, Kind: string(env.Kind), Reason: rb.State})
+	g.audit.Write(audit.Line{Event: "receipt", TraceID: env.TraceID, MsgID: rb.MsgID, Kind: string(env.Kind), Reason: rb.State,
+		Entity: env.Recipient.Name, Sender: env.Sender.Gid, Recipient: env.Recipient.Gid})
 	g.notifyRecords()
 	if rb.State == store.Dead && rec.State == store.Dead {
 		to := env.Sender.Host
@@ -123,7 +124,9 @@ func (g *Gateway) bounce(msgID, traceID, senderGid, to, reason string) {
 	env.TraceID, env.InReplyTo = traceID, msgID
 	if _, err := g.accept(env); err != nil {
 		g.log.Warn("bounce not stored", "msg_id", msgID, "trace_id", traceID, "err", err)
+		return
 	}
+	g.audit.Write(audit.Line{Event: "bounced", TraceID: traceID, MsgID: msgID, Entity: e.Name, Sender: e.Gid, Reason: reason})
 }
 
 // waitState blocks until msgID's record reaches state (or dies, which is

@@ -298,7 +298,7 @@ func (g *Gateway) commitAck(b *mailbox, batch []api.Delivery, seqs map[string]ui
 		}
 		if d.Envelope.Kind == envelope.Ask {
 			b.liveDone(d.Envelope.MsgID) // shown: gone from memory
-			g.audit.Message("delivered", d.Envelope, 1, "drained ask")
+			g.audit.Message("drained", d.Envelope, 1, "ask")
 			continue
 		}
 		k := store.Key(d.Envelope)
@@ -320,7 +320,7 @@ func (g *Gateway) commitAck(b *mailbox, batch []api.Delivery, seqs map[string]ui
 	go func() {
 		err := g.st.DeliveredAll(keys, time.Now().UTC())
 		if err == nil {
-			g.audit.Messages("delivered", done, 1, "drained")
+			g.audit.Messages("drained", done, 1, "")
 			for _, env := range done {
 				g.settled(env, store.Delivered, "", 1)
 			}

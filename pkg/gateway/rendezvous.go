@@ -190,7 +190,7 @@ func (g *Gateway) awaitReply(c *conn, b *mailbox, msgID string, w *replyWaiter, 
 					b.liveReturn(a) // the wait went away first: the ask is still to be shown
 					return
 				}
-				g.audit.Message("delivered", a, 1, "ask surfaced on a wait for "+msgID)
+				g.audit.Message("drained", a, 1, "ask surfaced on a wait for "+msgID)
 				return
 			}
 		}
@@ -240,7 +240,7 @@ func (g *Gateway) handReply(c *conn, msgID string, env *envelope.Envelope) {
 		g.log.Error("recording a reply handed to its send", "msg_id", env.MsgID, "trace_id", env.TraceID, "err", err)
 		return
 	}
-	g.audit.Message("delivered", env, 1, "rendezvous")
+	g.audit.Message("drained", env, 1, "by the waiting send")
 	g.settled(env, store.Delivered, "", 1)
 }
 

@@ -126,6 +126,9 @@ func (g *Gateway) sendWith(req *api.Request, before func(*envelope.Envelope)) (*
 		env.TraceID = trace
 	}
 	env.InReplyTo = req.ReplyTo
+	if kind == envelope.Reply {
+		g.audit.Message("replied", env, 0, "to "+req.ReplyTo)
+	}
 	if before != nil {
 		before(env)
 	}
@@ -159,10 +162,11 @@ func (g *Gateway) publish(env *envelope.Envelope) error {
 		return fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "could not record the message").
 			WithHint("free space in the state folder %s", g.cfg.StateDir)
 	}
+	g.audit.Message("published", env, 0, "")
 	err := g.br.Publish(g.runCtx, env.Recipient.Gid, env, true)
 	switch kind := fault.KindOf(err); {
 	case err == nil:
-		g.audit.Message("published", env, 0, "")
+		g.audit.Message("confirmed", env, 0, "")
 		return nil
 	case kind == fault.KindInboxFull:
 		g.audit.Message("dead", env, 0, "inbox full")
@@ -177,7 +181,9 @@ func (g *Gateway) publish(env *envelope.Envelope) error {
 		}
 	case kind == fault.KindBrokerTimeout:
 		// outcome unknown: the record stays, a receipt may still settle it
+		g.audit.Message("unconfirmed", env, 0, err.Error())
 	default:
+		g.audit.Message("not_sent", env, 0, err.Error())
 		// not sent (no route, broker down or blocked): no record
 		if derr := g.st.ForgetRecord(env.MsgID); derr != nil {
 			log.Error("forgetting an unsent message", "err", derr)
@@ -213,6 +219,7 @@ func (g *Gateway) takeRemote(env *envelope.Envelope) error {
 	}
 	switch env.Kind {
 	case envelope.Ask:
+		g.audit.Message("taken", env, 0, "")
 		g.liveAdd(b, env) // live-only: memory, never the store
 		return nil
 	case envelope.TooLate:
@@ -260,7 +267,11 @@ func (g *Gateway) accept(env *envelope.Envelope) (*store.Record, error) {
 		g.log.Info("duplicate msg id: not stored again", "msg_id", env.MsgID, "trace_id", env.TraceID)
 		return rec, nil
 	}
-	g.audit.Message("accepted", env, 0, "")
+	event := "accepted" // from an entity of this host (or the gateway itself: a bounce)
+	if env.Sender.Host != "" && env.Sender.Host != g.cfg.Host {
+		event = "taken" // from the broker, into this host's store
+	}
+	g.audit.Message(event, env, 0, "")
 	g.crashAt("after-accept")
 	if b := g.box(env.Recipient.Gid); b != nil {
 		b.notify()

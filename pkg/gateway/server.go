@@ -412,6 +412,8 @@ func (g *Gateway) dispatch(c *conn, req *api.Request) (*api.Response, error) {
 		return g.replay(req)
 	case api.OpPurgeDead:
 		return g.purgeDead(req)
+	case api.OpTrace: // trace.go
+		return g.trace(req)
 	case api.OpAck:
 		return nil, fault.New(fault.Data, fault.KindProtocol, "ack outside recv")
 	}

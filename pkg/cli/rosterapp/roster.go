@@ -1,7 +1,7 @@
 // Package rosterapp is fleet-roster's command definition. It lives apart
-// from pkg/cli because it alone renders tables: tablewriter and its width
-// tables are initialised at every start of a binary that links them, and
-// fleet-send should not pay for fleet-roster's tables.
+// from pkg/cli because it renders tables (pkg/cli/table): tablewriter and
+// its width tables are initialised at every start of a binary that links
+// them, and fleet-send should not pay for fleet-roster's tables.
 package rosterapp
 
 import (
@@ -15,6 +15,7 @@ import (
 
 	"github.com/fleetd/fleet/pkg/api"
 	fleetcli "github.com/fleetd/fleet/pkg/cli"
+	"github.com/fleetd/fleet/pkg/cli/table"
 	ucli "github.com/urfave/cli/v2"
 )
 
@@ -190,7 +191,7 @@ func printRoster(c *ucli.Context, rows []api.EntityRow) error {
 		fmt.Fprintln(c.App.ErrWriter, "fleet-roster: no entities; register one with: fleet-roster join NAME --mode pull")
 		return nil
 	}
-	return renderTable(c.App.Writer, []string{"NAME", "HOST", "GID", "MODE", "GROUPS", "STATUS", "PENDING", "DEAD", "LAST SEEN"}, tableRows(rows))
+	return table.Render(c.App.Writer, []string{"NAME", "HOST", "GID", "MODE", "GROUPS", "STATUS", "PENDING", "DEAD", "LAST SEEN"}, tableRows(rows))
 }
 
 func tableRows(rows []api.EntityRow) [][]string {
@@ -228,7 +229,7 @@ func watchRoster(c *ucli.Context, rows []api.EntityRow, fetch func() ([]api.Enti
 	emit := func(rows []api.EntityRow) error {
 		if !asJSON {
 			fmt.Fprint(c.App.Writer, "\033[H\033[2J")
-			return renderTable(c.App.Writer, []string{"NAME", "HOST", "GID", "MODE", "GROUPS", "STATUS", "PENDING", "DEAD", "LAST SEEN"}, tableRows(rows))
+			return table.Render(c.App.Writer, []string{"NAME", "HOST", "GID", "MODE", "GROUPS", "STATUS", "PENDING", "DEAD", "LAST SEEN"}, tableRows(rows))
 		}
 		now := map[key]bool{}
 		for _, r := range rows {
@@ -408,5 +409,5 @@ func runDead(c *ucli.Context) error {
 		rows = append(rows, []string{d.Record.MsgID, d.Record.Recipient, strconv.Itoa(d.Record.Attempts),
 			d.Record.Done.Local().Format(time.DateTime), d.Record.Reason})
 	}
-	return renderTable(c.App.Writer, []string{"MSG ID", "RECIPIENT", "ATTEMPTS", "DIED", "REASON"}, rows)
+	return table.Render(c.App.Writer, []string{"MSG ID", "RECIPIENT", "ATTEMPTS", "DIED", "REASON"}, rows)
 }

@@ -1,4 +1,8 @@
-package rosterapp
+// Package table is the one table renderer of the commands that print
+// tables on a terminal (fleet-roster, fleet-trace). It lives apart from
+// pkg/cli: tablewriter and its width tables are initialised at every start
+// of a binary that links them, and fleet-send should not pay for them.
+package table
 
 import (
 	"io"
@@ -10,9 +14,9 @@ import (
 	"golang.org/x/term"
 )
 
-// renderTable is the one table renderer: borderless, as wide as the
-// terminal. Used only when stdout is a terminal; tests assert JSON.
-func renderTable(w io.Writer, header []string, rows [][]string) error {
+// Render writes a borderless table as wide as the terminal. Used only
+// when stdout is a terminal; tests assert JSON.
+func Render(w io.Writer, header []string, rows [][]string) error {
 	width := 120
 	if cols, _, err := term.GetSize(int(os.Stdout.Fd())); err == nil && cols > 20 {
 		width = cols
