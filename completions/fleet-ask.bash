@@ -18,7 +18,7 @@ _fleet_ask() {
         -*)
             [[ ${COMP_WORDS[i+1]} == = ]] && continue
             case $cmd:$w in
-            :--socket|:--state-dir|:--config|:--as|:--ttl|:--turn) i=$((i + 1)) ;; # skip the flag's value
+            :--socket|:--state-dir|:--config|:--as|:--ttl|:--turn|:--about) i=$((i + 1)) ;; # skip the flag's value
             esac
             ;;
         *)
@@ -31,11 +31,11 @@ _fleet_ask() {
     case $cmd:$prev in
     :--socket|:--config) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return 0 ;;
     :--state-dir) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -d -- "$cur"); return 0 ;;
-    :--as|:--ttl|:--turn) COMPREPLY=(); return 0 ;; # free text
+    :--as|:--ttl|:--turn|:--about) COMPREPLY=(); return 0 ;; # free text
     esac
     if [[ $cur == -* ]]; then
         case $cmd in
-        '') mapfile -t COMPREPLY < <(compgen -W '--socket --state-dir --config --json --as --ttl --turn --help -h --version' -- "$cur") ;;
+        '') mapfile -t COMPREPLY < <(compgen -W '--socket --state-dir --config --json --as --ttl --turn --about --help -h --version' -- "$cur") ;;
         esac
         return 0
     fi

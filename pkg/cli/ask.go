@@ -21,6 +21,7 @@ func NewAskApp() *cli.App {
 	app.Flags = append(connFlags(), jsonFlag(), asFlag(),
 		&cli.DurationFlag{Name: "ttl", Usage: "how long to wait for the answer (default: the gateway's ask-ttl, 10m)"},
 		&cli.StringFlag{Name: "turn", Usage: "the asking turn's id (default: env FLEET_TURN_ID, else a fresh one)"},
+		&cli.StringFlag{Name: "about", Usage: "the ask belongs to the flow of message MSG_ID (one you sent or received): it carries its trace id"},
 	)
 	app.Action = func(c *cli.Context) error {
 		args := c.Args().Slice()
@@ -41,7 +42,8 @@ func NewAskApp() *cli.App {
 			turn = os.Getenv("FLEET_TURN_ID")
 		}
 		ttl := c.Duration("ttl")
-		resp, err := s.client.Call(&api.Request{Op: api.OpAsk, To: args[0], Body: body, TurnID: turn, TimeoutMS: ttl.Milliseconds()})
+		resp, err := s.client.Call(&api.Request{Op: api.OpAsk, To: args[0], Body: body, TurnID: turn, TimeoutMS: ttl.Milliseconds(),
+			ReplyTo: c.String("about")})
 		if err != nil {
 			return err
 		}

@@ -264,6 +264,14 @@ func (g *Gateway) ask(c *conn, req *api.Request) {
 	if env.TurnID == "" {
 		env.TurnID = envelope.NewID()
 	}
+	if req.ReplyTo != "" { // fleet-ask --about: a hop of that message's flow
+		r, err := g.st.Record(req.ReplyTo)
+		if err != nil || (r.Sender != sender.Gid && r.Recipient != sender.Gid) {
+			c.fail(fault.New(fault.NoRecipient, fault.KindUnknownMessage, "no message %s sent or received by you", req.ReplyTo))
+			return
+		}
+		env.TraceID = r.TraceID
+	}
 	env.Expires = time.Now().Add(ttl).UTC()
 	w := &askWaiter{gid: sender.Gid, turn: env.TurnID, to: rcpt.Gid, ch: make(chan *envelope.Envelope, 1)}
 	g.asks.Wait(env.MsgID, w)
