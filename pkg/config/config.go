@@ -39,6 +39,7 @@ type Config struct {
 	Uncertain        string        // "hold" or "reinject": the kill-during-inject window
 	MaxConnections   int           // socket connections served at once; more are refused
 	FrameTimeout     time.Duration // a socket frame, once begun, must be complete within this
+	MetricsListen    string        // host:port of the Prometheus endpoint; "" = off
 
 	Broker         string        // amqp:// or amqps:// URI; "" = single-host mode
 	BrokerCA       string        // amqps: private CA file
@@ -82,6 +83,7 @@ var Keys = []Key{
 	{"drain-timeout", "FLEET_DRAIN_TIMEOUT", "bound on finishing in-flight work at shutdown", "10s"},
 	{"max-connections", "FLEET_MAX_CONNECTIONS", "socket connections the gateway serves at once; more are refused until some close", "1024"},
 	{"frame-timeout", "FLEET_FRAME_TIMEOUT", "time a client has to finish sending a request frame it has begun (an idle connection may wait between frames)", "10s"},
+	{"metrics-listen", "FLEET_METRICS_LISTEN", "serve Prometheus metrics on HOST:PORT at /metrics (no authentication: keep it on 127.0.0.1 unless the network is private)", "none (off)"},
 	{"uncertain", "FLEET_UNCERTAIN", "a message whose injection was cut by a crash: hold (dead-letter as uncertain) or reinject", "hold"},
 	{"broker", "FLEET_BROKER", "AMQP broker URI (amqp:// or amqps://) for cross-host messages, or a cluster's node URIs separated by commas; none: single-host mode", "none"},
 	{"broker-ca", "FLEET_BROKER_CA", "amqps: CA certificate file that signs the broker's certificate", "the system roots"},
@@ -222,6 +224,10 @@ func load(lookup Lookup, configPath string, client bool) (*Config, error) {
 		c.FrameTimeout = 10 * time.Second
 	}
 	c.Uncertain = str("uncertain", "hold")
+	c.MetricsListen = str("metrics-listen", "")
+	if c.MetricsListen == "none" {
+		c.MetricsListen = ""
+	}
 	c.Broker = str("broker", "")
 	if c.Broker == "none" {
 		c.Broker = ""

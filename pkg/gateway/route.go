@@ -163,6 +163,7 @@ func (g *Gateway) publish(env *envelope.Envelope) error {
 		return nil
 	case kind == fault.KindInboxFull:
 		g.audit.Message("dead", env, 0, "inbox full")
+		g.metrics.Dead(env.Kind, "inbox full")
 		log.Warn("remote inbox full: dead-lettered here", "recipient", env.Recipient.Gid)
 		if derr := g.st.DeadOutbound(env, "inbox full: the broker refused it", now); derr != nil {
 			log.Error("dead-lettering", "err", derr)
@@ -253,6 +254,7 @@ func (g *Gateway) accept(env *envelope.Envelope) (*store.Record, error) {
 		return rec, nil
 	}
 	g.audit.Message("accepted", env, 0, "")
+	g.metrics.Accepted(env.Kind)
 	g.crashAt("after-accept")
 	if b := g.box(env.Recipient.Gid); b != nil {
 		b.notify()
