@@ -48,7 +48,7 @@ import (
 //	said   presence.go    what this host announced of its own entities
 //	admit  admit.go       what a message from the broker must prove
 //	br     pkg/broker     the cross-host transport (nil: single-host mode)
-//	metrics pkg/metrics   counters and the /metrics endpoint (nil: off; metrics.go)
+//	metrics pkg/metrics   counted events and the /metrics endpoint (nil: off; metrics.go)
 type Gateway struct {
 	cfg   *config.Config
 	log   *slog.Logger
@@ -65,9 +65,8 @@ type Gateway struct {
 	admit   *admission // nil: single-host mode
 	records signal     // a delivery record changed (receipt.go)
 
-	metrics    *metrics.Metrics // metrics.go; nil: metrics-listen is off
-	metricsLn  net.Listener
-	metricsSrv *metrics.Server
+	metrics  *metrics.Metrics  // metrics.go; nil: metrics-listen is off
+	endpoint *metrics.Endpoint // its /metrics, while serving
 
 	crash string // test hook: FLEET_CRASHPOINT
 

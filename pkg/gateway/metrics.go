@@ -22,12 +22,12 @@ func (g *Gateway) listenMetrics() error {
 	if addr == "" {
 		return nil
 	}
-	ln, err := metrics.Listen(addr)
+	ep, err := metrics.Listen(addr)
 	if err != nil {
 		return fault.Wrap(fault.Usage, fault.KindBadConfig, err, "cannot serve metrics on %s", addr).
 			WithHint("choose another metrics-listen address (such as 127.0.0.1:9464), or stop what holds it")
 	}
-	g.metricsLn = ln
+	g.endpoint = ep
 	g.metrics = metrics.New(g.cfg.Host, version.Version, g.metricsSnapshot)
 	return nil
 }
@@ -47,13 +47,13 @@ func (g *Gateway) brokerObserver() broker.Observer {
 // serveMetrics starts serving, once every part a scrape reads is set up,
 // and from then on times the store's flushes.
 func (g *Gateway) serveMetrics() {
-	if g.metricsLn == nil {
+	if g.endpoint == nil {
 		return
 	}
 	g.st.OnFlush(g.metrics.Flushed)
-	g.metricsSrv = g.metrics.Serve(g.metricsLn)
-	attrs := []any{"addr", g.metricsLn.Addr().String(), "path", "/metrics"}
-	if metrics.Exposed(g.metricsLn) {
+	g.endpoint.Serve(g.metrics)
+	attrs := []any{"addr", g.endpoint.Addr(), "path", "/metrics"}
+	if g.endpoint.Exposed() {
 		g.log.Warn("metrics served beyond this machine, without authentication: anyone who can reach the port reads entity names and traffic counts", append(attrs,
 			"fix", "listen on 127.0.0.1 and let the scraper reach it through a tunnel or a proxy that authenticates")...)
 	} else {
@@ -61,25 +61,20 @@ func (g *Gateway) serveMetrics() {
 	}
 }
 
-// stopMetrics closes the endpoint (or the bound address, if it never
+// stopMetrics closes the endpoint (or releases its address, if it never
 // served).
 func (g *Gateway) stopMetrics() {
-	if g.metricsSrv != nil {
-		g.metricsSrv.Close()
-		g.metricsSrv = nil
-	} else if g.metricsLn != nil {
-		g.metricsLn.Close()
-	}
-	g.metricsLn = nil
+	g.endpoint.Close()
+	g.endpoint = nil
 }
 
 // MetricsAddr is the address the metrics endpoint listens on ("" when
 // off): with port 0 in metrics-listen, the one picked.
 func (g *Gateway) MetricsAddr() string {
-	if g.metricsLn == nil {
+	if g.endpoint == nil {
 		return ""
 	}
-	return g.metricsLn.Addr().String()
+	return g.endpoint.Addr()
 }
 
 // metricsSnapshot is what one scrape reads: inbox depths from the store,

@@ -429,39 +429,55 @@ func others(m map[string]int, known []string) int {
 	return n
 }
 
-// Listen binds addr (host:port; port 0 picks one) for the endpoint. It is
-// separate from Serve so a gateway fails at start, before anything else,
-// when the address cannot be had.
-func Listen(addr string) (net.Listener, error) { return net.Listen("tcp", addr) }
+// Endpoint is the metrics endpoint: an address bound by Listen, served
+// by Serve, until Close. Only GET /metrics is served, in the Prometheus
+// text format (or what the scraper negotiates).
+type Endpoint struct {
+	ln  net.Listener
+	srv *http.Server
+}
 
-// Exposed reports whether ln listens beyond this machine: the endpoint has
-// no authentication, so the gateway warns.
-func Exposed(ln net.Listener) bool {
-	a, ok := ln.Addr().(*net.TCPAddr)
+// Listen binds addr (host:port; port 0 picks one). It is apart from Serve
+// so a gateway fails at start, before anything else, when the address
+// cannot be had.
+func Listen(addr string) (*Endpoint, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	return &Endpoint{ln: ln}, nil
+}
+
+// Addr is the bound address (with the port picked for port 0).
+func (e *Endpoint) Addr() string { return e.ln.Addr().String() }
+
+// Exposed reports whether the endpoint listens beyond this machine: it
+// has no authentication, so the gateway warns.
+func (e *Endpoint) Exposed() bool {
+	a, ok := e.ln.Addr().(*net.TCPAddr)
 	return !ok || !a.IP.IsLoopback()
 }
 
-// Server is the endpoint: GET /metrics in the Prometheus text format (or
-// what the scraper negotiates), nothing else.
-type Server struct{ srv *http.Server }
-
-// Serve serves m on ln until Close.
-func (m *Metrics) Serve(ln net.Listener) *Server {
+// Serve starts serving m; call once.
+func (e *Endpoint) Serve(m *Metrics) {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{
 		Registry:      m.reg, // promhttp_metric_handler_errors_total
 		ErrorHandling: promhttp.ContinueOnError,
 	}))
-	s := &Server{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}}
+	e.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	// Serve returns only once Close closed the listener
-	go func() { _ = s.srv.Serve(ln) }()
-	return s
+	go func(srv *http.Server) { _ = srv.Serve(e.ln) }(e.srv)
 }
 
-// Close stops the endpoint at once (a scrape in progress is cut).
-func (s *Server) Close() error {
-	if s == nil {
+// Close stops the endpoint at once (a scrape in progress is cut), or
+// releases the address if it never served. A nil Endpoint is off.
+func (e *Endpoint) Close() error {
+	if e == nil {
 		return nil
 	}
-	return s.srv.Close()
+	if e.srv != nil {
+		return e.srv.Close()
+	}
+	return e.ln.Close()
 }

@@ -17,16 +17,16 @@ import (
 // serve runs m on a real port and returns its /metrics URL.
 func serve(t *testing.T, m *metrics.Metrics) string {
 	t.Helper()
-	ln, err := metrics.Listen("127.0.0.1:0")
+	ep, err := metrics.Listen("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if metrics.Exposed(ln) {
+	if ep.Exposed() {
 		t.Fatalf("127.0.0.1 counted as exposed")
 	}
-	srv := m.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
-	return "http://" + ln.Addr().String() + "/metrics"
+	ep.Serve(m)
+	t.Cleanup(func() { ep.Close() })
+	return "http://" + ep.Addr() + "/metrics"
 }
 
 func value(t *testing.T, f scrape.Families, name string, labels ...string) float64 {
