@@ -2,7 +2,6 @@ package store
 
 import (
 	"bytes"
-	"encoding/json"
 	"time"
 )
 
@@ -38,8 +37,10 @@ const headPrefix = 2048
 
 // Inboxes reports every local inbox: its depth and the creation time of
 // its head. One pass in the committer (counts are kept, as for Pending,
-// and a head is a cursor's first key), so a scrape at thousands of
-// entities holds writers back about a millisecond per thousand inboxes.
+// and a head is a cursor's first key; its time is read after, outside):
+// 11–15 ms for 10,000 inboxes, all of it, on a 2-core VM
+// (BenchmarkInboxes), so a scrape holds writers back about a millisecond
+// per thousand inboxes at most.
 func (s *Store) Inboxes() ([]InboxStat, error) {
 	type raw struct {
 		gid   string
@@ -85,32 +86,29 @@ func (s *Store) Inboxes() ([]InboxStat, error) {
 	return out, nil
 }
 
-// createdOf reads the "created" member of an encoded envelope's top level
-// from a prefix of it; zero if the prefix does not hold it.
+// createdOf reads the "created" member of an encoded envelope from a
+// prefix of it; zero if the prefix does not hold it. Inbox values are
+// written by envelope.Encode (json.Marshal of envelope.Envelope, remote
+// ones included: they are decoded and encoded again), so the member is
+// there with its key unescaped, before the body, and the first
+// `"created":"` is it: inside a string value a quote is always escaped,
+// and no member before it (ids, the parties) has that key. Searching
+// made BenchmarkInboxes 5x faster than a tokenizing JSON decoder did
+// (70 ms to 14 ms at 10,000 inboxes).
 func createdOf(prefix []byte) time.Time {
-	if len(prefix) == 0 {
+	const key = `"created":"`
+	i := bytes.Index(prefix, []byte(key))
+	if i < 0 {
 		return time.Time{}
 	}
-	dec := json.NewDecoder(bytes.NewReader(prefix))
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+	rest := prefix[i+len(key):]
+	j := bytes.IndexByte(rest, '"')
+	if j < 0 {
 		return time.Time{}
 	}
-	for dec.More() {
-		key, err := dec.Token()
-		if err != nil {
-			return time.Time{}
-		}
-		if key == "created" {
-			var at time.Time
-			if dec.Decode(&at) != nil {
-				return time.Time{}
-			}
-			return at
-		}
-		var skip json.RawMessage // a member before it: ids, the parties
-		if dec.Decode(&skip) != nil {
-			return time.Time{}
-		}
+	at, err := time.Parse(time.RFC3339Nano, string(rest[:j]))
+	if err != nil {
+		return time.Time{}
 	}
-	return time.Time{}
+	return at
 }

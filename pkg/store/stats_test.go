@@ -1,7 +1,10 @@
 package store
 
 import (
+	"fmt"
+	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -70,5 +73,52 @@ func TestOnFlush(t *testing.T) {
 	mkEntity(t, s, "b")
 	if n.Load() != before {
 		t.Fatalf("flushes observed after OnFlush(nil)")
+	}
+}
+
+// BenchmarkInboxes is one scrape's pass over the inboxes of 10,000
+// entities, half of them holding a message (README, Metrics):
+// go test -run '^$' -bench Inboxes ./pkg/store/
+func BenchmarkInboxes(b *testing.B) {
+	s, err := Open(filepath.Join(b.TempDir(), "fleet.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for w := range 64 { // concurrent writers share the log's flushes
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < 10000; i += 64 {
+				e := &Entity{Gid: fmt.Sprintf("gid-e%05d", i), Name: fmt.Sprintf("e%05d", i), Host: "h1", Mode: "pull", Status: "idle", Created: t0}
+				if err := s.CreateEntity(e); err != nil {
+					errs <- err
+					return
+				}
+				if i%2 == 0 {
+					if _, _, err := s.Accept(msg(e.Gid, e.Gid, "a short body"), t0); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
+	if _, err := s.Inboxes(); err != nil { // the first pass counts each inbox once
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		stats, err := s.Inboxes()
+		if err != nil || len(stats) != 10000 {
+			b.Fatalf("%d inboxes, %v", len(stats), err)
+		}
 	}
 }
