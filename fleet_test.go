@@ -83,6 +83,7 @@ func TestScripts(t *testing.T) {
 			"extract":    cmdExtract,
 			"expand":     cmdExpand,
 			"jsonlines":  cmdJSONLines,
+			"metrics":    cmdMetrics, // metrics_script_test.go
 		},
 	})
 }

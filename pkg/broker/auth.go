@@ -173,6 +173,9 @@ func (b *Broker) refused(reason, host string) {
 	if b.onRefused != nil {
 		b.onRefused(reason, host)
 	}
+	if b.observe.Refused != nil {
+		b.observe.Refused(reason)
+	}
 }
 
 // clip keeps s to at most n bytes of valid UTF-8 (a header value).

@@ -67,6 +67,7 @@ type Broker struct {
 	sign        Signer         // auth.go: this gateway signs what it publishes
 	verify      Verifier       // auth.go: and checks what it takes in
 	onRefused   func(reason, claimedHost string)
+	observe     Observer               // observe.go: for metrics
 	presRefused map[string]*refusedRun // presence.go: refusals reported once a minute
 
 	tried     chan struct{} // closed after the first connection attempt that was not refused the host id
@@ -490,7 +491,7 @@ func (b *Broker) connectTo(ctx context.Context, raw string) (*generation, error)
 	gctx, cancel := context.WithCancel(ctx)
 	gen := &generation{pubConn: pubConn, subConn: subConn, ctx: gctx, cancel: cancel, consumers: map[string]*consumer{},
 		setup: &rpcChannel{conn: subConn, ch: ch}}
-	pub, err := newPublisher(pubConn, b.log)
+	pub, err := newPublisher(pubConn, b.log, b.observe.Confirmed)
 	if err != nil {
 		cancel()
 		return fail(err)
@@ -510,6 +511,9 @@ func (b *Broker) serve(ctx context.Context, gen *generation) error {
 	b.gen = gen
 	if b.lostOnce {
 		b.reconnected = time.Now()
+		if b.observe.Reconnected != nil {
+			b.observe.Reconnected()
+		}
 	}
 	want := make([]string, 0, len(b.inboxes))
 	for gid := range b.inboxes {
@@ -765,6 +769,9 @@ func (b *Broker) Publish(ctx context.Context, key string, env *envelope.Envelope
 		case resNack:
 			nacks++
 			if nacks >= 2 {
+				if b.observe.InboxFull != nil {
+					b.observe.InboxFull(env.Kind)
+				}
 				return fault.New(fault.TempFail, fault.KindInboxFull, "the inbox of %s is full: the broker refused the message", key)
 			}
 		case resTimeout:

@@ -485,6 +485,7 @@ func (b *Broker) take(d amqp.Delivery, gid string, stop, done <-chan struct{}) b
 	if !errors.As(err, &hold) { // the host's failures (a full disk) never count against a message
 		if n := b.noteFailure(env.MsgID); n >= b.cfg.Attempts {
 			log.Error("could not take a message into the host store: rejected", "attempts", n, "err", err)
+			b.refused(ReasonPoison, env.Sender.Host)
 			_ = d.Nack(false, false)
 			b.forget(env.MsgID)
 			return true
@@ -521,6 +522,7 @@ func (b *Broker) settle(d amqp.Delivery, env *envelope.Envelope, err error, log 
 		n := b.noteFailure(env.MsgID)
 		if n >= b.cfg.Attempts {
 			log.Error(what+": rejected", "attempts", n, "err", err)
+			b.refused(ReasonPoison, env.Sender.Host)
 			_ = d.Nack(false, false)
 			b.forget(env.MsgID)
 			return

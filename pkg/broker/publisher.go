@@ -27,9 +27,10 @@ const (
 // the library hands them over in order) — and a slow reader can never make
 // the library drop a return.
 type publisher struct {
-	ch   *amqp.Channel
-	reqs chan *pubReq
-	log  *slog.Logger
+	ch      *amqp.Channel
+	reqs    chan *pubReq
+	log     *slog.Logger
+	observe func(outcome string, took time.Duration) // Observer.Confirmed; nil: none
 
 	done    chan struct{} // closed when the channel closes: the owner stops
 	mu      sync.Mutex
@@ -48,7 +49,7 @@ type pubReq struct {
 	published     chan error
 }
 
-func newPublisher(conn *amqp.Connection, log *slog.Logger) (*publisher, error) {
+func newPublisher(conn *amqp.Connection, log *slog.Logger, observe func(string, time.Duration)) (*publisher, error) {
 	ch, err := conn.Channel()
 	if err != nil {
 		return nil, err
@@ -57,7 +58,7 @@ func newPublisher(conn *amqp.Connection, log *slog.Logger) (*publisher, error) {
 		return nil, err
 	}
 	p := &publisher{
-		ch: ch, reqs: make(chan *pubReq), log: log, done: make(chan struct{}),
+		ch: ch, reqs: make(chan *pubReq), log: log, observe: observe, done: make(chan struct{}),
 		byTag: map[uint64]*pubReq{}, byMsgID: map[string]*pubReq{},
 	}
 	returns := ch.NotifyReturn(make(chan amqp.Return))
@@ -172,6 +173,16 @@ func (p *publisher) publish(ctx context.Context, exchange, key string, msg amqp.
 }
 
 func (p *publisher) publishTo(ctx context.Context, exchange, key string, msg amqp.Publishing, deadline time.Time, mandatory bool) result {
+	if p.observe == nil {
+		return p.publishOnce(ctx, exchange, key, msg, deadline, mandatory)
+	}
+	start := time.Now()
+	res := p.publishOnce(ctx, exchange, key, msg, deadline, mandatory)
+	p.observe(outcomes[res], time.Since(start))
+	return res
+}
+
+func (p *publisher) publishOnce(ctx context.Context, exchange, key string, msg amqp.Publishing, deadline time.Time, mandatory bool) result {
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	r := &pubReq{

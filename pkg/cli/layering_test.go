@@ -128,6 +128,9 @@ func TestShortCommandsStayLight(t *testing.T) {
 	if importChain(graph, "github.com/fleetd/fleet/pkg/cli/gwapp", "github.com/fleetd/fleet/pkg/gateway") == nil {
 		t.Fatal("control failed: gwapp does not appear to import pkg/gateway; the dependency graph is not being read")
 	}
+	if importChain(graph, "github.com/fleetd/fleet/pkg/cli/gwapp", "github.com/prometheus/client_golang") == nil {
+		t.Fatal("control failed: fleet-gw does not appear to link client_golang; the metrics check below would pass for nothing")
+	}
 	for _, heavy := range []string{
 		"github.com/fleetd/fleet/pkg/gateway",
 		"github.com/fleetd/fleet/pkg/store",
@@ -135,6 +138,8 @@ func TestShortCommandsStayLight(t *testing.T) {
 		"go.etcd.io/bbolt",
 		"github.com/rabbitmq/amqp091-go",
 		"github.com/olekukonko/tablewriter", // only fleet-roster and fleet-trace render tables (pkg/cli/table)
+		"github.com/prometheus/client_golang", // only fleet-gw serves metrics (pkg/metrics)
+		"github.com/fleetd/fleet/pkg/metrics",
 	} {
 		if chain := importChain(graph, self, heavy); chain != nil {
 			t.Errorf("pkg/cli links %s: %s", heavy, strings.Join(chain, " -> "))

@@ -41,6 +41,7 @@ type Config struct {
 	FrameTimeout     time.Duration // a socket frame, once begun, must be complete within this
 	AuditMaxSize     int           // bytes of audit.log before it is rotated
 	AuditFiles       int           // rotated audit files kept (audit.log.1 … .N)
+	MetricsListen    string        // host:port of the Prometheus endpoint; "" = off
 
 	Broker         string        // amqp:// or amqps:// URI; "" = single-host mode
 	BrokerCA       string        // amqps: private CA file
@@ -86,6 +87,7 @@ var Keys = []Key{
 	{"frame-timeout", "FLEET_FRAME_TIMEOUT", "time a client has to finish sending a request frame it has begun (an idle connection may wait between frames)", "10s"},
 	{"audit-max-size", "FLEET_AUDIT_MAX_SIZE", "bytes of STATE_DIR/audit.log before it is rotated to audit.log.1 (fleet-trace searches every file)", "67108864"},
 	{"audit-files", "FLEET_AUDIT_FILES", "rotated audit files kept (audit.log.1 … audit.log.N); the oldest is removed", "5"},
+	{"metrics-listen", "FLEET_METRICS_LISTEN", "serve Prometheus metrics on HOST:PORT at /metrics (no authentication: keep it on 127.0.0.1 unless the network is private)", "none (off)"},
 	{"uncertain", "FLEET_UNCERTAIN", "a message whose injection was cut by a crash: hold (dead-letter as uncertain) or reinject", "hold"},
 	{"broker", "FLEET_BROKER", "AMQP broker URI (amqp:// or amqps://) for cross-host messages, or a cluster's node URIs separated by commas; none: single-host mode", "none"},
 	{"broker-ca", "FLEET_BROKER_CA", "amqps: CA certificate file that signs the broker's certificate", "the system roots"},
@@ -228,6 +230,10 @@ func load(lookup Lookup, configPath string, client bool) (*Config, error) {
 	c.AuditMaxSize = num("audit-max-size", 64<<20)
 	c.AuditFiles = num("audit-files", 5)
 	c.Uncertain = str("uncertain", "hold")
+	c.MetricsListen = str("metrics-listen", "")
+	if c.MetricsListen == "none" {
+		c.MetricsListen = ""
+	}
 	c.Broker = str("broker", "")
 	if c.Broker == "none" {
 		c.Broker = ""

@@ -194,6 +194,7 @@ func (g *Gateway) liveAdd(b *mailbox, env *envelope.Envelope) {
 	}
 	b.live = append(b.live, env)
 	b.mu.Unlock()
+	g.metrics.Accepted(env.Kind)
 	b.notify()
 }
 

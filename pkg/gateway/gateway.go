@@ -30,6 +30,7 @@ import (
 	"github.com/fleetd/fleet/pkg/config"
 	"github.com/fleetd/fleet/pkg/fault"
 	"github.com/fleetd/fleet/pkg/ident"
+	"github.com/fleetd/fleet/pkg/metrics"
 	"github.com/fleetd/fleet/pkg/store"
 )
 
@@ -48,6 +49,7 @@ import (
 //	said   presence.go    what this host announced of its own entities
 //	admit  admit.go       what a message from the broker must prove
 //	br     pkg/broker     the cross-host transport (nil: single-host mode)
+//	metrics pkg/metrics   counted events and the /metrics endpoint (nil: off; metrics.go)
 type Gateway struct {
 	cfg   *config.Config
 	log   *slog.Logger
@@ -64,6 +66,9 @@ type Gateway struct {
 	said    *announcer
 	admit   *admission // nil: single-host mode
 	records signal     // a delivery record changed (receipt.go)
+
+	metrics  *metrics.Metrics  // metrics.go; nil: metrics-listen is off
+	endpoint *metrics.Endpoint // its /metrics, while serving
 
 	crash string // test hook: FLEET_CRASHPOINT
 
@@ -109,6 +114,9 @@ func (g *Gateway) Ready() <-chan struct{} { return g.ready }
 // socket until ctx is cancelled; then it drains in-flight work within the
 // configured bound and returns.
 func (g *Gateway) Run(ctx context.Context) error {
+	if err := g.listenMetrics(); err != nil { // metrics.go
+		return err
+	}
 	if err := g.open(); err != nil {
 		g.closeState()
 		return err
@@ -128,6 +136,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 			Limits: broker.Limits{MaxLength: g.cfg.InboxMaxLength, TTL: g.cfg.InboxTTL, DLQLength: broker.DLQLength, QueueType: g.cfg.InboxQueueType},
 		}, g.log, g.takeBroker) // control.go: control answers, then takeRemote
 		g.br.OnPresence(g.onPresence)
+		g.br.Observe(g.brokerObserver()) // metrics.go
 		if clear, where := broker.InClear(g.cfg.Broker); clear {
 			g.log.Warn("the broker URI is amqp://, not amqps://: task text and every message cross the network to "+where+" in clear, readable by anyone on the path",
 				"fix", "use amqps:// (README: Across hosts)")
@@ -184,6 +193,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 		go g.presenceLoop()
 		fatal = g.br.Fatal()
 	}
+	g.serveMetrics() // metrics.go
 	g.log.Info("gateway ready", "socket", g.cfg.Socket, "state_dir", g.cfg.StateDir, "entities", g.reg.Len())
 	g.started = time.Now()
 	close(g.ready)
@@ -247,6 +257,7 @@ func (g *Gateway) shutdown() {
 }
 
 func (g *Gateway) closeState() {
+	g.stopMetrics() // metrics.go: no scrape reads a closing store
 	if g.st != nil {
 		// the closed store stays in place: a straggler past the drain bound
 		// gets "store closed", not a nil pointer
@@ -348,6 +359,7 @@ func (g *Gateway) recoverInflight() error {
 			return err
 		}
 		g.audit.Write(audit.Line{Event: "dead", TraceID: rec.TraceID, MsgID: id, Recipient: rec.Recipient, Reason: reason})
+		g.metrics.Dead(rec.Kind, reason)
 	}
 	return nil
 }

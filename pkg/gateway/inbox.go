@@ -125,6 +125,7 @@ func (g *Gateway) injectLoop(ctx context.Context, b *mailbox) {
 			if err == nil || errors.Is(err, deliver.ErrUncertain) {
 				b.liveDone(env.MsgID)
 				g.audit.Message("injected", env, 1, "ask")
+				g.metrics.Delivered(env.Kind)
 				continue
 			}
 			g.log.Warn("ask not injected: retrying until it expires", "msg_id", env.MsgID, "trace_id", env.TraceID, "err", err)

@@ -46,6 +46,7 @@ func (g *Gateway) notifyRecords() { g.records.notify() }
 
 // settled is called once a message in a local inbox was delivered or died.
 func (g *Gateway) settled(env *envelope.Envelope, state, reason string, attempts int) {
+	g.metrics.Settled(env.Kind, state == store.Dead, reason)
 	g.notifyRecords()
 	if quiet(env.Kind) {
 		return

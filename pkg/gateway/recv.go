@@ -299,6 +299,7 @@ func (g *Gateway) commitAck(b *mailbox, batch []api.Delivery, seqs map[string]ui
 		if d.Envelope.Kind == envelope.Ask {
 			b.liveDone(d.Envelope.MsgID) // shown: gone from memory
 			g.audit.Message("drained", d.Envelope, 1, "ask")
+			g.metrics.Delivered(d.Envelope.Kind)
 			continue
 		}
 		k := store.Key(d.Envelope)

@@ -191,6 +191,7 @@ func (g *Gateway) awaitReply(c *conn, b *mailbox, msgID string, w *replyWaiter, 
 					return
 				}
 				g.audit.Message("drained", a, 1, "ask surfaced on a wait for "+msgID)
+				g.metrics.Delivered(a.Kind)
 				return
 			}
 		}

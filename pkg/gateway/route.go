@@ -170,6 +170,7 @@ func (g *Gateway) publish(env *envelope.Envelope) error {
 		return nil
 	case kind == fault.KindInboxFull:
 		g.audit.Message("dead", env, 0, "inbox full")
+		g.metrics.Dead(env.Kind, "inbox full")
 		log.Warn("remote inbox full: dead-lettered here", "recipient", env.Recipient.Gid)
 		if derr := g.st.DeadOutbound(env, reasonRemoteFull, now); derr != nil {
 			log.Error("dead-lettering", "err", derr)
@@ -272,6 +273,7 @@ func (g *Gateway) accept(env *envelope.Envelope) (*store.Record, error) {
 		event = "taken" // from the broker, into this host's store
 	}
 	g.audit.Message(event, env, 0, "")
+	g.metrics.Accepted(env.Kind)
 	g.crashAt("after-accept")
 	if b := g.box(env.Recipient.Gid); b != nil {
 		b.notify()

@@ -47,6 +47,8 @@ type Store struct {
 	failed  atomic.Uint64 // first log record the syncer could not write (0: none)
 	failErr atomic.Pointer[error]
 
+	flushHook atomic.Pointer[func(time.Duration)] // OnFlush (stats.go); nil: none
+
 	// owned by the committer
 	tx        *bolt.Tx
 	lsn       uint64    // last log record handed to the syncer
@@ -519,7 +521,12 @@ func (s *Store) syncBatch(batch []*flush) {
 		case s.failed.Load() != 0:
 			err = *s.failErr.Load()
 		case len(buf) > 0:
-			if err = s.log.write(buf); err == nil {
+			start := time.Now()
+			err = s.log.write(buf)
+			if f := s.flushHook.Load(); f != nil {
+				(*f)(time.Since(start))
+			}
+			if err == nil {
 				s.durable.Store(last)
 			} else {
 				for _, f := range batch[from:to] {
