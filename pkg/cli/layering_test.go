@@ -137,7 +137,7 @@ func TestShortCommandsStayLight(t *testing.T) {
 		"github.com/fleetd/fleet/pkg/broker",
 		"go.etcd.io/bbolt",
 		"github.com/rabbitmq/amqp091-go",
-		"github.com/olekukonko/tablewriter", // only fleet-roster and fleet-trace render tables (pkg/cli/table)
+		"github.com/olekukonko/tablewriter",   // only fleet-roster and fleet-trace render tables (pkg/cli/table)
 		"github.com/prometheus/client_golang", // only fleet-gw serves metrics (pkg/metrics)
 		"github.com/fleetd/fleet/pkg/metrics",
 	} {

@@ -238,12 +238,15 @@ func kindLabel(k envelope.Kind) string {
 // each maps to. Kept in one place so a new reason is added here, not
 // discovered as "other" on a dashboard.
 var deadPrefixes = []struct{ prefix, label string }{
-	{"expired", "expired"},                 // its TTL passed before delivery
-	{"sender host ", "untrusted"},          // its host left the trust file since it was admitted
-	{"uncertain", "uncertain"},             // an injection cut by a crash or an unsure adapter
-	{"delivery failed", "delivery_failed"}, // inject attempts used up
-	{"recipient left", "recipient_left"},   // its recipient left the fleet
-	{"inbox full", "inbox_full"},           // the broker refused it: the remote inbox is full
+	{"expired in the broker", "expired_in_broker"},   // in a broker inbox, told to its sender (gateway/deaths.go)
+	{"rejected in the broker", "rejected_in_broker"}, // likewise
+	{"dropped by the broker", "dropped_by_broker"},   // likewise
+	{"expired", "expired"},                           // its TTL passed before delivery
+	{"sender host ", "untrusted"},                    // its host left the trust file since it was admitted
+	{"uncertain", "uncertain"},                       // an injection cut by a crash or an unsure adapter
+	{"delivery failed", "delivery_failed"},           // inject attempts used up
+	{"recipient left", "recipient_left"},             // its recipient left the fleet
+	{"inbox full", "inbox_full"},                     // the broker refused it: the remote inbox is full
 }
 
 var deadReasons = func() []string {
