@@ -180,12 +180,40 @@ func connect(c *cli.Context) (*session, error) {
 			return nil, err
 		}
 	}
-	cl, err := api.Dial(cfg.Socket)
+	cl, err := DialGateway(cfg)
 	if err != nil {
 		return nil, err
 	}
 	cl.Token = token
 	return &session{cfg: cfg, client: cl}, nil
+}
+
+// DialGateway connects to the gateway of cfg. A socket that was guessed
+// (no flag, FLEET_SOCKET or config key) and has no gateway is not the end:
+// the gateway records its socket in its state folder, where a command
+// started without XDG_RUNTIME_DIR (cron) finds it. "No gateway" names
+// every place looked at.
+func DialGateway(cfg *config.Config) (*api.Client, error) {
+	cl, err := api.Dial(cfg.Socket)
+	if err == nil || cfg.SocketSet || fault.KindOf(err) != fault.KindNoGateway {
+		return cl, err
+	}
+	record := config.SocketRecord(cfg.StateDir)
+	looked := []string{cfg.Socket}
+	switch rec := config.RecordedSocket(cfg.StateDir); {
+	case rec == "":
+		looked = append(looked, "no socket recorded in "+record)
+	case rec == cfg.Socket:
+		looked = append(looked, "the same recorded in "+record)
+	default:
+		cl, rerr := api.Dial(rec)
+		if rerr == nil || fault.KindOf(rerr) != fault.KindNoGateway {
+			return cl, rerr
+		}
+		looked = append(looked, rec+" (recorded in "+record+")")
+	}
+	return nil, fault.New(fault.Unavailable, fault.KindNoGateway, "no gateway running: looked at %s", strings.Join(looked, ", ")).
+		WithHint("start one with: fleet-gw run (or set FLEET_SOCKET to a running gateway's socket)")
 }
 
 // asName returns --as NAME ("" when not given), refusing anything but an

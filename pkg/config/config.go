@@ -23,7 +23,11 @@ type Config struct {
 	Host     string // host id; default: the hostname
 	StateDir string // durable state: store, credentials, audit log
 	Socket   string // the gateway's local socket
-	File     string // config file that was read, if any
+	// SocketSet: Socket was given (flag, environment, config file), not
+	// guessed; a client that finds no gateway at a guessed socket also
+	// tries the one the gateway recorded (RecordedSocket).
+	SocketSet bool
+	File      string // config file that was read, if any
 
 	MaxBody          int           // body limit in bytes
 	DeliveryAttempts int           // inject attempts before dead-lettering
@@ -206,6 +210,7 @@ func load(lookup Lookup, configPath string, client bool) (*Config, error) {
 	c.Host = str("host", host)
 	c.StateDir = str("state-dir", defaultStateDir())
 	c.Socket = str("socket", defaultSocket(c.StateDir))
+	_, c.SocketSet = get("socket")
 	c.MaxBody = num("max-body", 1<<20)
 	c.DeliveryAttempts = num("delivery-attempts", 5)
 	c.RetryBase = dur("retry-base", time.Second)
@@ -298,6 +303,25 @@ func defaultStateDir() string {
 		return filepath.Join(home, ".local", "state", "fleet")
 	}
 	return filepath.Join(os.TempDir(), "fleet-state")
+}
+
+// SocketRecord is the file in the state folder where a running gateway
+// records its socket's path: a command started without XDG_RUNTIME_DIR
+// (cron, a service, ssh without a session) guesses another default socket
+// than a gateway started in a login session, and finds it there.
+func SocketRecord(stateDir string) string { return filepath.Join(stateDir, "socket") }
+
+// RecordedSocket is the socket a gateway on stateDir recorded ("" if none).
+func RecordedSocket(stateDir string) string {
+	b, err := os.ReadFile(SocketRecord(stateDir))
+	if err != nil {
+		return ""
+	}
+	p := strings.TrimSpace(string(b))
+	if !filepath.IsAbs(p) || strings.ContainsAny(p, "\x00\n") {
+		return ""
+	}
+	return p
 }
 
 func defaultSocket(stateDir string) string {

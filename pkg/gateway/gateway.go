@@ -252,6 +252,7 @@ func (g *Gateway) shutdown() {
 	}
 	g.stopHard()
 	_ = os.Remove(g.cfg.Socket)
+	_ = os.Remove(config.SocketRecord(g.cfg.StateDir))
 	g.closeState()
 	g.log.Info("gateway stopped")
 }
@@ -410,6 +411,12 @@ func (g *Gateway) listen() error {
 	}
 	ln.(*net.UnixListener).SetUnlinkOnClose(false)
 	g.ln = ln
+	// where commands that guess another default socket find this one
+	// (config.RecordedSocket); best effort: a command can still be told
+	abs, _ := filepath.Abs(path)
+	if err := os.WriteFile(config.SocketRecord(g.cfg.StateDir), []byte(abs+"\n"), 0o600); err != nil {
+		g.log.Warn("socket path not recorded in the state folder: commands without XDG_RUNTIME_DIR need FLEET_SOCKET", "err", err)
+	}
 	return nil
 }
 

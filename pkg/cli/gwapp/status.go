@@ -32,7 +32,7 @@ func statusCommand(app *ucli.App) *ucli.Command {
 			if err != nil {
 				return err
 			}
-			client, err := api.Dial(cfg.Socket)
+			client, err := cli.DialGateway(cfg)
 			if err != nil {
 				return err
 			}
