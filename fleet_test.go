@@ -109,6 +109,9 @@ func setup(env *testscript.Env) error {
 	env.Setenv("XDG_RUNTIME_DIR", "")
 	env.Setenv("FLEET_HOST", "h1")
 	env.Setenv("FLEET_STATE_DIR", work+"/state")
+	if wd, err := os.Getwd(); err == nil {
+		env.Setenv("REPO", wd) // the repository: scripts/ shipped with fleet
+	}
 	env.Setenv("FLEET_SOCKET", work+"/gw.sock")
 	env.Setenv("FLEET_RETRY_BASE", "50ms")
 	env.Setenv("FLEET_RETRY_MAX", "200ms")

@@ -17,17 +17,20 @@ func TestInterspersedSend(t *testing.T) {
 	}{
 		{"program only", []string{"fleet-send"}, []string{"fleet-send"}},
 		{"no args at all", []string{}, []string{}},
-		{"bool flag after text",
+		{"a flag after the text is text",
 			[]string{"fleet-send", "bob", "hi", "--json"},
-			[]string{"fleet-send", "--json", "--", "bob", "hi"}},
+			[]string{"fleet-send", "--", "bob", "hi", "--json"}},
+		{"flags after the text stay text, in order",
+			[]string{"fleet-send", "bob", "fix", "this", "--wait", "--as", "alice"},
+			[]string{"fleet-send", "--", "bob", "fix", "this", "--wait", "--as", "alice"}},
 		{"flag value stays with its flag",
-			[]string{"fleet-send", "bob", "hi", "--as", "alice", "there"},
+			[]string{"fleet-send", "bob", "--as", "alice", "hi", "there"},
 			[]string{"fleet-send", "--as", "alice", "--", "bob", "hi", "there"}},
 		{"flag=value form",
 			[]string{"fleet-send", "bob", "--as=alice", "hi"},
 			[]string{"fleet-send", "--as=alice", "--", "bob", "hi"}},
 		{"single dash flag with value",
-			[]string{"fleet-send", "bob", "hi", "-as", "alice"},
+			[]string{"fleet-send", "bob", "-as", "alice", "hi"},
 			[]string{"fleet-send", "-as", "alice", "--", "bob", "hi"}},
 		{"bool flag does not take the next word",
 			[]string{"fleet-send", "bob", "--json", "hi"},
@@ -35,8 +38,8 @@ func TestInterspersedSend(t *testing.T) {
 		{"flags already in front",
 			[]string{"fleet-send", "--json", "--socket", "/s", "bob", "hi"},
 			[]string{"fleet-send", "--json", "--socket", "/s", "--", "bob", "hi"}},
-		{"several flags in between",
-			[]string{"fleet-send", "bob", "--socket", "/run/gw.sock", "hello", "--json", "world", "--as", "alice"},
+		{"several flags between recipient and text",
+			[]string{"fleet-send", "bob", "--socket", "/run/gw.sock", "--json", "--as", "alice", "hello", "world"},
 			[]string{"fleet-send", "--socket", "/run/gw.sock", "--json", "--as", "alice", "--", "bob", "hello", "world"}},
 		{"everything after -- is text, in order",
 			[]string{"fleet-send", "bob", "--json", "--", "--as", "x", "-", "--json", "y"},
@@ -56,9 +59,12 @@ func TestInterspersedSend(t *testing.T) {
 		{"reply-to takes a value",
 			[]string{"fleet-send", "thanks", "--reply-to", "m-1", "a", "lot"},
 			[]string{"fleet-send", "--reply-to", "m-1", "--", "thanks", "a", "lot"}},
-		{"unknown flag moves in front, to be refused",
-			[]string{"fleet-send", "bob", "hi", "-x"},
+		{"unknown flag before the text moves in front, to be refused",
+			[]string{"fleet-send", "bob", "-x", "hi"},
 			[]string{"fleet-send", "-x", "--", "bob", "hi"}},
+		{"a reply has no recipient: its text begins at once",
+			[]string{"fleet-send", "--reply-to", "m-1", "thanks", "--json"},
+			[]string{"fleet-send", "--reply-to", "m-1", "--", "thanks", "--json"}},
 		{"flags only",
 			[]string{"fleet-send", "--status", "m-1", "--json"},
 			[]string{"fleet-send", "--status", "m-1", "--json"}},
@@ -112,21 +118,22 @@ func runSendParsed(t *testing.T, args []string, reorder bool) sendCall {
 	return got
 }
 
-func TestSendFlagsAfterTextAreRead(t *testing.T) {
-	args := []string{"fleet-send", "bob", "hi", "--json", "--as", "alice", "there"}
-
-	// The trap being avoided: urfave/cli alone takes the flags as text.
-	raw := runSendParsed(t, args, false)
-	if raw.json || raw.as != "" {
-		t.Fatalf("urfave/cli read flags after a positional argument by itself (%+v): this test no longer exercises interspersed", raw)
-	}
-
-	got := runSendParsed(t, args, true)
+// After the recipient, the text: a known flag is read only before it
+// ("fleet-send bob fix this --wait" sends "fix this --wait" and does not
+// wait); "--" still ends the flags; an unknown flag before the text is
+// refused.
+func TestSendTextAfterRecipient(t *testing.T) {
+	got := runSendParsed(t, []string{"fleet-send", "bob", "--json", "--as", "alice", "hi", "--json", "there"}, true)
 	if got.parseErr != nil || !got.ran {
 		t.Fatalf("Run: %v", got.parseErr)
 	}
-	if !got.json || got.as != "alice" || !slices.Equal(got.args, []string{"bob", "hi", "there"}) {
-		t.Errorf("parsed %+v, want json, as alice, args [bob hi there]", got)
+	if !got.json || got.as != "alice" || !slices.Equal(got.args, []string{"bob", "hi", "--json", "there"}) {
+		t.Errorf("parsed %+v, want json, as alice, args [bob hi --json there]", got)
+	}
+
+	got = runSendParsed(t, []string{"fleet-send", "bob", "fix", "this", "--wait"}, true)
+	if got.parseErr != nil || !slices.Equal(got.args, []string{"bob", "fix", "this", "--wait"}) {
+		t.Errorf("a flag after the text: parsed %+v", got)
 	}
 
 	got = runSendParsed(t, []string{"fleet-send", "bob", "--", "--json", "-", "-x"}, true)
@@ -139,9 +146,9 @@ func TestSendFlagsAfterTextAreRead(t *testing.T) {
 		t.Errorf("lone dash: parsed %+v", got)
 	}
 
-	got = runSendParsed(t, []string{"fleet-send", "bob", "hi", "-x"}, true)
+	got = runSendParsed(t, []string{"fleet-send", "bob", "-x", "hi"}, true)
 	if got.parseErr == nil || got.ran {
-		t.Errorf("an unknown flag after the text was not refused: %+v", got)
+		t.Errorf("an unknown flag before the text was not refused: %+v", got)
 	}
 }
 
@@ -150,8 +157,8 @@ func TestSendFlagsAfterTextAreRead(t *testing.T) {
 // urfave/cli then takes "--" as the flag's value.
 func TestDanglingValueFlagIsRefused(t *testing.T) {
 	for _, args := range [][]string{
-		{"fleet-send", "bob", "hi", "--as"},
-		{"fleet-send", "bob", "hi", "--reply-to"},
+		{"fleet-send", "bob", "--as"},
+		{"fleet-send", "--reply-to"},
 		{"fleet-send", "bob", "--status"},
 	} {
 		got := runSendParsed(t, args, true)
@@ -163,7 +170,7 @@ func TestDanglingValueFlagIsRefused(t *testing.T) {
 
 func TestWantsJSONStopsAtDoubleDash(t *testing.T) {
 	for args, want := range map[string]bool{
-		"fleet-send bob hi --json":    true,
+		"fleet-send --json bob hi":    true,
 		"fleet-send -json bob hi":     true,
 		"fleet-send bob -- hi --json": false,
 		"fleet-send bob hi":           false,

@@ -47,7 +47,8 @@ func Main(app *cli.App, args []string) int {
 		<-ctx.Done()
 		stop()
 	}()
-	err := app.RunContext(ctx, interspersed(app, args))
+	ordered := interspersed(app, args)
+	err := app.RunContext(ctx, ordered)
 	if err == nil {
 		return 0
 	}
@@ -60,7 +61,8 @@ func Main(app *cli.App, args []string) int {
 		// complaint about the command line (a missing required flag, say).
 		err = fault.New(fault.Usage, fault.KindUsage, "%s", libraryMessage(err)).WithHint("see: %s --help", app.Name)
 	}
-	Report(stderr, app.Name, err, wantsJSON(args))
+	betterHint(app, err)
+	Report(stderr, app.Name, err, wantsJSON(ordered))
 	return int(fault.CodeOf(err))
 }
 
@@ -72,13 +74,17 @@ func isFault(err error) bool {
 // Report writes err the house way, its message as written: the writers of
 // messages keep the rule (lowercase, no period), so a name such as Alice or
 // a kind such as SPAWN_RESULT is never altered here.
+//
+// Under --json, stderr carries the JSON error object alone: a program
+// reading it needs no line filter.
 func Report(w io.Writer, name string, err error, asJSON bool) {
+	if asJSON {
+		json.NewEncoder(w).Encode(map[string]any{"error": api.FromFault(err)})
+		return
+	}
 	fmt.Fprintf(w, "%s: error: %s\n", name, err.Error())
 	if h := fault.HintOf(err); h != "" {
 		fmt.Fprintf(w, "%s: hint: %s\n", name, h)
-	}
-	if asJSON {
-		json.NewEncoder(w).Encode(map[string]any{"error": api.FromFault(err)})
 	}
 }
 

@@ -17,12 +17,19 @@ import (
 // NewSendApp is fleet-send.
 func NewSendApp() *cli.App {
 	app := newApp("fleet-send", "send a message to an entity, or reply to one")
+	// the recipient, then the text; a reply or an answer has no recipient
+	takesText(app, func(seen map[string]bool) int {
+		if seen["reply-to"] || seen["answer"] || seen["r"] {
+			return 0
+		}
+		return 1
+	})
 	app.UsageText = "fleet-send [options] NAME|NAME@HOST|GID [TEXT...|-]\n" +
 		"fleet-send [options] --reply-to MSGID [TEXT...|-]\n" +
 		"fleet-send [options] --answer ASK_ID [TEXT...|-]\n" +
 		"fleet-send [options] --status MSGID\n" +
 		"fleet-send [options] --wait-reply MSGID"
-	app.Description = "Sends TEXT (the arguments joined by spaces; stdin when there are none or TEXT is -) " +
+	app.Description = textRuleDoc + " " + "Sends TEXT (the arguments joined by spaces; stdin when there are none or TEXT is -) " +
 		"as the caller's entity, whose credential comes from FLEET_TOKEN or --as NAME. " +
 		"Prints the msg id and the trace id once the message is stored durably at its recipient's gateway."
 	app.Flags = append(connFlags(), jsonFlag(), asFlag(),

@@ -2,7 +2,9 @@ package gateway
 
 import (
 	"fmt"
+	"github.com/fleetd/fleet/pkg/near"
 	"slices"
+	"sort"
 	"sync"
 
 	"github.com/fleetd/fleet/pkg/api"
@@ -75,7 +77,7 @@ func (g *Gateway) broadcast(req *api.Request) (*api.Response, error) {
 	resp := &api.Response{Sent: sent, Count: local}
 	if g.br == nil {
 		if local == 0 {
-			return nil, fault.New(fault.NoRecipient, fault.KindUnknownRecipient, "no members of %s on this host", sent.Recipient)
+			return nil, g.nearGroup(group, fault.New(fault.NoRecipient, fault.KindUnknownRecipient, "no members of %s on this host", sent.Recipient))
 		}
 		return resp, nil
 	}
@@ -88,7 +90,7 @@ func (g *Gateway) broadcast(req *api.Request) (*api.Response, error) {
 		if local > 0 {
 			return resp, nil // members here only
 		}
-		return nil, fault.New(fault.NoRecipient, fault.KindUnknownRecipient, "no members of %s on any host", sent.Recipient)
+		return nil, g.nearGroup(group, fault.New(fault.NoRecipient, fault.KindUnknownRecipient, "no members of %s on any host", sent.Recipient))
 	case fault.KindOf(err) == fault.KindInboxFull:
 		// reject-publish nacks the whole publish when any one bound inbox
 		// is full; every other inbox has its copy (a retry's copies are
@@ -146,4 +148,31 @@ func (g *Gateway) setGroups(req *api.Request) (*api.Response, error) {
 	g.announceEntity(gid)
 	row := g.row(*e, nil)
 	return &api.Response{Entity: &row}, nil
+}
+
+// nearGroup adds to e the known group nearest a group with no members.
+func (g *Gateway) nearGroup(group string, e *fault.Error) *fault.Error {
+	seen := map[string]bool{}
+	var groups []string
+	add := func(gs []string) {
+		for _, x := range gs {
+			if !seen[x] {
+				seen[x] = true
+				groups = append(groups, x)
+			}
+		}
+	}
+	for _, b := range g.reg.Members("all") {
+		add(b.snapshot().Groups)
+	}
+	if g.br != nil {
+		for _, r := range g.remoteRows() {
+			add(r.Groups)
+		}
+	}
+	sort.Strings(groups)
+	if n := near.Closest(group, groups); n != "" {
+		return e.WithHint("did you mean --group %s? (fleet-roster lists the groups)", n)
+	}
+	return e.WithHint("fleet-roster lists each entity's groups")
 }

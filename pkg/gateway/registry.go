@@ -54,6 +54,17 @@ func (r *registry) Named(name string) (string, bool) {
 	return gid, ok
 }
 
+// Names are the names of the local entities.
+func (r *registry) Names() []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]string, 0, len(r.byName))
+	for n := range r.byName {
+		out = append(out, n)
+	}
+	return out
+}
+
 // ByName returns the mailbox of the entity called name, or nil.
 func (r *registry) ByName(name string) *mailbox {
 	r.mu.RLock()

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sort"
 	"strings"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/fleetd/fleet/pkg/envelope"
 	"github.com/fleetd/fleet/pkg/fault"
 	"github.com/fleetd/fleet/pkg/ident"
+	"github.com/fleetd/fleet/pkg/near"
 	"github.com/fleetd/fleet/pkg/store"
 )
 
@@ -59,8 +61,11 @@ func (g *Gateway) resolve(to string) (target, error) {
 			return target{}, fault.New(fault.NoRecipient, fault.KindUnknownRecipient,
 				"no recipient %s: host %s is not this host and no broker is configured", to, host)
 		}
-		return target{}, fault.New(fault.NoRecipient, fault.KindUnknownRecipient, "no recipient named %s", to).
-			WithHint("list entities with: fleet-roster")
+		e := fault.New(fault.NoRecipient, fault.KindUnknownRecipient, "no recipient named %s", to)
+		if n := g.nearName(name, host); n != "" {
+			return target{}, e.WithHint("did you mean %s? (list entities with: fleet-roster)", n)
+		}
+		return target{}, e.WithHint("list entities with: fleet-roster")
 	}
 	var cands []string
 	if local != nil {
@@ -71,6 +76,33 @@ func (g *Gateway) resolve(to string) (target, error) {
 	}
 	return target{}, fault.New(fault.Usage, fault.KindAmbiguous, "%s is ambiguous: %s", to, strings.Join(cands, ", ")).
 		WithHint("name one as NAME@HOST, or use its gid")
+}
+
+// nearName is the known entity name nearest a mistyped one ("" if none
+// is near): as NAME when it lives here, NAME@HOST when elsewhere.
+func (g *Gateway) nearName(name, host string) string {
+	cands := map[string]string{} // name -> as it is suggested
+	if host == "" || host == g.cfg.Host {
+		for _, n := range g.reg.Names() {
+			cands[n] = n
+		}
+	}
+	if g.br != nil {
+		for _, r := range g.remoteRows() {
+			if _, here := cands[r.Name]; !here && r.Status != "untrusted" && (host == "" || r.Host == host) {
+				cands[r.Name] = r.Name + "@" + r.Host
+			}
+		}
+	}
+	names := make([]string, 0, len(cands))
+	for n := range cands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	if n := near.Closest(name, names); n != "" {
+		return cands[n]
+	}
+	return ""
 }
 
 // send accepts one message: who sends it comes from the credential, never

@@ -163,7 +163,7 @@ func readFilter(c *ucli.Context, ids bool) (*filter, error) {
 			f.ids[a] = true
 		}
 	} else if c.NArg() > 0 {
-		return nil, fleetcli.Usage("unexpected argument %q", c.Args().First())
+		return nil, fleetcli.UnknownCommand(c.App, c.Args().First())
 	}
 	return f, nil
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/fleetd/fleet/pkg/api"
 	fleetcli "github.com/fleetd/fleet/pkg/cli"
 	"github.com/fleetd/fleet/pkg/cli/table"
+	"github.com/fleetd/fleet/pkg/fault"
 	ucli "github.com/urfave/cli/v2"
 )
 
@@ -27,7 +28,8 @@ func NewRosterApp() *ucli.App {
 		"fleet-roster leave NAME\n" +
 		"fleet-roster status busy|idle\n" +
 		"fleet-roster group NAME [--add G ...] [--remove G ...]\n" +
-		"fleet-roster dead [NAME]"
+		"fleet-roster dead [NAME]\n" +
+		"fleet-roster whoami"
 	app.Flags = append(fleetcli.ConnFlags(), append(listFlags(), fleetcli.JSONFlag())...)
 	list := &ucli.Command{
 		Name:   "list",
@@ -67,6 +69,12 @@ func NewRosterApp() *ucli.App {
 			ArgsUsage: "busy|idle",
 			Flags:     []ucli.Flag{fleetcli.JSONFlag(), fleetcli.AsFlag()},
 			Action:    runSetStatus,
+		},
+		{
+			Name:   "whoami",
+			Usage:  "the caller's own row (name, gid, host, mode, status, pending): no side effect",
+			Flags:  []ucli.Flag{fleetcli.JSONFlag(), fleetcli.AsFlag()},
+			Action: runWhoami,
 		},
 		{
 			Name:      "group",
@@ -141,7 +149,7 @@ func oneArg(c *ucli.Context, what string) (string, error) {
 
 func runList(c *ucli.Context) error {
 	if c.NArg() > 0 {
-		return fleetcli.Usage("unknown command %q", c.Args().First()).WithHint("see: fleet-roster --help")
+		return fleetcli.UnknownCommand(c.App, c.Args().First())
 	}
 	s, err := fleetcli.Connect(c)
 	if err != nil {
@@ -376,6 +384,30 @@ func runSetStatus(c *ucli.Context) error {
 	if c.Bool("json") {
 		return fleetcli.PrintJSON(c.App.Writer, resp.Entity)
 	}
+	return nil
+}
+
+func runWhoami(c *ucli.Context) error {
+	if c.NArg() > 0 {
+		return fleetcli.Usage("fleet-roster whoami takes no arguments, got %q", c.Args().First())
+	}
+	s, err := fleetcli.Connect(c)
+	if err != nil {
+		return err
+	}
+	defer s.Client.Close()
+	resp, err := s.Client.Call(&api.Request{Op: api.OpWhoami})
+	if err != nil {
+		return err
+	}
+	e := resp.Entity
+	if e == nil {
+		return fault.New(fault.Software, fault.KindProtocol, "the gateway sent no entity")
+	}
+	if jsonOut(c) {
+		return fleetcli.PrintJSON(c.App.Writer, e)
+	}
+	fmt.Fprintf(c.App.Writer, "%s@%s %s %s %s\n", e.Name, e.Host, e.Gid, e.Mode, e.Status)
 	return nil
 }
 
