@@ -36,7 +36,8 @@ _fleet_dlq() {
     case $cmd:$prev in
     :--socket|:--config|:--broker-ca|list:--socket|list:--config|list:--broker-ca|show:--socket|show:--config|show:--broker-ca|replay:--socket|replay:--config|replay:--broker-ca|purge:--socket|purge:--config|purge:--broker-ca) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return 0 ;;
     :--state-dir|list:--state-dir|show:--state-dir|replay:--state-dir|purge:--state-dir) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -d -- "$cur"); return 0 ;;
-    :--broker|:--reason|:--to|:--from|:--since|:--host|list:--reason|list:--to|list:--from|list:--since|list:--host|list:--broker|show:--broker|replay:--reason|replay:--to|replay:--from|replay:--since|replay:--host|replay:--broker|purge:--reason|purge:--to|purge:--from|purge:--since|purge:--host|purge:--broker) COMPREPLY=(); return 0 ;; # free text
+    :--to|:--from|list:--to|list:--from|replay:--to|replay:--from|purge:--to|purge:--from) mapfile -t COMPREPLY < <(compgen -W "$(fleet-roster --json 2>/dev/null | sed -n 's/.*"name":"\([^"]*\)".*"host":"\([^"]*\)".*/\1 \1@\2/p')" -- "$cur"); return 0 ;;
+    :--broker|:--reason|:--since|:--host|list:--reason|list:--since|list:--host|list:--broker|show:--broker|replay:--reason|replay:--since|replay:--host|replay:--broker|purge:--reason|purge:--since|purge:--host|purge:--broker) COMPREPLY=(); return 0 ;; # free text
     esac
     if [[ $cur == -* ]]; then
         case $cmd in

@@ -37,7 +37,8 @@ _fleet_roster() {
     :--socket|:--config|list:--socket|list:--config|join:--socket|join:--config|leave:--socket|leave:--config|status:--socket|status:--config|whoami:--socket|whoami:--config|group:--socket|group:--config|dead:--socket|dead:--config) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return 0 ;;
     :--state-dir|list:--state-dir|join:--state-dir|leave:--state-dir|status:--state-dir|whoami:--state-dir|group:--state-dir|dead:--state-dir) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -d -- "$cur"); return 0 ;;
     join:--exec|join:--nudge) mapfile -t COMPREPLY < <(compgen -c -- "$cur"); return 0 ;;
-    :--host|:--group|list:--host|list:--group|join:--tmux-target|join:--group|status:--as|whoami:--as|group:--add|group:--remove) COMPREPLY=(); return 0 ;; # free text
+    status:--as|whoami:--as) mapfile -t COMPREPLY < <(compgen -W "$(fleet-roster --json 2>/dev/null | sed -n 's/.*"name":"\([^"]*\)".*"host":"\([^"]*\)".*/\1 \1@\2/p')" -- "$cur"); return 0 ;;
+    :--host|:--group|list:--host|list:--group|join:--tmux-target|join:--group|group:--add|group:--remove) COMPREPLY=(); return 0 ;; # free text
     join:--mode) mapfile -t COMPREPLY < <(compgen -W 'pull inject' -- "$cur"); return 0 ;;
     esac
     if [[ $cur == -* ]]; then
@@ -55,7 +56,11 @@ _fleet_roster() {
     fi
     case $cmd in
         '') (( npos == 0 )) && mapfile -t COMPREPLY < <(compgen -W 'list join leave status whoami group dead' -- "$cur") ;;
+        join) (( npos == 0 )) && mapfile -t COMPREPLY < <(compgen -W "$(fleet-roster --json 2>/dev/null | sed -n 's/.*"name":"\([^"]*\)".*"host":"\([^"]*\)".*/\1 \1@\2/p')" -- "$cur") ;;
+        leave) (( npos == 0 )) && mapfile -t COMPREPLY < <(compgen -W "$(fleet-roster --json 2>/dev/null | sed -n 's/.*"name":"\([^"]*\)".*"host":"\([^"]*\)".*/\1 \1@\2/p')" -- "$cur") ;;
         status) (( npos == 0 )) && mapfile -t COMPREPLY < <(compgen -W 'busy idle' -- "$cur") ;;
+        group) (( npos == 0 )) && mapfile -t COMPREPLY < <(compgen -W "$(fleet-roster --json 2>/dev/null | sed -n 's/.*"name":"\([^"]*\)".*"host":"\([^"]*\)".*/\1 \1@\2/p')" -- "$cur") ;;
+        dead) (( npos == 0 )) && mapfile -t COMPREPLY < <(compgen -W "$(fleet-roster --json 2>/dev/null | sed -n 's/.*"name":"\([^"]*\)".*"host":"\([^"]*\)".*/\1 \1@\2/p')" -- "$cur") ;;
     esac
     return 0
 }

@@ -25,6 +25,9 @@ var valueKind = map[string]valueHint{
 	"exec":        {kind: "command"},
 	"nudge":       {kind: "command"},
 	"mode":        {words: []string{"pull", "inject"}},
+	"as":          {kind: "entity"},
+	"to":          {kind: "entity"},
+	"from":        {kind: "entity"},
 	"uncertain":   {words: []string{"hold", "reinject"}},
 }
 
@@ -121,6 +124,17 @@ func appArgs(app *ucli.App) string {
 
 var enumArgs = regexp.MustCompile(`^[a-z]+(\|[a-z]+)+$`)
 
+// entityArg is an argument usage whose first argument names an entity
+// ("NAME|NAME@HOST|GID [TEXT...|-]"): completed from the running gateway.
+var entityArg = regexp.MustCompile(`^\[?NAME(\||\]|$| )`)
+
+// The entities the running gateway knows (names, and name@host), for a
+// completion: fleet-roster's JSON lines, read with sed; nothing when no
+// gateway answers. One shell word list, for bash's compgen -W and zsh.
+const entityList = `$(fleet-roster --json 2>/dev/null | sed -n 's/.*"name":"\([^"]*\)".*"host":"\([^"]*\)".*/\1 \1@\2/p')`
+
+const bashEntities = entityList
+
 // argWords returns the fixed values of an argument usage such as
 // "busy|idle", or nil.
 func argWords(args string) []string {
@@ -195,12 +209,14 @@ func bashCompletion(app *ucli.App) string {
 	b.WriteString("    '<'|'>'|'>>') compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- \"$cur\"); return 0 ;;\n")
 	b.WriteString("    esac\n")
 	b.WriteString("    case $cmd:$prev in\n")
-	for _, kind := range []string{"file", "dir", "command", ""} {
+	for _, kind := range []string{"file", "dir", "command", "entity", ""} {
 		pats := levelPatterns(ls, func(f flagSpec) bool { return f.value && f.hint.words == nil && f.hint.kind == kind })
 		if pats == "" {
 			continue
 		}
 		switch kind {
+		case "entity":
+			fmt.Fprintf(&b, "    %s) mapfile -t COMPREPLY < <(compgen -W \"%s\" -- \"$cur\"); return 0 ;;\n", pats, bashEntities)
 		case "file":
 			fmt.Fprintf(&b, "    %s) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- \"$cur\"); return 0 ;;\n", pats)
 		case "dir":
@@ -245,6 +261,9 @@ func bashCompletion(app *ucli.App) string {
 		if words := argWords(l.args); words != nil {
 			argCases = append(argCases, fmt.Sprintf("        %s) (( npos == 0 )) && mapfile -t COMPREPLY < <(compgen -W '%s' -- \"$cur\") ;;\n",
 				caseLabel(l.cmd), strings.Join(words, " ")))
+		} else if entityArg.MatchString(l.args) {
+			argCases = append(argCases, fmt.Sprintf("        %s) (( npos == 0 )) && mapfile -t COMPREPLY < <(compgen -W \"%s\" -- \"$cur\") ;;\n",
+				caseLabel(l.cmd), bashEntities))
 		}
 	}
 	if len(argCases) > 0 {
@@ -375,6 +394,12 @@ func writeZshSpecs(b *strings.Builder, l level, indent string) {
 	switch {
 	case argWords(l.args) != nil:
 		spec = "1:" + msg + ":(" + strings.Join(argWords(l.args), " ") + ")"
+	case entityArg.MatchString(l.args) && strings.HasPrefix(l.args, "NAME") && strings.Contains(l.args, " "):
+		// the entity, then free words (the text)
+		fmt.Fprintf(b, " \\\n%s%s \\\n%s%s", indent, zshQuote("1:entity:("+entityList+")"), indent, zshQuote("*:text: "))
+		return
+	case entityArg.MatchString(l.args) && oneArg.MatchString(strings.Trim(l.args, "[]")):
+		spec = "1:entity:(" + entityList + ")"
 	case oneArg.MatchString(l.args):
 		spec = "1:" + msg + ": "
 	case optArg.MatchString(l.args):
@@ -435,6 +460,8 @@ func zshAction(h valueHint) string {
 		return "_files -/"
 	case h.kind == "command":
 		return "_cmdstring"
+	case h.kind == "entity":
+		return "(" + entityList + ")"
 	}
 	return " " // a message, no matches
 }
