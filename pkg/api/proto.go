@@ -288,7 +288,8 @@ type Record struct {
 	Kind      string    `json:"kind"`
 	TraceID   string    `json:"trace_id"`
 	State     string    `json:"state"`
-	Recipient string    `json:"recipient"`
+	Recipient string    `json:"recipient"`               // name@host, or the gid when the name is not known here
+	Gid       string    `json:"recipient_gid,omitempty"` // the recipient's gid
 	Attempts  int       `json:"attempts"`
 	Reason    string    `json:"reason,omitempty"`
 	Accepted  time.Time `json:"accepted"`

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/fleetd/fleet/pkg/api"
 	"github.com/urfave/cli/v2"
@@ -35,7 +36,7 @@ func NewBcastApp() *cli.App {
 		}
 		if c.Bool("json") {
 			return printJSON(c.App.Writer, map[string]any{
-				"msg_id": resp.Sent.MsgID, "trace_id": resp.Sent.TraceID, "recipient": resp.Sent.Recipient,
+				"msg_id": resp.Sent.MsgID, "trace_id": resp.Sent.TraceID, "group": strings.TrimPrefix(resp.Sent.Recipient, "broadcast."),
 				"local_members": resp.Count,
 			})
 		}

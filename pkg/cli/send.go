@@ -84,7 +84,7 @@ func runSend(c *cli.Context) error {
 		return waitUntil(c, s, resp.Sent.MsgID, until)
 	}
 	if c.Bool("json") {
-		return printJSON(c.App.Writer, resp.Sent)
+		return printJSON(c.App.Writer, sentOut(resp.Sent))
 	}
 	_, err = fmt.Fprintf(c.App.Writer, "%s %s\n", resp.Sent.MsgID, resp.Sent.TraceID)
 	return err
@@ -236,7 +236,7 @@ func waitUntil(c *cli.Context, s *session, id, state string) error {
 
 func printRecord(c *cli.Context, r *api.Record) error {
 	if c.Bool("json") {
-		return printJSON(c.App.Writer, r)
+		return printJSON(c.App.Writer, recordOut(r))
 	}
 	line := fmt.Sprintf("%s %s to %s, %d attempt(s)", r.MsgID, r.State, r.Recipient, r.Attempts)
 	if r.Reason != "" {

@@ -321,7 +321,7 @@ func (g *Gateway) apiRecord(r *store.Record) api.Record {
 	}
 	return api.Record{
 		MsgID: r.MsgID, Kind: string(r.Kind), TraceID: r.TraceID, State: r.State,
-		Recipient: rcpt, Attempts: r.Attempts, Reason: r.Reason, Accepted: r.Accepted, Done: r.Done,
+		Recipient: rcpt, Gid: r.Recipient, Attempts: r.Attempts, Reason: r.Reason, Accepted: r.Accepted, Done: r.Done,
 	}
 }
 

@@ -1,0 +1,69 @@
+package cli
+
+import (
+	"strings"
+	"time"
+
+	"github.com/fleetd/fleet/pkg/api"
+	"github.com/fleetd/fleet/pkg/ident"
+)
+
+// The JSON objects the short commands print (README: JSON output). An
+// entity is always {"gid","name","host"} — in messages (the envelope's
+// sender and recipient), in what a send returns and in a delivery state —
+// and a time is RFC 3339 with its zone.
+
+// Party is an entity reference in every JSON output.
+type Party struct {
+	Gid  string `json:"gid,omitempty"`
+	Name string `json:"name,omitempty"`
+	Host string `json:"host,omitempty"`
+}
+
+// partyOf builds the reference from a gid and a "name@host" (either may
+// be empty, or the second a gid); a gid names its host.
+func partyOf(gid, nameAtHost string) *Party {
+	p := &Party{Gid: gid}
+	if ident.IsGid(nameAtHost) {
+		p.Gid = nameAtHost
+	} else if name, host, ok := strings.Cut(nameAtHost, "@"); ok {
+		p.Name, p.Host = name, host
+	} else {
+		p.Name = nameAtHost
+	}
+	if p.Host == "" && ident.IsGid(p.Gid) {
+		p.Host = ident.GidHost(p.Gid)
+	}
+	return p
+}
+
+// sentJSON is what fleet-send --json and fleet-ask print once a message
+// is accepted.
+type sentJSON struct {
+	MsgID     string `json:"msg_id"`
+	TraceID   string `json:"trace_id"`
+	State     string `json:"state"`
+	Recipient *Party `json:"recipient"`
+}
+
+func sentOut(s *api.Sent) sentJSON {
+	return sentJSON{MsgID: s.MsgID, TraceID: s.TraceID, State: s.State, Recipient: partyOf(s.Gid, s.Recipient)}
+}
+
+// recordJSON is a message's delivery state (fleet-send --status, --until).
+type recordJSON struct {
+	MsgID     string    `json:"msg_id"`
+	Kind      string    `json:"kind"`
+	TraceID   string    `json:"trace_id"`
+	State     string    `json:"state"`
+	Recipient *Party    `json:"recipient"`
+	Attempts  int       `json:"attempts"`
+	Reason    string    `json:"reason,omitempty"`
+	Accepted  time.Time `json:"accepted"`
+	Done      time.Time `json:"done,omitzero"`
+}
+
+func recordOut(r *api.Record) recordJSON {
+	return recordJSON{MsgID: r.MsgID, Kind: r.Kind, TraceID: r.TraceID, State: r.State, Recipient: partyOf(r.Gid, r.Recipient),
+		Attempts: r.Attempts, Reason: r.Reason, Accepted: r.Accepted, Done: r.Done}
+}
