@@ -77,6 +77,9 @@ func run(c *ucli.Context) error {
 			UnsubscribeHandler: func(context.Context, *mcp.UnsubscribeRequest) error { return nil },
 		})
 	s.inbox = newWatcher(s)
+	// what waits at the start is the baseline: mail that comes before the
+	// first poll is a change too
+	s.inbox.last, s.inbox.known = Inbox{Messages: s.me.Pending, Asks: s.me.Asks}, true
 	defer s.inbox.close()
 	s.addTools()
 	s.addResources()
