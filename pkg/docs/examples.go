@@ -112,7 +112,7 @@ var examples = map[string][]example{
 		{"The same in an MCP client's JSON configuration, with the credential in the environment:",
 			`{"mcpServers": {"fleet": {"command": "fleet-mcp", "env": {"FLEET_TOKEN": "..."}}}}`},
 		{"List its tools from the command line with the MCP Inspector (from the npm registry):",
-			"npx @modelcontextprotocol/inspector --cli --method tools/list fleet-mcp --as main"},
+			"npx @modelcontextprotocol/inspector --cli --method tools/list -- fleet-mcp --as main"},
 	},
 	"fleet-dlq": {
 		{"List this host's dead letters, and with an operator's broker login those in bridge.dlq too:",
