@@ -18,6 +18,7 @@ import (
 
 	"github.com/fleetd/fleet/pkg/api"
 	fleetcli "github.com/fleetd/fleet/pkg/cli"
+	"github.com/fleetd/fleet/pkg/config"
 	"github.com/fleetd/fleet/pkg/fault"
 	"github.com/fleetd/fleet/pkg/version"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -61,7 +62,7 @@ func run(c *ucli.Context) error {
 		return fault.New(fault.Refused, fault.KindNoCredential, "no credential: fleet-mcp serves one entity").
 			WithHint("set FLEET_TOKEN, or pass --as NAME for an entity registered on this host")
 	}
-	s := &server{socket: cfg.Socket, token: token}
+	s := &server{cfg: cfg, token: token}
 	// Checked before serving: an MCP client shows a server that failed to
 	// start, with its stderr, while a server that starts with a bad
 	// credential would only fail each tool call.
@@ -96,12 +97,12 @@ func run(c *ucli.Context) error {
 
 // server is one entity's MCP server.
 type server struct {
-	socket string
-	token  string
-	me     api.EntityRow // who the credential names, as of the start
-	gw     api.Hello     // the gateway's greeting: its host and body limit
-	mcp    *mcp.Server
-	inbox  *watcher
+	cfg   *config.Config
+	token string
+	me    api.EntityRow // who the credential names, as of the start
+	gw    api.Hello     // the gateway's greeting: its host and body limit
+	mcp   *mcp.Server
+	inbox *watcher
 }
 
 // hello checks the gateway and the credential, and learns who this is.
@@ -125,7 +126,7 @@ func (s *server) hello() error {
 // whole, tool calls may run at once, and a gateway restarted between calls
 // is simply dialed again.
 func (s *server) dial() (*api.Client, error) {
-	cl, err := api.Dial(s.socket)
+	cl, err := fleetcli.DialGateway(s.cfg) // the socket the gateway recorded, when the guessed one has none
 	if err != nil {
 		return nil, err
 	}
@@ -160,17 +161,20 @@ func toolError(err error, hint string) error {
 }
 
 // mcpHint is the gateway's hint, with the commands that have a tool here
-// named as that tool.
+// named as that tool (a "did you mean" in it kept).
 func mcpHint(err error) string {
-	switch fault.KindOf(err) {
-	case fault.KindUnknownRecipient:
-		return "list entities with the roster tool"
-	case fault.KindInboxBusy:
-		return "another fleet-recv or receive is draining this inbox; try again when it is done"
-	}
 	h := fault.HintOf(err)
-	if strings.Contains(h, "fleet-send --wait-reply") {
+	switch {
+	case fault.KindOf(err) == fault.KindInboxBusy:
+		return "another fleet-recv or receive is draining this inbox; try again when it is done"
+	case strings.Contains(h, "fleet-send --wait-reply"):
 		return "" // said by the tool itself, with wait_reply
 	}
-	return h
+	return toolHints.Replace(h)
 }
+
+var toolHints = strings.NewReplacer(
+	"list entities with: fleet-roster", "list entities with the roster tool",
+	"fleet-roster lists the groups", "the roster tool lists the groups",
+	"did you mean --group ", "did you mean group ",
+)

@@ -63,6 +63,12 @@ func TestToolErrorCarriesKindAndCode(t *testing.T) {
 	if got != want {
 		t.Fatalf("got %q, want %q", got, want)
 	}
+	err = fault.New(fault.NoRecipient, fault.KindUnknownRecipient, "no recipient named bobb").WithHint("did you mean bob? (list entities with: fleet-roster)")
+	got = toolError(err, "").Error()
+	want = "unknown_recipient (67): no recipient named bobb — hint: did you mean bob? (list entities with the roster tool)"
+	if got != want {
+		t.Fatalf("got %q, want %q", got, want)
+	}
 	got = toolError(fault.New(fault.TempFail, fault.KindTimeout, "no reply"), "wait again").Error()
 	if got != "timeout (75): no reply — hint: wait again" {
 		t.Fatalf("got %q", got)
