@@ -61,6 +61,9 @@ func TestScripts(t *testing.T) {
 	if _, err := exec.LookPath("tmux"); err != nil {
 		t.Fatal("tmux is required (make test installs it): ", err)
 	}
+	if _, err := os.Stat(filepath.Join(npmBin, "mcp-inspector")); err != nil {
+		t.Fatal("the MCP Inspector is required (make test installs it: scripts/test-deps.sh): ", err)
+	}
 	testscript.Run(t, testscript.Params{
 		Dir:   "testdata/script",
 		Setup: setup,
@@ -84,6 +87,7 @@ func TestScripts(t *testing.T) {
 			"expand":     cmdExpand,
 			"jsonlines":  cmdJSONLines,
 			"metrics":    cmdMetrics, // metrics_script_test.go
+			"mcp":        cmdMCP,     // mcp_test.go
 		},
 	})
 }
@@ -102,7 +106,7 @@ type gwProc struct {
 
 func setup(env *testscript.Env) error {
 	work := env.WorkDir
-	env.Setenv("PATH", binDir+string(os.PathListSeparator)+os.Getenv("PATH"))
+	env.Setenv("PATH", binDir+string(os.PathListSeparator)+npmBin+string(os.PathListSeparator)+os.Getenv("PATH"))
 	env.Setenv("HOME", work)
 	env.Setenv("XDG_CONFIG_HOME", work+"/.config")
 	env.Setenv("XDG_STATE_HOME", work+"/.state")
@@ -120,6 +124,7 @@ func setup(env *testscript.Env) error {
 	// each script gets its own tmux server
 	env.Setenv("TMUX_TMPDIR", work)
 	env.Setenv("TMUX", "")
+	setupMCP(env)
 	g := &gateways{procs: map[string]*gwProc{}}
 	env.Values["gw"] = g
 	env.Values["proxies"] = map[string]*proxy{}

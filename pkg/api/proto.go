@@ -266,6 +266,7 @@ type EntityRow struct {
 	Groups       []string  `json:"groups"`
 	Status       string    `json:"status"`
 	Pending      int       `json:"pending"`
+	Asks         int       `json:"asks_waiting,omitempty"` // whoami only: live asks waiting to be shown
 	Dead         int       `json:"dead"`
 	LastDelivery time.Time `json:"last_delivery,omitzero"`
 	LastSeen     time.Time `json:"last_seen,omitzero"` // remote rows: when their host was last heard

@@ -172,19 +172,9 @@ type session struct {
 // caller's credential (--as NAME, else FLEET_TOKEN). A missing credential
 // is not an error here: the gateway refuses the ops that need one.
 func connect(c *cli.Context) (*session, error) {
-	name, err := asName(c)
+	cfg, token, err := credential(c)
 	if err != nil {
 		return nil, err
-	}
-	cfg, err := config.LoadClient(flagLookup(c), configFlag(c))
-	if err != nil {
-		return nil, err
-	}
-	token := os.Getenv("FLEET_TOKEN")
-	if name != "" {
-		if token, err = ident.Load(cfg.StateDir, name); err != nil {
-			return nil, err
-		}
 	}
 	cl, err := DialGateway(cfg)
 	if err != nil {
@@ -220,6 +210,26 @@ func DialGateway(cfg *config.Config) (*api.Client, error) {
 	}
 	return nil, fault.New(fault.Unavailable, fault.KindNoGateway, "no gateway running: looked at %s", strings.Join(looked, ", ")).
 		WithHint("start one with: fleet-gw run (or set FLEET_SOCKET to a running gateway's socket)")
+}
+
+// credential loads the configuration and the caller's credential (--as
+// NAME, else FLEET_TOKEN; "" when neither is given).
+func credential(c *cli.Context) (*config.Config, string, error) {
+	name, err := asName(c)
+	if err != nil {
+		return nil, "", err
+	}
+	cfg, err := config.LoadClient(flagLookup(c), configFlag(c))
+	if err != nil {
+		return nil, "", err
+	}
+	token := os.Getenv("FLEET_TOKEN")
+	if name != "" {
+		if token, err = ident.Load(cfg.StateDir, name); err != nil {
+			return nil, "", err
+		}
+	}
+	return cfg, token, nil
 }
 
 // asName returns --as NAME ("" when not given), refusing anything but an
@@ -288,6 +298,11 @@ func Connect(c *cli.Context) (*Session, error) {
 	}
 	return &Session{Cfg: s.cfg, Client: s.client}, nil
 }
+
+// Credential loads the configuration and the caller's credential as
+// Connect does, without dialing: for a command that dials once per request
+// (fleet-mcp). The token is "" when neither --as nor FLEET_TOKEN gives one.
+func Credential(c *cli.Context) (*config.Config, string, error) { return credential(c) }
 
 // WaitNotice says on a terminal's stderr, after a second, what the
 // command waits for; call the function it returns when the wait is over.

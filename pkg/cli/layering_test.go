@@ -124,7 +124,11 @@ func importChain(graph map[string]listedPackage, from, target string) []string {
 // time is part of each send.
 func TestShortCommandsStayLight(t *testing.T) {
 	const self = "github.com/fleetd/fleet/pkg/cli"
-	graph := goListDeps(t, []string{self, "github.com/fleetd/fleet/pkg/cli/gwapp"})
+	const mcpapp = "github.com/fleetd/fleet/pkg/cli/mcpapp"
+	graph := goListDeps(t, []string{self, "github.com/fleetd/fleet/pkg/cli/gwapp", mcpapp})
+	if importChain(graph, mcpapp, "github.com/modelcontextprotocol/go-sdk") == nil {
+		t.Fatal("control failed: fleet-mcp does not appear to link the MCP SDK; the MCP check below would pass for nothing")
+	}
 	if importChain(graph, "github.com/fleetd/fleet/pkg/cli/gwapp", "github.com/fleetd/fleet/pkg/gateway") == nil {
 		t.Fatal("control failed: gwapp does not appear to import pkg/gateway; the dependency graph is not being read")
 	}
@@ -140,6 +144,9 @@ func TestShortCommandsStayLight(t *testing.T) {
 		"github.com/olekukonko/tablewriter",   // only fleet-roster and fleet-trace render tables (pkg/cli/table)
 		"github.com/prometheus/client_golang", // only fleet-gw serves metrics (pkg/metrics)
 		"github.com/fleetd/fleet/pkg/metrics",
+		"github.com/modelcontextprotocol/go-sdk", // only fleet-mcp serves MCP (pkg/cli/mcpapp)
+		"github.com/google/jsonschema-go",
+		mcpapp,
 	} {
 		if chain := importChain(graph, self, heavy); chain != nil {
 			t.Errorf("pkg/cli links %s: %s", heavy, strings.Join(chain, " -> "))

@@ -23,6 +23,7 @@ import (
 	"github.com/fleetd/fleet/pkg/cli"
 	"github.com/fleetd/fleet/pkg/cli/dlqapp"
 	"github.com/fleetd/fleet/pkg/cli/gwapp"
+	"github.com/fleetd/fleet/pkg/cli/mcpapp"
 	"github.com/fleetd/fleet/pkg/cli/rosterapp"
 	"github.com/fleetd/fleet/pkg/cli/traceapp"
 	"github.com/fleetd/fleet/pkg/config"
@@ -35,7 +36,7 @@ var Dirs = []string{"man", "completions"}
 
 // AllApps is every command's constructor: fleet-gw's and the short ones.
 func AllApps() []func() *ucli.App {
-	return append([]func() *ucli.App{gwapp.NewGatewayApp, rosterapp.NewRosterApp, dlqapp.NewDLQApp, traceapp.NewTraceApp}, cli.Apps...)
+	return append([]func() *ucli.App{gwapp.NewGatewayApp, rosterapp.NewRosterApp, dlqapp.NewDLQApp, traceapp.NewTraceApp, mcpapp.NewMCPApp}, cli.Apps...)
 }
 
 // Render returns every generated file, keyed by its slash-separated path

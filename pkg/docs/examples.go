@@ -106,6 +106,14 @@ var examples = map[string][]example{
 		{"Follow bob's inbox and print each body as it arrives:",
 			"fleet-recv --as bob --follow --json | jq -r .body"},
 	},
+	"fleet-mcp": {
+		{"Give Claude Code the fleet tools as the entity main (registered with fleet-roster join main --mode pull):",
+			"claude mcp add fleet -- fleet-mcp --as main"},
+		{"The same in an MCP client's JSON configuration, with the credential in the environment:",
+			`{"mcpServers": {"fleet": {"command": "fleet-mcp", "env": {"FLEET_TOKEN": "..."}}}}`},
+		{"List its tools from the command line with the MCP Inspector (from the npm registry):",
+			"npx @modelcontextprotocol/inspector --cli --method tools/list -- fleet-mcp --as main"},
+	},
 	"fleet-dlq": {
 		{"List this host's dead letters, and with an operator's broker login those in bridge.dlq too:",
 			"fleet-dlq list\nFLEET_DLQ_BROKER=amqps://fleet-op-ops%40fleet:PASS@broker:5671/fleet fleet-dlq list"},

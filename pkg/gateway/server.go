@@ -384,6 +384,9 @@ func (g *Gateway) dispatch(c *conn, req *api.Request) (*api.Response, error) {
 			return nil, err
 		}
 		row := g.row(b.snapshot(), nil)
+		// live asks are not in the store's pending count; fleet-mcp's
+		// new-mail check must see them too
+		row.Asks = len(b.liveHead(time.Now()))
 		return &api.Response{Entity: &row}, nil
 	case api.OpStatus:
 		return g.setStatus(req)
