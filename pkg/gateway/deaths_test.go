@@ -116,4 +116,34 @@ func TestCrossOverflowDeadAtSender(t *testing.T) {
 	if len(dead) != 1 || dead[0].Envelope == nil || dead[0].Envelope.Body != "one too many" {
 		t.Fatalf("h1's dead letters: %+v", dead)
 	}
+
+	// fleet-dlq replay while the inbox is still full: refused (75), and
+	// nothing new — no second dead letter, no second bounce; the dead
+	// letter stays to be replayed later
+	id := dead[0].Record.MsgID
+	_, err = h1.call("", &api.Request{Op: api.OpReplay, MsgID: id})
+	if fe := faultOf(t, err, fault.TempFail); fe.Kind != fault.KindInboxFull {
+		t.Fatalf("replay into a full inbox: %v (%s)", fe, fe.Kind)
+	}
+	if d := h1.must("", &api.Request{Op: api.OpDead}).Dead; len(d) != 1 || d[0].Record.MsgID != id {
+		t.Fatalf("after a refused replay, h1's dead letters: %+v", d)
+	}
+	// room again (h2 takes its inbox in): the replay is delivered, once
+	h2.start()
+	bob.collect("fills it")
+	r, err := h1.call("", &api.Request{Op: api.OpReplay, MsgID: id})
+	if err != nil || r.Sent.ReplayOf != id || r.Sent.Again {
+		t.Fatalf("replay: %+v %v", r, err)
+	}
+	// asked again: the same envelope once more, which bob's gateway drops
+	again, err := h1.call("", &api.Request{Op: api.OpReplay, MsgID: id})
+	if err != nil || !again.Sent.Again || again.Sent.MsgID != r.Sent.MsgID {
+		t.Fatalf("a second replay: %+v %v", again, err)
+	}
+	got = bob.collect("one too many")
+	if got[0].Envelope.ReplayOf != id || got[0].Envelope.MsgID != r.Sent.MsgID {
+		t.Fatalf("bob got %+v", got[0].Envelope)
+	}
+	alice.empty(bob) // no second bounce, nothing else
+	bob.empty(alice) // and bob got the replay once
 }

@@ -102,7 +102,8 @@ func (g *Gateway) replayEnv(orig *envelope.Envelope, deadKey string) (*api.Respo
 	}
 	state, err := g.deliverAgain(&n)
 	if err != nil {
-		if fault.CodeOf(err) == fault.NoRecipient {
+		if fault.KindOf(err) == fault.KindUnknownRecipient {
+			// a local recipient that left (a remote one: deliverAgain)
 			if derr := g.st.DropReplay(orig.MsgID); derr != nil {
 				g.log.Error("forgetting a replay that did not happen", "msg_id", orig.MsgID, "err", derr)
 			}
@@ -144,10 +145,33 @@ func (g *Gateway) deliverAgain(env *envelope.Envelope) (string, error) {
 		}
 		return rec.State, nil
 	}
-	if err := g.publish(env); err != nil {
-		return "", err
+	// not g.publish: a replay refused by a full inbox is not a new dead
+	// letter with a bounce — the dead letter it replays is still there
+	now := time.Now().UTC()
+	if err := g.st.RecordOutbound(env, now); err != nil {
+		return "", fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "could not record the replay").
+			WithHint("free space in the state folder %s", g.cfg.StateDir)
 	}
-	return store.Accepted, nil
+	g.audit.Message("published", env, 0, "replay of "+env.ReplayOf)
+	err := g.br.Publish(g.runCtx, env.Recipient.Gid, env, true)
+	switch kind := fault.KindOf(err); {
+	case err == nil:
+		g.audit.Message("confirmed", env, 0, "")
+		return store.Accepted, nil
+	case kind == fault.KindInboxFull || kind == fault.KindUnknownRecipient:
+		// refused for sure (nacked, or returned unroutable): nothing of
+		// this replay exists anywhere; a later one starts afresh
+		if derr := g.st.ForgetRecord(env.MsgID); derr != nil {
+			g.log.Error("forgetting a refused replay", "msg_id", env.MsgID, "err", derr)
+		}
+		if derr := g.st.DropReplay(env.ReplayOf); derr != nil {
+			g.log.Error("forgetting a refused replay", "replay_of", env.ReplayOf, "err", derr)
+		}
+	}
+	// otherwise the outcome is unknown (no confirm, a lost connection):
+	// the replay stays recorded, and the next replay sends the same
+	// envelope, which the recipient's dedup drops if it has it
+	return "", err
 }
 
 // resend sends a replay made before once more: a copy its recipient has
