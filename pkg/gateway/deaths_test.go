@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"context"
+	"encoding/base64"
 	"strings"
 	"testing"
 
@@ -64,9 +65,26 @@ func TestCrossDeathInBrokerInbox(t *testing.T) {
 	}
 	_ = d.Nack(false, true)
 
-	// h2 back: bob never gets it (it expired); a message taken there but
-	// not yet read stays accepted on h1 whatever a forged death says
+	// h2 back: bob never got it (it expired). Replayed twice — from
+	// bridge.dlq on h2 (bob's host: h1's signature proves it) and from
+	// h1's own dead letter — it reaches bob once: his store takes one
+	// replay per original message
 	h2.start()
+	sig, _ := base64.StdEncoding.DecodeString(d.Headers["fleet-sig"].(string))
+	r2, err := h2.call("", &api.Request{Op: api.OpReplay, Raw: d.Body, Sig: sig, SignedBy: "h1"})
+	if err != nil || r2.Sent.ReplayOf != s.MsgID {
+		t.Fatalf("replay on h2: %+v %v", r2, err)
+	}
+	r1, err := h1.call("", &api.Request{Op: api.OpReplay, MsgID: s.MsgID})
+	if err != nil || r1.Sent.ReplayOf != s.MsgID || r1.Sent.MsgID == r2.Sent.MsgID {
+		t.Fatalf("replay on h1: %+v %v", r1, err)
+	}
+	h2.waitLog("duplicate msg id: not stored again")
+	bob.collect("never taken")
+	bob.empty(alice)
+
+	// a message taken there but not yet read stays accepted on h1
+	// whatever a forged death says
 	s2 := alice.mustSend(bob.Gid, "taken on h2")
 	fake := envelope.New(envelope.Send, envelope.Party{Gid: alice.Gid, Name: "alice", Host: "h1"},
 		envelope.Party{Gid: bob.Gid, Name: "bob", Host: "h2"}, "taken on h2")

@@ -6,9 +6,13 @@ package gateway
 //
 // Once: the new envelope is recorded (the store's replays bucket, by the
 // dead letter's msg id) before it is sent, and every later replay of the
-// same dead letter sends that same envelope again — which the recipient's
-// dedup by msg id drops. A replay whose recipient is gone (67) is
-// forgotten, and the dead letter stays.
+// same dead letter on this host sends that same envelope again — which the
+// recipient's dedup by msg id drops. Across hosts (the sender's host
+// replays its copy, the recipient's host the one in bridge.dlq) the
+// recipient's store takes one replay per original msg id (store.Accept,
+// replay_of). A replay refused for sure (a full inbox, no route, a
+// recipient gone) is forgotten, and the dead letter stays; one that dies
+// later, like any message, is a dead letter again, with a bounce.
 //
 // Who may replay what: a dead letter of this host's store (its recipient
 // was here, or its sender was and the broker refused or killed it); one
@@ -31,6 +35,8 @@ import (
 
 // replay serves OpReplay.
 func (g *Gateway) replay(req *api.Request) (*api.Response, error) {
+	g.replayMu.Lock()
+	defer g.replayMu.Unlock()
 	if len(req.Raw) == 0 {
 		if prev := g.st.Replay(req.MsgID); prev != nil {
 			return g.resend(prev, req.MsgID)
@@ -61,6 +67,14 @@ func (g *Gateway) replay(req *api.Request) (*api.Response, error) {
 	}
 	if err := g.admit.signed(req.SignedBy, req.Raw, req.Sig, env); err != nil {
 		return nil, fault.New(fault.Refused, fault.KindNotAuthentic, "dead letter %s is not proven: %v", env.MsgID, err)
+	}
+	// a signed copy in bridge.dlq is not proof that the message died: a
+	// host that received it could have put it there. Replayed only when
+	// this host knows nothing else of it, or knows it dead.
+	if r, err := g.st.Record(store.Key(env)); err == nil && r.State != store.Dead {
+		return nil, fault.New(fault.Usage, fault.KindNotReplayable,
+			"message %s is %s on this host, not dead: its copy in bridge.dlq is not replayed", env.MsgID, r.State).
+			WithHint("purge the copy: fleet-dlq purge %s", env.MsgID)
 	}
 	if req.SignedBy != g.cfg.Host && g.box(env.Recipient.Gid) == nil {
 		return nil, fault.New(fault.Usage, fault.KindNotReplayable,

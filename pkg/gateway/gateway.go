@@ -57,15 +57,16 @@ type Gateway struct {
 	audit *audit.Log
 	br    *broker.Broker // nil: single-host mode
 
-	reg     *registry
-	rdv     *rendezvous
-	asks    *asks
-	ctl     controlState
-	traces  traceWaiters // trace.go: trace queries waiting for the hosts' answers
-	peers   *peerView
-	said    *announcer
-	admit   *admission // nil: single-host mode
-	records signal     // a delivery record changed (receipt.go)
+	reg      *registry
+	rdv      *rendezvous
+	asks     *asks
+	ctl      controlState
+	traces   traceWaiters // trace.go: trace queries waiting for the hosts' answers
+	replayMu sync.Mutex   // dlq.go: one replay at a time (its record, send and cleanup are one step)
+	peers    *peerView
+	said     *announcer
+	admit    *admission // nil: single-host mode
+	records  signal     // a delivery record changed (receipt.go)
 
 	metrics  *metrics.Metrics  // metrics.go; nil: metrics-listen is off
 	endpoint *metrics.Endpoint // its /metrics, while serving

@@ -244,6 +244,25 @@ func (s *Store) Accept(env *envelope.Envelope, now time.Time) (rec *Record, dup 
 			dup = true
 			return nil
 		}
+		if env.ReplayOf != "" {
+			// one replay of a dead letter per recipient, whichever host
+			// replayed it (its sender's, or this one from bridge.dlq)
+			rb, err := tx.CreateBucketIfNotExists(bReplayed)
+			if err != nil {
+				return err
+			}
+			k := []byte(env.ReplayOf + "/" + env.Recipient.Gid)
+			if first := rb.Get(k); first != nil {
+				if err := load(recs, string(first), &out); err != nil {
+					out = Record{MsgID: string(first), State: Accepted}
+				}
+				dup = true
+				return nil
+			}
+			if err := rb.Put(k, []byte(Key(env))); err != nil {
+				return err
+			}
+		}
 		ib := tx.Bucket(bInbox).Bucket([]byte(env.Recipient.Gid))
 		if ib == nil {
 			return ErrNotFound
@@ -537,6 +556,11 @@ func (s *Store) ForgetDead(msgIDs []string) (int, error) {
 // envelope again, which the recipient's dedup by msg id drops: a dead
 // letter is never delivered twice. Created on first use.
 var bReplays = []byte("replays")
+
+// bReplayed is the recipient's side of replays: original msg id and
+// recipient gid -> the key of the first replay taken in. Created on first
+// use.
+var bReplayed = []byte("replayed")
 
 // Replay returns the envelope a replay of msgID made, or nil.
 func (s *Store) Replay(msgID string) []byte {
