@@ -13,12 +13,23 @@ import (
 // their own level (app or subcommand); everything after "--" stays text.
 //
 // A command that takes a text (TextRule) reads flags only up to where its
-// text begins: "fleet-send bob fix this --wait" sends the text "fix this
-// --wait" and does not wait. The text begins at the first positional
-// argument after the recipient ("-", stdin, is not text).
+// text begins: the first positional argument after the recipient ("-",
+// stdin, is not text). Words in the text that merely start with "-" are
+// text; one that is exactly an option of the command ("fleet-send bob fix
+// this --wait") is refused by Main, with the two ways to say it, so it is
+// neither read as an option after all nor sent by surprise.
 func interspersed(app *cli.App, args []string) []string {
+	out, _ := reorder(app, args)
+	return out
+}
+
+// reorder is interspersed, and also returns the first word of the text
+// that is exactly one of the command's options ("" if none): "fleet-bcast
+// hello --group ops" must not broadcast "hello --group ops" to everyone,
+// so Main refuses it (64) and shows where the option goes.
+func reorder(app *cli.App, args []string) ([]string, string) {
 	if len(args) < 2 {
-		return args
+		return args, ""
 	}
 	out := []string{args[0]}
 	flags := app.Flags
@@ -33,7 +44,7 @@ func interspersed(app *cli.App, args []string) []string {
 		case a == "--":
 			out = append(out, "--")
 			out = append(out, pos...)
-			return append(out, rest[i+1:]...)
+			return append(out, rest[i+1:]...), ""
 		case len(a) > 1 && a[0] == '-':
 			name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
 			seen[name] = true
@@ -42,16 +53,24 @@ func interspersed(app *cli.App, args []string) []string {
 				if i+1 >= len(rest) {
 					// a value flag written last: end with it, so
 					// urfave/cli reports the missing value
-					return out
+					return out, ""
 				}
 				i++
 				out = append(out, rest[i])
 			}
 		case rule.Lead != nil && a != "-" && len(pos) >= rule.Lead(seen):
-			// the text begins: the rest is text, flag-like or not
+			// the text begins: the rest is text, flag-like or not — but a
+			// word that is exactly an option is taken for a mistake
 			out = append(out, "--")
 			out = append(out, pos...)
-			return append(out, rest[i:]...)
+			stray := ""
+			for _, w := range rest[i:] {
+				if isOption(flags, w) {
+					stray = w
+					break
+				}
+			}
+			return append(out, rest[i:]...), stray
 		default:
 			if len(pos) == 0 {
 				if cmd := findCommand(commands, a); cmd != nil {
@@ -67,14 +86,34 @@ func interspersed(app *cli.App, args []string) []string {
 		out = append(out, "--")
 		out = append(out, pos...)
 	}
-	return out
+	return out, ""
+}
+
+// isOption reports whether w is exactly one of flags (--name, -n,
+// --name=value), or --help / -h.
+func isOption(flags []cli.Flag, w string) bool {
+	if !strings.HasPrefix(w, "-") || w == "-" {
+		return false
+	}
+	name, _, _ := strings.Cut(strings.TrimLeft(w, "-"), "=")
+	if name == "help" || name == "h" {
+		return true
+	}
+	for _, f := range flags {
+		for _, n := range f.Names() {
+			if n == name {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // textRuleDoc is the text rule as the man pages of the commands that take
 // a text say it.
 const textRuleDoc = "Options go before the text: after the recipient, the first word that is not an option " +
-	"begins the text, and everything from there on is text, options included (\"fleet-send bob fix this --wait\" " +
-	"sends \"fix this --wait\"). A text that begins with - goes after --."
+	"begins the text. A word in it that is exactly an option (\"fleet-send bob fix this --wait\") is refused, " +
+	"neither read nor sent; put the text after -- to send such words, or a text that begins with -."
 
 // TextRule marks a command that takes a text: Lead says how many
 // positional arguments come before it, given the flags seen so far (by

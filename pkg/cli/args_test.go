@@ -118,10 +118,29 @@ func runSendParsed(t *testing.T, args []string, reorder bool) sendCall {
 	return got
 }
 
-// After the recipient, the text: a known flag is read only before it
-// ("fleet-send bob fix this --wait" sends "fix this --wait" and does not
-// wait); "--" still ends the flags; an unknown flag before the text is
-// refused.
+// After the recipient, the text: a known flag is read only before it; a
+// word of the text that is exactly an option is reported (Main refuses it);
+// "--" still ends the flags; an unknown flag before the text is refused.
+func TestOptionInTheTextIsReported(t *testing.T) {
+	for _, tc := range []struct {
+		app   func() *cli.App
+		args  []string
+		stray string
+	}{
+		{NewSendApp, []string{"fleet-send", "bob", "fix", "this", "--wait"}, "--wait"},
+		{NewSendApp, []string{"fleet-send", "bob", "hi", "--as=alice"}, "--as=alice"},
+		{NewSendApp, []string{"fleet-send", "bob", "hi", "-h"}, "-h"},
+		{NewBcastApp, []string{"fleet-bcast", "hello", "--group", "ops"}, "--group"},
+		{NewSendApp, []string{"fleet-send", "bob", "run", "--no-verify"}, ""},
+		{NewSendApp, []string{"fleet-send", "bob", "--", "fix", "--wait"}, ""},
+		{NewSendApp, []string{"fleet-send", "bob", "--wait", "fix"}, ""},
+	} {
+		if _, got := reorder(tc.app(), tc.args); got != tc.stray {
+			t.Errorf("reorder(%q): stray %q, want %q", tc.args, got, tc.stray)
+		}
+	}
+}
+
 func TestSendTextAfterRecipient(t *testing.T) {
 	got := runSendParsed(t, []string{"fleet-send", "bob", "--json", "--as", "alice", "hi", "--json", "there"}, true)
 	if got.parseErr != nil || !got.ran {

@@ -47,8 +47,14 @@ func Main(app *cli.App, args []string) int {
 		<-ctx.Done()
 		stop()
 	}()
-	ordered := interspersed(app, args)
-	err := app.RunContext(ctx, ordered)
+	ordered, stray := reorder(app, args)
+	var err error
+	if stray != "" {
+		err = usage("%s after the text: options go before the text", stray).
+			WithHint("%s [options] %s ... — or, to send it as text, put the text after --", app.Name, stray)
+	} else {
+		err = app.RunContext(ctx, ordered)
+	}
 	if err == nil {
 		return 0
 	}
