@@ -77,6 +77,7 @@ func (q *DLQ) Walk(visit func(m *DLQMessage) (remove bool, err error)) error {
 	}
 	// no prefetch limit: every message must be held unacked at once to
 	// see them all without taking any
+	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
 	d, err := ch.Consume(QDLQ, "fleet-dlq", false, false, false, false, nil)
 	if err != nil {
 		var ae *amqp.Error
@@ -91,10 +92,16 @@ func (q *DLQ) Walk(visit func(m *DLQMessage) (remove bool, err error)) error {
 		var ok bool
 		select {
 		case m, ok = <-d:
-		case <-time.After(2 * time.Second): // fewer than counted: some expired or were taken meanwhile
+		case <-time.After(2 * time.Second):
+			return nil // fewer than counted: some were taken meanwhile
 		}
 		if !ok {
-			return nil
+			// the channel closed under the walk (consumer_timeout, the
+			// connection lost): what was seen is not all there is
+			if ce := <-closed; ce != nil {
+				return fault.Wrap(fault.Unavailable, fault.KindBrokerDown, ce, "bridge.dlq read cut short after %d of %d messages", seen, st.Messages)
+			}
+			return fault.New(fault.Unavailable, fault.KindBrokerDown, "bridge.dlq read cut short after %d of %d messages", seen, st.Messages)
 		}
 		remove, err := visit(&DLQMessage{MessageID: m.MessageId, Type: m.Type, Timestamp: m.Timestamp, Headers: m.Headers, Body: m.Body})
 		if remove {

@@ -19,7 +19,7 @@ func NewSendApp() *cli.App {
 	app := newApp("fleet-send", "send a message to an entity, or reply to one")
 	// the recipient, then the text; a reply or an answer has no recipient
 	takesText(app, func(seen map[string]bool) int {
-		if seen["reply-to"] || seen["answer"] || seen["r"] {
+		if seen["reply-to"] || seen["answer"] {
 			return 0
 		}
 		return 1

@@ -7,11 +7,13 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/fleetd/fleet/pkg/fault"
@@ -312,16 +314,39 @@ func defaultStateDir() string {
 func SocketRecord(stateDir string) string { return filepath.Join(stateDir, "socket") }
 
 // RecordedSocket is the socket a gateway on stateDir recorded ("" if none).
+// The record is believed only as a small regular file of this user that
+// nobody else may write, naming a socket of this user: a state folder in a
+// shared place (no HOME: /tmp) must not steer a command, and its
+// credential, to someone else's socket.
 func RecordedSocket(stateDir string) string {
-	b, err := os.ReadFile(SocketRecord(stateDir))
+	path := SocketRecord(stateDir)
+	fi, err := os.Lstat(path)
+	if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o022 != 0 || !ownedByMe(fi) {
+		return ""
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, 4096))
 	if err != nil {
 		return ""
 	}
 	p := strings.TrimSpace(string(b))
+	if si, err := os.Lstat(p); err != nil || si.Mode()&os.ModeSocket == 0 || !ownedByMe(si) {
+		return ""
+	}
 	if !filepath.IsAbs(p) || strings.ContainsAny(p, "\x00\n") {
 		return ""
 	}
 	return p
+}
+
+// ownedByMe reports whether fi belongs to this process's user.
+func ownedByMe(fi os.FileInfo) bool {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && int(st.Uid) == os.Getuid()
 }
 
 func defaultSocket(stateDir string) string {

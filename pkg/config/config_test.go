@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -495,5 +496,48 @@ func TestDeadRetention(t *testing.T) {
 	c, err = Load(flags(map[string]string{"dead-retention": "1h", "dedup-window": "168h"}), "")
 	if err != nil || c.DeadRetention != time.Hour {
 		t.Fatalf("dead-retention 1h under a 168h dedup window: %+v, %v", c, err)
+	}
+}
+
+// The socket a gateway recorded is believed only from a private regular
+// file of this user, naming a socket of this user.
+func TestRecordedSocket(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "gw.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	rec := SocketRecord(dir)
+	write := func(data string, mode os.FileMode) {
+		t.Helper()
+		os.Remove(rec)
+		if err := os.WriteFile(rec, []byte(data), mode); err != nil {
+			t.Fatal(err)
+		}
+		os.Chmod(rec, mode)
+	}
+	write(sock+"\n", 0o600)
+	if got := RecordedSocket(dir); got != sock {
+		t.Errorf("a private record: %q, want %q", got, sock)
+	}
+	write(sock+"\n", 0o666)
+	if got := RecordedSocket(dir); got != "" {
+		t.Errorf("a record others may write was believed: %q", got)
+	}
+	write(filepath.Join(dir, "config")+"\n", 0o600)
+	os.WriteFile(filepath.Join(dir, "config"), nil, 0o600)
+	if got := RecordedSocket(dir); got != "" {
+		t.Errorf("a record naming a file that is not a socket was believed: %q", got)
+	}
+	os.Remove(rec)
+	other := filepath.Join(dir, "elsewhere")
+	os.WriteFile(other, []byte(sock+"\n"), 0o600)
+	if err := os.Symlink(other, rec); err != nil {
+		t.Fatal(err)
+	}
+	if got := RecordedSocket(dir); got != "" {
+		t.Errorf("a symlinked record was believed: %q", got)
 	}
 }

@@ -415,10 +415,30 @@ func (g *Gateway) listen() error {
 	// where commands that guess another default socket find this one
 	// (config.RecordedSocket); best effort: a command can still be told
 	abs, _ := filepath.Abs(path)
-	if err := os.WriteFile(config.SocketRecord(g.cfg.StateDir), []byte(abs+"\n"), 0o600); err != nil {
+	if err := writeRecord(config.SocketRecord(g.cfg.StateDir), []byte(abs+"\n")); err != nil {
 		g.log.Warn("socket path not recorded in the state folder: commands without XDG_RUNTIME_DIR need FLEET_SOCKET", "err", err)
 	}
 	return nil
+}
+
+// writeRecord writes data to path through a new private file renamed into
+// place: never through whatever (a symlink) already sits at path.
+func writeRecord(path string, data []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), ".socket-*")
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+	}
+	return err
 }
 
 // janitor prunes the dedup window once an hour.

@@ -16,6 +16,7 @@ func Closest(word string, candidates []string) string {
 		bestD = 2
 	}
 	var prefixed []string
+	tied := false
 	for _, c := range candidates {
 		if c == word {
 			return c
@@ -24,11 +25,16 @@ func Closest(word string, candidates []string) string {
 			prefixed = append(prefixed, c)
 		}
 		if d := distance(word, c); d < bestD {
-			best, bestD = c, d
+			best, bestD, tied = c, d, false
+		} else if d == bestD && best != "" {
+			tied = true // two as near: naming one would be a guess
 		}
 	}
 	if best == "" && len(prefixed) == 1 {
 		return prefixed[0]
+	}
+	if tied {
+		return ""
 	}
 	return best
 }

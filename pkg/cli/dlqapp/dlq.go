@@ -431,10 +431,23 @@ func runList(c *ucli.Context) error {
 		if !e.When.IsZero() {
 			when = e.When.Local().Format(time.DateTime)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", e.MsgID, e.Kind, partyString(e.Sender), partyString(e.Recipient),
-			clip(e.Reason, 60), e.Attempts, when, e.Where+" "+e.Host)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", inert(e.MsgID), inert(e.Kind), inert(partyString(e.Sender)),
+			inert(partyString(e.Recipient)), inert(clip(e.Reason, 60)), e.Attempts, when, inert(e.Where+" "+e.Host))
 	}
 	return tw.Flush()
+}
+
+// inert makes a field safe for a terminal: what bridge.dlq holds came from
+// any host's broker login (message ids, types, headers, unchecked
+// envelopes), so control characters (escape sequences) are shown as "?"
+// and tabs cannot break the table. JSON output needs none of this.
+func inert(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
+			return '?'
+		}
+		return r
+	}, s)
 }
 
 func clip(s string, n int) string {
