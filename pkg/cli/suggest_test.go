@@ -2,22 +2,9 @@ package cli
 
 import (
 	"encoding/json"
-	"github.com/fleetd/fleet/pkg/near"
 	"strings"
 	"testing"
 )
-
-func TestClosest(t *testing.T) {
-	cands := []string{"json", "wait", "wait-reply", "reply-to", "status", "as"}
-	for word, want := range map[string]string{
-		"jsn": "json", "josn": "json", "wiat": "wait", "reply": "reply-to", "stauts": "status",
-		"zzz": "", "a": "", "statu": "status", "wait-repl": "wait-reply",
-	} {
-		if got := near.Closest(word, cands); got != want {
-			t.Errorf("Closest(%q) = %q, want %q", word, got, want)
-		}
-	}
-}
 
 // run runs app through Main, as the binary does, and returns the exit
 // status and stderr.

@@ -1,0 +1,26 @@
+package near
+
+import "testing"
+
+func TestClosest(t *testing.T) {
+	cands := []string{"json", "wait", "wait-reply", "reply-to", "status", "as"}
+	for word, want := range map[string]string{
+		"jsn": "json", "josn": "json", "wiat": "wait", "reply": "reply-to", "stauts": "status",
+		"zzz": "", "a": "", "statu": "status", "wait-repl": "wait-reply",
+		"wai": "wait", // one edit from wait; wait-reply is farther
+	} {
+		if got := Closest(word, cands); got != want {
+			t.Errorf("Closest(%q) = %q, want %q", word, got, want)
+		}
+	}
+}
+
+// Two candidates as near: no suggestion (naming one would be a guess).
+func TestClosestTie(t *testing.T) {
+	if got := Closest("bob", []string{"rob", "bab"}); got != "" {
+		t.Errorf("a tie suggested %q", got)
+	}
+	if got := Closest("bbo", []string{"bob", "carol"}); got != "bob" {
+		t.Errorf("got %q", got)
+	}
+}
