@@ -202,8 +202,10 @@ func (l *Log) rotate() {
 	defer l.rot.Unlock()
 	l.f.Close()
 	_ = os.Remove(l.name(l.opt.Files))
+	failed := false
 	for i := l.opt.Files - 1; i >= 0; i-- {
 		if err := os.Rename(l.name(i), l.name(i+1)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			failed = true
 			break
 		}
 	}
@@ -213,9 +215,12 @@ func (l *Log) rotate() {
 		return
 	}
 	l.f, l.size = f, 0
-	if fi, err := f.Stat(); err == nil {
+	if fi, err := f.Stat(); err == nil && !failed {
 		l.size = fi.Size()
 	}
+	// a failed rename left audit.log as it was: counted from zero, the
+	// next try comes after another max-size of lines, not at the next
+	// write (each try removes the oldest file first)
 }
 
 // Close closes the file; later writes are dropped.
