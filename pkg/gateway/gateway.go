@@ -61,8 +61,9 @@ type Gateway struct {
 	rdv      *rendezvous
 	asks     *asks
 	ctl      controlState
-	traces   traceWaiters // trace.go: trace queries waiting for the hosts' answers
-	replayMu sync.Mutex   // dlq.go: one replay at a time (its record, send and cleanup are one step)
+	traces   traceWaiters  // trace.go: trace queries waiting for the hosts' answers
+	replayMu sync.Mutex    // dlq.go: one replay at a time (its record, send and cleanup are one step)
+	traceSem chan struct{} // trace.go: searches running for other hosts' trace queries
 	peers    *peerView
 	said     *announcer
 	admit    *admission // nil: single-host mode
@@ -96,15 +97,16 @@ func New(cfg *config.Config, log *slog.Logger) *Gateway {
 		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
 	return &Gateway{
-		cfg:   cfg,
-		log:   log.With("host", cfg.Host),
-		rdv:   newRendezvous(),
-		peers: newPeerView(cfg.PresenceInterval, log.With("host", cfg.Host)),
-		said:  newAnnouncer(),
-		reg:   newRegistry(),
-		crash: os.Getenv("FLEET_CRASHPOINT"),
-		asks:  newAsks(),
-		ready: make(chan struct{}),
+		cfg:      cfg,
+		log:      log.With("host", cfg.Host),
+		rdv:      newRendezvous(),
+		traceSem: make(chan struct{}, traceSearches),
+		peers:    newPeerView(cfg.PresenceInterval, log.With("host", cfg.Host)),
+		said:     newAnnouncer(),
+		reg:      newRegistry(),
+		crash:    os.Getenv("FLEET_CRASHPOINT"),
+		asks:     newAsks(),
+		ready:    make(chan struct{}),
 	}
 }
 

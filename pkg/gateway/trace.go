@@ -328,17 +328,35 @@ func (g *Gateway) onTraceQuery(env *envelope.Envelope) error {
 		log.Info("trace query expired before it was taken up: not answered", "trace_id", q.TraceID)
 		return nil
 	}
-	ans := g.ownHops(q.TraceID)
-	body := fitAnswer(ans)
-	res := envelope.New(envelope.TraceResult, envelope.Party{Host: g.cfg.Host}, env.Sender, string(body))
-	res.TraceID, res.InReplyTo, res.Expires = env.TraceID, env.MsgID, env.Expires
-	if err := g.br.Publish(g.runCtx, env.Sender.Gid, res, false); err != nil {
-		log.Warn("trace answer not sent", "trace_id", q.TraceID, "err", err)
+	// answered beside the control queue, not on it: a search reads up to
+	// (audit-files+1) × audit-max-size, and SPAWN/STOP must not wait
+	// behind it. At most traceSearches at once; more are not answered
+	// (their requester names this host as silent) rather than queued.
+	select {
+	case g.traceSem <- struct{}{}:
+	default:
+		log.Warn("trace query not answered: other searches are running", "trace_id", q.TraceID)
 		return nil
 	}
-	log.Info("trace query answered", "trace_id", q.TraceID, "hops", len(ans.Hops), "truncated", ans.Truncated)
+	g.workers.Add(1)
+	go func() {
+		defer func() { <-g.traceSem; g.workers.Done() }()
+		ans := g.ownHops(q.TraceID)
+		body := fitAnswer(ans)
+		res := envelope.New(envelope.TraceResult, envelope.Party{Host: g.cfg.Host}, env.Sender, string(body))
+		res.TraceID, res.InReplyTo, res.Expires = env.TraceID, env.MsgID, env.Expires
+		if err := g.br.Publish(g.runCtx, env.Sender.Gid, res, false); err != nil {
+			log.Warn("trace answer not sent", "trace_id", q.TraceID, "err", err)
+			return
+		}
+		log.Info("trace query answered", "trace_id", q.TraceID, "hops", len(ans.Hops), "truncated", ans.Truncated)
+	}()
 	return nil
 }
+
+// traceSearches bounds the trace searches a gateway runs at once for
+// other hosts (Gateway.traceSem).
+const traceSearches = 2
 
 // fitAnswer encodes ans within traceAnswerBytes, leaving out the last
 // hops (and saying so) when it would not fit.
