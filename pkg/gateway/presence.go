@@ -438,15 +438,9 @@ func (g *Gateway) onPresence(env *envelope.Envelope) error {
 	if b.Leaving {
 		return g.peers.Leave(b.Host, seq)
 	}
-	interval := time.Duration(b.IntervalMS) * time.Millisecond
-	switch {
-	case b.Seq <= 0:
-		return broker.Refuse(broker.ReasonMalformed, "presence has no sequence")
-	case b.Prev < 0 || b.Prev >= b.Seq:
-		return broker.Refuse(broker.ReasonMalformed, "presence prev %d is not before its seq %d", b.Prev, b.Seq)
-	case interval <= 0 || interval > maxPresenceInterval:
-		return broker.Refuse(broker.ReasonMalformed, "presence interval_ms %d is not within (0, %v]", b.IntervalMS, maxPresenceInterval)
-	}
+	// what it says first (whose entities: a host speaks only for itself),
+	// then where it stands in the host's chain
+	var rows []api.EntityRow
 	if c := b.Change; c != nil {
 		switch {
 		case (c.Row == nil) == (c.Gone == ""):
@@ -463,27 +457,41 @@ func (g *Gateway) onPresence(env *envelope.Envelope) error {
 				return broker.Refuse(broker.ReasonWrongHost, "host %s says entity %s is gone, which was made on %s", b.Host, c.Gone, made)
 			}
 		}
-		return g.peers.Change(b.Host, b.Seq, b.Prev, interval, *c, now)
+	} else {
+		p := b.Snapshot
+		switch {
+		case p.Pages < 1 || p.Pages > maxSnapshotPages:
+			return broker.Refuse(broker.ReasonMalformed, "a snapshot of %d pages (at most %d)", p.Pages, maxSnapshotPages)
+		case p.Page < 0 || p.Page >= p.Pages:
+			return broker.Refuse(broker.ReasonMalformed, "snapshot page %d of %d", p.Page, p.Pages)
+		case len(p.Rows) > maxSnapshotRows:
+			return broker.Refuse(broker.ReasonMalformed, "a snapshot page of %d rows (at most %d)", len(p.Rows), maxSnapshotRows)
+		}
+		rows = make([]api.EntityRow, len(p.Rows))
+		for i, raw := range p.Rows {
+			if err := json.Unmarshal(raw, &rows[i]); err != nil {
+				return broker.Refuse(broker.ReasonMalformed, "snapshot row %d: %v", i, err)
+			}
+			if err := checkHeard(&rows[i], b.Host); err != nil {
+				return err
+			}
+		}
+	}
+	interval := time.Duration(b.IntervalMS) * time.Millisecond
+	switch {
+	case b.Seq <= 0:
+		return broker.Refuse(broker.ReasonMalformed, "presence has no sequence")
+	case b.Prev < 0 || b.Prev >= b.Seq:
+		return broker.Refuse(broker.ReasonMalformed, "presence prev %d is not before its seq %d", b.Prev, b.Seq)
+	case interval <= 0 || interval > maxPresenceInterval:
+		return broker.Refuse(broker.ReasonMalformed, "presence interval_ms %d is not within (0, %v]", b.IntervalMS, maxPresenceInterval)
+	}
+	if b.Change != nil {
+		return g.peers.Change(b.Host, b.Seq, b.Prev, interval, *b.Change, now)
 	}
 	p := b.Snapshot
-	switch {
-	case p.Pages < 1 || p.Pages > maxSnapshotPages:
-		return broker.Refuse(broker.ReasonMalformed, "a snapshot of %d pages (at most %d)", p.Pages, maxSnapshotPages)
-	case p.Page < 0 || p.Page >= p.Pages:
-		return broker.Refuse(broker.ReasonMalformed, "snapshot page %d of %d", p.Page, p.Pages)
-	case p.Page == 0 && p.ID != b.Seq, p.Page > 0 && (p.ID <= 0 || p.ID >= b.Seq):
+	if p.Page == 0 && p.ID != b.Seq || p.Page > 0 && (p.ID <= 0 || p.ID >= b.Seq) {
 		return broker.Refuse(broker.ReasonMalformed, "snapshot id %d does not fit page %d of seq %d", p.ID, p.Page, b.Seq)
-	case len(p.Rows) > maxSnapshotRows:
-		return broker.Refuse(broker.ReasonMalformed, "a snapshot page of %d rows (at most %d)", len(p.Rows), maxSnapshotRows)
-	}
-	rows := make([]api.EntityRow, len(p.Rows))
-	for i, raw := range p.Rows {
-		if err := json.Unmarshal(raw, &rows[i]); err != nil {
-			return broker.Refuse(broker.ReasonMalformed, "snapshot row %d: %v", i, err)
-		}
-		if err := checkHeard(&rows[i], b.Host); err != nil {
-			return err
-		}
 	}
 	return g.peers.Page(b.Host, b.Seq, b.Prev, interval, p.ID, p.Page, p.Pages, rows, now)
 }
