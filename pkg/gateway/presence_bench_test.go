@@ -51,11 +51,18 @@ func BenchmarkPresenceTraffic(b *testing.B) {
 		interval = d
 	}
 	const entities = 100
+	// one vhost for every run (rabbitmqctl takes seconds a call); each
+	// run's queues are exclusive and go with its connections
+	url, drop, err := testnode.Vhost(fmt.Sprintf("bench-presence-%d", os.Getpid()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer drop()
 	for _, hosts := range []int{3, 30, 100} {
 		for _, scheme := range []string{"old", "new"} {
 			b.Run(fmt.Sprintf("hosts=%d/%s", hosts, scheme), func(b *testing.B) {
 				for range b.N {
-					r := runPresenceSim(b, scheme, hosts, entities, interval)
+					r := runPresenceSim(b, url, scheme, hosts, entities, interval)
 					b.ReportMetric(r.published, "published/s")
 					b.ReportMetric(r.delivered, "delivered/s")
 					b.ReportMetric(r.bytes/1024, "KiB-delivered/s")
@@ -78,14 +85,8 @@ type simHost struct {
 	prev     int64
 }
 
-func runPresenceSim(b *testing.B, scheme string, hosts, entities int, interval time.Duration) simResult {
+func runPresenceSim(b *testing.B, url, scheme string, hosts, entities int, interval time.Duration) simResult {
 	b.Helper()
-	vhost := fmt.Sprintf("bench-presence-%d", os.Getpid())
-	url, drop, err := testnode.Vhost(vhost)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer drop()
 	setup, err := amqp.Dial(url)
 	if err != nil {
 		b.Fatal(err)
