@@ -49,6 +49,7 @@ bench: build
 	scripts/bench-broker.sh
 	scripts/bench-checks.sh
 	scripts/bench-scale.sh
+	scripts/bench-presence.sh
 
 demo: build
 	scripts/demo.sh

@@ -478,7 +478,7 @@ func (b *Broker) connectTo(ctx context.Context, raw string) (*generation, error)
 	// exclusive, it is also this host id's claim: held by another live
 	// connection, this one is refused (405 RESOURCE_LOCKED).
 	rq := RosterQueue(b.cfg.Host)
-	if _, err := ch.QueueDeclare(rq, false, true, true, false, amqp.Table{"x-message-ttl": int64(60000)}); err != nil {
+	if _, err := ch.QueueDeclare(rq, false, true, true, false, RosterQueueArgs()); err != nil {
 		var ae *amqp.Error
 		if errors.As(err, &ae) && ae.Code == amqp.ResourceLocked {
 			return fail(errHostTaken)

@@ -20,17 +20,20 @@ func (b *Broker) OnPresence(h PresenceHandler) { b.presence = h }
 
 // PublishPresence announces env on bridge.roster with key
 // roster.<host>.<what>. Presence is soft state: not persistent, not
-// mandatory, short-lived; a failure only means the next heartbeat carries it.
-func (b *Broker) PublishPresence(env *envelope.Envelope, what string, ttl time.Duration) error {
+// mandatory, short-lived; a failure only means the next snapshot carries
+// it. It returns once the message is written on the publishing channel
+// (an error: it was not), so messages published one after another reach
+// the broker in that order; confirmed waits for the broker's confirm.
+func (b *Broker) PublishPresence(env *envelope.Envelope, what string, ttl time.Duration) (confirmed func() error, err error) {
 	b.mu.Lock()
 	gen, blocked := b.gen, b.blocked
 	b.mu.Unlock()
 	if gen == nil || blocked != "" {
-		return errors.New("broker unavailable")
+		return nil, errors.New("broker unavailable")
 	}
 	body, err := envelope.Encode(env)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	msg := amqp.Publishing{
 		ContentType: "application/json", MessageId: env.MsgID, Type: string(env.Kind), Body: body,
@@ -38,12 +41,17 @@ func (b *Broker) PublishPresence(env *envelope.Envelope, what string, ttl time.D
 		Headers:    amqp.Table{"fleet-host": b.cfg.Host},
 	}
 	b.signHeaders(&msg)
-	switch gen.pub.publishTo(context.Background(), ExRoster, "roster."+b.cfg.Host+"."+what, msg, time.Now().Add(b.cfg.PublishTimeout), false) {
-	case resAck:
+	written, wait := gen.pub.publishOrdered(context.Background(), ExRoster, "roster."+b.cfg.Host+"."+what, msg, time.Now().Add(b.cfg.PublishTimeout))
+	confirmed = func() error {
+		if wait() != resAck {
+			return errors.New("presence not confirmed")
+		}
 		return nil
-	default:
-		return errors.New("presence not confirmed")
 	}
+	if !written {
+		return nil, confirmed()
+	}
+	return confirmed, nil
 }
 
 func itoa(n int64) string {

@@ -183,8 +183,37 @@ func (p *publisher) publishTo(ctx context.Context, exchange, key string, msg amq
 }
 
 func (p *publisher) publishOnce(ctx context.Context, exchange, key string, msg amqp.Publishing, deadline time.Time, mandatory bool) result {
+	_, wait := p.start(ctx, exchange, key, msg, deadline, mandatory)
+	return wait()
+}
+
+// publishOrdered is publishTo in two halves: it returns once the publish
+// is written on the channel (written false: it was not, and wait reports
+// why), and wait then waits for its confirm. Only the owner goroutine
+// writes on the channel, taking requests one at a time, so publishes
+// written one after another by one caller reach the broker in that order
+// without each waiting for the confirm of the one before (presence.go:
+// a host's presence messages form a chain in that order).
+func (p *publisher) publishOrdered(ctx context.Context, exchange, key string, msg amqp.Publishing, deadline time.Time) (written bool, wait func() result) {
+	start := time.Now()
+	written, w := p.start(ctx, exchange, key, msg, deadline, false)
+	return written, func() result {
+		res := w()
+		if p.observe != nil {
+			p.observe(outcomes[res], time.Since(start))
+		}
+		return res
+	}
+}
+
+// start hands one publish to the owner goroutine and returns once it is
+// written on the channel, or could not be; wait returns its outcome.
+func (p *publisher) start(ctx context.Context, exchange, key string, msg amqp.Publishing, deadline time.Time, mandatory bool) (written bool, wait func() result) {
 	ctx, cancel := context.WithDeadline(ctx, deadline)
-	defer cancel()
+	failed := func(res result) (bool, func() result) {
+		cancel()
+		return false, func() result { return res }
+	}
 	r := &pubReq{
 		exchange: exchange, key: key, mandatory: mandatory, msg: msg, ctx: ctx,
 		done: make(chan result, 1), published: make(chan error, 1),
@@ -192,20 +221,23 @@ func (p *publisher) publishOnce(ctx context.Context, exchange, key string, msg a
 	select {
 	case p.reqs <- r:
 	case <-p.done:
-		return resClosed
+		return failed(resClosed)
 	case <-ctx.Done():
-		return resTimeout
+		return failed(resTimeout)
 	}
 	if err := <-r.published; err != nil {
 		if ctx.Err() != nil {
+			return failed(resTimeout)
+		}
+		return failed(resClosed)
+	}
+	return true, func() result {
+		defer cancel()
+		select {
+		case res := <-r.done:
+			return res
+		case <-ctx.Done():
 			return resTimeout
 		}
-		return resClosed
-	}
-	select {
-	case res := <-r.done:
-		return res
-	case <-ctx.Done():
-		return resTimeout
 	}
 }

@@ -75,6 +75,11 @@ func ControlQueue(host string) string { return "control." + host }
 // RosterQueue is a gateway's presence queue.
 func RosterQueue(host string) string { return "roster." + host }
 
+// RosterQueueArgs are the arguments of a roster queue (non-durable,
+// exclusive, auto-delete, bound to bridge.roster as roster.#): what is
+// not taken within a minute is stale anyway.
+func RosterQueueArgs() amqp.Table { return amqp.Table{"x-message-ttl": int64(60000)} }
+
 // Limits are the caps of every inbox, and its queue type.
 type Limits struct {
 	MaxLength int           // x-max-length

@@ -43,7 +43,7 @@ const (
 	Answer      Kind = "ANSWER"       // U2: the answer to an ASK, by turn id
 	TooLate     Kind = "TOO_LATE"     // U2: the asking turn was gone
 	Broadcast   Kind = "BROADCAST"    // U8: one publish, a copy per member
-	Presence    Kind = "PRESENCE"     // U5: heartbeat for one entity
+	Presence    Kind = "PRESENCE"     // U5: a host's snapshot (page), change notice or leaving notice
 	Spawn       Kind = "SPAWN"        // U4: start an entity on a host
 	SpawnResult Kind = "SPAWN_RESULT" // U4: gid and host of the new entity
 	Stop        Kind = "STOP"         // U4: stop an entity

@@ -222,7 +222,7 @@ func (g *Gateway) shutdown() {
 	g.log.Info("gateway stopping: draining in-flight work", "bound", g.cfg.DrainTimeout.String())
 	if g.br != nil && !g.hostTaken {
 		if g.presenceQuit != nil {
-			// no heartbeat may follow the leaving notice (one in flight
+			// no snapshot may follow the leaving notice (one in flight
 			// after it would bring this host back into other views)
 			close(g.presenceQuit)
 			select {

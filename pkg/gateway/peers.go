@@ -7,125 +7,198 @@ import (
 
 	"github.com/fleetd/fleet/pkg/api"
 	"github.com/fleetd/fleet/pkg/broker"
-	"github.com/fleetd/fleet/pkg/ident"
 )
 
 // peerView owns what this gateway heard of the other hosts: the remote
 // half of the union roster (presence.go feeds it; resolve and the roster
-// read it). A host speaks only for itself and only forward: see Fold.
+// read it). Each host's rows are replaced by its snapshots and changed by
+// its change notices in sequence; a host speaks only for itself and only
+// forward (presence.go checks the fields, this the order).
 type peerView struct {
 	mu       sync.Mutex
-	peers    map[string]*peer     // host -> what we last heard of it
-	left     map[string]int64     // host -> the sequence of its last leaving notice
-	tombs    map[string]tombstone // gid -> its gone notice: older heartbeats do not bring it back
-	interval time.Duration        // this gateway's presence interval: a host's until it says its own
+	peers    map[string]*peer   // host -> what we last heard of it
+	streams  map[string]*stream // host -> where its chain of presence messages stands
+	left     map[string]int64   // host -> the sequence of its last leaving notice
+	legacy   map[string]bool    // hosts heard announcing per entity (an older fleet), logged once each
+	interval time.Duration      // this gateway's presence interval: a host's until it says its own
 	log      *slog.Logger
 }
 
-// tombstone is a gone notice, kept for the presence TTL.
-type tombstone struct {
-	seq   int64
-	heard time.Time
-}
-
 func newPeerView(interval time.Duration, log *slog.Logger) *peerView {
-	return &peerView{peers: map[string]*peer{}, left: map[string]int64{}, tombs: map[string]tombstone{}, interval: interval, log: log}
+	return &peerView{peers: map[string]*peer{}, streams: map[string]*stream{}, left: map[string]int64{},
+		legacy: map[string]bool{}, interval: interval, log: log}
 }
 
 // peer is what this gateway knows of another host.
 type peer struct {
-	entities map[string]*heardRow // gid -> last heartbeat
+	entities map[string]*heardRow // gid -> its row
 	interval time.Duration
-	maxSeq   int64 // the newest presence sequence heard from the host
+	heard    time.Time // when its view was last confirmed: a snapshot applied, or a notice in sequence
 }
 
+// heardRow is one remote entity. A row learned otherwise than by presence
+// (a control answer) carries when it was learned, and survives a snapshot
+// that does not name it yet for one interval (the snapshot may have left
+// before the entity was made).
 type heardRow struct {
-	row   api.EntityRow
-	heard time.Time
-	seq   int64 // the sequence of the presence message it came from (0: learned otherwise)
+	row     api.EntityRow
+	learned time.Time // zero: from the host's presence
 }
 
-// Fold applies one authentic presence message of host b.Host (sequence
-// seq, heard now) to the view, or refuses it: a leaving or gone notice
-// older than what was heard since is a replay; a heartbeat for a gid the
-// view places on another host, or that lives here (local), is a lie; an
-// older heartbeat that arrived late is superseded and ignored.
-func (v *peerView) Fold(b presenceBody, seq int64, now time.Time, interval time.Duration, local func(gid string) *mailbox) error {
+// stream is where a host's chain of presence messages stands here.
+type stream struct {
+	maxSeq int64     // the newest sequence heard from the host: nothing older is taken
+	head   int64     // the last message applied in sequence; 0: a gap, waiting for a snapshot
+	snap   *building // a snapshot whose pages are arriving
+}
+
+// building is a snapshot being received: its pages so far, in sequence.
+type building struct {
+	id    int64 // the seq of its page 0
+	last  int64 // the seq of the last page taken
+	next  int   // the page expected next
+	pages int
+	rows  []api.EntityRow
+}
+
+// Page folds one page (seq, following prev) of host's snapshot id: pages
+// are taken only in sequence, each following the one before; the last
+// one replaces the host's rows with the snapshot's. A page out of order,
+// or after one missed, drops the partial snapshot: the next one will do.
+func (v *peerView) Page(host string, seq, prev int64, interval time.Duration, id int64, page, pages int, rows []api.EntityRow, now time.Time) error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	p := v.peers[b.Host]
-	switch {
-	case b.Leaving:
-		if seq <= v.left[b.Host] {
-			return broker.Refuse(broker.ReasonReplay, "leaving notice of %s heard before: a replay", b.Host)
+	s := v.forward(host, seq)
+	if s == nil {
+		return nil
+	}
+	b := s.snap
+	if page == 0 {
+		b = &building{id: id, pages: pages}
+		s.snap = b
+	} else if b == nil || b.id != id || b.pages != pages || b.next != page || b.last != prev {
+		if b != nil {
+			v.log.Debug("a snapshot page missed or out of order: waiting for the next snapshot", "peer", host, "page", page, "pages", pages)
 		}
-		if p != nil && seq <= p.maxSeq {
-			// a host's own presence can overtake its leaving notice in
-			// flight (they are published concurrently): within one
-			// interval that is a race, and the newer word stands; older,
-			// it is a replay
-			if p.maxSeq-seq <= int64(p.interval) {
-				return nil
-			}
-			return broker.Refuse(broker.ReasonReplay, "leaving notice of %s older than its latest presence: a replay", b.Host)
+		s.snap = nil
+		return nil
+	}
+	if len(b.rows)+len(rows) > maxSnapshotRows {
+		s.snap = nil
+		return broker.Refuse(broker.ReasonMalformed, "a snapshot of more than %d rows", maxSnapshotRows)
+	}
+	b.rows = append(b.rows, rows...)
+	b.next, b.last = page+1, seq
+	if b.next < b.pages {
+		return nil
+	}
+	s.snap = nil
+	fresh := make(map[string]*heardRow, len(b.rows))
+	names := make(map[string]bool, len(b.rows))
+	for _, r := range b.rows {
+		if fresh[r.Gid] != nil || names[r.Name] {
+			return broker.Refuse(broker.ReasonMalformed, "snapshot of %s names entity %s (%s) twice", host, r.Name, r.Gid)
 		}
-		if seq > v.left[b.Host] {
-			v.left[b.Host] = seq
+		fresh[r.Gid], names[r.Name] = &heardRow{row: r}, true
+	}
+	p := v.peerLocked(host)
+	for gid, h := range p.entities {
+		// learned from a control answer within the interval: the entity
+		// may be younger than this snapshot, and its join notice follows
+		if fresh[gid] == nil && !h.learned.IsZero() && now.Sub(h.learned) < interval {
+			fresh[gid] = h
 		}
-		if p != nil {
-			delete(v.peers, b.Host)
-			v.log.Info("host left the view: it stopped", "peer", b.Host)
+	}
+	p.entities, p.interval, p.heard = fresh, interval, now
+	s.head = seq
+	return nil
+}
+
+// Change applies one change notice (seq, following prev) of host, if it
+// follows on the last message applied of host; otherwise this view has
+// missed something it cannot place and waits for the next snapshot.
+func (v *peerView) Change(host string, seq, prev int64, interval time.Duration, c presenceChange, now time.Time) error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	s := v.forward(host, seq)
+	if s == nil {
+		return nil
+	}
+	p := v.peers[host]
+	if p == nil || s.head == 0 || prev != s.head {
+		if s.head != 0 {
+			v.log.Debug("a presence message missed: waiting for the next snapshot", "peer", host)
 		}
-	case b.Gone != "":
-		if !ident.IsGid(b.Gone) {
-			return broker.Refuse(broker.ReasonMalformed, "gone %q is not a gid", b.Gone)
-		}
-		if made := ident.GidHost(b.Gone); made != b.Host {
-			return broker.Refuse(broker.ReasonWrongHost, "host %s says entity %s is gone, which was made on %s", b.Host, b.Gone, made)
-		}
-		if t, ok := v.tombs[b.Gone]; ok && seq <= t.seq {
-			return broker.Refuse(broker.ReasonReplay, "gone notice of %s heard before: a replay", b.Gone)
-		}
-		v.tombs[b.Gone] = tombstone{seq: seq, heard: now}
-		if p == nil || p.entities[b.Gone] == nil {
-			return nil // nothing to forget
-		}
-		if h := p.entities[b.Gone]; seq <= h.seq {
-			if h.seq-seq <= int64(p.interval) { // a heartbeat that overtook it in flight
-				return nil
-			}
-			return broker.Refuse(broker.ReasonReplay, "gone notice of %s older than its latest heartbeat: a replay", b.Gone)
-		}
-		p.maxSeq = max(p.maxSeq, seq)
-		delete(p.entities, b.Gone)
-		if len(p.entities) == 0 {
-			delete(v.peers, b.Host)
-		}
-	case b.Entity != nil:
-		r := *b.Entity
-		if err := checkRow(&r); err != nil {
-			return err
-		}
-		if made := ident.GidHost(r.Gid); made != b.Host {
-			// a gid names the host it was made on: a host announces only
-			// its own entities, whoever heard of them first
-			return broker.Refuse(broker.ReasonWrongHost, "host %s claims entity %s, which was made on %s", b.Host, r.Gid, made)
-		}
-		if seq <= v.left[b.Host] || seq <= v.tombs[r.Gid].seq {
-			return nil // announced before its host's leaving or its own gone notice: superseded
-		}
-		if p != nil {
-			if h := p.entities[r.Gid]; h != nil && seq <= h.seq {
-				return nil // an older heartbeat that arrived late: superseded
-			}
-		}
-		r.Host, r.Target = b.Host, ""
-		p = v.peerLocked(b.Host)
-		p.interval = interval
-		p.maxSeq = max(p.maxSeq, seq)
-		p.entities[r.Gid] = &heardRow{row: r, heard: now, seq: seq}
+		s.head = 0
+		return nil
+	}
+	s.head = seq
+	p.heard, p.interval = now, interval
+	if c.Row != nil {
+		p.entities[c.Row.Gid] = &heardRow{row: *c.Row}
+	} else {
+		delete(p.entities, c.Gone)
 	}
 	return nil
+}
+
+// forward returns host's stream if seq is newer than anything heard of
+// host (and than its last leaving notice), nil if it is superseded.
+func (v *peerView) forward(host string, seq int64) *stream {
+	if seq <= v.left[host] {
+		return nil // announced before its host's leaving notice
+	}
+	s := v.streams[host]
+	if s == nil {
+		s = &stream{}
+		v.streams[host] = s
+	}
+	if seq <= s.maxSeq {
+		return nil // older than what was heard since, or heard before
+	}
+	s.maxSeq = seq
+	return s
+}
+
+// Leave drops host at once: it stopped cleanly. A leaving notice heard
+// before is a replay; one older than the host's latest presence is too,
+// unless within an interval of it (then the newer word stands).
+func (v *peerView) Leave(host string, seq int64) error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if seq <= v.left[host] {
+		return broker.Refuse(broker.ReasonReplay, "leaving notice of %s heard before: a replay", host)
+	}
+	if s := v.streams[host]; s != nil && seq <= s.maxSeq {
+		interval := v.interval
+		if p := v.peers[host]; p != nil {
+			interval = p.interval
+		}
+		if s.maxSeq-seq <= int64(interval) {
+			return nil
+		}
+		return broker.Refuse(broker.ReasonReplay, "leaving notice of %s older than its latest presence: a replay", host)
+	}
+	v.left[host] = seq
+	delete(v.streams, host)
+	if v.peers[host] != nil {
+		delete(v.peers, host)
+		v.log.Info("host left the view: it stopped", "peer", host)
+	}
+	return nil
+}
+
+// Legacy notes a per-entity heartbeat of host (a gateway before
+// snapshots): not folded, said once per host.
+func (v *peerView) Legacy(host string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.legacy[host] || len(v.legacy) >= 1024 {
+		return
+	}
+	v.legacy[host] = true
+	v.log.Warn("a host announces presence per entity (an older fleet): its entities are not in this roster until it is upgraded",
+		"peer", host)
 }
 
 // peerLocked returns host's peer, adding it; v.mu is held.
@@ -140,8 +213,8 @@ func (v *peerView) peerLocked(host string) *peer {
 }
 
 // Upsert records what this gateway learned of one remote entity
-// otherwise than by its presence (a control answer): the next heartbeat
-// replaces it.
+// otherwise than by its presence (a control answer): the host's next
+// snapshot or notice of it replaces it.
 func (v *peerView) Upsert(host string, row api.EntityRow, heard time.Time, interval time.Duration) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -153,14 +226,10 @@ func (v *peerView) Upsert(host string, row api.EntityRow, heard time.Time, inter
 		}
 	}
 	p := v.peerLocked(host)
-	if interval > 0 {
+	if interval > 0 && p.heard.IsZero() {
 		p.interval = interval
 	}
-	seq := int64(0)
-	if h := p.entities[row.Gid]; h != nil {
-		seq = h.seq
-	}
-	p.entities[row.Gid] = &heardRow{row: row, heard: heard, seq: seq}
+	p.entities[row.Gid] = &heardRow{row: row, learned: heard}
 }
 
 // Drop forgets one remote entity.
@@ -169,35 +238,35 @@ func (v *peerView) Drop(host, gid string) {
 	defer v.mu.Unlock()
 	if p := v.peers[host]; p != nil {
 		delete(p.entities, gid)
-		if len(p.entities) == 0 {
-			delete(v.peers, host)
-		}
 	}
 }
 
 // Rows returns the other hosts' entities with their presence status: while
 // this gateway is cut off from the broker (connected false) every one reads
-// "unknown"; one not heard for two of its host's intervals "stale"; one not
-// heard within ttl is dropped.
+// "unknown"; one not heard for two of its host's intervals "stale"; a host
+// not heard within ttl (or three of its intervals, if longer) is dropped.
+// A row's last_seen is when its host was last heard (or when it was
+// learned, if later).
 func (v *peerView) Rows(now time.Time, connected bool, ttl time.Duration) []api.EntityRow {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	for gid, t := range v.tombs {
-		if now.Sub(t.heard) > ttl {
-			delete(v.tombs, gid)
-		}
-	}
 	var out []api.EntityRow
 	for host, p := range v.peers {
+		limit := max(ttl, 3*p.interval)
+		dropped := 0
 		for gid, h := range p.entities {
-			age := now.Sub(h.heard)
-			if connected && age > max(ttl, 3*p.interval) {
+			heard := p.heard
+			if h.learned.After(heard) {
+				heard = h.learned
+			}
+			age := now.Sub(heard)
+			if connected && age > limit {
 				delete(p.entities, gid)
-				v.log.Info("entity dropped from the view: not heard within the presence TTL", "peer", host, "entity", h.row.Name)
+				dropped++
 				continue
 			}
 			r := h.row
-			r.LastSeen = h.heard.UTC()
+			r.LastSeen = heard.UTC()
 			switch {
 			case !connected:
 				r.Status = "unknown"
@@ -206,8 +275,12 @@ func (v *peerView) Rows(now time.Time, connected bool, ttl time.Duration) []api.
 			}
 			out = append(out, r)
 		}
-		if len(p.entities) == 0 {
+		if connected && now.Sub(p.heard) > limit && len(p.entities) == 0 {
 			delete(v.peers, host)
+			delete(v.streams, host)
+			if !p.heard.IsZero() { // not one only learned of from a control answer
+				v.log.Info("host dropped from the view: not heard within the presence TTL", "peer", host, "entities", dropped)
+			}
 		}
 	}
 	return out

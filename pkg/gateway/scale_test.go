@@ -47,8 +47,13 @@ func TestCrossManyEntities(t *testing.T) {
 		t.Fatalf("%d inboxes consumed on the broker, want %d", inboxes, n)
 	}
 	// through the broker, by gid, to the last one joined
-	sender := startGW(t, t.TempDir(), "h2", settings{"broker": url})
+	// enrolled before it starts: a host announces itself at once, with
+	// no entities too (an empty snapshot), and h1 would refuse that
+	// snapshot as from an untrusted host — an ERROR line
+	sender := &testGW{t: t, Host: "h2", Cfg: newConfig(t, t.TempDir(), "h2", settings{"broker": url}), logs: &syncBuffer{}}
 	enrol(t, g, sender)
+	sender.start()
+	t.Cleanup(sender.stop)
 	a := sender.join("alice")
 	a.mustSend(last.Gid, "to the last")
 	eventually(t, "the last entity has its message", func() error {
