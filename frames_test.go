@@ -152,9 +152,11 @@ func TestFramesBoundLocalResources(t *testing.T) {
 			t.Fatalf("at the cap, a connection got %+v", resp)
 		}
 	}
-	// a command over the cap fails with one clear line and exit 75
+	// a command over the cap fails with one clear error (--json: the
+	// JSON error object alone) and exit 75
 	out, stderr, code := runRoster(gw)
-	if code != 75 || out != "" || strings.Count(stderr, "error:") != 1 || !strings.Contains(stderr, "limit of "+strconv.Itoa(maxConns)+" connections") {
+	if code != 75 || out != "" || strings.Count(stderr, "\n") != 1 || !strings.HasPrefix(stderr, `{"error":{"kind":"too_many_connections","exit":75,`) ||
+		!strings.Contains(stderr, "limit of "+strconv.Itoa(maxConns)+" connections") {
 		t.Errorf("fleet-roster over the cap: exit %d, stdout %q, stderr %q", code, out, stderr)
 	}
 	log, _ := os.ReadFile(gw.log())

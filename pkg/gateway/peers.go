@@ -130,6 +130,22 @@ func (v *peerView) Change(host string, seq, prev int64, interval time.Duration, 
 			v.log.Debug("a presence message missed: waiting for the next snapshot", "peer", host)
 		}
 		s.head = 0
+		// Still the newest word on this one entity (forward: nothing
+		// newer was heard from its host), so it is applied: an entity
+		// that joins while this view waits for a snapshot (this gateway
+		// just started, or trusted its host only now) is reachable by name
+		// at once, not an interval later. The row is provisional: the next
+		// snapshot replaces the view (it survives one that does not name
+		// it yet for an interval, as a row learned otherwise does).
+		if p == nil {
+			p = &peer{entities: map[string]*heardRow{}, interval: interval, heard: now}
+			v.peers[host] = p
+		}
+		if c.Row != nil {
+			p.entities[c.Row.Gid] = &heardRow{row: *c.Row, learned: now}
+		} else {
+			delete(p.entities, c.Gone)
+		}
 		return nil
 	}
 	s.head = seq
