@@ -21,17 +21,24 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/fleetd/fleet/pkg/ident"
 )
 
 // HostRE is the grammar of a host id: what config accepts for this host
-// and what a message from the broker may name.
-var HostRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$`)
+// and what a message from the broker may name (^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$,
+// checked by hand: see ident.ValidHost).
+var HostRE hostGrammar
+
+type hostGrammar struct{}
+
+// MatchString reports whether s is a host id.
+func (hostGrammar) MatchString(s string) bool { return ident.ValidHost(s) }
 
 // HostKey returns the signing key in stateDir, creating it on first use.
 func HostKey(stateDir string) (ed25519.PrivateKey, error) {
