@@ -231,7 +231,12 @@ func TestLocalSpawnEnvironmentAndInject(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if got := strings.TrimSpace(string(data)); got != "job7 job7 --since yesterday has-a-token" {
+		got := strings.TrimSpace(string(data))
+		if !strings.HasSuffix(string(data), "\n") {
+			// the shell's redirection made the file before echo wrote
+			return fmt.Errorf("not written yet: %q", got)
+		}
+		if got != "job7 job7 --since yesterday has-a-token" {
 			t.Fatalf("the command saw %q", got)
 		}
 		return nil
