@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/fleetd/fleet/pkg/api"
+	"github.com/fleetd/fleet/pkg/envelope"
 	"github.com/fleetd/fleet/pkg/ident"
 )
 
@@ -35,6 +36,19 @@ func partyOf(gid, nameAtHost string) *Party {
 		p.Host = ident.GidHost(p.Gid)
 	}
 	return p
+}
+
+// PartyOf is partyOf, for the other command packages.
+func PartyOf(gid, nameAtHost string) *Party { return partyOf(gid, nameAtHost) }
+
+// PartyFrom is an envelope's party as every JSON output gives it.
+func PartyFrom(p envelope.Party) *Party {
+	out := partyOf(p.Gid, "")
+	out.Name = p.Name
+	if p.Host != "" {
+		out.Host = p.Host
+	}
+	return out
 }
 
 // sentJSON is what fleet-send --json and fleet-ask print once a message

@@ -81,35 +81,18 @@ func filterFlags() []ucli.Flag {
 	}
 }
 
-// Party is an entity reference as every JSON output gives it.
-type Party struct {
-	Gid  string `json:"gid,omitempty"`
-	Name string `json:"name,omitempty"`
-	Host string `json:"host,omitempty"`
-}
-
-// party is p as every JSON output gives an entity: a gid names its host
-// even when the message named the entity by gid alone.
-func party(p envelope.Party) *Party {
-	out := &Party{Gid: p.Gid, Name: p.Name, Host: p.Host}
-	if out.Host == "" && ident.IsGid(p.Gid) {
-		out.Host = ident.GidHost(p.Gid)
-	}
-	return out
-}
-
 // Entry is one dead letter as fleet-dlq prints it (a JSON line each).
 type Entry struct {
-	MsgID     string    `json:"msg_id"`
-	TraceID   string    `json:"trace_id,omitempty"`
-	Kind      string    `json:"kind,omitempty"`
-	Sender    *Party    `json:"sender,omitempty"`
-	Recipient *Party    `json:"recipient,omitempty"`
-	Reason    string    `json:"reason"`
-	Attempts  int       `json:"attempts"`
-	When      time.Time `json:"when,omitzero"`
-	Where     string    `json:"where"` // "store" (this host's) or "bridge.dlq"
-	Host      string    `json:"host,omitempty"`
+	MsgID     string          `json:"msg_id"`
+	TraceID   string          `json:"trace_id,omitempty"`
+	Kind      string          `json:"kind,omitempty"`
+	Sender    *fleetcli.Party `json:"sender,omitempty"`
+	Recipient *fleetcli.Party `json:"recipient,omitempty"`
+	Reason    string          `json:"reason"`
+	Attempts  int             `json:"attempts"`
+	When      time.Time       `json:"when,omitzero"`
+	Where     string          `json:"where"` // "store" (this host's) or "bridge.dlq"
+	Host      string          `json:"host,omitempty"`
 
 	// show only
 	Envelope *envelope.Envelope `json:"envelope,omitempty"`
@@ -168,7 +151,7 @@ func readFilter(c *ucli.Context, ids bool) (*filter, error) {
 	return f, nil
 }
 
-func who(p *Party, want string) bool {
+func who(p *fleetcli.Party, want string) bool {
 	if p == nil {
 		return false
 	}
@@ -250,9 +233,9 @@ func (s *sources) local() ([]*Entry, error) {
 		e := &Entry{MsgID: d.Record.MsgID, TraceID: d.Record.TraceID, Kind: d.Record.Kind, Reason: d.Record.Reason,
 			Attempts: d.Record.Attempts, When: d.Record.Done, Where: whereStore, Host: s.host, Envelope: d.Envelope}
 		if env := d.Envelope; env != nil {
-			e.Sender, e.Recipient = party(env.Sender), party(env.Recipient)
+			e.Sender, e.Recipient = fleetcli.PartyFrom(env.Sender), fleetcli.PartyFrom(env.Recipient)
 		} else {
-			e.Recipient = &Party{Gid: d.Record.Recipient, Host: ident.GidHost(d.Record.Recipient)}
+			e.Recipient = fleetcli.PartyOf(d.Record.Recipient, "")
 		}
 		out = append(out, e)
 	}
@@ -293,7 +276,7 @@ func fromBroker(m *broker.DLQMessage) *Entry {
 	if env, err := envelope.Decode(m.Body, 1<<30); err == nil {
 		e.Envelope = env
 		e.MsgID, e.TraceID, e.Kind = env.MsgID, env.TraceID, string(env.Kind)
-		e.Sender, e.Recipient = party(env.Sender), party(env.Recipient)
+		e.Sender, e.Recipient = fleetcli.PartyFrom(env.Sender), fleetcli.PartyFrom(env.Recipient)
 	} else {
 		e.Raw = strings.ToValidUTF8(string(m.Body), "\uFFFD")
 		e.TraceID, _ = m.Headers["fleet-trace-id"].(string)
@@ -361,7 +344,7 @@ func jsonOut(c *ucli.Context) bool {
 	return !fleetcli.IsTerminal(os.Stdout)
 }
 
-func partyString(p *Party) string {
+func partyString(p *fleetcli.Party) string {
 	switch {
 	case p == nil:
 		return "-"
