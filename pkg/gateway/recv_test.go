@@ -1,7 +1,7 @@
 package gateway_test
 
 import (
-	"fmt"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -142,8 +142,7 @@ func TestLocalRecvPartialAck(t *testing.T) {
 func TestLocalRecvFollow(t *testing.T) {
 	g := startGW(t, t.TempDir(), "h1", nil)
 	alice, bob := g.join("alice"), g.join("bob")
-	c := startRecv(t, bob, api.Request{Follow: true})
-	holds(t, bob)
+	c := holds(t, bob, api.Request{Follow: true})
 	alice.mustSend("bob", "later")
 	if got := bodies(batch(t, c, true)); !slices.Equal(got, []string{"later"}) {
 		t.Fatalf("follow got %q", got)
@@ -159,8 +158,7 @@ func TestLocalRecvFollow(t *testing.T) {
 	c.Close()
 	bob.take(0) // the closed stream let go of the inbox
 	// a stream that waits for mail when the gateway stops
-	c = startRecv(t, bob, api.Request{Follow: true})
-	holds(t, bob)
+	c = holds(t, bob, api.Request{Follow: true})
 	g.stop()
 	_, err := c.Read()
 	if fe := faultOf(t, err, fault.Unavailable); fe.Kind != fault.KindShuttingDown {
@@ -172,18 +170,30 @@ func TestLocalRecvFollow(t *testing.T) {
 
 // holds waits until a fleet-recv of e holds its inbox: another one is
 // refused with 75.
-func holds(t testing.TB, e entity) {
+// holds starts a fleet-recv stream of e's empty inbox and returns it once
+// the gateway has it draining: a second fleet-recv is refused. A second
+// one that got there first (the stream's request was still on its way)
+// drained nothing and made the stream's own request be refused, so the
+// stream is started again.
+func holds(t testing.TB, e entity, req api.Request) *api.Client {
 	t.Helper()
+	c := startRecv(t, e, req)
 	eventually(t, "a second fleet-recv of "+e.Name+" is refused", func() error {
-		_, err := e.tryTake(0)
+		got, err := e.tryTake(0)
 		if fault.KindOf(err) == fault.KindInboxBusy {
 			if codeOf(err) != fault.TempFail {
 				t.Fatalf("busy inbox: %v", err)
 			}
 			return nil
 		}
-		return fmt.Errorf("second recv: %v", err)
+		if err != nil || len(got) > 0 {
+			t.Fatalf("second recv of an empty inbox: %v %v", got, err)
+		}
+		c.Close()
+		c = startRecv(t, e, req)
+		return errors.New("the stream did not hold the inbox yet")
 	})
+	return c
 }
 
 // --follow with --max ends once that many were taken.
