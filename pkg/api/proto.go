@@ -165,9 +165,10 @@ type Response struct {
 // answered have in their audit logs, in order, and how each host asked
 // answered.
 type Trace struct {
-	TraceID string      `json:"trace_id"`
-	Hops    []Hop       `json:"hops"`
-	Hosts   []TraceHost `json:"hosts"`
+	TraceID string            `json:"trace_id"`
+	Hops    []Hop             `json:"hops"`
+	Hosts   []TraceHost       `json:"hosts"`
+	Names   map[string]string `json:"names,omitempty"` // gid -> name, of the hops' parties this gateway knows
 }
 
 // Hop is one audit line of a trace: what happened to which message, where

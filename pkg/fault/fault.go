@@ -119,8 +119,9 @@ const (
 	KindUnknownRecipient   Kind = "unknown_recipient"
 	KindUnknownMessage     Kind = "unknown_message"
 	KindUnknownEntity      Kind = "unknown_entity"
-	KindUnknownTrace       Kind = "unknown_trace" // fleet-trace: no host that answered saw the trace id
-	KindUnknownHost        Kind = "unknown_host"  // no such host (control plane, trust file)
+	KindUnknownTrace       Kind = "unknown_trace"   // fleet-trace: no host that answered saw the trace id
+	KindUnknownHost        Kind = "unknown_host"    // no such host (control plane, trust file)
+	KindRosterSettling     Kind = "roster_settling" // a name not known yet, while the roster still fills after connecting
 	KindNoGateway          Kind = "no_gateway"
 	KindBrokerDown         Kind = "broker_down"
 	KindBrokerBlocked      Kind = "broker_blocked"

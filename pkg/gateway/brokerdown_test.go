@@ -66,8 +66,9 @@ func TestLocalBrokerDownLocalWorks(t *testing.T) {
 }
 
 // What needs the broker says so with 69 and leaves nothing half done: a
-// send or ask to another host's gid, a spawn on another host; a name on
-// no known host is 67.
+// send or ask to another host's gid, a spawn on another host, a name not
+// known here (it may be on a host this gateway cannot hear); a name of
+// this host that is not here is 67.
 func TestLocalBrokerDownRemoteRefused(t *testing.T) {
 	g := startDown(t, nil)
 	alice, bob := g.join("alice"), g.join("bob")
@@ -76,7 +77,11 @@ func TestLocalBrokerDownRemoteRefused(t *testing.T) {
 	if fe := faultOf(t, err, fault.Unavailable); fe.Kind != "broker_down" || !strings.Contains(fe.Hint, "local sends keep working") {
 		t.Fatalf("send to a remote gid: %v (%s, hint %q)", fe, fe.Kind, fe.Hint)
 	}
-	_, err = alice.send("carol@h2", "by name")
+	_, err = alice.send("carol@h2", "by name") // never heard of, and h2 cannot be heard
+	if fe := faultOf(t, err, fault.Unavailable); fe.Kind != "broker_down" {
+		t.Fatalf("send to an unknown name with the broker down: %v (%s)", fe, fe.Kind)
+	}
+	_, err = alice.send("carol@h1", "this host's name") // exact
 	faultOf(t, err, fault.NoRecipient)
 	_, _, err = g.open(alice.Token, &api.Request{Op: api.OpAsk, To: remote, Body: "q", TimeoutMS: 1000})
 	faultOf(t, err, fault.Unavailable)

@@ -246,6 +246,7 @@ func (g *Gateway) learn(host string, res *controlResult) {
 	if add != nil {
 		g.peers.Upsert(host, *add, time.Now(), g.cfg.PresenceInterval)
 	}
+	g.saveHeard()
 }
 
 // takeBroker is the broker's handler for every local inbox: the answers to

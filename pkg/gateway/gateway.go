@@ -65,6 +65,7 @@ type Gateway struct {
 	replayMu sync.Mutex    // dlq.go: one replay at a time (its record, send and cleanup are one step)
 	traceSem chan struct{} // trace.go: searches running for other hosts' trace queries
 	peers    *peerView
+	heardMu  sync.Mutex // one save of peers' last words at a time (presence.go saveHeard)
 	said     *announcer
 	admit    *admission // nil: single-host mode
 	records  signal     // a delivery record changed (receipt.go)
@@ -132,6 +133,14 @@ func (g *Gateway) Run(ctx context.Context) error {
 		return err
 	}
 	if g.cfg.Broker != "" {
+		// what was heard of other hosts before: their names resolve
+		// before they are heard again (peers.go)
+		heard, err := g.st.Heard()
+		if err != nil {
+			g.closeState()
+			return fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot read the remote entities kept in the state folder")
+		}
+		g.peers.Remember(heard)
 		g.br = broker.New(broker.Config{
 			URL: g.cfg.Broker, CAFile: g.cfg.BrokerCA, CertFile: g.cfg.BrokerCert, KeyFile: g.cfg.BrokerKey,
 			Host: g.cfg.Host, Heartbeat: g.cfg.Heartbeat, PublishTimeout: g.cfg.PublishTimeout,

@@ -10,6 +10,8 @@ import (
 	"bytes"
 	"context"
 	"crypto/ed25519"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -337,7 +339,7 @@ func brokerURL(t testing.TB) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(unlock)
-	url, drop, err := testnode.Vhost("t-inproc-" + strings.ReplaceAll(t.Name(), "/", "-"))
+	url, drop, err := testnode.Vhost("t-inproc-" + strings.ReplaceAll(t.Name(), "/", "-") + "-" + treeTag)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -350,6 +352,15 @@ func brokerURL(t testing.TB) string {
 	})
 	return url
 }
+
+// treeTag tells apart the vhosts of two source trees (git worktrees)
+// whose tests share one node at the same time: each test deletes its vhost
+// first and last, which would cut the other tree's run of it.
+var treeTag = func() string {
+	wd, _ := os.Getwd()
+	sum := sha256.Sum256([]byte(wd))
+	return hex.EncodeToString(sum[:3])
+}()
 
 // vhosts are the tests' vhost URLs: one per test, however often asked.
 var (

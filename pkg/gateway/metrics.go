@@ -105,7 +105,10 @@ func (g *Gateway) metricsSnapshot() (metrics.Snapshot, error) {
 		snap.Entities[metrics.Where{Where: "local", State: status}]++
 	}
 	// a host reads live while any of its entities is heard within two
-	// intervals; stale once all are older; unknown while cut off
+	// intervals; stale once all are older; unknown while cut off (or not
+	// heard since this gateway started); gone once it stopped or was
+	// dropped from the view (its entities are still known)
+	rank := map[string]int{"gone": 1, "unknown": 2, "stale": 3, "live": 4}
 	hosts := map[string]string{}
 	for _, r := range g.remoteRows() {
 		if r.Status == "untrusted" {
@@ -113,13 +116,12 @@ func (g *Gateway) metricsSnapshot() (metrics.Snapshot, error) {
 			continue
 		}
 		snap.Entities[metrics.Where{Where: "remote", State: r.Status}]++
-		switch st := hosts[r.Host]; {
-		case r.Status == "unknown":
-			hosts[r.Host] = "unknown"
-		case r.Status == "stale" && st == "":
-			hosts[r.Host] = "stale"
-		case r.Status != "stale":
-			hosts[r.Host] = "live"
+		st := r.Status
+		if rank[st] == 0 {
+			st = "live" // idle, busy, waiting
+		}
+		if rank[st] > rank[hosts[r.Host]] {
+			hosts[r.Host] = st
 		}
 	}
 	for _, st := range hosts {

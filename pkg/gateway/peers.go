@@ -2,11 +2,13 @@ package gateway
 
 import (
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/fleetd/fleet/pkg/api"
 	"github.com/fleetd/fleet/pkg/broker"
+	"github.com/fleetd/fleet/pkg/store"
 )
 
 // peerView owns what this gateway heard of the other hosts: the remote
@@ -22,11 +24,151 @@ type peerView struct {
 	legacy   map[string]bool    // hosts heard announcing per entity (an older fleet), logged once each
 	interval time.Duration      // this gateway's presence interval: a host's until it says its own
 	log      *slog.Logger
+
+	// The last word on every remote entity, kept in the store across
+	// restarts (store.Heard): a name resolves to the gid it last had even
+	// when its host is not in the view — stopped, silent past the TTL, or
+	// not heard since this gateway started — and the broker's mandatory
+	// routing decides whether its inbox still exists. A row goes when its
+	// host says so (a snapshot without it, a change notice, a stop
+	// answer) or the broker has no inbox for it (Forget).
+	known  map[string]*knownRow           // gid -> its last word
+	onHost map[string]map[string]struct{} // host -> the gids known on it (at most maxSnapshotRows)
+	dirty  map[string]bool                // gids whose known row changed since the last save
+	gone   map[string]bool                // hosts that left or were dropped since this gateway started
+}
+
+// knownRow is what is remembered of a remote entity: who and where, not
+// how it is doing.
+type knownRow struct {
+	row  api.EntityRow // Name, Host, Gid, Mode, Groups
+	seen time.Time     // when its host last spoke of it, as saved
 }
 
 func newPeerView(interval time.Duration, log *slog.Logger) *peerView {
 	return &peerView{peers: map[string]*peer{}, streams: map[string]*stream{}, left: map[string]int64{},
-		legacy: map[string]bool{}, interval: interval, log: log}
+		legacy: map[string]bool{}, interval: interval, log: log,
+		known: map[string]*knownRow{}, onHost: map[string]map[string]struct{}{}, dirty: map[string]bool{}, gone: map[string]bool{}}
+}
+
+// Remember loads the rows saved before this gateway started.
+func (v *peerView) Remember(rows []store.Heard) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for _, h := range rows {
+		groups := h.Groups
+		if groups == nil {
+			groups = []string{}
+		}
+		v.putLocked(&knownRow{row: api.EntityRow{Name: h.Name, Host: h.Host, Gid: h.Gid, Mode: h.Mode, Groups: groups}, seen: h.Seen})
+	}
+}
+
+// knowLocked records the last word on one remote entity: dirty when who
+// or where changed (its status and counts are not kept). v.mu is held.
+func (v *peerView) knowLocked(r api.EntityRow, seen time.Time) {
+	k := v.known[r.Gid]
+	if k != nil && k.row.Name == r.Name && k.row.Host == r.Host && k.row.Mode == r.Mode && slices.Equal(k.row.Groups, r.Groups) {
+		return
+	}
+	if k == nil && len(v.onHost[r.Host]) >= maxSnapshotRows {
+		return // a host has no more entities than a snapshot carries
+	}
+	v.putLocked(&knownRow{row: api.EntityRow{Name: r.Name, Host: r.Host, Gid: r.Gid, Mode: r.Mode, Groups: slices.Clone(r.Groups)}, seen: seen})
+	v.dirty[r.Gid] = true
+}
+
+// putLocked sets one known row, indexed by host. v.mu is held.
+func (v *peerView) putLocked(k *knownRow) {
+	if old := v.known[k.row.Gid]; old != nil && old.row.Host != k.row.Host {
+		delete(v.onHost[old.row.Host], k.row.Gid) // not by checkHeard: a gid names its host
+	}
+	v.known[k.row.Gid] = k
+	gids := v.onHost[k.row.Host]
+	if gids == nil {
+		gids = map[string]struct{}{}
+		v.onHost[k.row.Host] = gids
+	}
+	gids[k.row.Gid] = struct{}{}
+}
+
+// forgetLocked drops the last word on one remote entity. v.mu is held.
+func (v *peerView) forgetLocked(gid string) {
+	if k := v.known[gid]; k != nil {
+		delete(v.known, gid)
+		if gids := v.onHost[k.row.Host]; gids != nil {
+			delete(gids, gid)
+			if len(gids) == 0 {
+				delete(v.onHost, k.row.Host)
+			}
+		}
+		v.dirty[gid] = true
+	}
+}
+
+// seenLocked saves when host was last heard on its known rows: it left the
+// view, and that time is what its rows will show. v.mu is held.
+func (v *peerView) seenLocked(host string, at time.Time) {
+	v.gone[host] = true
+	if at.IsZero() {
+		return
+	}
+	for gid := range v.onHost[host] {
+		if k := v.known[gid]; at.After(k.seen) {
+			k.seen = at
+			v.dirty[gid] = true
+		}
+	}
+}
+
+// Name is the name of a remote entity as last heard ("" if not known).
+func (v *peerView) Name(gid string) string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if k := v.known[gid]; k != nil {
+		return k.row.Name
+	}
+	for _, p := range v.peers {
+		if h := p.entities[gid]; h != nil {
+			return h.row.Name
+		}
+	}
+	return ""
+}
+
+// Forget drops what is known of gid: the broker has no inbox for it.
+func (v *peerView) Forget(gid string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.forgetLocked(gid)
+	for _, p := range v.peers {
+		delete(p.entities, gid)
+	}
+}
+
+// Unsaved returns the known rows changed since the last call (put) and
+// the gids no longer known (drop), for the store.
+func (v *peerView) Unsaved() (put []store.Heard, drop []string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for gid := range v.dirty {
+		if k := v.known[gid]; k != nil {
+			put = append(put, store.Heard{Gid: gid, Name: k.row.Name, Host: k.row.Host, Mode: k.row.Mode, Groups: k.row.Groups, Seen: k.seen})
+		} else {
+			drop = append(drop, gid)
+		}
+	}
+	clear(v.dirty)
+	return put, drop
+}
+
+// Unsave marks gids as changed again: their save failed.
+func (v *peerView) Unsave(gids []string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for _, gid := range gids {
+		v.dirty[gid] = true
+	}
 }
 
 // peer is what this gateway knows of another host.
@@ -110,6 +252,16 @@ func (v *peerView) Page(host string, seq, prev int64, interval time.Duration, id
 		}
 	}
 	p.entities, p.interval, p.heard = fresh, interval, now
+	// the host's whole word: what it no longer names is gone
+	for gid := range v.onHost[host] {
+		if fresh[gid] == nil {
+			v.forgetLocked(gid) // deleting while ranging is allowed
+		}
+	}
+	for _, h := range fresh {
+		v.knowLocked(h.row, now)
+	}
+	delete(v.gone, host)
 	s.head = seq
 	return nil
 }
@@ -143,17 +295,22 @@ func (v *peerView) Change(host string, seq, prev int64, interval time.Duration, 
 		}
 		if c.Row != nil {
 			p.entities[c.Row.Gid] = &heardRow{row: *c.Row, learned: now}
+			v.knowLocked(*c.Row, now)
 		} else {
 			delete(p.entities, c.Gone)
+			v.forgetLocked(c.Gone)
 		}
 		return nil
 	}
 	s.head = seq
 	p.heard, p.interval = now, interval
+	delete(v.gone, host)
 	if c.Row != nil {
 		p.entities[c.Row.Gid] = &heardRow{row: *c.Row}
+		v.knowLocked(*c.Row, now)
 	} else {
 		delete(p.entities, c.Gone)
+		v.forgetLocked(c.Gone)
 	}
 	return nil
 }
@@ -197,7 +354,8 @@ func (v *peerView) Leave(host string, seq int64) error {
 	}
 	v.left[host] = seq
 	delete(v.streams, host)
-	if v.peers[host] != nil {
+	if p := v.peers[host]; p != nil {
+		v.seenLocked(host, p.heard)
 		delete(v.peers, host)
 		v.log.Info("host left the view: it stopped", "peer", host)
 	}
@@ -246,27 +404,33 @@ func (v *peerView) Upsert(host string, row api.EntityRow, heard time.Time, inter
 		p.interval = interval
 	}
 	p.entities[row.Gid] = &heardRow{row: row, learned: heard}
+	v.knowLocked(row, heard)
 }
 
-// Drop forgets one remote entity.
+// Drop forgets one remote entity: its host said it stopped.
 func (v *peerView) Drop(host, gid string) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if p := v.peers[host]; p != nil {
 		delete(p.entities, gid)
 	}
+	v.forgetLocked(gid)
 }
 
 // Rows returns the other hosts' entities with their presence status: while
 // this gateway is cut off from the broker (connected false) every one reads
 // "unknown"; one not heard for two of its host's intervals "stale"; a host
-// not heard within ttl (or three of its intervals, if longer) is dropped.
-// A row's last_seen is when its host was last heard (or when it was
+// not heard within ttl (or three of its intervals, if longer) is dropped
+// from the view. An entity known but not in the view (its host stopped or
+// was dropped: "gone"; or was not heard since this gateway started:
+// "unknown") is still listed, as long as trusted says its host is. A
+// row's last_seen is when its host was last heard (or when it was
 // learned, if later).
-func (v *peerView) Rows(now time.Time, connected bool, ttl time.Duration) []api.EntityRow {
+func (v *peerView) Rows(now time.Time, connected bool, ttl time.Duration, trusted func(host string) bool) []api.EntityRow {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	var out []api.EntityRow
+	listed := map[string]bool{}
 	for host, p := range v.peers {
 		limit := max(ttl, 3*p.interval)
 		dropped := 0
@@ -290,14 +454,31 @@ func (v *peerView) Rows(now time.Time, connected bool, ttl time.Duration) []api.
 				r.Status = "stale"
 			}
 			out = append(out, r)
+			listed[gid] = true
 		}
 		if connected && now.Sub(p.heard) > limit && len(p.entities) == 0 {
 			delete(v.peers, host)
 			delete(v.streams, host)
 			if !p.heard.IsZero() { // not one only learned of from a control answer
+				v.seenLocked(host, p.heard)
 				v.log.Info("host dropped from the view: not heard within the presence TTL", "peer", host, "entities", dropped)
 			}
 		}
+	}
+	for gid, k := range v.known {
+		if listed[gid] || !trusted(k.row.Host) {
+			continue
+		}
+		r := k.row
+		r.Groups = slices.Clone(r.Groups)
+		r.Status = "unknown"
+		if connected && v.gone[r.Host] {
+			r.Status = "gone"
+		}
+		if !k.seen.IsZero() {
+			r.LastSeen = k.seen.UTC()
+		}
+		out = append(out, r)
 	}
 	return out
 }

@@ -394,6 +394,28 @@ func (g *Gateway) announceLeaving() {
 // and that every field fits: what comes from the broker is hostile until
 // it is checked.
 func (g *Gateway) onPresence(env *envelope.Envelope) error {
+	err := g.foldPresence(env)
+	g.saveHeard()
+	return err
+}
+
+// saveHeard stores what changed in the last word on remote entities
+// (peers.go); one caller at a time, so an older save never lands last.
+func (g *Gateway) saveHeard() {
+	g.heardMu.Lock()
+	defer g.heardMu.Unlock()
+	put, drop := g.peers.Unsaved()
+	if err := g.st.SaveHeard(put, drop); err != nil {
+		gids := drop
+		for _, h := range put {
+			gids = append(gids, h.Gid)
+		}
+		g.peers.Unsave(gids)
+		g.log.Warn("could not keep the remote entities heard: kept in memory, saved at the next change", "err", err)
+	}
+}
+
+func (g *Gateway) foldPresence(env *envelope.Envelope) error {
 	var b presenceBody
 	if err := json.Unmarshal([]byte(env.Body), &b); err != nil {
 		return broker.Refuse(broker.ReasonMalformed, "presence body: %v", err)
@@ -543,7 +565,7 @@ func checkRow(r *api.EntityRow) error {
 // remoteRows returns the other hosts' entities with their presence status,
 // and the hosts heard but not trusted.
 func (g *Gateway) remoteRows() []api.EntityRow {
-	out := g.peers.Rows(time.Now(), g.br != nil && g.br.Connected(), g.cfg.PresenceTTL)
+	out := g.peers.Rows(time.Now(), g.br != nil && g.br.Connected(), g.cfg.PresenceTTL, g.admit.trusted)
 	out = append(out, g.admit.untrustedRows()...)
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Name != out[j].Name {

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +16,7 @@ import (
 	"github.com/fleetd/fleet/pkg/broker"
 	"github.com/fleetd/fleet/pkg/config"
 	"github.com/fleetd/fleet/pkg/envelope"
+	"github.com/fleetd/fleet/pkg/store"
 )
 
 // The receiving half of presence on its own: a gateway h1 (no broker)
@@ -32,10 +35,16 @@ type presenceRig struct {
 func newPresenceRig(t *testing.T) *presenceRig {
 	var buf bytes.Buffer
 	log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	st, err := store.Open(filepath.Join(t.TempDir(), "fleet.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
 	g := &Gateway{
 		cfg:   &config.Config{Host: "h1", PresenceInterval: testInterval, PresenceTTL: 3 * testInterval},
 		peers: newPeerView(testInterval, log),
 		log:   log,
+		st:    st,
 	}
 	return &presenceRig{t: t, g: g, log: &buf, seq: time.Now().UnixNano()}
 }
@@ -105,7 +114,7 @@ func (r *presenceRig) change(c presenceChange) presenceBody {
 // view is h1's remote rows, by name.
 func (r *presenceRig) view(now time.Time) map[string]api.EntityRow {
 	out := map[string]api.EntityRow{}
-	for _, row := range r.g.peers.Rows(now, true, r.g.cfg.PresenceTTL) {
+	for _, row := range r.g.peers.Rows(now, true, r.g.cfg.PresenceTTL, allTrusted) {
 		out[row.Name] = row
 	}
 	return out
@@ -199,11 +208,20 @@ func TestPresenceSnapshotsAndNotices(t *testing.T) {
 		t.Fatalf("a page that arrived late changed the view: %d rows", len(v))
 	}
 
-	// a clean stop drops the host at once
+	// a clean stop drops the host from the view at once; its entities
+	// stay known, as gone, and are kept in the store
 	seq, _ := r.next()
 	r.mustDeliver(presenceBody{Seq: seq, Leaving: true})
-	if v = r.view(time.Now()); len(v) != 0 {
+	if v = r.view(time.Now()); len(v) != 6 {
 		t.Fatalf("after the leaving notice: %d rows", len(v))
+	}
+	for _, row := range v {
+		if row.Status != "gone" || row.LastSeen.IsZero() {
+			t.Errorf("after the leaving notice: %+v", row)
+		}
+	}
+	if kept, err := r.g.st.Heard(); err != nil || len(kept) != 6 {
+		t.Errorf("kept %v %v", kept, err)
 	}
 	if !strings.Contains(r.log.String(), `"msg":"host left the view: it stopped","peer":"h2"`) {
 		t.Errorf("no left line:\n%s", r.log)
@@ -226,8 +244,8 @@ func TestPresenceStaleThenGone(t *testing.T) {
 	t0 := time.Now()
 	for _, c := range []struct {
 		after time.Duration
-		want  string // status of e0, "" if dropped
-	}{{0, "idle"}, {2*testInterval + 50*time.Millisecond, "stale"}, {3*testInterval + 50*time.Millisecond, ""}} {
+		want  string // status of e0
+	}{{0, "idle"}, {2*testInterval + 50*time.Millisecond, "stale"}, {3*testInterval + 50*time.Millisecond, "gone"}} {
 		if got := r.view(t0.Add(c.after))["e0"].Status; got != c.want {
 			t.Fatalf("%v after the snapshot: e0 %q, want %q", c.after, got, c.want)
 		}
@@ -243,7 +261,7 @@ func TestPresenceStaleThenGone(t *testing.T) {
 		t.Fatalf("after a new snapshot: %v", v)
 	}
 	// cut off from the broker: every remote row reads unknown
-	for _, row := range r.g.peers.Rows(time.Now(), false, r.g.cfg.PresenceTTL) {
+	for _, row := range r.g.peers.Rows(time.Now(), false, r.g.cfg.PresenceTTL, allTrusted) {
 		if row.Status != "unknown" {
 			t.Errorf("cut off: %s reads %q", row.Name, row.Status)
 		}
@@ -395,7 +413,75 @@ func TestPresenceOlderGateways(t *testing.T) {
 	if n := strings.Count(r.log.String(), `announces presence per entity`); n != 1 {
 		t.Errorf("%d lines about the older host, want 1:\n%s", n, r.log)
 	}
-	if err := r.deliver("h2", presenceBody{Seq: time.Now().UnixNano(), Leaving: true}); err != nil || len(r.view(time.Now())) != 0 {
+	if err := r.deliver("h2", presenceBody{Seq: time.Now().UnixNano(), Leaving: true}); err != nil || r.view(time.Now())["e0"].Status != "gone" {
 		t.Fatalf("an old-shaped leaving notice: %v, view %v", err, r.view(time.Now()))
 	}
 }
+
+// What was heard of a remote entity is its last word, kept in the store:
+// a snapshot that no longer names an entity, or a notice that it is gone,
+// forgets it; a host that stops leaves its entities gone, not absent; a
+// gateway that starts again knows them before hearing their host
+// ("unknown"), and drops what the broker has no inbox for (Forget).
+func TestPresenceKnownAcrossRestart(t *testing.T) {
+	r := newPresenceRig(t)
+	rows := rowsOf("h2", 4)
+	for _, p := range r.snapshot(rows, 1<<20) {
+		r.mustDeliver(p)
+	}
+	for _, p := range r.snapshot(rows[:3], 1<<20) { // e3 left between snapshots
+		r.mustDeliver(p)
+	}
+	r.mustDeliver(r.change(presenceChange{Gone: rows[2].Gid})) // and e2 now
+	moved := rows[1]
+	moved.Groups = []string{"ops", "night"}
+	r.mustDeliver(r.change(presenceChange{Row: &moved}))
+	kept := func() map[string]store.Heard {
+		t.Helper()
+		hs, err := r.g.st.Heard()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]store.Heard{}
+		for _, h := range hs {
+			out[h.Name] = h
+		}
+		return out
+	}
+	k := kept()
+	if len(k) != 2 || k["e0"].Gid != rows[0].Gid || !slices.Equal(k["e1"].Groups, moved.Groups) {
+		t.Fatalf("kept %+v", k)
+	}
+	seq, _ := r.next()
+	r.mustDeliver(presenceBody{Seq: seq, Leaving: true})
+	if v := r.view(time.Now()); len(v) != 2 || v["e0"].Status != "gone" || v["e1"].Status != "gone" {
+		t.Fatalf("after h2 left: %v", v)
+	}
+
+	// h1 again, on the same store: e0 and e1 before h2 is heard
+	r.g.peers = newPeerView(testInterval, r.g.log)
+	hs, err := r.g.st.Heard()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.g.peers.Remember(hs)
+	v := r.view(time.Now())
+	if len(v) != 2 || v["e0"].Status != "unknown" || v["e0"].Gid != rows[0].Gid || v["e0"].LastSeen.IsZero() {
+		t.Fatalf("after a restart: %v", v)
+	}
+	// the broker had no inbox for e0: forgotten, here and in the store
+	r.g.peers.Forget(rows[0].Gid)
+	r.g.saveHeard()
+	if v := r.view(time.Now()); len(v) != 1 {
+		t.Fatalf("after forgetting e0: %v", v)
+	}
+	if k := kept(); len(k) != 1 || k["e1"].Gid != rows[1].Gid {
+		t.Fatalf("kept after forgetting e0: %+v", k)
+	}
+	// a host no longer trusted: its kept rows are not listed
+	if n := len(r.g.peers.Rows(time.Now(), true, r.g.cfg.PresenceTTL, func(h string) bool { return h != "h2" })); n != 0 {
+		t.Fatalf("%d rows of an untrusted host", n)
+	}
+}
+
+func allTrusted(string) bool { return true }

@@ -61,6 +61,9 @@ func (g *Gateway) resolve(to string) (target, error) {
 			return target{}, fault.New(fault.NoRecipient, fault.KindUnknownRecipient,
 				"no recipient %s: host %s is not this host and no broker is configured", to, host)
 		}
+		if err := g.unsettled(to, qualified && host == g.cfg.Host); err != nil {
+			return target{}, err
+		}
 		e := fault.New(fault.NoRecipient, fault.KindUnknownRecipient, "no recipient named %s", to)
 		if n := g.nearName(name, host); n != "" {
 			return target{}, e.WithHint("did you mean %s? (list entities with: fleet-roster)", n)
@@ -77,6 +80,34 @@ func (g *Gateway) resolve(to string) (target, error) {
 	return target{}, fault.New(fault.Usage, fault.KindAmbiguous, "%s is ambiguous: %s", to, strings.Join(cands, ", ")).
 		WithHint("name one as NAME@HOST, or use its gid")
 }
+
+// unsettled says why a name known nowhere may still exist: the broker is
+// down (other hosts cannot be heard: 69), or this gateway connected less
+// than the settle window ago and has not heard every host's snapshot yet
+// (75). Otherwise, or for a name of this host (exact), it is nil and the
+// name is unknown (67). A name known before — heard, kept across a restart —
+// never gets here: it resolves to its last gid and the broker decides.
+func (g *Gateway) unsettled(to string, here bool) error {
+	if g.br == nil || here {
+		return nil
+	}
+	state, _, _, since := g.br.State()
+	if state != "connected" {
+		return fault.New(fault.Unavailable, fault.KindBrokerDown,
+			"no entity %s is known here, and the broker is down: it may be on a host this gateway cannot hear", to).
+			WithHint("local sends keep working; try again once the broker is back (fleet-gw status)")
+	}
+	if wait := rosterSettle(g.cfg.PresenceInterval) - time.Since(since); wait > 0 {
+		return fault.New(fault.TempFail, fault.KindRosterSettling,
+			"no entity %s is known here yet: the roster is still filling (connected to the broker %v ago)", to, time.Since(since).Round(time.Millisecond)).
+			WithHint("try again in %v, or send by gid", wait.Round(100*time.Millisecond))
+	}
+	return nil
+}
+
+// rosterSettle is how long after connecting the roster may still be
+// filling: every host sends a whole snapshot once per interval.
+func rosterSettle(interval time.Duration) time.Duration { return interval + interval/2 }
 
 // nearName is the known entity name nearest a mistyped one ("" if none
 // is near): as NAME when it lives here, NAME@HOST when elsewhere.
@@ -215,6 +246,17 @@ func (g *Gateway) publish(env *envelope.Envelope) error {
 	case kind == fault.KindBrokerTimeout:
 		// outcome unknown: the record stays, a receipt may still settle it
 		g.audit.Message("unconfirmed", env, 0, err.Error())
+	case kind == fault.KindUnknownRecipient:
+		// the broker has no inbox for it: the name's last gid is no more
+		g.audit.Message("not_sent", env, 0, err.Error())
+		g.peers.Forget(env.Recipient.Gid)
+		g.saveHeard()
+		if derr := g.st.ForgetRecord(env.MsgID); derr != nil {
+			log.Error("forgetting an unsent message", "err", derr)
+		}
+		return fault.New(fault.NoRecipient, fault.KindUnknownRecipient,
+			"no recipient %s: the broker has no inbox for it (it left the fleet)", env.Recipient.String()).
+			WithHint("list entities with: fleet-roster")
 	default:
 		g.audit.Message("not_sent", env, 0, err.Error())
 		// not sent (no route, broker down or blocked): no record

@@ -177,6 +177,7 @@ func (g *Gateway) trace(req *api.Request) (*api.Response, error) {
 	out.Hosts = append(out.Hosts, self)
 	if g.br == nil {
 		sortHops(out.Hops)
+		g.nameHops(out)
 		return &api.Response{Trace: out}, nil
 	}
 
@@ -246,7 +247,33 @@ gather:
 		out.Hosts = append(out.Hosts, *state[h])
 	}
 	sortHops(out.Hops)
+	g.nameHops(out)
 	return &api.Response{Trace: out}, nil
+}
+
+// nameHops gives the names this gateway knows of the hops' senders and
+// recipients (the hops themselves carry gids: a host speaks only for its
+// own entities, and names are this gateway's view).
+func (g *Gateway) nameHops(tr *api.Trace) {
+	for _, h := range tr.Hops {
+		for _, gid := range []string{h.Sender, h.Recipient} {
+			if gid == "" || tr.Names[gid] != "" {
+				continue
+			}
+			name := ""
+			if b := g.box(gid); b != nil {
+				name = b.snapshot().Name
+			} else {
+				name = g.peers.Name(gid)
+			}
+			if name != "" {
+				if tr.Names == nil {
+					tr.Names = map[string]string{}
+				}
+				tr.Names[gid] = name
+			}
+		}
+	}
 }
 
 // ownHops are this host's hops of trace, from every file of its audit

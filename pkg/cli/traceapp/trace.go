@@ -41,7 +41,19 @@ func NewTraceApp() *ucli.App {
 type hopLine struct {
 	Type string `json:"type"` // "hop"
 	api.Hop
-	GapMS *int64 `json:"gap_ms"` // since the hop before; null for the first
+	Sender    *fleetcli.Party `json:"sender,omitempty"`    // as every JSON output gives an entity
+	Recipient *fleetcli.Party `json:"recipient,omitempty"` // (the hop's gid, and the name if known here)
+	GapMS     *int64          `json:"gap_ms"`              // since the hop before; null for the first
+}
+
+// party is a hop's sender or recipient gid as an entity reference.
+func party(gid string, names map[string]string) *fleetcli.Party {
+	if gid == "" {
+		return nil
+	}
+	p := fleetcli.PartyOf(gid, "")
+	p.Name = names[gid]
+	return p
 }
 
 // hostLine is how one host answered, as a JSON line.
@@ -109,7 +121,7 @@ func printTrace(c *ucli.Context, tr *api.Trace, asJSON bool) error {
 	w := c.App.Writer
 	if asJSON {
 		for i, h := range tr.Hops {
-			line := hopLine{Type: "hop", Hop: h}
+			line := hopLine{Type: "hop", Hop: h, Sender: party(h.Sender, tr.Names), Recipient: party(h.Recipient, tr.Names)}
 			if i > 0 {
 				gap := h.Time.Sub(tr.Hops[i-1].Time).Milliseconds()
 				line.GapMS = &gap
