@@ -360,8 +360,10 @@ func TestCrossMetrics(t *testing.T) {
 			t.Errorf("after a full inbox: %s%v = %v (%v), want %v", c.name, c.labels, v, err, c.want)
 		}
 	}
-	// bob's host left the view with its leaving notice
+	// bob's host left the view with its leaving notice: gone, bob still known
 	h1.waitMetric(0, "fleet_presence_hosts", "state", "live")
+	h1.waitMetric(1, "fleet_presence_hosts", "state", "gone")
+	h1.waitMetric(1, "fleet_presence_entities", "where", "remote", "state", "gone")
 }
 
 func mustParse(t *testing.T, raw string) *url.URL {

@@ -92,7 +92,7 @@ func (g *Gateway) unsettled(to string, here bool) error {
 		return nil
 	}
 	state, _, _, since := g.br.State()
-	if state != "connected" {
+	if state != "connected" && state != "blocked" { // blocked: presence still comes in
 		return fault.New(fault.Unavailable, fault.KindBrokerDown,
 			"no entity %s is known here, and the broker is down: it may be on a host this gateway cannot hear", to).
 			WithHint("local sends keep working; try again once the broker is back (fleet-gw status)")
