@@ -87,9 +87,9 @@ type Where struct{ Where, State string }
 // Vocabularies of the scrape-time labels; values outside them read "other".
 var (
 	brokerStates   = []string{"none", "connecting", "connected", "blocked", "down"}
-	hostStates     = []string{"live", "stale", "unknown", "untrusted"}
+	hostStates     = []string{"live", "stale", "unknown", "gone", "untrusted"}
 	localStates    = []string{"idle", "busy", "waiting"}
-	remoteStates   = []string{"idle", "busy", "waiting", "stale", "unknown"}
+	remoteStates   = []string{"idle", "busy", "waiting", "stale", "unknown", "gone"}
 	confirmResults = []string{"ack", "returned", "nack", "closed", "timeout"}
 )
 
@@ -314,7 +314,7 @@ var (
 	descDepth    = prometheus.NewDesc("fleet_inbox_depth", "Entities of this host by how many messages wait in their inbox (one observation per entity at scrape time).", nil, nil)
 	descTop      = prometheus.NewDesc("fleet_inbox_top_messages", fmt.Sprintf("Messages waiting in each of the %d deepest non-empty inboxes, by entity name.", TopN), []string{"entity"}, nil)
 	descTopAge   = prometheus.NewDesc("fleet_inbox_top_oldest_age_seconds", fmt.Sprintf("Age of the oldest message in each of the %d deepest non-empty inboxes, by entity name.", TopN), []string{"entity"}, nil)
-	descHosts    = prometheus.NewDesc("fleet_presence_hosts", "Other hosts in this gateway's roster view, by state (live, stale, unknown, untrusted).", []string{"state"}, nil)
+	descHosts    = prometheus.NewDesc("fleet_presence_hosts", "Other hosts in this gateway's roster view, by state (live, stale, unknown, gone, untrusted).", []string{"state"}, nil)
 	descEntities = prometheus.NewDesc("fleet_presence_entities", "Entities in this gateway's roster view, by where (local, remote) and status.", []string{"where", "state"}, nil)
 )
 
