@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -259,7 +260,9 @@ func wantClosedStalled(t *testing.T, c net.Conn, who string) {
 	if resp.Error == nil || resp.Error.Kind != "bad_frame" || !strings.Contains(resp.Error.Message, "not finished within 2s") {
 		t.Fatalf("%s: got %s, want a bad_frame error naming the frame deadline", who, data)
 	}
-	if _, err := api.ReadFrame(c, 1<<20); err != io.EOF {
+	// closed: an end of file, or a reset when the gateway closed with
+	// some of the stalled frame still unread in its socket buffer
+	if _, err := api.ReadFrame(c, 1<<20); err != io.EOF && !errors.Is(err, syscall.ECONNRESET) {
 		t.Fatalf("%s: after the error frame: %v, want the connection closed", who, err)
 	}
 }

@@ -254,8 +254,11 @@ func (g *Gateway) publish(env *envelope.Envelope) error {
 		if derr := g.st.ForgetRecord(env.MsgID); derr != nil {
 			log.Error("forgetting an unsent message", "err", derr)
 		}
-		return fault.New(fault.NoRecipient, fault.KindUnknownRecipient,
-			"no recipient %s: the broker has no inbox for it (it left the fleet)", env.Recipient.String()).
+		msg := "no recipient %s: the broker has no inbox for it"
+		if env.Recipient.Name != "" {
+			msg += " (it left the fleet)" // a name last heard on its host
+		}
+		return fault.New(fault.NoRecipient, fault.KindUnknownRecipient, msg, env.Recipient.String()).
 			WithHint("list entities with: fleet-roster")
 	default:
 		g.audit.Message("not_sent", env, 0, err.Error())
