@@ -20,6 +20,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -73,9 +76,55 @@ func main() {
 // startGateway starts bin/fleet-gw run in dir (host "bench", no broker)
 // through the shared launcher.
 func startGateway(bin, dir string) (*benchkit.Gateway, error) {
+	var env []string
+	if addr, err := freePort(); err == nil {
+		metricsURL = "http://" + addr + "/metrics"
+		env = append(env, "FLEET_METRICS_LISTEN="+addr)
+	}
 	return benchkit.StartGateway(benchkit.GatewayConfig{
-		Bin: bin, Dir: dir, Host: "bench", Pidfile: *flagPidfile, Ready: readyTimeout,
+		Bin: bin, Dir: dir, Host: "bench", Pidfile: *flagPidfile, Ready: readyTimeout, Env: env,
 	})
+}
+
+// metricsURL is the gateway's /metrics, where its store's log flushes are
+// counted ("" when no port could be found).
+var metricsURL string
+
+func freePort() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// flushes reads how many store log flushes the gateway made so far and
+// their total time (zeros when unreadable).
+func flushes() (n float64, took time.Duration) {
+	if metricsURL == "" {
+		return 0, 0
+	}
+	resp, err := http.Get(metricsURL)
+	if err != nil {
+		return 0, 0
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(data), "\n") {
+		k, v, ok := strings.Cut(line, " ")
+		if !ok {
+			continue
+		}
+		f, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		switch k {
+		case "fleet_store_flush_seconds_count":
+			n = f
+		case "fleet_store_flush_seconds_sum":
+			took = time.Duration(f * float64(time.Second))
+		}
+	}
+	return n, took
 }
 
 // ---- helpers ----
@@ -99,6 +148,9 @@ type tpResult struct {
 	batches  int
 	lat      []time.Duration // per-send round trips, sorted
 	gwCPU    time.Duration   // the gateway's CPU time during the run
+	gwSwitch int64           // the gateway's context switches during the run (all its threads)
+	flushes  float64         // the gateway's store log flushes (write + fdatasync) during the run
+	flushT   time.Duration   // their total time
 	benchCPU time.Duration   // this process's (the clients') CPU time
 }
 
@@ -209,7 +261,8 @@ func throughput(g *benchkit.Gateway, admin *api.Client, tag string, senders, n i
 			ends[i] = time.Now()
 		}(i)
 	}
-	gw0, self0 := g.CPU(), benchkit.SelfCPU()
+	gw0, self0, sw0 := g.CPU(), benchkit.SelfCPU(), contextSwitches(g.Pid())
+	fl0, flT0 := flushes()
 	t0 := time.Now()
 	close(start)
 	wg.Wait()
@@ -224,7 +277,9 @@ func throughput(g *benchkit.Gateway, admin *api.Client, tag string, senders, n i
 		}
 	}
 	out := <-recvDone // bounded by the overall -timeout
-	res.gwCPU, res.benchCPU = g.CPU()-gw0, benchkit.SelfCPU()-self0
+	res.gwCPU, res.benchCPU, res.gwSwitch = g.CPU()-gw0, benchkit.SelfCPU()-self0, contextSwitches(g.Pid())-sw0
+	fl1, flT1 := flushes()
+	res.flushes, res.flushT = fl1-fl0, flT1-flT0
 	if out.err != nil {
 		return res, fmt.Errorf("receiver: %w", out.err)
 	}
@@ -245,6 +300,31 @@ func throughput(g *benchkit.Gateway, admin *api.Client, tag string, senders, n i
 	}
 	res.lat = benchkit.Sorted(res.lat)
 	return res, nil
+}
+
+// contextSwitches sums the voluntary and involuntary context switches of
+// every thread of process pid (-1 when unreadable): a count, steadier on
+// a busy machine than any time.
+func contextSwitches(pid int) int64 {
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", pid))
+	if err != nil || len(tasks) == 0 {
+		return -1
+	}
+	var n int64
+	for _, t := range tasks {
+		data, err := os.ReadFile(t)
+		if err != nil {
+			continue // the thread ended
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			k, v, ok := strings.Cut(line, ":")
+			if ok && (k == "voluntary_ctxt_switches" || k == "nonvoluntary_ctxt_switches") {
+				c, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				n += c
+			}
+		}
+	}
+	return n
 }
 
 // ---- b. raw bbolt baseline ----
@@ -482,18 +562,22 @@ func run() error {
 		fmt.Printf("%d sender(s): %8.0f msgs/s  (all %d acked in %v; senders done in %v; %d recv batches; send round trip p50 %s p99 %s)\n",
 			s, r.rate(), r.n, r.elapsed.Round(time.Millisecond), r.sendDone.Round(time.Millisecond), r.batches,
 			benchkit.Ms(benchkit.Pct(r.lat, 50)), benchkit.Ms(benchkit.Pct(r.lat, 99)))
-		fmt.Printf("              CPU: gateway %v (%.0f%% of one core, %.0f µs/msg), benchmark clients %v (%.0f%% of one core)\n",
+		fmt.Printf("              CPU: gateway %v (%.0f%% of one core, %.0f µs/msg, %.1f context switches/msg), benchmark clients %v (%.0f%% of one core)\n",
 			r.gwCPU.Round(10*time.Millisecond), 100*r.gwCPU.Seconds()/r.elapsed.Seconds(),
-			float64(r.gwCPU.Microseconds())/float64(r.n),
+			float64(r.gwCPU.Microseconds())/float64(r.n), float64(r.gwSwitch)/float64(r.n),
 			r.benchCPU.Round(10*time.Millisecond), 100*r.benchCPU.Seconds()/r.elapsed.Seconds())
+		if r.flushes > 0 {
+			fmt.Printf("              store log: %.0f flushes, %.2f per message, %.2f ms each on average (write + fdatasync)\n",
+				r.flushes, r.flushes/float64(r.n), float64(r.flushT)/float64(time.Millisecond)/r.flushes)
+		}
 		time.Sleep(settle) // the gateway's checkpoint after its last change is over
 		gc2, err := groupCommit(tmp, s, rawN, *flagBody)
 		if err != nil {
 			return err
 		}
 		gc := gc1.plus(gc2)
-		fmt.Printf("   floor, group-commit append + fdatasync, %d writer(s): %8.0f records/s  (before %.0f, after %.0f; %d flushes, %.1f records each)\n",
-			s, gc.rate(), gc1.rate(), gc2.rate(), gc.flushes, float64(gc.n)/float64(gc.flushes))
+		fmt.Printf("   floor, group-commit append + fdatasync, %d writer(s): %8.0f records/s  (before %.0f, after %.0f; %d flushes, %.2f per record, %.2f ms each)\n",
+			s, gc.rate(), gc1.rate(), gc2.rate(), gc.flushes, float64(gc.flushes)/float64(gc.n), float64(gc.elapsed)/float64(time.Millisecond)/float64(gc.flushes))
 		b, err := rawBolt(tmp, "Update", s, rawN, *flagBody)
 		if err != nil {
 			return err
