@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/fleetd/fleet/pkg/api"
@@ -40,13 +41,11 @@ var Apps = []func() *cli.App{NewSendApp, NewRecvApp, NewBcastApp, NewAskApp, New
 //
 // The first SIGINT or SIGTERM cancels the command's context (fleet-gw then
 // drains); default handling is restored at once, so a second one aborts.
+// Signals are caught from the moment something waits on the context: a
+// command that never does (a plain fleet-send) ends on Ctrl-C the default
+// way, and does not start os/signal's watcher at all (signalContext).
 func Main(app *cli.App, args []string) int {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	go func() {
-		<-ctx.Done()
-		stop()
-	}()
+	ctx := newSignalContext()
 	ordered, stray := reorder(app, args)
 	var err error
 	if stray != "" {
@@ -70,6 +69,39 @@ func Main(app *cli.App, args []string) int {
 	betterHint(app, err)
 	Report(stderr, app.Name, err, wantsJSON(ordered))
 	return int(fault.CodeOf(err))
+}
+
+// signalContext is a context cancelled by the first SIGINT or SIGTERM
+// caught once Done was first called. Catching them costs a short command
+// a good part of its run on a small machine (os/signal's watcher
+// goroutine, its thread and wake-ups, and signal.Stop waiting for the
+// watcher to settle at exit); only waiting commands need it.
+type signalContext struct {
+	context.Context // cancelled by the signal
+	cancel          context.CancelFunc
+	once            sync.Once
+}
+
+func newSignalContext() *signalContext {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &signalContext{Context: ctx, cancel: cancel}
+}
+
+func (s *signalContext) Done() <-chan struct{} {
+	s.once.Do(s.catch)
+	return s.Context.Done()
+}
+
+// catch starts catching the signals: the first cancels, and gives them
+// back to their default handling, so a second one aborts.
+func (s *signalContext) catch() {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-ch
+		signal.Stop(ch)
+		s.cancel()
+	}()
 }
 
 func isFault(err error) bool {

@@ -160,7 +160,7 @@ func (s *recvStream) next() (batch []api.Delivery, seqs map[string]uint64, kille
 		if s.pend != nil {
 			after = s.pend.upTo
 		}
-		if items, err = s.g.st.Head(s.ent.Gid, after, n); err != nil {
+		if items, err = s.g.st.HeadSoon(s.ent.Gid, after, n); err != nil {
 			return nil, nil, 0, err
 		}
 	}
@@ -319,7 +319,7 @@ func (g *Gateway) commitAck(b *mailbox, batch []api.Delivery, seqs map[string]ui
 		return a
 	}
 	go func() {
-		err := g.st.DeliveredAll(keys, time.Now().UTC())
+		err := g.st.DeliveredSoon(keys, time.Now().UTC())
 		if err == nil {
 			g.audit.Messages("drained", done, 1, "")
 			for _, env := range done {

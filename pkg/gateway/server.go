@@ -10,6 +10,7 @@ import (
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unicode/utf8"
 
@@ -196,21 +197,44 @@ func (c *conn) read() (*api.Request, error) {
 	return api.DecodeRequest(data)
 }
 
-// frameReader reads a connection unbuffered, and bounds each frame: the
-// first byte of a frame sets a read deadline frame-timeout away, end
-// clears it. Between frames there is no deadline — a fleet-recv --follow or
-// a fleet-send --wait waits as long as it likes — except the drain bound
-// at shutdown, which applies to both.
+// frameReader reads a connection unbuffered, and bounds each frame: a
+// frame must be finished within frame-timeout of its first byte. Between
+// frames there is no deadline — a fleet-recv --follow or a fleet-send
+// --wait waits as long as it likes — except the drain bound at shutdown,
+// which applies to both.
+//
+// The frame deadline is armed only when a read inside a frame would
+// block: a frame that is all there when its first bytes are (nearly every
+// one) costs no deadline at all. Arming one is not free: a deadline
+// earlier than the poller's sleep wakes the poller thread (an eventfd
+// write and a context switch), once per request.
 type frameReader struct {
 	c       *net.UnixConn
+	raw     syscall.RawConn // for the non-blocking first try inside a frame
 	timeout time.Duration
 
 	mu      sync.Mutex
-	frameAt time.Time // the frame deadline; zero between frames
+	started time.Time // the current frame's first byte; zero between frames
+	frameAt time.Time // the frame deadline, once armed; zero otherwise
 	drainAt time.Time // the shutdown deadline; zero until shutdown
 }
 
+func newFrameReader(c *net.UnixConn, timeout time.Duration) *frameReader {
+	r := &frameReader{c: c, timeout: timeout}
+	r.raw, _ = c.SyscallConn() // nil on error: every read then arms the deadline
+	return r
+}
+
 func (r *frameReader) Read(p []byte) (int, error) {
+	r.mu.Lock()
+	inFrame := !r.started.IsZero() && r.frameAt.IsZero()
+	r.mu.Unlock()
+	if inFrame && len(p) > 0 {
+		if n, ok := r.tryRead(p); ok {
+			return n, nil
+		}
+		r.arm() // the rest of the frame is not there yet: bound the wait
+	}
 	n, err := r.c.Read(p)
 	if n > 0 {
 		r.begin()
@@ -218,23 +242,49 @@ func (r *frameReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// begin arms the frame deadline at a frame's first byte.
+// tryRead reads what is there without waiting; ok is false when nothing
+// is (or the try failed: the blocking read then says why).
+func (r *frameReader) tryRead(p []byte) (n int, ok bool) {
+	if r.raw == nil {
+		return 0, false
+	}
+	var err error
+	if cerr := r.raw.Read(func(fd uintptr) bool {
+		n, err = unix.Read(int(fd), p)
+		return true // one try, never a wait
+	}); cerr != nil || err != nil || n <= 0 {
+		return 0, false
+	}
+	return n, true
+}
+
+// begin notes a frame's first byte.
 func (r *frameReader) begin() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.started.IsZero() {
+		r.started = time.Now()
+	}
+}
+
+// arm sets the frame deadline, frame-timeout after the frame's first byte.
+func (r *frameReader) arm() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if r.frameAt.IsZero() {
-		r.frameAt = time.Now().Add(r.timeout)
+		r.frameAt = r.started.Add(r.timeout)
 		r.c.SetReadDeadline(earliest(r.frameAt, r.drainAt))
 	}
 }
 
-// end disarms the frame deadline; it reports whether the frame deadline
-// (not the drain bound) had passed.
+// end closes the frame and disarms its deadline; it reports whether the
+// frame deadline (not the drain bound) had passed.
 func (r *frameReader) end() (expired bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.started = time.Time{}
 	if r.frameAt.IsZero() {
-		return false
+		return false // never armed: the frame never waited
 	}
 	now := time.Now()
 	expired = !now.Before(r.frameAt) && (r.drainAt.IsZero() || r.frameAt.Before(r.drainAt))
@@ -264,7 +314,7 @@ func earliest(a, b time.Time) time.Time {
 // requests until the client closes or sends something malformed.
 func (g *Gateway) handle(uc *net.UnixConn, gd *guard) {
 	defer uc.Close()
-	c := &conn{c: uc, fr: &frameReader{c: uc, timeout: gd.frameTimeout}, gd: gd, max: api.MaxFrame(g.cfg.MaxBody)}
+	c := &conn{c: uc, fr: newFrameReader(uc, gd.frameTimeout), gd: gd, max: api.MaxFrame(g.cfg.MaxBody)}
 	if err := g.checkPeer(c); err != nil {
 		g.log.Warn("refused a connection", "err", err)
 		c.fail(err)

@@ -59,6 +59,8 @@ type Store struct {
 	counts    map[string]int // inbox gid -> messages in it, where counted (Pending)
 	failTaken uint64         // the failure (first refused lsn) takeFailure has dealt with
 
+	soonDelay time.Duration // how long a batch of soon items waits (soon.go); tests may set it before the first soon operation
+
 	// tests: set before the first operation, called by the committer
 	groupHook func(muts, bytes int)    // each group handed to the syncer: its changes, its log payload
 	chunkHook func(tx *wtx, chunk int) // each chunk of a prune (prune.go), as it starts
@@ -67,6 +69,7 @@ type Store struct {
 type op struct {
 	fn   func(*wtx) error
 	read bool
+	soon bool // its flush may wait up to soonDelay for others to share it (soon.go)
 	err  chan error
 }
 
@@ -89,6 +92,7 @@ type flush struct {
 	fence   chan struct{}
 	reset   bool
 	salt    uint64
+	soon    bool // every operation it answers is soon (soon.go)
 }
 
 // Checkpoint policy: the open transaction is committed to bbolt once the
@@ -130,7 +134,7 @@ func Open(path string) (*Store, error) {
 		db.Close()
 		return nil, err
 	}
-	s := &Store{db: db, log: log, ops: make(chan *op, 1024), done: make(chan struct{}), flushes: make(chan *flush, 1024)}
+	s := &Store{db: db, log: log, ops: make(chan *op, 1024), done: make(chan struct{}), flushes: make(chan *flush, 1024), soonDelay: soonDelay}
 	if err := s.recover(noLimit); err != nil {
 		log.close()
 		db.Close()
@@ -428,6 +432,10 @@ func (s *Store) runGroup(batch []*op) int {
 		errs = append(errs, err)
 	}
 	ops := batch[:taken]
+	soon := true
+	for _, o := range ops {
+		soon = soon && o.soon
+	}
 	switch {
 	case len(w.muts) > 0:
 		s.lsn++
@@ -436,13 +444,13 @@ func (s *Store) runGroup(batch []*op) int {
 		if s.groupHook != nil {
 			s.groupHook(len(w.muts), len(payload))
 		}
-		s.flushes <- &flush{lsn: s.lsn, payload: payload, ops: ops, errs: errs}
+		s.flushes <- &flush{lsn: s.lsn, payload: payload, ops: ops, errs: errs, soon: soon}
 		if s.dirty.IsZero() {
 			s.dirty = time.Now()
 		}
 	case s.lsn > s.durable.Load():
 		// reads may have seen changes still on their way to disk
-		s.flushes <- &flush{ops: ops, errs: errs}
+		s.flushes <- &flush{ops: ops, errs: errs, soon: soon}
 	default:
 		for i, o := range ops {
 			o.err <- errs[i]
@@ -483,29 +491,56 @@ func (s *Store) maybeCheckpoint(due bool) {
 
 // syncLoop is the syncer: it writes the records handed to it, all that
 // queued during the previous flush in one write and one fdatasync, then
-// answers their operations.
+// answers their operations. A batch of only soon items first waits up to
+// soonDelay for another item to flush with (soon.go).
 func (s *Store) syncLoop() {
 	defer s.syncWG.Done()
 	var batch []*flush
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
 	for {
 		f, ok := <-s.flushes
 		if !ok {
 			return
 		}
-		batch = append(batch[:0], f)
-	fill:
-		for {
-			select {
-			case g, ok := <-s.flushes:
-				if !ok {
-					break fill
+		batch, ok = s.fill(append(batch[:0], f))
+		if ok && allSoon(batch) {
+			timer.Reset(s.soonDelay)
+		wait:
+			for allSoon(batch) {
+				select {
+				case g, more := <-s.flushes:
+					if !more {
+						ok = false
+						break wait
+					}
+					batch, ok = s.fill(append(batch, g))
+				case <-timer.C:
+					break wait
 				}
-				batch = append(batch, g)
-			default:
-				break fill
 			}
+			timer.Stop()
 		}
 		s.syncBatch(batch)
+		if !ok {
+			return
+		}
+	}
+}
+
+// fill adds to batch what is queued for the syncer, without waiting; ok
+// is false once the queue is closed.
+func (s *Store) fill(batch []*flush) ([]*flush, bool) {
+	for {
+		select {
+		case g, ok := <-s.flushes:
+			if !ok {
+				return batch, false
+			}
+			batch = append(batch, g)
+		default:
+			return batch, true
+		}
 	}
 }
 
@@ -576,8 +611,10 @@ func (s *Store) update(fn func(*wtx) error) error { return s.run(fn, false) }
 // acknowledged. Slices fn reads are valid only inside fn.
 func (s *Store) view(fn func(*wtx) error) error { return s.run(fn, true) }
 
-func (s *Store) run(fn func(*wtx) error, read bool) error {
-	o := &op{fn: fn, read: read, err: make(chan error, 1)}
+func (s *Store) run(fn func(*wtx) error, read bool) error { return s.queue(&op{fn: fn, read: read}) }
+
+func (s *Store) queue(o *op) error {
+	o.err = make(chan error, 1)
 	// Queue under the read lock: Close cannot start draining until every
 	// operation queued before it is in s.ops, so none is left unanswered.
 	s.mu.RLock()

@@ -290,12 +290,16 @@ func (s *Store) Accept(env *envelope.Envelope, now time.Time) (rec *Record, dup 
 // Head returns up to n messages at the head of gid's inbox with a sequence
 // greater than after, oldest first.
 func (s *Store) Head(gid string, after uint64, n int) ([]Item, error) {
+	return s.head(gid, after, n, false)
+}
+
+func (s *Store) head(gid string, after uint64, n int, soon bool) ([]Item, error) {
 	type raw struct {
 		seq uint64
 		v   []byte
 	}
 	var rows []raw
-	err := s.view(func(tx *wtx) error {
+	err := s.queue(&op{read: true, soon: soon, fn: func(tx *wtx) error {
 		ib := tx.Bucket(bInbox).Bucket([]byte(gid))
 		if ib == nil {
 			return ErrNotFound
@@ -305,7 +309,7 @@ func (s *Store) Head(gid string, after uint64, n int) ([]Item, error) {
 			rows = append(rows, raw{binary.BigEndian.Uint64(k), clone(v)})
 		}
 		return nil
-	})
+	}})
 	if err != nil {
 		return nil, err
 	}
@@ -625,7 +629,11 @@ func (s *Store) ClearInflight(msgID string) error {
 // DeliveredAll records several messages as delivered in one transaction
 // (a pull client's acknowledgement of a batch).
 func (s *Store) DeliveredAll(msgIDs []string, now time.Time) error {
-	return s.update(func(tx *wtx) error {
+	return s.update(deliveredAll(msgIDs, now))
+}
+
+func deliveredAll(msgIDs []string, now time.Time) func(*wtx) error {
+	return func(tx *wtx) error {
 		touched := map[string]bool{}
 		for _, id := range msgIDs {
 			gid, err := deliveredTx(tx, id, now)
@@ -642,7 +650,7 @@ func (s *Store) DeliveredAll(msgIDs []string, now time.Time) error {
 			}
 		}
 		return nil
-	})
+	}
 }
 
 // DeadCounts returns the number of dead letters per recipient gid.

@@ -40,6 +40,9 @@ func NewGatewayApp() *ucli.App {
 			"within --drain-timeout; a second one aborts at once.",
 		Flags: gwFlags(),
 		Action: func(c *ucli.Context) error {
+			// the daemon catches SIGINT and SIGTERM from its start (a
+			// command's context catches them once waited on: cli.Main)
+			_ = c.Context.Done()
 			if c.NArg() > 0 {
 				return cli.Usage("fleet-gw run takes no arguments, got %q", c.Args().First())
 			}
