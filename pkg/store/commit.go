@@ -576,16 +576,21 @@ func (s *Store) update(fn func(*wtx) error) error { return s.run(fn, false) }
 // acknowledged. Slices fn reads are valid only inside fn.
 func (s *Store) view(fn func(*wtx) error) error { return s.run(fn, true) }
 
-func (s *Store) run(fn func(*wtx) error, read bool) error {
+func (s *Store) run(fn func(*wtx) error, read bool) error { return s.start(fn, read)() }
+
+// start queues fn for the committer and returns a wait for its outcome:
+// every operation queued after this one (by any goroutine) runs after it
+// and sees its changes; wait returns once they are on disk.
+func (s *Store) start(fn func(*wtx) error, read bool) (wait func() error) {
 	o := &op{fn: fn, read: read, err: make(chan error, 1)}
 	// Queue under the read lock: Close cannot start draining until every
 	// operation queued before it is in s.ops, so none is left unanswered.
 	s.mu.RLock()
 	if s.closed {
 		s.mu.RUnlock()
-		return errors.New("store closed")
+		return func() error { return errors.New("store closed") }
 	}
 	s.ops <- o
 	s.mu.RUnlock()
-	return <-o.err
+	return func() error { return <-o.err }
 }
