@@ -283,6 +283,7 @@ type tpRun struct {
 	elapsed time.Duration // the same, as a duration
 	sends   time.Duration // fleet: until the last OpSend returned (raw: the last confirm)
 	settled time.Duration // fleet: until each sender's last message reads delivered at h1 (its receipt came)
+	call    time.Duration // fleet: p50 of one OpSend call
 	cpu     map[string]time.Duration
 }
 
@@ -294,6 +295,7 @@ func (f *tpFleet) run(c tpConfig, run string, n int, bpid int) (*tpRun, error) {
 	defer f.sink.Store(nil)
 	cpu0 := map[string]time.Duration{"h1": f.h1.CPU(), "h2": f.h2.CPU(), "broker": brokerCPU(bpid), "bench": benchkit.SelfCPU()}
 	lastIDs := make([]string, c.senders)
+	calls := make([][]time.Duration, c.senders)
 	errs := make([]error, c.senders)
 	var wg sync.WaitGroup
 	start := make(chan struct{})
@@ -305,7 +307,9 @@ func (f *tpFleet) run(c tpConfig, run string, n int, bpid int) (*tpRun, error) {
 			cl := f.senders[i]
 			for k := 0; k < benchkit.Split(n, c.senders, i); k++ {
 				r := c.rcptOf(i, k)
+				t := time.Now()
 				resp, err := cl.Call(&api.Request{Op: api.OpSend, To: f.rnames[r], Body: tpBody(run, i, r, k, c.body)})
+				calls[i] = append(calls[i], time.Since(t))
 				if err != nil {
 					errs[i] = fmt.Errorf("sender %d, message %d: %w", i, k, err)
 					return
@@ -344,6 +348,11 @@ func (f *tpFleet) run(c tpConfig, run string, n int, bpid int) (*tpRun, error) {
 	}
 	settled := time.Since(t0)
 	res := &tpRun{rate: float64(n) / elapsed.Seconds(), elapsed: elapsed, sends: sends, settled: settled, cpu: map[string]time.Duration{}}
+	var all []time.Duration
+	for _, c := range calls {
+		all = append(all, c...)
+	}
+	res.call = benchkit.Pct(benchkit.Sorted(all), 50)
 	res.cpu["h1"] = f.h1.CPU() - cpu0["h1"]
 	res.cpu["h2"] = f.h2.CPU() - cpu0["h2"]
 	res.cpu["broker"] = brokerCPU(bpid) - cpu0["broker"]
@@ -452,8 +461,8 @@ func throughputPhase(gws []*benchkit.Gateway, vhostURL string, bpid int) (*tpRes
 			}
 			s.fleet, s.each, s.piped = append(s.fleet, fr), append(s.each, er), append(s.piped, pr)
 			s.ratioEach, s.ratioPip = append(s.ratioEach, fr.rate/er.rate), append(s.ratioPip, fr.rate/pr.rate)
-			fmt.Printf("round %d  %-34s fleet %6.0f msgs/s (sends done %s, receipts %s; CPU/msg h1 %.0f µs, h2 %.0f µs, broker %.0f µs)   raw each %6.0f (%.2fx)   raw pipelined %6.0f (%.2fx)\n",
-				round+1, c, fr.rate, secs(fr.sends), secs(fr.settled),
+			fmt.Printf("round %d  %-34s fleet %6.0f msgs/s (OpSend p50 %s; sends done %s, receipts %s; CPU/msg h1 %.0f µs, h2 %.0f µs, broker %.0f µs)   raw each %6.0f (%.2fx)   raw pipelined %6.0f (%.2fx)\n",
+				round+1, c, fr.rate, benchkit.Ms(fr.call), secs(fr.sends), secs(fr.settled),
 				perOp(fr.cpu["h1"], n), perOp(fr.cpu["h2"], n), perOp(fr.cpu["broker"], n),
 				er.rate, fr.rate/er.rate, pr.rate, fr.rate/pr.rate)
 		}
