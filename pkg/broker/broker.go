@@ -49,6 +49,7 @@ type Broker struct {
 	node   int      // which of urls connect dials next (Run's goroutine only)
 	log    *slog.Logger
 	handle Handler
+	batch  BatchHandler // consumer.go: a batch of one inbox's deliveries; nil: each to handle
 
 	mu          sync.Mutex
 	gen         *generation // nil while disconnected

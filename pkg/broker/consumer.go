@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -346,10 +347,11 @@ func (e *notDeclared) Unwrap() error { return e.err }
 // cancel stops consuming an inbox on its shared channel: what was
 // delivered to it and not yet taken goes back to the queue.
 //
-// With held (a delivery take gave back), held goes back first, then what
-// came after it, in order: the consumer is cancelled before either, so no
+// With held (a delivery take gave back, and those taken from the channel
+// with it after it), held goes back first, then what came after it, in
+// order: the consumer is cancelled before either, so no
 // freed prefetch slot brings held back at once behind its successors.
-func (b *Broker) cancel(gen *generation, o *opened, tag string, held *amqp.Delivery) {
+func (b *Broker) cancel(gen *generation, o *opened, tag string, held []amqp.Delivery) {
 	o.cc.mu.Lock()
 	err := o.cc.ch.Cancel(tag, false)
 	o.cc.mu.Unlock()
@@ -357,8 +359,8 @@ func (b *Broker) cancel(gen *generation, o *opened, tag string, held *amqp.Deliv
 	if err != nil {
 		return // the channel is gone: its unacked deliveries are requeued by the broker
 	}
-	if held != nil {
-		_ = held.Nack(false, true)
+	for _, d := range held {
+		_ = d.Nack(false, true)
 	}
 	for d := range o.deliveries {
 		_ = d.Nack(false, true)
@@ -368,6 +370,7 @@ func (b *Broker) cancel(gen *generation, o *opened, tag string, held *amqp.Deliv
 // drain hands deliveries to the handler until the channel closes (true:
 // consume again) or the consumer or generation stops (false).
 func (b *Broker) drain(gen *generation, c *consumer, o *opened) bool {
+	var batch []amqp.Delivery
 	for {
 		select {
 		case <-c.quit:
@@ -384,14 +387,42 @@ func (b *Broker) drain(gen *generation, c *consumer, o *opened) bool {
 				return gen.ctx.Err() == nil
 			}
 			o.got.Store(true)
-			if !b.take(d, c.gid, c.quit, gen.ctx.Done()) {
-				b.cancel(gen, o, c.tag, &d)
+			// with it, whatever else the broker has sent already (up to
+			// the prefetch): taken in together, in order
+			batch = append(batch[:0], d)
+			for len(batch) < b.cfg.Prefetch {
+				d, ok := next(o.deliveries)
+				if !ok {
+					break // none waiting (a closed channel is seen at the next receive)
+				}
+				batch = append(batch, d)
+			}
+			if held := b.takeBatch(batch, c.gid, c.quit, gen.ctx.Done()); held != nil {
+				b.cancel(gen, o, c.tag, held)
 				if gen.ctx.Err() != nil {
 					return false
 				}
 				return wait(c, gen, time.Second)
 			}
 		}
+	}
+}
+
+// next returns a delivery the library has for us already, if any: its
+// buffer goroutine hands them over one at a time through an unbuffered
+// channel, so it is given a chance to run before we say there is none.
+func next(ds <-chan amqp.Delivery) (amqp.Delivery, bool) {
+	select {
+	case d, ok := <-ds:
+		return d, ok
+	default:
+	}
+	runtime.Gosched()
+	select {
+	case d, ok := <-ds:
+		return d, ok
+	default:
+		return amqp.Delivery{}, false
 	}
 }
 
@@ -428,26 +459,119 @@ func (e *holdError) Unwrap() error { return e.err }
 // times is rejected (to bridge.dlq), so no poison message blocks an inbox
 // for ever.
 func (b *Broker) take(d amqp.Delivery, gid string, stop, done <-chan struct{}) bool {
+	env, ok := b.admit(d, gid)
+	if !ok {
+		return true
+	}
+	return b.hold(d, env, InboxQueue(gid), stop, done)
+}
+
+// admit decodes a delivery of gid's inbox and checks that it is
+// authentic; what is not is refused at once (false).
+func (b *Broker) admit(d amqp.Delivery, gid string) (*envelope.Envelope, bool) {
 	q := InboxQueue(gid)
 	env, err := envelope.Decode(d.Body, b.cfg.MaxBody)
 	if err != nil {
 		b.refuse(d, q, nil, asRefusal(err, ReasonMalformed), true)
-		return true
+		return nil, false
 	}
 	if env.Recipient.Group != "" {
 		env.Recipient.Gid = gid // a broadcast copy: this inbox's (membership is the handler's check)
 	} else if env.Recipient.Gid != gid {
 		b.refuse(d, q, env, Refuse(ReasonMisrouted, "addressed to %s, found in the inbox of %s", env.Recipient.Gid, gid), true)
-		return true
+		return nil, false
 	}
 	if err := b.authentic(d, env); err != nil {
 		// unsigned, forged, replayed or from the wrong host: never taken in
 		b.refuse(d, q, env, asRefusal(err, ReasonForged), true)
-		return true
+		return nil, false
 	}
+	return env, true
+}
+
+// ErrNotTried is a batch handler's result for a message after the first
+// one it could not take in: it did not try it. The broker goes on from
+// that first one, one message at a time.
+var ErrNotTried = errors.New("not tried: an earlier message of the batch was not taken in")
+
+// BatchHandler takes several deliveries of one inbox into the host, in
+// order, and returns each one's outcome as a Handler would. Once one is
+// not taken in (an error other than a *Refusal), nothing after it may
+// have been taken in: their results are ErrNotTried (or anything; they
+// are handed over again).
+type BatchHandler func(envs []*envelope.Envelope) []error
+
+// OnBatch sets the handler of batches (call before Run); without one,
+// each message of a batch goes to the Handler alone.
+func (b *Broker) OnBatch(h BatchHandler) { b.batch = h }
+
+func (b *Broker) handleBatch(envs []*envelope.Envelope) []error {
+	if b.batch != nil {
+		return b.batch(envs)
+	}
+	errs := make([]error, len(envs))
+	for i, env := range envs {
+		var r *Refusal
+		if errs[i] = b.handle(env); errs[i] != nil && !errors.As(errs[i], &r) {
+			for k := i + 1; k < len(envs); k++ {
+				errs[k] = ErrNotTried
+			}
+			break
+		}
+	}
+	return errs
+}
+
+// takeBatch is take for deliveries of one inbox that came together: the
+// authentic ones go to the batch handler at once (one store operation for
+// a run of messages) and are acked each once it has them. From the first
+// one the handler could not take in, they are taken one at a time, with
+// take's order guarantee; what take gives back, with everything after
+// it, is returned (held) for the caller to give back in order.
+func (b *Broker) takeBatch(ds []amqp.Delivery, gid string, stop, done <-chan struct{}) (held []amqp.Delivery) {
+	q := InboxQueue(gid)
+	envs := make([]*envelope.Envelope, 0, len(ds))
+	kept := make([]amqp.Delivery, 0, len(ds))
+	for _, d := range ds {
+		if env, ok := b.admit(d, gid); ok {
+			envs, kept = append(envs, env), append(kept, d)
+		}
+	}
+	if len(envs) == 0 {
+		return nil
+	}
+	errs := b.handleBatch(envs)
+	for i, env := range envs {
+		var r *Refusal
+		switch err := errs[i]; {
+		case err == nil:
+			b.forget(env.MsgID)
+			if err := kept[i].Ack(false); err != nil {
+				// the channel died after the host took it: the redelivery
+				// is dropped by the host's dedup by msg id
+				b.log.Warn("ack failed; the redelivery will be recognised by its msg id", "msg_id", env.MsgID, "trace_id", env.TraceID, "queue", q, "err", err)
+			}
+		case errors.As(err, &r):
+			b.refuse(kept[i], q, env, r, true)
+		default:
+			for k := i; k < len(envs); k++ {
+				if !b.hold(kept[k], envs[k], q, stop, done) {
+					return kept[k:]
+				}
+			}
+			return nil
+		}
+	}
+	return nil
+}
+
+// hold hands an authentic delivery to the handler, holding the inbox's
+// intake while the host cannot take it in (see take), and settles it;
+// false: not settled, to be given back with what came after it.
+func (b *Broker) hold(d amqp.Delivery, env *envelope.Envelope, q string, stop, done <-chan struct{}) bool {
 	log := b.log.With("msg_id", env.MsgID, "trace_id", env.TraceID, "queue", q)
 	var r *Refusal
-	err = b.handle(env)
+	err := b.handle(env)
 	if err != nil && !errors.As(err, &r) {
 		log.Warn("could not take a message into the host store: holding this inbox's intake, nothing behind it overtakes it", "err", err)
 		deadline := time.Now().Add(holdBound)

@@ -7,7 +7,6 @@ package gateway
 
 import (
 	"encoding/json"
-	"errors"
 	"sync"
 	"time"
 
@@ -259,14 +258,9 @@ func (g *Gateway) takeBroker(env *envelope.Envelope) error {
 	case envelope.TraceResult:
 		return g.onTraceResult(env) // trace.go
 	}
-	err := g.takeRemote(env)
-	var fe *fault.Error
-	if errors.As(err, &fe) && fe.Kind == fault.KindStateDir {
-		// the host's store cannot take anything now (a full disk): the
-		// broker holds this inbox's intake, in order, until it can
-		return broker.Hold(err)
-	}
-	return err
+	// the host's store cannot take anything now (a full disk): the
+	// broker holds this inbox's intake, in order, until it can
+	return holdFull(g.takeRemote(env))
 }
 
 func (g *Gateway) onControlResult(env *envelope.Envelope) error {

@@ -147,6 +147,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 			MaxBody: g.cfg.MaxBody, Attempts: g.cfg.DeliveryAttempts,
 			Limits: broker.Limits{MaxLength: g.cfg.InboxMaxLength, TTL: g.cfg.InboxTTL, DLQLength: broker.DLQLength, QueueType: g.cfg.InboxQueueType},
 		}, g.log, g.takeBroker) // control.go: control answers, then takeRemote
+		g.br.OnBatch(g.takeBrokerBatch) // intake.go: what an inbox's consumer had waiting, runs of mail stored at once
 		g.br.OnPresence(g.onPresence)
 		g.br.Observe(g.brokerObserver()) // metrics.go
 		if clear, where := broker.InClear(g.cfg.Broker); clear {

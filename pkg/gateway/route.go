@@ -219,14 +219,20 @@ const reasonRemoteFull = "inbox full: the broker refused it"
 func (g *Gateway) publish(env *envelope.Envelope) error {
 	log := g.log.With("msg_id", env.MsgID, "trace_id", env.TraceID)
 	now := time.Now().UTC()
-	// The record comes first: the recipient's receipt may arrive before
-	// the broker's confirm does.
-	if err := g.st.RecordOutbound(env, now); err != nil {
-		return fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "could not record the message").
-			WithHint("free space in the state folder %s", g.cfg.StateDir)
-	}
+	// The record is queued first — the recipient's receipt may arrive
+	// before the broker's confirm does, and its SettleOutbound, queued
+	// after, finds it — and goes to disk while the broker confirms: the
+	// sender hears once both are done.
+	recorded := g.st.RecordOutboundStart(env, now)
 	g.audit.Message("published", env, 0, "")
 	err := g.br.Publish(g.runCtx, env.Recipient.Gid, env, true)
+	if rerr := recorded(); rerr != nil && err == nil {
+		// sent and confirmed: said as it is (a retry would send it twice)
+		log.Error("message sent, but its record could not be written: its status will be unknown here", "err", rerr,
+			"fix", "free space in the state folder "+g.cfg.StateDir)
+		g.audit.Message("confirmed", env, 0, "")
+		return nil
+	}
 	switch kind := fault.KindOf(err); {
 	case err == nil:
 		g.audit.Message("confirmed", env, 0, "")
@@ -286,14 +292,9 @@ func (g *Gateway) takeRemote(env *envelope.Envelope) error {
 		// a bounce is made by the sender's own gateway from a receipt
 		return broker.Refuse(broker.ReasonMisrouted, "a BOUNCE never crosses hosts")
 	}
-	b := g.box(env.Recipient.Gid)
-	if b == nil {
-		return fmt.Errorf("no local entity %s", env.Recipient.Gid)
-	}
-	if g := env.Recipient.Group; g != "" && g != "all" && !slices.Contains(b.snapshot().Groups, g) {
-		// the broker copied it here by its routing key, which the
-		// publisher chose: membership is checked here, not believed
-		return broker.Refuse(broker.ReasonNotMember, "a broadcast to %s in the inbox of %s, which is not a member", g, env.Recipient.Gid)
+	b, err := g.intakeBox(env)
+	if err != nil {
+		return err
 	}
 	switch env.Kind {
 	case envelope.Ask:
@@ -303,59 +304,113 @@ func (g *Gateway) takeRemote(env *envelope.Envelope) error {
 	case envelope.TooLate:
 		return g.onTooLate(env)
 	}
-	if env.Recipient.Group != "" {
-		if env.Sender.Gid == env.Recipient.Gid {
-			return nil // our own broadcast, back from the broker
-		}
-		e := b.snapshot()
-		env.Recipient.Name, env.Recipient.Host = e.Name, e.Host
+	if g.ownCopy(env, b) {
+		return nil // our own broadcast, back from the broker
 	}
 	rec, err := g.accept(env)
-	if err == nil && rec.State == store.Accepted && env.Expired(time.Now()) {
-		// per-message TTL acts only at a queue's head: an expired message
-		// that waited behind live ones is never delivered
-		g.kill(env, "expired before delivery", 0)
+	if err == nil {
+		g.expireTaken(env, rec)
 	}
 	return err
+}
+
+// intakeBox is the local mailbox of a message from the broker; a
+// broadcast copy must be for a member.
+func (g *Gateway) intakeBox(env *envelope.Envelope) (*mailbox, error) {
+	b := g.box(env.Recipient.Gid)
+	if b == nil {
+		return nil, fmt.Errorf("no local entity %s", env.Recipient.Gid)
+	}
+	if g := env.Recipient.Group; g != "" && g != "all" && !slices.Contains(b.snapshot().Groups, g) {
+		// the broker copied it here by its routing key, which the
+		// publisher chose: membership is checked here, not believed
+		return nil, broker.Refuse(broker.ReasonNotMember, "a broadcast to %s in the inbox of %s, which is not a member", g, env.Recipient.Gid)
+	}
+	return b, nil
+}
+
+// ownCopy reports whether env is this entity's own broadcast back from
+// the broker (not taken in); a broadcast copy for another member is
+// addressed to it by name here.
+func (g *Gateway) ownCopy(env *envelope.Envelope, b *mailbox) bool {
+	if env.Recipient.Group == "" {
+		return false
+	}
+	if env.Sender.Gid == env.Recipient.Gid {
+		return true
+	}
+	e := b.snapshot()
+	env.Recipient.Name, env.Recipient.Host = e.Name, e.Host
+	return false
+}
+
+// expireTaken dead-letters a message just taken in that has expired: per-
+// message TTL acts only at a queue's head, so an expired message that
+// waited behind live ones is never delivered.
+func (g *Gateway) expireTaken(env *envelope.Envelope, rec *store.Record) {
+	if rec.State == store.Accepted && env.Expired(time.Now()) {
+		g.kill(env, "expired before delivery", 0)
+	}
 }
 
 // accept stores env in its local recipient's inbox (dedup by msg id) and
 // wakes the recipient's delivery.
 func (g *Gateway) accept(env *envelope.Envelope) (*store.Record, error) {
-	w := g.rdv.Claim(env) // a reply an open send waits for
-	rec, dup, err := g.st.Accept(env, time.Now().UTC())
-	if w != nil {
+	recs, err := g.acceptAll([]*envelope.Envelope{env})
+	if err != nil {
+		return nil, err
+	}
+	return recs[0], nil
+}
+
+// acceptAll is accept for several messages, in order, in one store
+// operation (one log record, one flush): all are stored (or known
+// duplicates), or, with an error, none is.
+func (g *Gateway) acceptAll(envs []*envelope.Envelope) ([]*store.Record, error) {
+	ws := make([]*replyWaiter, len(envs))
+	for i, env := range envs {
+		ws[i] = g.rdv.Claim(env) // a reply an open send waits for
+	}
+	recs, dups, err := g.st.AcceptBatch(envs, time.Now().UTC())
+	for i, w := range ws {
+		if w == nil {
+			continue
+		}
 		// always answer a claimed waiter: the reply, or nil for nothing
-		if err == nil && !dup {
-			w.ch <- env
+		if err == nil && !dups[i] {
+			w.ch <- envs[i]
 		} else {
-			g.rdv.Unclaim(store.Key(env))
+			g.rdv.Unclaim(store.Key(envs[i]))
 			w.ch <- nil
 		}
 	}
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
-			return nil, fault.New(fault.NoRecipient, fault.KindUnknownRecipient, "no recipient %s", env.Recipient)
+			return nil, fault.New(fault.NoRecipient, fault.KindUnknownRecipient, "no recipient %s", envs[0].Recipient)
 		}
-		g.log.Error("storing a message", "msg_id", env.MsgID, "trace_id", env.TraceID, "err", err)
+		g.log.Error("storing a message", "msg_id", envs[0].MsgID, "trace_id", envs[0].TraceID, "messages", len(envs), "err", err)
 		return nil, fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "could not store the message").
 			WithHint("free space in the state folder %s; nothing accepted before is lost", g.cfg.StateDir)
 	}
-	if dup {
-		g.log.Info("duplicate msg id: not stored again", "msg_id", env.MsgID, "trace_id", env.TraceID)
-		return rec, nil
+	var woken *mailbox
+	for i, env := range envs {
+		if dups[i] {
+			g.log.Info("duplicate msg id: not stored again", "msg_id", env.MsgID, "trace_id", env.TraceID)
+			continue
+		}
+		event := "accepted" // from an entity of this host (or the gateway itself: a bounce)
+		if env.Sender.Host != "" && env.Sender.Host != g.cfg.Host {
+			event = "taken" // from the broker, into this host's store
+		}
+		g.audit.Message(event, env, 0, "")
+		g.metrics.Accepted(env.Kind)
+		g.crashAt("after-accept")
+		if b := g.box(env.Recipient.Gid); b != nil && b != woken {
+			b.notify()
+			woken = b
+		}
 	}
-	event := "accepted" // from an entity of this host (or the gateway itself: a bounce)
-	if env.Sender.Host != "" && env.Sender.Host != g.cfg.Host {
-		event = "taken" // from the broker, into this host's store
-	}
-	g.audit.Message(event, env, 0, "")
-	g.metrics.Accepted(env.Kind)
-	g.crashAt("after-accept")
-	if b := g.box(env.Recipient.Gid); b != nil {
-		b.notify()
-	}
-	return rec, nil
+	return recs, nil
 }
 
 func (g *Gateway) apiRecord(r *store.Record) api.Record {

@@ -611,18 +611,26 @@ func (s *Store) update(fn func(*wtx) error) error { return s.run(fn, false) }
 // acknowledged. Slices fn reads are valid only inside fn.
 func (s *Store) view(fn func(*wtx) error) error { return s.run(fn, true) }
 
-func (s *Store) run(fn func(*wtx) error, read bool) error { return s.queue(&op{fn: fn, read: read}) }
+func (s *Store) run(fn func(*wtx) error, read bool) error {
+	return s.start(&op{fn: fn, read: read})()
+}
 
-func (s *Store) queue(o *op) error {
+// queue runs o and returns once it is answered (soon.go).
+func (s *Store) queue(o *op) error { return s.start(o)() }
+
+// start queues o for the committer and returns a wait for its outcome:
+// every operation queued after this one (by any goroutine) runs after it
+// and sees its changes; wait returns once they are on disk.
+func (s *Store) start(o *op) (wait func() error) {
 	o.err = make(chan error, 1)
 	// Queue under the read lock: Close cannot start draining until every
 	// operation queued before it is in s.ops, so none is left unanswered.
 	s.mu.RLock()
 	if s.closed {
 		s.mu.RUnlock()
-		return errors.New("store closed")
+		return func() error { return errors.New("store closed") }
 	}
 	s.ops <- o
 	s.mu.RUnlock()
-	return <-o.err
+	return func() error { return <-o.err }
 }

@@ -232,59 +232,82 @@ func (s *Store) Entities() ([]*Entity, error) {
 // record and dup=true and stores nothing. This is the dedup check for every
 // path that brings a message in.
 func (s *Store) Accept(env *envelope.Envelope, now time.Time) (rec *Record, dup bool, err error) {
-	raw, err := envelope.Encode(env)
+	recs, dups, err := s.AcceptBatch([]*envelope.Envelope{env}, now)
 	if err != nil {
 		return nil, false, err
 	}
-	var out Record
+	return recs[0], dups[0], nil
+}
+
+// AcceptBatch is Accept for several messages, in order, in one operation
+// (so one log record and one flush): all are stored (or found to be
+// duplicates, dups[i]), or, with an error, none is.
+func (s *Store) AcceptBatch(envs []*envelope.Envelope, now time.Time) (recs []*Record, dups []bool, err error) {
+	raws := make([][]byte, len(envs))
+	for i, env := range envs {
+		if raws[i], err = envelope.Encode(env); err != nil {
+			return nil, nil, err
+		}
+	}
+	recs, dups = make([]*Record, len(envs)), make([]bool, len(envs))
 	err = s.update(func(tx *wtx) error {
-		dup = false
-		recs := tx.Bucket(bRecords)
-		if err := load(recs, Key(env), &out); err == nil {
-			dup = true
-			return nil
-		}
-		if env.ReplayOf != "" {
-			// one replay of a dead letter per recipient, whichever host
-			// replayed it (its sender's, or this one from bridge.dlq)
-			rb, err := tx.CreateBucketIfNotExists(bReplayed)
-			if err != nil {
-				return err
-			}
-			k := []byte(env.ReplayOf + "/" + env.Recipient.Gid)
-			if first := rb.Get(k); first != nil {
-				if err := load(recs, string(first), &out); err != nil {
-					out = Record{MsgID: string(first), State: Accepted}
-				}
-				dup = true
-				return nil
-			}
-			if err := rb.Put(k, []byte(Key(env))); err != nil {
+		for i, env := range envs {
+			recs[i] = &Record{}
+			var err error
+			if dups[i], err = acceptTx(tx, env, raws[i], now, recs[i]); err != nil {
 				return err
 			}
 		}
-		ib := tx.Bucket(bInbox).Bucket([]byte(env.Recipient.Gid))
-		if ib == nil {
-			return ErrNotFound
-		}
-		seq, err := ib.NextSequence()
-		if err != nil {
-			return err
-		}
-		if err := ib.Put(u64(seq), raw); err != nil {
-			return err
-		}
-		out = Record{
-			MsgID: env.MsgID, Kind: env.Kind, TraceID: env.TraceID,
-			Sender: env.Sender.Gid, Recipient: env.Recipient.Gid,
-			Seq: seq, State: Accepted, Accepted: now,
-		}
-		return save(recs, Key(env), &out)
+		return nil
 	})
 	if err != nil {
-		return nil, false, err
+		return nil, nil, err
 	}
-	return &out, dup, nil
+	return recs, dups, nil
+}
+
+// acceptTx stores one message (raw, its encoding) unless its msg id is
+// known (dup: out is the existing record).
+func acceptTx(tx *wtx, env *envelope.Envelope, raw []byte, now time.Time, out *Record) (dup bool, err error) {
+	recs := tx.Bucket(bRecords)
+	if err := load(recs, Key(env), out); err == nil {
+		return true, nil
+	}
+	if env.ReplayOf != "" {
+		// one replay of a dead letter per recipient, whichever host
+		// replayed it (its sender's, or this one from bridge.dlq)
+		rb, err := tx.CreateBucketIfNotExists(bReplayed)
+		if err != nil {
+			return false, err
+		}
+		k := []byte(env.ReplayOf + "/" + env.Recipient.Gid)
+		if first := rb.Get(k); first != nil {
+			if err := load(recs, string(first), out); err != nil {
+				*out = Record{MsgID: string(first), State: Accepted}
+			}
+			return true, nil
+		}
+		if err := rb.Put(k, []byte(Key(env))); err != nil {
+			return false, err
+		}
+	}
+	ib := tx.Bucket(bInbox).Bucket([]byte(env.Recipient.Gid))
+	if ib == nil {
+		return false, ErrNotFound
+	}
+	seq, err := ib.NextSequence()
+	if err != nil {
+		return false, err
+	}
+	if err := ib.Put(u64(seq), raw); err != nil {
+		return false, err
+	}
+	*out = Record{
+		MsgID: env.MsgID, Kind: env.Kind, TraceID: env.TraceID,
+		Sender: env.Sender.Gid, Recipient: env.Recipient.Gid,
+		Seq: seq, State: Accepted, Accepted: now,
+	}
+	return false, save(recs, Key(env), out)
 }
 
 // Head returns up to n messages at the head of gid's inbox with a sequence
@@ -687,7 +710,15 @@ func (s *Store) SetMeta(key, value string) error {
 // the broker, once the broker confirmed it: the sender can look up its
 // state, and a reply to it finds its trace.
 func (s *Store) RecordOutbound(env *envelope.Envelope, now time.Time) error {
-	return s.update(func(tx *wtx) error {
+	return s.RecordOutboundStart(env, now)()
+}
+
+// RecordOutboundStart is RecordOutbound in two halves, so the caller can
+// publish while the record goes to disk: the record is queued before it
+// returns — a later operation (the receipt's SettleOutbound) finds it —
+// and wait returns once it is on disk.
+func (s *Store) RecordOutboundStart(env *envelope.Envelope, now time.Time) (wait func() error) {
+	return s.start(&op{fn: func(tx *wtx) error {
 		if tx.Bucket(bRecords).Get([]byte(env.MsgID)) != nil {
 			return nil // a retransmit: the record (maybe settled) stays
 		}
@@ -696,7 +727,7 @@ func (s *Store) RecordOutbound(env *envelope.Envelope, now time.Time) error {
 			Sender: env.Sender.Gid, Recipient: env.Recipient.Gid,
 			State: Accepted, Accepted: now,
 		})
-	})
+	}})
 }
 
 // ForgetRecord drops the record of a message that was never sent.

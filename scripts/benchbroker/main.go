@@ -13,7 +13,11 @@
 //     own bound with roster.#) and the gateways' resident memory, with 1,000
 //     entities on three fresh gateways;
 //  4. spawn: fleet-spawn (exec launcher, pull entity) from h1 onto h2, to the
-//     new entity's first message delivered through OpRecv.
+//     new entity's first message delivered through OpRecv;
+//  5. throughput: senders on h1 to pull recipients on h2 (bodies of 512 B
+//     and 4 KiB, 1 and 8 senders, 1 and 8 recipients), beside raw
+//     amqp091-go with the same guarantees, confirm-each and pipelined,
+//     interleaved and repeated in the same run.
 //
 // It creates the vhost (and refuses one that exists), and always stops every
 // gateway (SIGTERM, then SIGKILL), every spawned process group and deletes
@@ -22,12 +26,13 @@
 // (scripts/bench-broker.sh). Missed targets are reported, never turned into
 // a failing exit status.
 //
-// One file per phase: ask.go, bcast.go, presence.go and spawn.go; the raw
+// One file per phase: ask.go, bcast.go, presence.go, spawn.go and
+// throughput.go; the raw
 // amqp091-go baselines beside them in raw.go; the vhost, the gateway sets
 // (started through the launcher in scripts/internal/benchkit) and the
 // shared helpers in setup.go.
 //
-//	scripts/bench-broker.sh [-asks 300] [-inboxes 200] [-entities 1000] [-phases ask,bcast,spawn,presence]
+//	scripts/bench-broker.sh [-asks 300] [-inboxes 200] [-entities 1000] [-tp-msgs 2000] [-phases ask,throughput,bcast,spawn,presence]
 package main
 
 import (
@@ -75,7 +80,13 @@ var (
 	flagInterval = flag.Duration("presence-interval", 5*time.Second, "FLEET_PRESENCE_INTERVAL of every gateway")
 	flagWindow   = flag.Duration("window", 30*time.Second, "how long bridge.roster traffic is counted")
 	flagSpawns   = flag.Int("spawns", 10, "spawns per profile (one with the default 500ms grace, one with grace 0)")
-	flagPhases   = flag.String("phases", "ask,bcast,spawn,presence", "comma-separated phases to run")
+	flagPhases   = flag.String("phases", "ask,throughput,bcast,spawn,presence", "comma-separated phases to run")
+	flagTPMsgs   = flag.Int("tp-msgs", 2000, "throughput: messages per measurement")
+	flagTPRounds = flag.Int("tp-rounds", 3, "throughput: rounds (each measures every configuration, fleet and raw, interleaved)")
+	flagTPBodies = flag.String("tp-bodies", "512,4096", "throughput: body sizes in bytes")
+	flagTPSend   = flag.String("tp-senders", "1,8", "throughput: numbers of senders")
+	flagTPRcpt   = flag.String("tp-recipients", "1,8", "throughput: numbers of pull recipients")
+	flagPprof    = flag.Int("pprof-port", 0, "give gateway i FLEET_PPROF_ADDR=127.0.0.1:PORT+i (served only by a fleet-gw built with -tags pprof); 0: none")
 	flagDir      = flag.String("dir", "", "parent of the temporary folder (default $TMPDIR); keep it short: sockets live there")
 	flagPiddir   = flag.String("piddir", "", "write gw-*.pid (gateways), spawned.pids (spawned process groups) and vhost (while it exists) here, for a wrapper's cleanup")
 	flagKeep     = flag.Bool("keep", false, "keep the temporary folder (gateway logs, state)")
@@ -91,13 +102,14 @@ func run() error {
 	phases := map[string]bool{}
 	for _, p := range strings.Split(*flagPhases, ",") {
 		p = strings.TrimSpace(p)
-		if !slices.Contains([]string{"ask", "bcast", "spawn", "presence"}, p) {
-			return fmt.Errorf("-phases: unknown phase %q (ask, bcast, spawn, presence)", p)
+		if !slices.Contains([]string{"ask", "throughput", "bcast", "spawn", "presence"}, p) {
+			return fmt.Errorf("-phases: unknown phase %q (ask, throughput, bcast, spawn, presence)", p)
 		}
 		phases[p] = true
 	}
-	if *flagAsks <= 0 || *flagWarmup < 0 || *flagInboxes <= 0 || *flagBcasts <= 0 || *flagEntities <= 0 || *flagSpawns <= 0 || *flagWindow <= 0 {
-		return errors.New("-asks, -inboxes, -bcasts, -entities, -spawns and -window must be positive, -warmup not negative")
+	if *flagAsks <= 0 || *flagWarmup < 0 || *flagInboxes <= 0 || *flagBcasts <= 0 || *flagEntities <= 0 || *flagSpawns <= 0 || *flagWindow <= 0 ||
+		*flagTPMsgs <= 0 || *flagTPRounds <= 0 {
+		return errors.New("-asks, -inboxes, -bcasts, -entities, -spawns, -window, -tp-msgs and -tp-rounds must be positive, -warmup not negative")
 	}
 	bin, err := filepath.Abs(*flagBin)
 	if err != nil {
@@ -151,8 +163,9 @@ func run() error {
 		bcastRes *bcastResult
 		spawnRes []*spawnSeries
 		presRes  *presenceResult
+		tpRes    *tpResult
 	)
-	if phases["ask"] || phases["bcast"] || phases["spawn"] {
+	if phases["ask"] || phases["throughput"] || phases["bcast"] || phases["spawn"] {
 		spawnPids := filepath.Join(tmp, "spawned.pids")
 		if *flagPiddir != "" {
 			spawnPids = filepath.Join(*flagPiddir, "spawned.pids")
@@ -172,6 +185,11 @@ func run() error {
 		fmt.Println()
 		if phases["ask"] {
 			if askRes, err = askPhase(gws, vhostURL, bpid); err != nil {
+				return err
+			}
+		}
+		if phases["throughput"] {
+			if tpRes, err = throughputPhase(gws, vhostURL, bpid); err != nil {
 				return err
 			}
 		}
@@ -211,6 +229,9 @@ func run() error {
 	}
 	for _, s := range spawnRes {
 		s.printSummary()
+	}
+	if tpRes != nil {
+		tpRes.printSummary()
 	}
 	fmt.Printf("load average at end: %s (other work on this machine skews every figure)\n", benchkit.Loadavg())
 	return nil

@@ -11,8 +11,11 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/fleetd/fleet/scripts/internal/benchkit"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
@@ -365,4 +368,193 @@ func (r *rawFanout) once() (conf, all time.Duration, err error) {
 		}
 	}
 	return conf, all, nil
+}
+
+// rawTP is the floor of the throughput phase: raw amqp091-go with the
+// guarantees fleet gives a remote message. Durable classic queues with an
+// inbox's arguments, one per recipient, bound to a topic exchange;
+// persistent, mandatory publishes with publisher confirms, one channel per
+// sender on one publishing connection (as a gateway has one); one
+// consumer per queue, each on its own channel of one consuming connection,
+// prefetch 64 (a gateway's default), a manual ack of each delivery once
+// the consumer has it.
+type rawTP struct {
+	conns []*amqp.Connection
+	pubs  []*amqp.Channel
+	sink  atomic.Pointer[tpSink]
+	stale atomic.Int64
+	rets  atomic.Int64 // returned unroutable
+}
+
+func newRawTP(vhostURL string, senders, rcpts int) (*rawTP, error) {
+	r := &rawTP{}
+	fail := func(err error) (*rawTP, error) {
+		r.close()
+		return nil, fmt.Errorf("raw throughput baseline: %w", err)
+	}
+	dial := func(role string) (*amqp.Connection, error) {
+		props := amqp.NewConnectionProperties()
+		props.SetClientConnectionName("benchbroker raw throughput " + role)
+		c, err := amqp.DialConfig(vhostURL, amqp.Config{Heartbeat: 5 * time.Second, Properties: props, Locale: "en_US"})
+		if err == nil {
+			r.conns = append(r.conns, c)
+		}
+		return c, err
+	}
+	pc, err := dial("publish")
+	if err != nil {
+		return fail(err)
+	}
+	sc, err := dial("consume")
+	if err != nil {
+		return fail(err)
+	}
+	setup, err := sc.Channel()
+	if err != nil {
+		return fail(err)
+	}
+	if err := setup.ExchangeDeclare(tpRawPrefix, "topic", true, false, false, false, nil); err != nil {
+		return fail(err)
+	}
+	for i := 0; i < rcpts; i++ {
+		q := fmt.Sprintf("%s.%02d", tpRawPrefix, i)
+		if _, err := setup.QueueDeclare(q, true, false, false, false, rawInboxArgs()); err != nil {
+			return fail(err)
+		}
+		if err := setup.QueueBind(q, q, tpRawPrefix, false, nil); err != nil {
+			return fail(err)
+		}
+		ch, err := sc.Channel()
+		if err != nil {
+			return fail(err)
+		}
+		if err := ch.Qos(64, 0, false); err != nil {
+			return fail(err)
+		}
+		d, err := ch.Consume(q, "benchbroker-"+q, false, true, false, false, nil)
+		if err != nil {
+			return fail(err)
+		}
+		go func(i int) {
+			for m := range d {
+				if s := r.sink.Load(); s != nil {
+					s.arrive(string(m.Body), i, &r.stale)
+				} else {
+					r.stale.Add(1)
+				}
+				_ = m.Ack(false)
+			}
+		}(i)
+	}
+	setup.Close()
+	for i := 0; i < senders; i++ {
+		ch, err := pc.Channel()
+		if err != nil {
+			return fail(err)
+		}
+		if err := ch.Confirm(false); err != nil {
+			return fail(err)
+		}
+		rets := ch.NotifyReturn(make(chan amqp.Return, 16))
+		go func() {
+			for range rets {
+				r.rets.Add(1)
+			}
+		}()
+		r.pubs = append(r.pubs, ch)
+	}
+	return r, nil
+}
+
+func (r *rawTP) close() {
+	for _, c := range r.conns {
+		c.Close()
+	}
+	r.conns = nil
+}
+
+// run publishes n messages as c says — each confirmed before the next, or
+// pipelined with up to tpPipeline confirms outstanding per sender — and
+// waits until every one was consumed.
+func (r *rawTP) run(c tpConfig, run string, n int, pipelined bool) (*tpRun, error) {
+	sink := newSink(run, n)
+	r.sink.Store(sink)
+	defer r.sink.Store(nil)
+	rets0 := r.rets.Load()
+	errs := make([]error, c.senders)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := 0; i < c.senders; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			<-start
+			ch := r.pubs[i]
+			var outstanding []*amqp.DeferredConfirmation
+			confirmed := func(dc *amqp.DeferredConfirmation) error {
+				ctx, cancel := context.WithTimeout(context.Background(), rawWait)
+				defer cancel()
+				ok, err := dc.WaitContext(ctx)
+				if err != nil {
+					return err
+				}
+				if !ok {
+					return errors.New("nacked")
+				}
+				return nil
+			}
+			for k := 0; k < benchkit.Split(n, c.senders, i); k++ {
+				rc := c.rcptOf(i, k)
+				key := fmt.Sprintf("%s.%02d", tpRawPrefix, rc)
+				ctx, cancel := context.WithTimeout(context.Background(), rawWait)
+				dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, tpRawPrefix, key, true, false, amqp.Publishing{
+					ContentType: "text/plain", MessageId: fmt.Sprintf("%s-%d-%d", run, i, k), DeliveryMode: amqp.Persistent,
+					Body: []byte(tpBody(run, i, rc, k, c.body)),
+				})
+				cancel()
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				outstanding = append(outstanding, dc)
+				limit := 1
+				if pipelined {
+					limit = tpPipeline
+				}
+				for len(outstanding) >= limit {
+					if err := confirmed(outstanding[0]); err != nil {
+						errs[i] = err
+						return
+					}
+					outstanding = outstanding[1:]
+				}
+			}
+			for _, dc := range outstanding {
+				if err := confirmed(dc); err != nil {
+					errs[i] = err
+					return
+				}
+			}
+		}(i)
+	}
+	t0 := time.Now()
+	close(start)
+	wg.Wait()
+	sends := time.Since(t0)
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("raw %s: %w", c, err)
+	}
+	if n := r.rets.Load() - rets0; n > 0 {
+		return nil, fmt.Errorf("raw %s: %d returned unroutable", c, n)
+	}
+	select {
+	case <-sink.done:
+	case <-time.After(tpWait):
+		return nil, fmt.Errorf("raw %s: not every message consumed after %v", c, tpWait)
+	}
+	if err := sink.check(); err != nil {
+		return nil, fmt.Errorf("raw %s: %w", c, err)
+	}
+	elapsed := sink.at.Sub(t0)
+	return &tpRun{rate: float64(n) / elapsed.Seconds(), elapsed: elapsed, sends: sends}, nil
 }

@@ -82,10 +82,13 @@ func createVhost(name string) error {
 // run's hosts.
 func startSet(bin, root, tag string, hosts []string, brokerURL, conf string, interval time.Duration) ([]*benchkit.Gateway, error) {
 	var gws []*benchkit.Gateway
-	for _, h := range hosts {
+	for i, h := range hosts {
 		env := []string{
 			"FLEET_BROKER=" + brokerURL,
 			"FLEET_PRESENCE_INTERVAL=" + interval.String(),
+		}
+		if *flagPprof > 0 && tag == "a" {
+			env = append(env, fmt.Sprintf("FLEET_PPROF_ADDR=127.0.0.1:%d", *flagPprof+i))
 		}
 		if conf != "" {
 			env = append(env, "FLEET_CONFIG="+conf)
