@@ -362,7 +362,7 @@ func askPhase(gws []*benchkit.Gateway, vhostURL string, bpid int) (*askResult, e
 		res.envBytes, p5099(res.raw), len(res.raw))
 	fmt.Printf("   leg 1: publish on A -> delivered to B: %s;  leg 2: B -> delivered to A: %s\n", p5099(res.rawLeg1), p5099(rawLeg2))
 	rs, fs := benchkit.Sorted(res.raw), benchkit.Sorted(res.rt)
-	fmt.Printf("ratio fleet/raw: p50 %.2fx  p99 %.2fx  (target <= %.1fx)\n",
+	fmt.Printf("ratio fleet/raw: p50 %.2fx  p99 %.2fx  (target p50 <= %.1fx)\n",
 		ratio(benchkit.Pct(fs, 50), benchkit.Pct(rs, 50)), ratio(benchkit.Pct(fs, 99), benchkit.Pct(rs, 99)), targetAskRatio)
 	fmt.Printf("same-host ask round trip (localasker@%s -> answerer@%s, no broker; same answerer): %s  (n=%d)\n", h2.Host, h2.Host, p5099(res.local), len(res.local))
 	res.sign, res.verify = edTimes(res.envBytes)
@@ -401,5 +401,5 @@ func (r *askResult) printSummary() {
 	fmt.Printf("   same-host ask (no broker) p50 %s  p99 %s\n", benchkit.Ms(benchkit.Pct(benchkit.Sorted(r.local), 50)), benchkit.Ms(benchkit.Pct(benchkit.Sorted(r.local), 99)))
 	fmt.Printf("   signatures alone (2 signs + 2 verifies): %s = %.2fx raw p50 added to the raw round trip\n",
 		benchkit.Ms(2*(r.sign+r.verify)), ratio(benchkit.Pct(rs, 50)+2*(r.sign+r.verify), benchkit.Pct(rs, 50)))
-	fmt.Printf("   target ask <= %.1fx raw: p50 -> %s, p99 -> %s   (failed asks: %d)\n", targetAskRatio, benchkit.Met(r50 <= targetAskRatio), benchkit.Met(r99 <= targetAskRatio), len(r.failures))
+	fmt.Printf("   target ask p50 <= %.1fx raw (issue 13 point 6): %s   (p99 %.2fx; failed asks: %d)\n", targetAskRatio, benchkit.Met(r50 <= targetAskRatio), r99, len(r.failures))
 }

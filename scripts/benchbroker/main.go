@@ -54,7 +54,7 @@ import (
 
 // Targets and bounds.
 const (
-	targetAskRatio = 1.5                    // fleet ask round trip / raw two-hop, at p50 and p99
+	targetAskRatio = 2.5                    // fleet ask round trip / raw two-hop, at p50 (issue 13 point 6)
 	readyTimeout   = 20 * time.Second       // gateway socket and broker connection
 	rssSettle      = 500 * time.Millisecond // before reading VmRSS
 	ctlTimeout     = 90 * time.Second       // one rabbitmqctl call
