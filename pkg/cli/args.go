@@ -14,19 +14,21 @@ import (
 //
 // A command that takes a text (TextRule) reads flags only up to where its
 // text begins: the first positional argument after the recipient ("-",
-// stdin, is not text). Words in the text that merely start with "-" are
-// text; one that is exactly an option of the command ("fleet-send bob fix
-// this --wait") is refused by Main, with the two ways to say it, so it is
-// neither read as an option after all nor sent by surprise.
+// stdin, is not text). From there everything is text, even a word that is
+// exactly an option of the command ("fleet-send bob fix this --wait" sends
+// "fix this --wait"). A strict rule (fleet-bcast, which has no recipient:
+// "fleet-bcast hello --group ops" would go to everyone) refuses such a
+// word instead, in Main, with the two ways to say it.
 func interspersed(app *cli.App, args []string) []string {
 	out, _ := reorder(app, args)
 	return out
 }
 
-// reorder is interspersed, and also returns the first word of the text
-// that is exactly one of the command's options ("" if none): "fleet-bcast
-// hello --group ops" must not broadcast "hello --group ops" to everyone,
-// so Main refuses it (64) and shows where the option goes.
+// reorder is interspersed, and also returns, under a strict text rule,
+// the first word of the text that is exactly one of the command's options
+// ("" if none): "fleet-bcast hello --group ops" must not broadcast "hello
+// --group ops" to everyone, so Main refuses it (64) and shows where the
+// option goes.
 func reorder(app *cli.App, args []string) ([]string, string) {
 	if len(args) < 2 {
 		return args, ""
@@ -59,13 +61,14 @@ func reorder(app *cli.App, args []string) ([]string, string) {
 				out = append(out, rest[i])
 			}
 		case rule.Lead != nil && a != "-" && len(pos) >= rule.Lead(seen):
-			// the text begins: the rest is text, flag-like or not — but a
-			// word that is exactly an option is taken for a mistake
+			// the text begins: the rest is text, flag-like or not — but
+			// under a strict rule a word that is exactly an option is
+			// taken for a mistake
 			out = append(out, "--")
 			out = append(out, pos...)
 			stray := ""
 			for _, w := range rest[i:] {
-				if isOption(flags, w) {
+				if rule.Strict && isOption(flags, w) {
 					stray = w
 					break
 				}
@@ -109,27 +112,35 @@ func isOption(flags []cli.Flag, w string) bool {
 	return false
 }
 
-// textRuleDoc is the text rule as the man pages of the commands that take
-// a text say it.
-const textRuleDoc = "Options go before the text: after the recipient, the first word that is not an option " +
-	"begins the text. A word in it that is exactly an option (\"fleet-send bob fix this --wait\") is refused, " +
-	"neither read nor sent; put the text after -- to send such words, or a text that begins with -."
+// textRuleDoc is the text rule as the man pages of fleet-send and
+// fleet-ask say it; strictTextRuleDoc as fleet-bcast's does.
+const (
+	textRuleDoc = "Options go before the text: after the recipient, the first word that is not an option " +
+		"begins the text, and everything from there is text, even a word that is an option " +
+		"(\"fleet-send bob fix this --wait\" sends \"fix this --wait\" and does not wait). -- still ends the options; " +
+		"a text that begins with - goes after it."
+	strictTextRuleDoc = "Options go before the text: the first word that is not an option begins the text. " +
+		"A word in it that is exactly an option (\"fleet-bcast hello --group ops\") is refused, neither read nor " +
+		"sent to everyone; put the text after -- to send such words, or a text that begins with -."
+)
 
 // TextRule marks a command that takes a text: Lead says how many
 // positional arguments come before it, given the flags seen so far (by
-// name, without dashes).
+// name, without dashes); Strict refuses a word of the text that is exactly
+// an option.
 type TextRule struct {
-	Lead func(seen map[string]bool) int
+	Lead   func(seen map[string]bool) int
+	Strict bool
 }
 
 const textRuleKey = "fleet-text-rule"
 
-// takesText gives app the text rule.
-func takesText(app *cli.App, lead func(seen map[string]bool) int) {
+// takesText gives app the text rule (strict: see TextRule).
+func takesText(app *cli.App, lead func(seen map[string]bool) int, strict bool) {
 	if app.Metadata == nil {
 		app.Metadata = map[string]any{}
 	}
-	app.Metadata[textRuleKey] = TextRule{Lead: lead}
+	app.Metadata[textRuleKey] = TextRule{Lead: lead, Strict: strict}
 }
 
 func findCommand(cmds []*cli.Command, name string) *cli.Command {

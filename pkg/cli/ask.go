@@ -12,7 +12,7 @@ import (
 // NewAskApp is fleet-ask.
 func NewAskApp() *cli.App {
 	app := newApp("fleet-ask", "ask an entity a question and wait for its answer (live only, with a TTL)")
-	takesText(app, func(map[string]bool) int { return 1 }) // the askee, then the text
+	takesText(app, func(map[string]bool) int { return 1 }, false) // the askee, then the text
 	app.UsageText = "fleet-ask [options] NAME|NAME@HOST|GID [TEXT...|-]"
 	app.Description = textRuleDoc + " " + "Asks are live-only: the question lives in memory and on the wire with an expiry, " +
 		"never in a durable store. fleet-ask blocks until the askee answers (fleet-send --answer ASK_ID) " +

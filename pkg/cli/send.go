@@ -23,7 +23,7 @@ func NewSendApp() *cli.App {
 			return 0
 		}
 		return 1
-	})
+	}, false)
 	app.UsageText = "fleet-send [options] NAME|NAME@HOST|GID [TEXT...|-]\n" +
 		"fleet-send [options] --reply-to MSGID [TEXT...|-]\n" +
 		"fleet-send [options] --answer ASK_ID [TEXT...|-]\n" +
