@@ -156,7 +156,7 @@ func init() {
 	for _, k := range []Kind{
 		KindUsage, KindBadConfig, KindAmbiguous, KindNameTaken, KindUnknownProfile,
 		KindEmptyBody, KindBodyTooLarge, KindBadUTF8, KindBadFrame, KindBadEnvelope, KindNewerSchema, KindProtocol,
-		KindUnknownRecipient, KindUnknownMessage, KindUnknownEntity, KindUnknownHost, KindUnknownTrace,
+		KindUnknownRecipient, KindUnknownMessage, KindUnknownEntity, KindUnknownHost, KindUnknownTrace, KindRosterSettling,
 		KindNoGateway, KindBrokerDown, KindBrokerBlocked, KindShuttingDown, KindInternal,
 		KindLaunchFailed, KindSpawnUncertain, KindStateDir, KindOutput,
 		KindGatewayLocked, KindHostTaken, KindTimeout, KindBrokerTimeout, KindBrokerRefused,

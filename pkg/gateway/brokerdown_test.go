@@ -67,10 +67,15 @@ func TestLocalBrokerDownLocalWorks(t *testing.T) {
 
 // What needs the broker says so with 69 and leaves nothing half done: a
 // send or ask to another host's gid, a spawn on another host, a name not
-// known here (it may be on a host this gateway cannot hear); a name of
-// this host that is not here is 67.
+// known here (it may be on a trusted host this gateway cannot hear); a
+// name of this host that is not here, or on a host not trusted, is 67.
 func TestLocalBrokerDownRemoteRefused(t *testing.T) {
-	g := startDown(t, nil)
+	dir := t.TempDir()
+	g := &testGW{t: t, Host: "h1", Cfg: newConfig(t, dir, "h1", settings{"broker": downBroker}), logs: &syncBuffer{}}
+	enrol(t, g, &testGW{t: t, Host: "h2", Cfg: newConfig(t, dir, "h2", settings{"broker": downBroker}), logs: &syncBuffer{}})
+	g.start()
+	t.Cleanup(g.stop)
+	g.waitLog(`"msg":"broker unreachable"`)
 	alice, bob := g.join("alice"), g.join("bob")
 	const remote = "h2.01a22a93-8b62-7719-997e-dae6eae12382"
 	_, err := alice.send(remote, "to another host")
@@ -82,6 +87,8 @@ func TestLocalBrokerDownRemoteRefused(t *testing.T) {
 		t.Fatalf("send to an unknown name with the broker down: %v (%s)", fe, fe.Kind)
 	}
 	_, err = alice.send("carol@h1", "this host's name") // exact
+	faultOf(t, err, fault.NoRecipient)
+	_, err = alice.send("carol@h9", "a host not trusted") // never heard
 	faultOf(t, err, fault.NoRecipient)
 	_, _, err = g.open(alice.Token, &api.Request{Op: api.OpAsk, To: remote, Body: "q", TimeoutMS: 1000})
 	faultOf(t, err, fault.Unavailable)

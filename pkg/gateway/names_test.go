@@ -76,13 +76,17 @@ func TestCrossNamesKeptWhileHostAway(t *testing.T) {
 
 // Right after connecting, a gateway has not heard every host yet: a name
 // it knows nothing of is 75 "roster not settled" (try again), not 67,
-// until one and a half presence intervals have passed; then 67. With the
-// broker down it is 69: other hosts cannot be heard.
+// while a trusted host it could be on was not heard since (h2 here never
+// runs) and one and a half presence intervals have not passed; then 67. A
+// name on this host, or on a host not trusted, is 67 at once. (With the
+// broker down it is 69: TestLocalBrokerDownRemoteRefused.)
 func TestCrossUnknownNameWhileRosterFills(t *testing.T) {
 	url := brokerURL(t)
 	dir := t.TempDir()
 	h1 := &testGW{t: t, Host: "h1", logs: &syncBuffer{},
 		Cfg: newConfig(t, dir, "h1", settings{"broker": url, "presence-interval": "10s"})}
+	h2 := newConfigOnly(t, dir, "h2", url)
+	enrol(t, h1, h2)
 	h1.start()
 	t.Cleanup(h1.stop)
 	carol := h1.join("carol")
@@ -91,8 +95,15 @@ func TestCrossUnknownNameWhileRosterFills(t *testing.T) {
 	if fe.Kind != fault.KindRosterSettling || fe.Hint == "" {
 		t.Fatalf("unknown name right after connecting: %v (%s)", fe, fe.Kind)
 	}
-	// a name of this host is exact: 67 at once, settling or not
+	_, err = carol.send("nobody@h2", "hello?")
+	if fe := faultOf(t, err, fault.TempFail); fe.Kind != fault.KindRosterSettling {
+		t.Fatalf("unknown name on a trusted host not heard yet: %v (%s)", fe, fe.Kind)
+	}
+	// a name of this host is exact, and one on a host not trusted can
+	// never be heard: 67 at once, settling or not
 	_, err = carol.send("nobody@h1", "hello?")
+	faultOf(t, err, fault.NoRecipient)
+	_, err = carol.send("nobody@h9", "hello?")
 	faultOf(t, err, fault.NoRecipient)
 	eventuallyWithin(t, 30*time.Second, "an unknown name is 67 once the roster settled", func() error {
 		_, err := carol.send("nobody", "hello?")

@@ -121,6 +121,19 @@ func (v *peerView) seenLocked(host string, at time.Time) {
 	}
 }
 
+// HeardAllSince reports whether every one of hosts was heard (a snapshot
+// applied, or a notice in sequence) after t.
+func (v *peerView) HeardAllSince(hosts []string, t time.Time) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for _, h := range hosts {
+		if p := v.peers[h]; p == nil || !p.heard.After(t) {
+			return false
+		}
+	}
+	return true
+}
+
 // Name is the name of a remote entity as last heard ("" if not known).
 func (v *peerView) Name(gid string) string {
 	v.mu.Lock()

@@ -61,7 +61,7 @@ func (g *Gateway) resolve(to string) (target, error) {
 			return target{}, fault.New(fault.NoRecipient, fault.KindUnknownRecipient,
 				"no recipient %s: host %s is not this host and no broker is configured", to, host)
 		}
-		if err := g.unsettled(to, qualified && host == g.cfg.Host); err != nil {
+		if err := g.unsettled(to, host); err != nil {
 			return target{}, err
 		}
 		e := fault.New(fault.NoRecipient, fault.KindUnknownRecipient, "no recipient named %s", to)
@@ -83,13 +83,25 @@ func (g *Gateway) resolve(to string) (target, error) {
 
 // unsettled says why a name known nowhere may still exist: the broker is
 // down (other hosts cannot be heard: 69), or this gateway connected less
-// than the settle window ago and has not heard every host's snapshot yet
-// (75). Otherwise, or for a name of this host (exact), it is nil and the
-// name is unknown (67). A name known before — heard, kept across a restart —
-// never gets here: it resolves to its last gid and the broker decides.
-func (g *Gateway) unsettled(to string, here bool) error {
-	if g.br == nil || here {
+// than the settle window ago and has not yet heard since then every
+// trusted host the name could be on (75). Otherwise — or for a name of
+// this host (exact), or on a host not in the trust file (never heard) — it
+// is nil and the name is unknown (67). A name known before — heard, kept
+// across a restart — never gets here: it resolves to its last gid and the
+// broker decides.
+func (g *Gateway) unsettled(to, host string) error {
+	if g.br == nil || host == g.cfg.Host {
 		return nil
+	}
+	keys, _ := g.admit.file.Keys()
+	var hosts []string // the trusted hosts the name could be on
+	for h := range keys {
+		if h != g.cfg.Host && (host == "" || h == host) {
+			hosts = append(hosts, h)
+		}
+	}
+	if len(hosts) == 0 {
+		return nil // no host it could be on is trusted: nothing of it can be heard
 	}
 	state, _, _, since := g.br.State()
 	if state != "connected" && state != "blocked" { // blocked: presence still comes in
@@ -97,12 +109,13 @@ func (g *Gateway) unsettled(to string, here bool) error {
 			"no entity %s is known here, and the broker is down: it may be on a host this gateway cannot hear", to).
 			WithHint("local sends keep working; try again once the broker is back (fleet-gw status)")
 	}
-	if wait := rosterSettle(g.cfg.PresenceInterval) - time.Since(since); wait > 0 {
-		return fault.New(fault.TempFail, fault.KindRosterSettling,
-			"no entity %s is known here yet: the roster is still filling (connected to the broker %v ago)", to, time.Since(since).Round(time.Millisecond)).
-			WithHint("try again in %v, or send by gid", wait.Round(100*time.Millisecond))
+	wait := rosterSettle(g.cfg.PresenceInterval) - time.Since(since)
+	if wait <= 0 || g.peers.HeardAllSince(hosts, since) {
+		return nil
 	}
-	return nil
+	return fault.New(fault.TempFail, fault.KindRosterSettling,
+		"no entity %s is known here yet: the roster is still filling (connected to the broker %v ago)", to, time.Since(since).Round(time.Millisecond)).
+		WithHint("try again in %v, or send by gid", wait.Round(100*time.Millisecond))
 }
 
 // rosterSettle is how long after connecting the roster may still be
