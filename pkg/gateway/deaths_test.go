@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"strings"
 	"testing"
 
@@ -33,7 +34,13 @@ func TestCrossDeathInBrokerInbox(t *testing.T) {
 	if rec.Reason != gateway.ReasonBrokerExpired {
 		t.Fatalf("reason %q", rec.Reason)
 	}
-	got := alice.take(0)
+	var got []api.Delivery // the bounce is made just after the record reads dead
+	eventually(t, "alice has her bounce", func() error {
+		if got = append(got, alice.take(0)...); len(got) == 0 {
+			return errors.New("nothing yet")
+		}
+		return nil
+	})
 	if len(got) != 1 || got[0].Envelope.Kind != envelope.Bounce || got[0].Envelope.InReplyTo != s.MsgID ||
 		!strings.Contains(got[0].Envelope.Body, gateway.ReasonBrokerExpired) {
 		t.Fatalf("alice got %+v", got)
@@ -122,7 +129,13 @@ func TestCrossOverflowDeadAtSender(t *testing.T) {
 	if fe := faultOf(t, err, fault.TempFail); fe.Kind != fault.KindInboxFull {
 		t.Fatalf("second send: %v (%s)", fe, fe.Kind)
 	}
-	got := alice.take(0)
+	var got []api.Delivery // the bounce is made just after the record reads dead
+	eventually(t, "alice has her bounce", func() error {
+		if got = append(got, alice.take(0)...); len(got) == 0 {
+			return errors.New("nothing yet")
+		}
+		return nil
+	})
 	if len(got) != 1 || got[0].Envelope.Kind != envelope.Bounce || !strings.Contains(got[0].Envelope.Body, "inbox full") {
 		t.Fatalf("alice got %+v", got)
 	}
