@@ -565,7 +565,7 @@ func checkRow(r *api.EntityRow) error {
 // remoteRows returns the other hosts' entities with their presence status,
 // and the hosts heard but not trusted.
 func (g *Gateway) remoteRows() []api.EntityRow {
-	out := g.peers.Rows(time.Now(), g.br != nil && g.br.Connected(), g.cfg.PresenceTTL, g.admit.trusted)
+	out := g.peers.Rows(time.Now(), g.br != nil && g.br.Connected(), g.cfg.PresenceTTL, g.admit.trustedNow())
 	out = append(out, g.admit.untrustedRows()...)
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Name != out[j].Name {
