@@ -19,20 +19,21 @@ const (
 	resTimeout                // no confirm in time
 )
 
-// publisher owns one confirm-mode channel. Publishes are serialized through
-// its owner goroutine (amqp091-go channels are not safe for concurrent
-// RPCs); returns and confirms are read by one events goroutine from
-// unbuffered channels, so a basic.return is always matched before the
-// basic.ack of the same message (the broker sends the return first, and
-// the library hands them over in order) — and a slow reader can never make
-// the library drop a return.
+// publisher owns one confirm-mode channel. Publishes are serialized by a
+// turn of one (amqp091-go channels are not safe for concurrent RPCs): the
+// caller holding it writes its publish itself, so a publish costs no
+// hand-off to another goroutine and back; returns and confirms are read by
+// one events goroutine from unbuffered channels, so a basic.return is
+// always matched before the basic.ack of the same message (the broker
+// sends the return first, and the library hands them over in order) — and
+// a slow reader can never make the library drop a return.
 type publisher struct {
 	ch      *amqp.Channel
-	reqs    chan *pubReq
+	turn    chan struct{} // holds one token while a publish is written
 	log     *slog.Logger
 	observe func(outcome string, took time.Duration) // Observer.Confirmed; nil: none
 
-	done    chan struct{} // closed when the channel closes: the owner stops
+	done    chan struct{} // closed when the channel closes
 	mu      sync.Mutex
 	byTag   map[uint64]*pubReq
 	byMsgID map[string]*pubReq
@@ -40,13 +41,9 @@ type publisher struct {
 }
 
 type pubReq struct {
-	exchange, key string
-	mandatory     bool
-	msg           amqp.Publishing
-	ctx           context.Context
-	returned      bool
-	done          chan result
-	published     chan error
+	msgID    string
+	returned bool
+	done     chan result
 }
 
 func newPublisher(conn *amqp.Connection, log *slog.Logger, observe func(string, time.Duration)) (*publisher, error) {
@@ -58,53 +55,52 @@ func newPublisher(conn *amqp.Connection, log *slog.Logger, observe func(string, 
 		return nil, err
 	}
 	p := &publisher{
-		ch: ch, reqs: make(chan *pubReq), log: log, observe: observe, done: make(chan struct{}),
+		ch: ch, turn: make(chan struct{}, 1), log: log, observe: observe, done: make(chan struct{}),
 		byTag: map[uint64]*pubReq{}, byMsgID: map[string]*pubReq{},
 	}
 	returns := ch.NotifyReturn(make(chan amqp.Return))
 	confirms := ch.NotifyPublish(make(chan amqp.Confirmation))
 	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
 	go p.events(returns, confirms, closed)
-	go p.owner(closed)
 	return p, nil
 }
 
-// owner is the only goroutine that publishes on the channel.
-func (p *publisher) owner(closed <-chan *amqp.Error) {
-	for {
-		var r *pubReq
-		select {
-		case r = <-p.reqs:
-		case <-p.done:
-			return
-		}
-		// The tag is read before p.mu is taken, never under it: the library
-		// holds the lock GetNextPublishSeqNo needs while it hands a confirm
-		// to the events goroutine, which needs p.mu to match it — asking
-		// for the tag under p.mu deadlocked every later publish of the
-		// gateway. Only this goroutine publishes, so the tag cannot move
-		// in between.
-		tag := p.ch.GetNextPublishSeqNo()
-		p.mu.Lock()
-		if p.closed {
-			p.mu.Unlock()
-			r.published <- amqp.ErrClosed
-			continue
-		}
-		p.byTag[tag] = r
-		if r.mandatory {
-			p.byMsgID[r.msg.MessageId] = r
-		}
-		p.mu.Unlock()
-		err := p.ch.PublishWithContext(r.ctx, r.exchange, r.key, r.mandatory, false, r.msg)
-		if err != nil {
-			p.mu.Lock()
-			delete(p.byTag, tag)
-			delete(p.byMsgID, r.msg.MessageId)
-			p.mu.Unlock()
-		}
-		r.published <- err
+// write publishes r's message while holding the turn: only one goroutine
+// writes on the channel at a time, and the tag it reads is its publish's.
+func (p *publisher) write(ctx context.Context, r *pubReq, exchange, key string, mandatory bool, msg amqp.Publishing) error {
+	select {
+	case p.turn <- struct{}{}:
+	case <-p.done:
+		return amqp.ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
 	}
+	defer func() { <-p.turn }()
+	// The tag is read before p.mu is taken, never under it: the library
+	// holds the lock GetNextPublishSeqNo needs while it hands a confirm
+	// to the events goroutine, which needs p.mu to match it — asking
+	// for the tag under p.mu deadlocked every later publish of the
+	// gateway. Only the turn's holder publishes, so the tag cannot move
+	// in between.
+	tag := p.ch.GetNextPublishSeqNo()
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return amqp.ErrClosed
+	}
+	p.byTag[tag] = r
+	if mandatory {
+		p.byMsgID[r.msgID] = r
+	}
+	p.mu.Unlock()
+	err := p.ch.PublishWithContext(ctx, exchange, key, mandatory, false, msg)
+	if err != nil {
+		p.mu.Lock()
+		delete(p.byTag, tag)
+		delete(p.byMsgID, r.msgID)
+		p.mu.Unlock()
+	}
+	return err
 }
 
 // events matches returns and confirms to their requests.
@@ -130,7 +126,7 @@ func (p *publisher) events(returns <-chan amqp.Return, confirms <-chan amqp.Conf
 			r := p.byTag[c.DeliveryTag]
 			delete(p.byTag, c.DeliveryTag)
 			if r != nil {
-				delete(p.byMsgID, r.msg.MessageId)
+				delete(p.byMsgID, r.msgID)
 			}
 			p.mu.Unlock()
 			if r == nil {
@@ -206,30 +202,18 @@ func (p *publisher) publishOrdered(ctx context.Context, exchange, key string, ms
 	}
 }
 
-// start hands one publish to the owner goroutine and returns once it is
-// written on the channel, or could not be; wait returns its outcome.
+// start writes one publish on the channel and returns once it is
+// written, or could not be; wait returns its outcome.
 func (p *publisher) start(ctx context.Context, exchange, key string, msg amqp.Publishing, deadline time.Time, mandatory bool) (written bool, wait func() result) {
 	ctx, cancel := context.WithDeadline(ctx, deadline)
-	failed := func(res result) (bool, func() result) {
+	r := &pubReq{msgID: msg.MessageId, done: make(chan result, 1)}
+	if err := p.write(ctx, r, exchange, key, mandatory, msg); err != nil {
 		cancel()
-		return false, func() result { return res }
-	}
-	r := &pubReq{
-		exchange: exchange, key: key, mandatory: mandatory, msg: msg, ctx: ctx,
-		done: make(chan result, 1), published: make(chan error, 1),
-	}
-	select {
-	case p.reqs <- r:
-	case <-p.done:
-		return failed(resClosed)
-	case <-ctx.Done():
-		return failed(resTimeout)
-	}
-	if err := <-r.published; err != nil {
+		res := resClosed
 		if ctx.Err() != nil {
-			return failed(resTimeout)
+			res = resTimeout
 		}
-		return failed(resClosed)
+		return false, func() result { return res }
 	}
 	return true, func() result {
 		defer cancel()

@@ -54,7 +54,13 @@ type asks struct {
 	waiting map[string]*askWaiter  // ask msg id -> the fleet-ask waiting for it
 	seen    map[string]askSeen     // asks delivered here, for answering
 	answers map[string]*sentAnswer // answer msg id -> where it went, and the fleet-send --answer waiting
+	pruned  time.Time              // the last Prune that walked the maps
 }
+
+// pruneEvery spaces the walks of Prune: an ask is kept for askGrace after
+// it expires anyway, so a second more costs nothing, while a walk on every
+// ask cost a host answering thousands of asks a walk of thousands each.
+const pruneEvery = time.Second
 
 func newAsks() *asks {
 	return &asks{waiting: map[string]*askWaiter{}, seen: map[string]askSeen{}, answers: map[string]*sentAnswer{}}
@@ -159,10 +165,15 @@ func (a *asks) SentFrom(msgID, host, recipient string) (*sentAnswer, error) {
 	return &cp, nil
 }
 
-// Prune forgets asks and answers long past their expiry.
+// Prune forgets asks and answers long past their expiry (at most once
+// every pruneEvery).
 func (a *asks) Prune(now time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if now.Sub(a.pruned) < pruneEvery && !now.Before(a.pruned) {
+		return
+	}
+	a.pruned = now
 	for id, s := range a.seen {
 		if now.After(s.keep) {
 			delete(a.seen, id)
