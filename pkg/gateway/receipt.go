@@ -27,7 +27,25 @@ type receiptBody struct {
 	Reason   string    `json:"reason,omitempty"`
 	Attempts int       `json:"attempts"`
 	At       time.Time `json:"at"`
+	// More: other messages of the same recipient from the same host,
+	// settled together (a fleet-recv batch) — each with its sender, as the
+	// receipt is addressed to the first one's only. A gateway before
+	// coalesced receipts ignores them (those records stay "sent").
+	More []receiptItem `json:"more,omitempty"`
 }
+
+type receiptItem struct {
+	MsgID    string    `json:"msg_id"`
+	Sender   string    `json:"sender"` // the sender's gid, on the receipt's host
+	State    string    `json:"state"`
+	Reason   string    `json:"reason,omitempty"`
+	Attempts int       `json:"attempts"`
+	At       time.Time `json:"at"`
+}
+
+// maxReceiptItems bounds the messages one receipt may settle: a
+// fleet-recv batch at most (defaultWindow).
+const maxReceiptItems = defaultWindow
 
 // quiet kinds never produce receipts or bounces (no loops, no noise).
 func quiet(k envelope.Kind) bool {
@@ -46,38 +64,95 @@ func (g *Gateway) notifyRecords() { g.records.notify() }
 
 // settled is called once a message in a local inbox was delivered or died.
 func (g *Gateway) settled(env *envelope.Envelope, state, reason string, attempts int) {
+	if g.settledHere(env, state, reason) {
+		g.sendReceipts([]*envelope.Envelope{env}, state, reason, attempts)
+	}
+}
+
+// settledAll is settled for messages of one inbox delivered together (a
+// fleet-recv batch): one RECEIPT per sending host, not one per message.
+func (g *Gateway) settledAll(envs []*envelope.Envelope, state string, attempts int) {
+	var hosts []string
+	byHost := map[string][]*envelope.Envelope{}
+	for _, env := range envs {
+		if !g.settledHere(env, state, "") {
+			continue
+		}
+		h := env.Sender.Host
+		if byHost[h] == nil {
+			hosts = append(hosts, h)
+		}
+		byHost[h] = append(byHost[h], env)
+	}
+	for _, h := range hosts {
+		g.sendReceipts(byHost[h], state, "", attempts)
+	}
+}
+
+// settledHere does what a settled message needs on this host; true when
+// its sender's host, another one, is owed a RECEIPT.
+func (g *Gateway) settledHere(env *envelope.Envelope, state, reason string) bool {
 	g.metrics.Settled(env.Kind, state == store.Dead, reason)
 	g.notifyRecords()
 	if quiet(env.Kind) {
-		return
+		return false
 	}
 	if env.Sender.Host == g.cfg.Host || env.Sender.Gid == "" {
 		if state == store.Dead {
 			g.bounce(env.MsgID, env.TraceID, env.Sender.Gid, env.Recipient.String(), reason)
 		}
-		return
+		return false
 	}
-	if g.br == nil {
-		return
+	return g.br != nil
+}
+
+// sendReceipts tells the gateway of envs' senders (all on one host, all
+// to one recipient, at most maxReceiptItems) that they settled, in one
+// RECEIPT addressed to the first one's sender. If that sender's inbox is
+// gone (it left), the others are told again without it.
+func (g *Gateway) sendReceipts(envs []*envelope.Envelope, state, reason string, attempts int) {
+	if len(envs) > maxReceiptItems {
+		g.sendReceipts(envs[maxReceiptItems:], state, reason, attempts)
+		envs = envs[:maxReceiptItems]
 	}
-	body, _ := json.Marshal(receiptBody{MsgID: env.MsgID, State: state, Reason: reason, Attempts: attempts, At: time.Now().UTC()})
+	first := envs[0]
+	now := time.Now().UTC()
+	rb := receiptBody{MsgID: first.MsgID, State: state, Reason: reason, Attempts: attempts, At: now}
+	for _, env := range envs[1:] {
+		rb.More = append(rb.More, receiptItem{MsgID: env.MsgID, Sender: env.Sender.Gid, State: state, Reason: reason, Attempts: attempts, At: now})
+	}
+	body, _ := json.Marshal(rb)
 	// from the recipient, so the sender's gateway can check that the
 	// receipt comes from where its message went
 	r := envelope.New(envelope.Receipt,
-		envelope.Party{Gid: env.Recipient.Gid, Name: env.Recipient.Name, Host: g.cfg.Host},
-		envelope.Party{Gid: env.Sender.Gid, Name: env.Sender.Name, Host: env.Sender.Host}, string(body))
-	r.TraceID, r.InReplyTo = env.TraceID, env.MsgID
+		envelope.Party{Gid: first.Recipient.Gid, Name: first.Recipient.Name, Host: g.cfg.Host},
+		envelope.Party{Gid: first.Sender.Gid, Name: first.Sender.Name, Host: first.Sender.Host}, string(body))
+	r.TraceID, r.InReplyTo = first.TraceID, first.MsgID
 	go func() {
-		if err := g.br.Publish(g.runCtx, env.Sender.Gid, r, false); err != nil {
-			g.log.Warn("receipt not sent", "msg_id", env.MsgID, "trace_id", env.TraceID, "err", err)
+		err := g.br.Publish(g.runCtx, first.Sender.Gid, r, false)
+		if err == nil {
+			return
+		}
+		var rest []*envelope.Envelope
+		if fault.KindOf(err) == fault.KindUnknownRecipient {
+			for _, env := range envs[1:] {
+				if env.Sender.Gid != first.Sender.Gid {
+					rest = append(rest, env)
+				}
+			}
+		}
+		g.log.Warn("receipt not sent", "msg_id", first.MsgID, "trace_id", first.TraceID, "messages", len(envs)-len(rest), "err", err)
+		if len(rest) > 0 {
+			g.sendReceipts(rest, state, reason, attempts)
 		}
 	}()
 }
 
-// onReceipt moves a local outbound record forward. A receipt is believed
-// only from the host its message went to: its sender is the message's
-// recipient (on the signing host, admit.go), and the message was sent from
-// here to that recipient by the entity the receipt is addressed to.
+// onReceipt moves local outbound records forward. A receipt is believed
+// only from the host its messages went to: its sender is their recipient
+// (on the signing host, admit.go), and each message was sent from here to
+// that recipient by the entity the receipt names for it (the first: the
+// one it is addressed to).
 func (g *Gateway) onReceipt(env *envelope.Envelope) error {
 	var rb receiptBody
 	if err := json.Unmarshal([]byte(env.Body), &rb); err != nil {
@@ -87,27 +162,47 @@ func (g *Gateway) onReceipt(env *envelope.Envelope) error {
 		return broker.Refuse(broker.ReasonMalformed, "a receipt for %q in reply to %q", rb.MsgID, env.InReplyTo)
 	}
 	if rb.State == "answered" {
+		if len(rb.More) > 0 {
+			return broker.Refuse(broker.ReasonMalformed, "an answered receipt for more than one message")
+		}
 		return g.answerReceipt(rb.MsgID, env.Sender.Host)
 	}
-	if rb.State != store.Delivered && rb.State != store.Dead {
-		return broker.Refuse(broker.ReasonMalformed, "a receipt with state %q", rb.State)
+	if len(rb.More) >= maxReceiptItems {
+		return broker.Refuse(broker.ReasonMalformed, "a receipt for %d messages (at most %d)", len(rb.More)+1, maxReceiptItems)
 	}
-	if orig, err := g.st.Record(rb.MsgID); err == nil && (orig.Recipient != env.Sender.Gid || orig.Sender != env.Recipient.Gid) {
-		return broker.Refuse(broker.ReasonWrongHost, "a receipt for message %s from %s, which is not its recipient", rb.MsgID, env.Sender.String())
+	items := append([]receiptItem{{MsgID: rb.MsgID, Sender: env.Recipient.Gid, State: rb.State, Reason: rb.Reason, Attempts: rb.Attempts, At: rb.At}}, rb.More...)
+	settles := make([]store.Settle, 0, len(items))
+	for _, it := range items {
+		if it.MsgID == "" {
+			return broker.Refuse(broker.ReasonMalformed, "a receipt item without msg_id")
+		}
+		if it.State != store.Delivered && it.State != store.Dead {
+			return broker.Refuse(broker.ReasonMalformed, "a receipt with state %q", it.State)
+		}
+		if orig, err := g.st.Record(it.MsgID); err == nil && (orig.Recipient != env.Sender.Gid || orig.Sender != it.Sender) {
+			return broker.Refuse(broker.ReasonWrongHost, "a receipt for message %s from %s, which is not its recipient", it.MsgID, env.Sender.String())
+		}
+		settles = append(settles, store.Settle{MsgID: it.MsgID, State: it.State, Reason: clipReason(it.Reason), Attempts: it.Attempts, At: it.At})
 	}
-	rb.Reason = clipReason(rb.Reason)
-	rec, err := g.st.SettleOutbound(rb.MsgID, rb.State, rb.Reason, rb.Attempts, rb.At)
-	if err != nil {
-		g.log.Info("receipt for a message this host does not know", "msg_id", rb.MsgID, "trace_id", env.TraceID)
-		return nil
+	recs, errs := g.st.SettleOutboundAll(settles)
+	for i, it := range settles {
+		if errs[i] != nil {
+			g.log.Info("receipt for a message this host does not know", "msg_id", it.MsgID, "trace_id", env.TraceID)
+			continue
+		}
+		// the message's own trace, from its record
+		trace := recs[i].TraceID
+		name := "" // the receipt names only the sender it is addressed to
+		if i == 0 {
+			name = env.Recipient.Name
+		}
+		g.audit.Write(audit.Line{Event: "receipt", TraceID: trace, MsgID: it.MsgID, Kind: string(env.Kind), Reason: it.State,
+			Entity: name, Sender: env.Sender.Gid, Recipient: recs[i].Sender})
+		if it.State == store.Dead && recs[i].State == store.Dead {
+			g.bounce(it.MsgID, trace, recs[i].Sender, recs[i].Recipient+"@"+env.Sender.Host, it.Reason)
+		}
 	}
-	g.audit.Write(audit.Line{Event: "receipt", TraceID: env.TraceID, MsgID: rb.MsgID, Kind: string(env.Kind), Reason: rb.State,
-		Entity: env.Recipient.Name, Sender: env.Sender.Gid, Recipient: env.Recipient.Gid})
 	g.notifyRecords()
-	if rb.State == store.Dead && rec.State == store.Dead {
-		to := env.Sender.Host
-		g.bounce(rb.MsgID, env.TraceID, rec.Sender, rec.Recipient+"@"+to, rb.Reason)
-	}
 	return nil
 }
 

@@ -322,9 +322,7 @@ func (g *Gateway) commitAck(b *mailbox, batch []api.Delivery, seqs map[string]ui
 		err := g.st.DeliveredSoon(keys, time.Now().UTC())
 		if err == nil {
 			g.audit.Messages("drained", done, 1, "")
-			for _, env := range done {
-				g.settled(env, store.Delivered, "", 1)
-			}
+			g.settledAll(done, store.Delivered, 1)
 			g.crashAt("after-ack")
 		}
 		a.done <- err

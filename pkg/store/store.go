@@ -785,25 +785,50 @@ func (s *Store) KillOutbound(msgID string, raw []byte, reason string, at time.Ti
 // SettleOutbound moves an outbound record forward on a receipt from the
 // recipient's host: accepted -> delivered|dead, never back.
 func (s *Store) SettleOutbound(msgID, state, reason string, attempts int, at time.Time) (*Record, error) {
-	var out Record
+	recs, errs := s.SettleOutboundAll([]Settle{{MsgID: msgID, State: state, Reason: reason, Attempts: attempts, At: at}})
+	return recs[0], errs[0]
+}
+
+// Settle is one outbound message's outcome on another host (a receipt).
+type Settle struct {
+	MsgID    string
+	State    string
+	Reason   string
+	Attempts int
+	At       time.Time
+}
+
+// SettleOutboundAll is SettleOutbound for several messages in one store
+// operation (one flush): each one's record after, or its error (a message
+// this store does not know). An error writing the store is every one's.
+func (s *Store) SettleOutboundAll(settles []Settle) ([]*Record, []error) {
+	recs := make([]*Record, len(settles))
+	errs := make([]error, len(settles))
 	err := s.update(func(tx *wtx) error {
-		var r Record
-		if err := load(tx.Bucket(bRecords), msgID, &r); err != nil {
-			return err
-		}
-		if r.State == Accepted && (state == Delivered || state == Dead) {
-			r.State, r.Reason, r.Attempts, r.Done = state, reason, attempts, at
-			if err := save(tx.Bucket(bRecords), msgID, &r); err != nil {
-				return err
+		b := tx.Bucket(bRecords)
+		for i, st := range settles {
+			var r Record
+			recs[i], errs[i] = nil, nil
+			if err := load(b, st.MsgID, &r); err != nil {
+				errs[i] = err
+				continue
 			}
+			if r.State == Accepted && (st.State == Delivered || st.State == Dead) {
+				r.State, r.Reason, r.Attempts, r.Done = st.State, st.Reason, st.Attempts, st.At
+				if err := save(b, st.MsgID, &r); err != nil {
+					return err
+				}
+			}
+			recs[i] = &r
 		}
-		out = r
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		for i := range errs {
+			recs[i], errs[i] = nil, err
+		}
 	}
-	return &out, nil
+	return recs, errs
 }
 
 // ---- control requests (fleet-spawn, fleet-stop) ----
