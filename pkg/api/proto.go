@@ -331,14 +331,24 @@ func MaxFrame(maxBody int) int { return 6*maxBody + 64<<10 }
 
 // WriteFrame writes v as one frame.
 func WriteFrame(w io.Writer, v any) error {
-	data, err := json.Marshal(v)
-	if err != nil {
-		return err
+	var buf []byte
+	if req, ok := v.(*Request); ok {
+		// a client's frame: the same bytes, without building Request's
+		// struct encoder (request.go)
+		var err error
+		if buf, err = req.appendJSON(make([]byte, 4, 256+len(req.Body))); err != nil {
+			return err
+		}
+	} else {
+		data, err := json.Marshal(v)
+		if err != nil {
+			return err
+		}
+		buf = make([]byte, 4+len(data))
+		copy(buf[4:], data)
 	}
-	buf := make([]byte, 4+len(data))
-	binary.BigEndian.PutUint32(buf, uint32(len(data)))
-	copy(buf[4:], data)
-	_, err = w.Write(buf)
+	binary.BigEndian.PutUint32(buf, uint32(len(buf)-4))
+	_, err := w.Write(buf)
 	return err
 }
 

@@ -71,7 +71,8 @@ func runSend(c *cli.Context) error {
 	}
 	wait := c.Bool("wait")
 	timeout := c.Duration("timeout")
-	resp, err := s.client.Call(&api.Request{Op: api.OpSend, To: to, Body: body, ReplyTo: c.String("reply-to"),
+	// a send's answer is the sent message or an error (CallShort)
+	resp, err := s.client.CallShort(&api.Request{Op: api.OpSend, To: to, Body: body, ReplyTo: c.String("reply-to"),
 		AnswerTo: c.String("answer"), Wait: wait, TimeoutMS: timeout.Milliseconds()})
 	if err != nil {
 		return err
