@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"math/rand"
 	"strings"
 	"testing"
 	"time"
@@ -440,4 +441,42 @@ func TestDecodeRefusesRawInvalidUTF8(t *testing.T) {
 		t.Fatalf("invalid UTF-8 accepted; body became %q", e.Body)
 	}
 	wantFault(t, e, err, fault.KindBadUTF8)
+}
+
+// TestEncodeAsEncodingJSON holds Encode to json.Marshal of the same
+// envelope, byte for byte: with every optional field set or empty,
+// parties with some fields empty, texts that need escaping (HTML
+// characters, controls, U+2028, invalid UTF-8), times in several zones
+// and zero expiries; and a time encoding/json refuses is refused too.
+func TestEncodeAsEncodingJSON(t *testing.T) {
+	r := rand.New(rand.NewSource(4))
+	texts := []string{"", "x", "h1", "0192d3-msg", "<b>&\"q\"\\", "two\nlines\t\x00\x1f", "\u2028é😀\u2029", "bad \xff\xc3 utf8"}
+	pick := func() string { return texts[r.Intn(len(texts))] }
+	party := func() Party { return Party{Gid: pick(), Name: pick(), Host: pick(), Group: pick()} }
+	zones := []*time.Location{time.UTC, time.FixedZone("x", 5*3600+1800), time.FixedZone("y", -3*3600)}
+	when := func() time.Time {
+		if r.Intn(4) == 0 {
+			return time.Time{}
+		}
+		return time.Unix(r.Int63n(1<<34), r.Int63n(1e9)).In(zones[r.Intn(len(zones))])
+	}
+	for range 5000 {
+		e := &Envelope{
+			Schema: pick(), MsgID: pick(), Kind: Kind(pick()), Sender: party(), Recipient: party(), TraceID: pick(),
+			InReplyTo: pick(), TurnID: pick(), ReplayOf: pick(), Created: when(), Expires: when(), Body: pick() + pick(),
+		}
+		want, err := json.Marshal(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := Encode(e)
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("Encode(%+v) = %s, %v\nencoding/json: %s", e, got, err, want)
+		}
+	}
+	for _, e := range []*Envelope{{Created: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)}, {Expires: time.Date(-5, 1, 1, 0, 0, 0, 0, time.UTC)}} {
+		if got, err := Encode(e); err == nil {
+			t.Fatalf("Encode took a time encoding/json refuses: %s", got)
+		}
+	}
 }
