@@ -12,9 +12,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"sync"
 	"time"
 
+	"github.com/fleetd/fleet/internal/jsonw"
 	"github.com/fleetd/fleet/pkg/envelope"
 	"github.com/fleetd/fleet/pkg/ident"
 )
@@ -159,12 +161,55 @@ func (l *Log) appendLine(dst []byte, line Line) []byte {
 		line.TraceID = "-"
 	}
 	line.Host = l.host
-	data, err := json.Marshal(line)
-	if err != nil {
-		return dst
+	n := len(dst)
+	if dst = line.appendJSON(dst); len(dst) == n {
+		return dst // not encodable: no line
 	}
-	dst = append(dst, data...)
 	return append(dst, '\n')
+}
+
+// appendJSON appends line as json.Marshal encodes it (TestLineAsEncodingJSON),
+// without its reflection: one line per message event.
+func (line *Line) appendJSON(dst []byte) []byte {
+	b, ok := jsonw.Time(append(dst, `{"time":`...), line.Time)
+	if !ok {
+		data, err := json.Marshal(line)
+		if err != nil {
+			return dst
+		}
+		return append(dst, data...)
+	}
+	str := func(key, v string, omitEmpty bool) {
+		if v == "" && omitEmpty {
+			return
+		}
+		b = append(b, `,"`...)
+		b = append(b, key...)
+		b = append(b, `":`...)
+		b = jsonw.String(b, v)
+	}
+	num := func(key string, v int) {
+		if v == 0 {
+			return
+		}
+		b = append(b, `,"`...)
+		b = append(b, key...)
+		b = append(b, `":`...)
+		b = strconv.AppendInt(b, int64(v), 10)
+	}
+	str("host", line.Host, false)
+	str("event", line.Event, false)
+	str("trace_id", line.TraceID, false)
+	str("msg_id", line.MsgID, true)
+	str("kind", line.Kind, true)
+	str("sender", line.Sender, true)
+	str("recipient", line.Recipient, true)
+	num("size", line.Size)
+	str("sha256", line.SHA256, true)
+	num("attempt", line.Attempt)
+	str("reason", line.Reason, true)
+	str("entity", line.Entity, true)
+	return append(b, '}')
 }
 
 func (l *Log) write(data []byte) {

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math/rand"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/fleetd/fleet/pkg/envelope"
 )
@@ -196,5 +198,33 @@ func TestReopenedLogRotatesAtItsLimit(t *testing.T) {
 	data, _ := os.ReadFile(path)
 	if !bytes.Contains(data, []byte(`"event":"joined"`)) || bytes.Count(data, []byte("\n")) != 1 {
 		t.Fatalf("audit.log after rotation: %q", data)
+	}
+}
+
+// TestLineAsEncodingJSON holds the hand-written line encoding to what
+// json.Marshal makes of the same Line, on lines with every field set or
+// empty, texts that need escaping, and times in several zones.
+func TestLineAsEncodingJSON(t *testing.T) {
+	r := rand.New(rand.NewSource(3))
+	texts := []string{"", "a", "drained", "h1-0192", "<b>&\"quote\"\\", "line\nbreak\ttab\x01", "\u2028é😀", "bad \xff utf8"}
+	pick := func() string { return texts[r.Intn(len(texts))] }
+	nums := []int{0, 1, 512, -3, 1 << 40}
+	zones := []*time.Location{time.UTC, time.FixedZone("x", 3600+1800), time.FixedZone("y", -8*3600)}
+	for i := range 5000 {
+		line := Line{
+			Time: time.Unix(r.Int63n(1<<34), r.Int63n(1e9)).In(zones[r.Intn(len(zones))]),
+			Host: pick(), Event: pick(), TraceID: pick(), MsgID: pick(), Kind: pick(), Sender: pick(), Recipient: pick(),
+			Size: nums[r.Intn(len(nums))], SHA256: pick(), Attempt: nums[r.Intn(len(nums))], Reason: pick(), Entity: pick(),
+		}
+		if i == 0 {
+			line = Line{Time: time.Date(12000, 1, 1, 0, 0, 0, 0, time.UTC)} // encoding/json refuses it: so does the line
+		}
+		want, err := json.Marshal(line)
+		if err != nil {
+			want = nil
+		}
+		if got := line.appendJSON(nil); string(got) != string(want) {
+			t.Fatalf("line %+v:\n got %s\nwant %s", line, got, want)
+		}
 	}
 }

@@ -55,6 +55,14 @@ type recvStream struct {
 	// End — so a fleet-recv that ends has every acknowledgement on disk.
 	pend   *ackCommit
 	closed bool // the drain lease was given back
+
+	// quiet, when set, is the mailbox watch taken just before a read of
+	// stored mail that reached the inbox's end with nothing left out,
+	// all of which was then acknowledged: until it fires (mail is
+	// accepted only with a notify), another read would find nothing new,
+	// and is not made. A sender and a receiver one message at a time
+	// make two reads less per message.
+	quiet <-chan struct{}
 }
 
 // openRecv checks the caller and takes its inbox's drain lease.
@@ -125,7 +133,7 @@ func (s *recvStream) readFrames() {
 func (s *recvStream) run() {
 	for {
 		changed := s.b.watch()
-		batch, seqs, killed, err := s.next()
+		batch, seqs, killed, err := s.next(changed)
 		if err != nil {
 			s.c.fail(err)
 			return
@@ -147,7 +155,7 @@ func (s *recvStream) run() {
 // what the pending acknowledgement covers. Mail that expired, or whose
 // sender's host is no longer trusted, is dead-lettered on the way (killed
 // counts it); a reply being handed to an open send is left alone.
-func (s *recvStream) next() (batch []api.Delivery, seqs map[string]uint64, killed int, err error) {
+func (s *recvStream) next(changed <-chan struct{}) (batch []api.Delivery, seqs map[string]uint64, killed int, err error) {
 	n := s.window
 	if s.left > 0 && s.left < n {
 		n = s.left
@@ -155,7 +163,8 @@ func (s *recvStream) next() (batch []api.Delivery, seqs map[string]uint64, kille
 	now := time.Now()
 	asks := s.b.liveHead(now)
 	var items []store.Item
-	if len(asks) == 0 {
+	read := false
+	if len(asks) == 0 && !s.stillQuiet() {
 		after := uint64(0)
 		if s.pend != nil {
 			after = s.pend.upTo
@@ -163,7 +172,9 @@ func (s *recvStream) next() (batch []api.Delivery, seqs map[string]uint64, kille
 		if items, err = s.g.st.HeadSoon(s.ent.Gid, after, n); err != nil {
 			return nil, nil, 0, err
 		}
+		read = true
 	}
+	left := 0 // read and left out of the batch
 	batch = make([]api.Delivery, 0, len(asks)+len(items))
 	seqs = make(map[string]uint64, len(items))
 	for _, a := range asks {
@@ -172,8 +183,10 @@ func (s *recvStream) next() (batch []api.Delivery, seqs map[string]uint64, kille
 	for _, it := range items {
 		switch k := store.Key(it.Env); {
 		case s.g.rdv.Claimed(k):
+			left++
 			continue // being handed to an open send
 		case s.pend != nil && s.pend.keys[k]:
+			left++
 			continue // acknowledged; its commit is under way
 		case it.Env.Expired(now):
 			s.g.kill(it.Env, "expired before delivery", 0)
@@ -187,7 +200,29 @@ func (s *recvStream) next() (batch []api.Delivery, seqs map[string]uint64, kille
 		batch = append(batch, api.Delivery{Envelope: it.Env})
 		seqs[it.Env.MsgID] = it.Seq
 	}
+	if read {
+		s.quiet = nil
+		if len(items) < n && left == 0 && killed == 0 {
+			s.quiet = changed // the end of the inbox: hand confirms it once the batch is acknowledged whole
+		}
+	}
 	return batch, seqs, killed, nil
+}
+
+// stillQuiet says whether a read of stored mail would find nothing new
+// (quiet): the watch taken before the last one, which reached the inbox's
+// end, has not fired.
+func (s *recvStream) stillQuiet() bool {
+	if s.quiet == nil {
+		return false
+	}
+	select {
+	case <-s.quiet:
+		s.quiet = nil
+		return false
+	default:
+		return true
+	}
 }
 
 // idle handles an empty batch: look again after killing some, settle the
@@ -239,6 +274,9 @@ func (s *recvStream) hand(batch []api.Delivery, seqs map[string]uint64) bool {
 	if len(ack.Acks) > 0 {
 		s.pend = s.g.commitAck(s.b, batch, seqs, ack.Acks)
 	}
+	if s.pend == nil || !s.pend.whole {
+		s.quiet = nil // what was not acknowledged is read again
+	}
 	if s.left > 0 {
 		s.left -= len(ack.Acks)
 		if s.left <= 0 {
@@ -277,9 +315,10 @@ func (s *recvStream) settle() bool {
 
 // ackCommit is an acknowledgement being recorded.
 type ackCommit struct {
-	keys map[string]bool
-	upTo uint64 // the highest inbox sequence it covers, when every message up to it was acknowledged
-	done chan error
+	keys  map[string]bool
+	upTo  uint64 // the highest inbox sequence it covers, when every message up to it was acknowledged
+	whole bool   // every stored message of the batch was acknowledged
+	done  chan error
 }
 
 // commitAck records the acknowledged messages of a batch as delivered,
@@ -310,6 +349,7 @@ func (g *Gateway) commitAck(b *mailbox, batch []api.Delivery, seqs map[string]ui
 	// Reading on after the batch is right only when the whole batch was
 	// acknowledged; otherwise the next read starts from the head again.
 	if len(done) == len(seqs) {
+		a.whole = true
 		for _, env := range done {
 			a.upTo = max(a.upTo, seqs[env.MsgID])
 		}

@@ -14,6 +14,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/fleetd/fleet/internal/jsonw"
 	"github.com/fleetd/fleet/pkg/api"
 	"github.com/fleetd/fleet/pkg/audit"
 	"github.com/fleetd/fleet/pkg/config"
@@ -178,8 +179,9 @@ func (c *conn) fail(err error) error {
 
 // read returns the next request. A malformed, truncated or oversized frame,
 // or one not finished within the frame deadline, is a fault.Data error:
-// the caller replies with it and closes. Nothing is read ahead: the buffer
-// of a frame is the frame's own, and grows only as its bytes arrive.
+// the caller replies with it and closes. At most aheadSize bytes are read
+// ahead (frameReader): the buffer of a frame is the frame's own, and
+// grows only as its bytes arrive.
 func (c *conn) read() (*api.Request, error) {
 	data, err := api.ReadFrame(c.fr, c.max)
 	if c.fr.end() && errors.Is(err, os.ErrDeadlineExceeded) {
@@ -194,11 +196,96 @@ func (c *conn) read() (*api.Request, error) {
 	if !utf8.Valid(data) {
 		return nil, fault.New(fault.Data, fault.KindBadUTF8, "request is not valid UTF-8")
 	}
-	return api.DecodeRequest(data)
+	return decodeRequest(data)
 }
 
-// frameReader reads a connection unbuffered, and bounds each frame: a
-// frame must be finished within frame-timeout of its first byte. Between
+// decodeRequest is api.DecodeRequest (TestDecodeRequestAsAPI), with a
+// request of string and string-list fields — a send, an ack — read by a
+// scanner instead of encoding/json's reflection; any other request, or
+// one written otherwise than json.Marshal writes it, goes to
+// api.DecodeRequest.
+func decodeRequest(data []byte) (*api.Request, error) {
+	var r api.Request
+	sc := jsonw.NewScanner(data)
+	sc.Open()
+	for first := true; sc.More(first); first = false {
+		var str *string
+		var list *[]string
+		switch sc.Key() {
+		case "op":
+			str = &r.Op
+		case "token":
+			str = &r.Token
+		case "to":
+			str = &r.To
+		case "body":
+			str = &r.Body
+		case "reply_to":
+			str = &r.ReplyTo
+		case "name":
+			str = &r.Name
+		case "mode":
+			str = &r.Mode
+		case "tmux_target":
+			str = &r.TmuxTarget
+		case "exec":
+			str = &r.Exec
+		case "nudge":
+			str = &r.Nudge
+		case "group":
+			str = &r.Group
+		case "turn_id":
+			str = &r.TurnID
+		case "answer_to":
+			str = &r.AnswerTo
+		case "host":
+			str = &r.Host
+		case "profile":
+			str = &r.Profile
+		case "request_id":
+			str = &r.RequestID
+		case "target":
+			str = &r.Target
+		case "status":
+			str = &r.Status
+		case "trace_id":
+			str = &r.TraceID
+		case "msg_id":
+			str = &r.MsgID
+		case "until":
+			str = &r.Until
+		case "signed_by":
+			str = &r.SignedBy
+		case "acks":
+			list = &r.Acks
+		case "groups":
+			list = &r.Groups
+		case "add":
+			list = &r.Add
+		case "remove":
+			list = &r.Remove
+		case "msg_ids":
+			list = &r.MsgIDs
+		default:
+			sc.Fail() // numbers, booleans, bytes, and what is not a field
+		}
+		switch {
+		case str != nil:
+			*str = sc.String()
+		case list != nil:
+			*list = sc.Strings()
+		}
+	}
+	if !sc.Done() || r.Op == "" {
+		return api.DecodeRequest(data)
+	}
+	return &r, nil
+}
+
+// frameReader reads a connection, and bounds each frame: a frame must be
+// finished within frame-timeout of its first byte. A frame's first read
+// takes in up to aheadSize bytes, so that an ordinary request costs one
+// read system call, header and all (readAhead); nothing more is buffered. Between
 // frames there is no deadline — a fleet-recv --follow or a fleet-send
 // --wait waits as long as it likes — except the drain bound at shutdown,
 // which applies to both.
@@ -213,6 +300,11 @@ type frameReader struct {
 	raw     syscall.RawConn // for the non-blocking first try inside a frame
 	timeout time.Duration
 
+	// read ahead of the current frame (readAhead), and the buffer that
+	// holds it; only the reading goroutine touches them
+	ahead []byte
+	buf   *[aheadSize]byte
+
 	mu      sync.Mutex
 	started time.Time // the current frame's first byte; zero between frames
 	frameAt time.Time // the frame deadline, once armed; zero otherwise
@@ -226,8 +318,12 @@ func newFrameReader(c *net.UnixConn, timeout time.Duration) *frameReader {
 }
 
 func (r *frameReader) Read(p []byte) (int, error) {
+	if len(r.ahead) > 0 {
+		return r.fromAhead(p), nil
+	}
 	r.mu.Lock()
-	inFrame := !r.started.IsZero() && r.frameAt.IsZero()
+	started := !r.started.IsZero()
+	inFrame := started && r.frameAt.IsZero()
 	r.mu.Unlock()
 	if inFrame && len(p) > 0 {
 		if n, ok := r.tryRead(p); ok {
@@ -235,11 +331,81 @@ func (r *frameReader) Read(p []byte) (int, error) {
 		}
 		r.arm() // the rest of the frame is not there yet: bound the wait
 	}
+	if !started && len(p) < aheadSize && r.raw != nil {
+		return r.readAhead(p)
+	}
 	n, err := r.c.Read(p)
 	if n > 0 {
 		r.begin()
 	}
 	return n, err
+}
+
+// aheadSize is how much a frame's first read takes in: a frame's header
+// and, in the same system call, as much of what follows as is there —
+// the whole of an ordinary request.
+const aheadSize = 4 << 10
+
+var aheadPool = sync.Pool{New: func() any { return new([aheadSize]byte) }}
+
+// readAhead is the first read of a frame (p is its header): it waits for
+// the connection as the plain read does, then reads up to aheadSize bytes,
+// gives p its share and keeps the rest for the reads that follow. The
+// buffer is taken only for the read itself and kept only while it holds
+// bytes not yet read: an idle connection holds none, and a frame that
+// stalls holds at most aheadSize of it.
+func (r *frameReader) readAhead(p []byte) (int, error) {
+	var buf *[aheadSize]byte
+	var n int
+	var rerr error
+	err := r.raw.Read(func(fd uintptr) bool {
+		buf = aheadPool.Get().(*[aheadSize]byte)
+		for {
+			n, rerr = unix.Read(int(fd), buf[:])
+			if rerr != unix.EINTR {
+				break
+			}
+		}
+		if rerr == unix.EAGAIN {
+			aheadPool.Put(buf)
+			buf = nil
+			return false // wait until there is something to read
+		}
+		return true
+	})
+	if err == nil && rerr != nil {
+		err = &net.OpError{Op: "read", Net: "unix", Source: r.c.LocalAddr(), Addr: r.c.RemoteAddr(), Err: os.NewSyscallError("read", rerr)}
+	}
+	if err != nil || n <= 0 {
+		if buf != nil {
+			aheadPool.Put(buf)
+		}
+		if err == nil {
+			err = io.EOF // the peer closed
+		}
+		return 0, err
+	}
+	r.begin()
+	k := copy(p, buf[:n])
+	if k == n {
+		aheadPool.Put(buf)
+		return k, nil
+	}
+	r.buf, r.ahead = buf, buf[k:n]
+	return k, nil
+}
+
+// fromAhead gives p what readAhead kept, and lets the buffer go once it
+// is all read.
+func (r *frameReader) fromAhead(p []byte) int {
+	r.begin() // the next frame's first bytes may be among them
+	k := copy(p, r.ahead)
+	r.ahead = r.ahead[k:]
+	if len(r.ahead) == 0 {
+		aheadPool.Put(r.buf)
+		r.buf, r.ahead = nil, nil
+	}
+	return k
 }
 
 // tryRead reads what is there without waiting; ok is false when nothing

@@ -340,7 +340,7 @@ func (s *Store) head(gid string, after uint64, n int, soon bool) ([]Item, error)
 	out := make([]Item, 0, len(rows))
 	for _, r := range rows {
 		var env envelope.Envelope
-		if err := json.Unmarshal(r.v, &env); err != nil {
+		if err := envelope.Unmarshal(r.v, &env); err != nil {
 			return out, fmt.Errorf("inbox %s seq %d: %w", gid, r.seq, err)
 		}
 		out = append(out, Item{Seq: r.seq, Env: &env})

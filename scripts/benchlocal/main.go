@@ -59,6 +59,7 @@ var (
 	flagKeep     = flag.Bool("keep", false, "keep the temporary folder (gateway log, state)")
 	flagTimeout  = flag.Duration("timeout", 20*time.Minute, "overall bound: stop the gateway and exit 3 when it passes")
 	flagFloor    = flag.String("floor", "", "folder holding the floor baselines hello and minsend (built from scripts/benchlocal/floor like the fleet binaries); empty: not measured")
+	flagPprof    = flag.Int("pprof-port", 0, "give the gateway FLEET_PPROF_ADDR=127.0.0.1:PORT (served only by a fleet-gw built with -tags pprof); 0: none")
 )
 
 // floorTimes are the per-call floors (-floor), when measured.
@@ -80,6 +81,9 @@ func startGateway(bin, dir string) (*benchkit.Gateway, error) {
 	if addr, err := freePort(); err == nil {
 		metricsURL = "http://" + addr + "/metrics"
 		env = append(env, "FLEET_METRICS_LISTEN="+addr)
+	}
+	if *flagPprof > 0 {
+		env = append(env, fmt.Sprintf("FLEET_PPROF_ADDR=127.0.0.1:%d", *flagPprof))
 	}
 	return benchkit.StartGateway(benchkit.GatewayConfig{
 		Bin: bin, Dir: dir, Host: "bench", Pidfile: *flagPidfile, Ready: readyTimeout, Env: env,
