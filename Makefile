@@ -42,7 +42,8 @@ lint:
 	$(STATICCHECK) ./...
 
 fuzz:
-	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 30s ./pkg/envelope
+	$(GO) test -run '^$$' -fuzz 'FuzzDecode$$' -fuzztime 30s ./pkg/envelope
+	$(GO) test -run '^$$' -fuzz FuzzUnmarshalAsEncodingJSON -fuzztime 30s ./pkg/envelope
 
 bench: build
 	scripts/bench-local.sh

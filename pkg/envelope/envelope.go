@@ -243,16 +243,27 @@ func Encode(e *Envelope) ([]byte, error) {
 	return append(b, '}'), nil
 }
 
-// Unmarshal decodes data into e as json.Unmarshal does (no checks: for
-// envelopes this host stored itself). What Encode writes is read by a
+// Unmarshal decodes data into e as json.Unmarshal does (no checks: Decode
+// makes them). What Encode writes is read by a
 // scanner without reflection (TestUnmarshalAsEncodingJSON); anything else
 // — other field names, whitespace, escaped surrogates — by encoding/json.
+//
+// A key given twice is left to encoding/json too (it merges a repeated
+// object into the first where the scanner would replace it): on what the
+// scanner accepts, the two agree exactly (FuzzUnmarshalAsEncodingJSON), so
+// Decode may use it on bytes from anywhere.
 func Unmarshal(data []byte, e *Envelope) error {
 	var f Envelope
 	sc := jsonw.NewScanner(data)
 	sc.Open()
+	var seen keySet
 	for first := true; sc.More(first); first = false {
-		switch sc.Key() {
+		k := sc.Key()
+		if !seen.add(k) {
+			sc.Fail()
+			break
+		}
+		switch k {
 		case "v":
 			f.Schema = sc.String()
 		case "msg_id":
@@ -288,10 +299,30 @@ func Unmarshal(data []byte, e *Envelope) error {
 	return nil
 }
 
+// keySet is the keys of one object read so far (few: a slice will do).
+type keySet []string
+
+// add records k; false if it was there already.
+func (ks *keySet) add(k string) bool {
+	for _, s := range *ks {
+		if s == k {
+			return false
+		}
+	}
+	*ks = append(*ks, k)
+	return true
+}
+
 func scanParty(sc *jsonw.Scanner) (p Party) {
 	sc.Open()
+	var seen keySet
 	for first := true; sc.More(first); first = false {
-		switch sc.Key() {
+		k := sc.Key()
+		if !seen.add(k) {
+			sc.Fail()
+			return p
+		}
+		switch k {
 		case "gid":
 			p.Gid = sc.String()
 		case "name":
@@ -366,7 +397,7 @@ func Decode(data []byte, max int) (*Envelope, error) {
 	// The common case in one parse: a whole envelope of this major. Anything
 	// else is read again below, schema first, to say what is wrong with it.
 	var e Envelope
-	if err := json.Unmarshal(data, &e); err == nil && e.Schema != "" {
+	if err := Unmarshal(data, &e); err == nil && e.Schema != "" {
 		if major, _, err := ParseVersion(e.Schema); err == nil && major == Major {
 			if err := e.Validate(max); err != nil {
 				return nil, err
