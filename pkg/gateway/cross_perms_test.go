@@ -233,7 +233,16 @@ func TestCrossLoginRotated(t *testing.T) {
 	}
 	h1.stop()
 	h1.Cfg.Broker = rotated
+	connected := h1.logCount(`"msg":"broker connected"`)
 	h1.start()
+	// ready means the first connection was tried: under load that try can
+	// fail and a later one connect (a send meanwhile is 69, as it should be)
+	eventually(t, "h1 connected with the rotated login", func() error {
+		if h1.logCount(`"msg":"broker connected"`) == connected {
+			return errors.New("not yet")
+		}
+		return nil
+	})
 	alice.mustSend(bob.Gid, "after the restart")
 	eventually(t, "both messages", func() error {
 		if got := bodies(bob.recv()); len(got) == 0 {
