@@ -2,9 +2,11 @@
 # Installs what the tests need when it is missing: tmux (the real terminal
 # for inject tests), ipython3 (a real bracketed-paste REPL), openssl and
 # setpriv (RabbitMQ itself is installed by scripts/rabbitmq-node.sh), node
-# and npm, and from the npm registry the MCP Inspector (a real MCP client
-# for fleet-mcp's tests), pinned, into FLEET_TEST_NPM (default
-# ~/.cache/fleet-npm). Installs Debian packages only as root; otherwise says
+# and npm, and from the npm registry, pinned, into FLEET_TEST_NPM (default
+# ~/.cache/fleet-npm): the MCP Inspector (a real MCP client for fleet-mcp's
+# tests) and the agent CLIs the inject tests run for real — Claude Code,
+# Codex CLI and Gemini CLI (about 900 MB; installed once per machine and
+# reused, npm's cache keeps the tarballs). Installs Debian packages only as root; otherwise says
 # what is missing.
 set -euo pipefail
 missing=()
@@ -15,18 +17,29 @@ command -v ipython3 >/dev/null 2>&1 || missing+=(ipython3)  # a real bracketed-p
 command -v node >/dev/null 2>&1 || missing+=(nodejs)         # the MCP Inspector runs on node
 command -v npm >/dev/null 2>&1 || missing+=(npm)
 
-inspector() {
-	local version=2.12.0 dir="${FLEET_TEST_NPM:-$HOME/.cache/fleet-npm}"
-	if [ "$(cd "$dir" 2>/dev/null && npm ls --prefix "$dir" --depth=0 --parseable --long @modelcontextprotocol/inspector 2>/dev/null | sed -n 's/.*:@modelcontextprotocol\/inspector@//p')" = "$version" ]; then
-		return 0
-	fi
-	echo "test-deps: installing @modelcontextprotocol/inspector@$version into $dir" >&2
+# the npm packages the tests use, each at its pinned version
+npm_pins=(
+	@modelcontextprotocol/inspector@2.12.0
+	@anthropic-ai/claude-code@2.1.332
+	@openai/codex@0.169.0
+	@google/gemini-cli@0.61.0
+)
+
+npm_tools() {
+	local dir="${FLEET_TEST_NPM:-$HOME/.cache/fleet-npm}" want=() pin name version have
+	for pin in "${npm_pins[@]}"; do
+		name=${pin%@*} version=${pin##*@}
+		have=$(node -p 'require(process.argv[1]).version' "$dir/node_modules/$name/package.json" 2>/dev/null || true)
+		[ "$have" = "$version" ] || want+=("$pin")
+	done
+	[ ${#want[@]} -eq 0 ] && return 0
+	echo "test-deps: installing ${want[*]} into $dir" >&2
 	mkdir -p "$dir"
-	npm install --prefix "$dir" --no-audit --no-fund --loglevel=error "@modelcontextprotocol/inspector@$version" >&2
+	npm install --prefix "$dir" --no-audit --no-fund --loglevel=error "${want[@]}" >&2
 }
 
 if [ ${#missing[@]} -eq 0 ]; then
-	inspector
+	npm_tools
 	exit 0
 fi
 if [ "$(id -u)" -ne 0 ]; then
@@ -37,4 +50,4 @@ echo "test-deps: installing ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq >/dev/null
 apt-get install -y -qq "${missing[@]}" >/dev/null
-inspector
+npm_tools

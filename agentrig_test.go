@@ -1,0 +1,189 @@
+package fleet_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fleetd/fleet/internal/stubmodel"
+)
+
+// The agent CLI rig: the real Claude Code, Codex CLI and Gemini CLI
+// (installed pinned from the npm registry by scripts/test-deps.sh into
+// npmBin's folder), each in a real tmux pane of a tmux server of the
+// test's own, talking to the stub model on loopback (internal/stubmodel),
+// with a real gateway. The stub's request log is the proof of what the
+// model was shown.
+type agentRig struct {
+	t    *testing.T
+	dir  string // the test's folder: tmux's socket folder, the gateway's
+	home string // HOME of the CLIs (their settings live under it)
+	work string // the project folder the CLIs run in
+	stub *stubmodel.Server
+	gw   *testGW
+}
+
+// agentBin is an agent CLI's executable; the test fails if it is missing
+// (make test installs it).
+func agentBin(t *testing.T, name string) string {
+	t.Helper()
+	p := filepath.Join(npmBin, name)
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("%s is required (make test installs it: scripts/test-deps.sh): %v", name, err)
+	}
+	return p
+}
+
+func newAgentRig(t *testing.T, gwEnv ...string) *agentRig {
+	t.Helper()
+	if _, err := exec.LookPath("tmux"); err != nil {
+		t.Fatal("tmux is required (make test installs it): ", err)
+	}
+	dir := t.TempDir()
+	r := &agentRig{t: t, dir: dir, home: filepath.Join(dir, "home"), work: filepath.Join(dir, "project")}
+	for _, d := range []string{r.home, r.work} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stub, err := stubmodel.Start("127.0.0.1:0", filepath.Join(dir, "stub.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stub.Close() })
+	r.stub = stub
+	env := append([]string{"TMUX_TMPDIR=" + dir, "TMUX=", "FLEET_RETRY_BASE=100ms", "FLEET_RETRY_MAX=500ms"}, gwEnv...)
+	r.gw = newTestGW(t, dir, "h1", env...)
+	t.Cleanup(func() {
+		cmd := exec.Command("tmux", "kill-server")
+		cmd.Env = r.env()
+		cmd.Run()
+	})
+	return r
+}
+
+// env is the environment of the fleet commands, tmux and the CLIs: the
+// built binaries and the npm tools on PATH (fleet-turn from
+// scripts/hooks too), the rig's HOME, gateway and tmux server.
+func (r *agentRig) env(extra ...string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "FLEET_") && !strings.HasPrefix(kv, "XDG_") && !strings.HasPrefix(kv, "TMUX") &&
+			!strings.HasPrefix(kv, "HOME=") && !strings.HasPrefix(kv, "PATH=") {
+			env = append(env, kv)
+		}
+	}
+	wd, _ := os.Getwd()
+	path := binDir + ":" + filepath.Join(wd, "scripts", "hooks") + ":" + npmBin + ":" + os.Getenv("PATH")
+	env = append(env, "PATH="+path, "HOME="+r.home, "TMUX_TMPDIR="+r.dir,
+		"FLEET_SOCKET="+r.gw.sock, "FLEET_HOST=h1", "FLEET_STATE_DIR="+filepath.Join(r.dir, "h1"))
+	return append(env, extra...)
+}
+
+// tmux runs a tmux command on the rig's server and returns its output.
+func (r *agentRig) tmux(args ...string) string {
+	r.t.Helper()
+	cmd := exec.Command("tmux", args...)
+	cmd.Env = r.env()
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		r.t.Fatalf("tmux %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+	return strings.TrimRight(string(out), "\n")
+}
+
+// pane starts a tmux session named name running the shell command line
+// in the project folder, with env added to its environment, and returns
+// its pane id (%N).
+func (r *agentRig) pane(name, line string, env ...string) string {
+	r.t.Helper()
+	args := []string{"new-session", "-d", "-s", name, "-x", "200", "-y", "50", "-c", r.work, "-P", "-F", "#{pane_id}"}
+	for _, kv := range env {
+		args = append(args, "-e", kv)
+	}
+	return r.tmux(append(args, line)...)
+}
+
+// screen is what pane shows now, with its history.
+func (r *agentRig) screen(pane string) string {
+	r.t.Helper()
+	return r.tmux("capture-pane", "-p", "-J", "-S", "-200", "-t", pane)
+}
+
+// waitScreen waits until pane's screen matches re, and returns it.
+func (r *agentRig) waitScreen(pane, re string, within time.Duration) string {
+	r.t.Helper()
+	rx := regexp.MustCompile(re)
+	deadline := time.Now().Add(within)
+	for {
+		s := r.screen(pane)
+		if rx.MatchString(s) {
+			return s
+		}
+		if time.Now().After(deadline) {
+			r.t.Fatalf("pane %s never showed %q within %v; it shows:\n%s", pane, re, within, s)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// fleet runs a fleet command (fleet-send, fleet-roster, ...) and returns
+// its stdout; a non-zero exit fails the test with its stderr.
+func (r *agentRig) fleet(name string, args ...string) string {
+	r.t.Helper()
+	out, errOut, err := r.fleetTry(name, args...)
+	if err != nil {
+		r.t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, errOut)
+	}
+	return out
+}
+
+// fleetTry runs a fleet command and returns stdout, stderr and its error.
+func (r *agentRig) fleetTry(name string, args ...string) (string, string, error) {
+	cmd := exec.Command(filepath.Join(binDir, name), args...)
+	cmd.Env = r.env()
+	var out, errOut strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	return out.String(), errOut.String(), err
+}
+
+// waitTurns waits until the stub has seen n turns of the agent and returns
+// them.
+func (r *agentRig) waitTurns(n int, within time.Duration) []stubmodel.Request {
+	r.t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		turns := r.stub.Turns()
+		if len(turns) >= n {
+			return turns
+		}
+		if time.Now().After(deadline) {
+			r.t.Fatalf("the model saw %d turn(s), want %d, within %v; all requests: %+v", len(turns), n, within, r.stub.Requests())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// waitStatus waits until the roster reads entity name in status.
+func (r *agentRig) waitStatus(name, status string, within time.Duration) {
+	r.t.Helper()
+	deadline := time.Now().Add(within)
+	want := `"status":"` + status + `"`
+	for {
+		out, _, _ := r.fleetTry("fleet-roster", "--json")
+		for _, line := range strings.Split(out, "\n") {
+			if strings.Contains(line, `"name":"`+name+`"`) && strings.Contains(line, want) {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			r.t.Fatalf("%s never read %s within %v; roster:\n%s", name, status, within, out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
