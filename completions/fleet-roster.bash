@@ -18,7 +18,7 @@ _fleet_roster() {
         -*)
             [[ ${COMP_WORDS[i+1]} == = ]] && continue
             case $cmd:$w in
-            :--socket|:--state-dir|:--config|:--host|:--group|list:--host|list:--group|list:--socket|list:--state-dir|list:--config|join:--mode|join:--tmux-target|join:--exec|join:--nudge|join:--group|join:--socket|join:--state-dir|join:--config|leave:--socket|leave:--state-dir|leave:--config|status:--as|status:--socket|status:--state-dir|status:--config|whoami:--as|whoami:--socket|whoami:--state-dir|whoami:--config|group:--add|group:--remove|group:--socket|group:--state-dir|group:--config|dead:--socket|dead:--state-dir|dead:--config) i=$((i + 1)) ;; # skip the flag's value
+            :--socket|:--state-dir|:--config|:--host|:--group|list:--host|list:--group|list:--socket|list:--state-dir|list:--config|join:--mode|join:--tmux-target|join:--exec|join:--nudge|join:--group|join:--program|join:--turns|join:--paste|join:--header|join:--idle-screen|join:--socket|join:--state-dir|join:--config|leave:--socket|leave:--state-dir|leave:--config|status:--as|status:--socket|status:--state-dir|status:--config|whoami:--as|whoami:--socket|whoami:--state-dir|whoami:--config|group:--add|group:--remove|group:--socket|group:--state-dir|group:--config|dead:--socket|dead:--state-dir|dead:--config) i=$((i + 1)) ;; # skip the flag's value
             esac
             ;;
         *)
@@ -38,16 +38,16 @@ _fleet_roster() {
     :--state-dir|list:--state-dir|join:--state-dir|leave:--state-dir|status:--state-dir|whoami:--state-dir|group:--state-dir|dead:--state-dir) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -d -- "$cur"); return 0 ;;
     join:--exec|join:--nudge) mapfile -t COMPREPLY < <(compgen -c -- "$cur"); return 0 ;;
     status:--as|whoami:--as) mapfile -t COMPREPLY < <(compgen -W "$(fleet-roster --json 2>/dev/null | sed -n 's/.*"name":"\([^"]*\)".*"host":"\([^"]*\)".*/\1 \1@\2/p')" -- "$cur"); return 0 ;;
-    :--host|:--group|list:--host|list:--group|join:--tmux-target|join:--group|group:--add|group:--remove) COMPREPLY=(); return 0 ;; # free text
+    :--host|:--group|list:--host|list:--group|join:--tmux-target|join:--group|join:--program|join:--turns|join:--paste|join:--header|join:--idle-screen|group:--add|group:--remove) COMPREPLY=(); return 0 ;; # free text
     join:--mode) mapfile -t COMPREPLY < <(compgen -W 'pull inject' -- "$cur"); return 0 ;;
     esac
     if [[ $cur == -* ]]; then
         case $cmd in
         '') mapfile -t COMPREPLY < <(compgen -W '--socket --state-dir --config --host --group --watch -w --json --help -h --version' -- "$cur") ;;
         list) mapfile -t COMPREPLY < <(compgen -W '--host --group --watch -w --json --socket --state-dir --config --help -h' -- "$cur") ;;
-        join) mapfile -t COMPREPLY < <(compgen -W '--json --mode --tmux-target --exec --nudge --group --socket --state-dir --config --help -h' -- "$cur") ;;
+        join) mapfile -t COMPREPLY < <(compgen -W '--json --mode --tmux-target --exec --nudge --group --program --turns --paste --header --idle-screen --socket --state-dir --config --help -h' -- "$cur") ;;
         leave) mapfile -t COMPREPLY < <(compgen -W '--json --socket --state-dir --config --help -h' -- "$cur") ;;
-        status) mapfile -t COMPREPLY < <(compgen -W '--json --as --socket --state-dir --config --help -h' -- "$cur") ;;
+        status) mapfile -t COMPREPLY < <(compgen -W '--json --as --pane --socket --state-dir --config --help -h' -- "$cur") ;;
         whoami) mapfile -t COMPREPLY < <(compgen -W '--json --as --socket --state-dir --config --help -h' -- "$cur") ;;
         group) mapfile -t COMPREPLY < <(compgen -W '--json --add --remove --socket --state-dir --config --help -h' -- "$cur") ;;
         dead) mapfile -t COMPREPLY < <(compgen -W '--json --socket --state-dir --config --help -h' -- "$cur") ;;

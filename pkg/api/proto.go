@@ -78,6 +78,12 @@ type Request struct {
 	Exec       string   `json:"exec,omitempty"`
 	Nudge      string   `json:"nudge,omitempty"`
 	Groups     []string `json:"groups,omitempty"`
+	// join, tmux: the agent in the pane (store.Entity's fields of the same names)
+	Program      string `json:"program,omitempty"`
+	Turns        string `json:"turns,omitempty"`
+	Paste        string `json:"paste,omitempty"`
+	Header       string `json:"header,omitempty"`
+	IdleScreenMS int64  `json:"idle_screen_ms,omitempty"`
 
 	// send
 	To      string `json:"to,omitempty"`
@@ -101,8 +107,10 @@ type Request struct {
 	Add    []string `json:"add,omitempty"`
 	Remove []string `json:"remove,omitempty"`
 
-	// status
+	// status; Pane: the caller is the agent of the tmux pane it runs in,
+	// proven by its process's ancestry (no credential)
 	Status string `json:"status,omitempty"`
+	Pane   bool   `json:"pane,omitempty"`
 
 	// trace (with TimeoutMS)
 	TraceID string `json:"trace_id,omitempty"`
@@ -266,6 +274,8 @@ type EntityRow struct {
 	Target       string    `json:"target,omitempty"` // tmux target or exec command
 	Groups       []string  `json:"groups"`
 	Status       string    `json:"status"`
+	StatusReason string    `json:"status_reason,omitempty"` // local rows: why an inject entity is starting, stuck, detached or unhooked
+	Program      string    `json:"program,omitempty"`       // tmux: the program a paste needs in the pane's foreground
 	Pending      int       `json:"pending"`
 	Asks         int       `json:"asks_waiting,omitempty"` // whoami only: live asks waiting to be shown
 	Dead         int       `json:"dead"`

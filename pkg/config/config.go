@@ -39,6 +39,9 @@ type Config struct {
 	NudgeMax         time.Duration // cap on the nudge interval
 	SettleDelay      time.Duration // tmux: pause between paste and Enter
 	ExecTimeout      time.Duration // exec adapter and hooks: time limit per run
+	StartBound       time.Duration // tmux: starting past this with no hook is unhooked
+	StuckAfter       time.Duration // tmux: busy past this with no hook is stuck
+	ConfirmWithin    time.Duration // tmux: how long a paste's proof of delivery may take
 	DedupWindow      time.Duration // how long delivered msg ids are remembered
 	DeadRetention    time.Duration // how long dead letters are kept before they are pruned
 	DrainTimeout     time.Duration // shutdown: bound on finishing in-flight work
@@ -86,6 +89,9 @@ var Keys = []Key{
 	{"nudge-max", "FLEET_NUDGE_MAX", "longest interval between nudges", "30m"},
 	{"settle-delay", "FLEET_SETTLE_DELAY", "tmux: pause between pasting the text and pressing Enter", "150ms"},
 	{"exec-timeout", "FLEET_EXEC_TIMEOUT", "time limit of one exec delivery or hook", "30s"},
+	{"start-bound", "FLEET_START_BOUND", "tmux: an agent that sent no hook this long after it joined reads unhooked", "2m"},
+	{"stuck-after", "FLEET_STUCK_AFTER", "tmux: an agent busy this long with no hook reads stuck", "10m"},
+	{"confirm-within", "FLEET_CONFIRM_WITHIN", "tmux: a paste is delivered only if the agent shows it took it within this", "15s"},
 	{"dedup-window", "FLEET_DEDUP_WINDOW", "how long delivered msg ids are remembered", "168h"},
 	{"dead-retention", "FLEET_DEAD_RETENTION", "how long a dead letter is kept (fleet-roster dead) before it is pruned; its msg id is still remembered for the dedup window", "720h"},
 	{"drain-timeout", "FLEET_DRAIN_TIMEOUT", "bound on finishing in-flight work at shutdown", "10s"},
@@ -221,6 +227,9 @@ func load(lookup Lookup, configPath string, client bool) (*Config, error) {
 	c.NudgeMax = dur("nudge-max", 30*time.Minute)
 	c.SettleDelay = dur("settle-delay", 150*time.Millisecond)
 	c.ExecTimeout = dur("exec-timeout", 30*time.Second)
+	c.StartBound = dur("start-bound", 2*time.Minute)
+	c.StuckAfter = dur("stuck-after", 10*time.Minute)
+	c.ConfirmWithin = dur("confirm-within", 15*time.Second)
 	c.DedupWindow = dur("dedup-window", 7*24*time.Hour)
 	c.DeadRetention = dur("dead-retention", 30*24*time.Hour)
 	if c.DeadRetention <= 0 {

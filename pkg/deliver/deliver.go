@@ -23,21 +23,43 @@ type Adapter interface {
 // twice, so the gateway dead-letters it as uncertain instead.
 var ErrUncertain = errors.New("delivery uncertain")
 
+// Where the header goes, beside the body (a per-entity setting).
+const (
+	HeaderBefore = "before" // the default: who sent it and how to reply, then the body
+	HeaderAfter  = "after"  // the body, then the header
+	HeaderOff    = "off"    // the body alone
+)
+
 // Text is what an injected message looks like in a terminal that takes it
 // as one bracketed paste: one header line naming the sender and how to
 // reply, then the body. Every header field is Inert without newlines (the
 // header is one line), the body Inert with its newlines and tabs, which
 // inside a bracketed paste are text, not keys.
-func Text(env *envelope.Envelope) string {
-	return header(env) + "\n" + Inert(strings.TrimRight(env.Body, "\n"), true)
-}
+func Text(env *envelope.Envelope) string { return Format(env, HeaderBefore, true) }
 
 // Line is the message as one line, for a terminal that may take pasted
 // text as typed keys: the header, a space, then the body with its newlines
 // and tabs neutralised too (␊, ␉). It holds no control character at all, so
 // only the Enter the adapter presses after it can submit anything.
-func Line(env *envelope.Envelope) string {
-	return header(env) + " " + Inert(strings.TrimRight(env.Body, "\n"), false)
+func Line(env *envelope.Envelope) string { return Format(env, HeaderBefore, false) }
+
+// Format is the message with its header where where says (HeaderBefore,
+// HeaderAfter, HeaderOff), as lines (Text: the body keeps its newlines and
+// tabs, the header is its own line) or as one line (Line). Nothing in it
+// is a control character but the newlines and tabs of the lines form.
+func Format(env *envelope.Envelope, where string, lines bool) string {
+	body := Inert(strings.TrimRight(env.Body, "\n"), lines)
+	sep := " "
+	if lines {
+		sep = "\n"
+	}
+	switch where {
+	case HeaderOff:
+		return body
+	case HeaderAfter:
+		return body + sep + header(env)
+	}
+	return header(env) + sep + body
 }
 
 func header(env *envelope.Envelope) string {

@@ -5,8 +5,10 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os/exec"
+	"strconv"
 	"strings"
 	"time"
 
@@ -18,36 +20,92 @@ import (
 // therefore sees the whole text at once and one submit, never a stream of
 // keystrokes it could act on halfway.
 //
+// Nothing is typed into the wrong program: with Program set, the paste and
+// the Enter are each one tmux command that runs only while the pane's
+// foreground program (#{pane_current_command}) is Program (if-shell -F,
+// evaluated by tmux itself, so nothing can change between the check and
+// the keys). A pane whose agent exited — back at its shell, another
+// program, a dead pane — gets nothing, and Deliver says so with a
+// *DetachedError: a body can never become a shell command.
+//
 // Nothing in the text can act as a key: its control characters are
 // neutralised (see Inert), and Enter is pressed by the adapter alone, once.
 // Its newlines are text only inside a bracketed paste, so which form is
-// pasted depends on the pane:
+// pasted is the entity's paste setting (Paste):
 //
-//   - the program in the pane enabled bracketed paste and tmux says so
-//     (#{bracket_paste_flag} is 1, a format newer tmux versions have): Text,
-//     header line then the body with its newlines and tabs, pasted with -p
-//     (inside ESC[200~ … ESC[201~) and -r (newlines stay LF: the Enter after
-//     the paste is the only CR the program receives);
-//   - otherwise — bracketed paste off, or unknown because tmux has no such
-//     format (tmux 3.3a has none): Line, the message on one line with its
-//     newlines and tabs shown as ␊ and ␉, so that no byte below 0x20
-//     reaches the program before the Enter. It is still pasted with -p, so
-//     a program that enabled bracketed paste gets it bracketed.
+//   - PasteLine, for a program that may take pasted text as typed keys:
+//     Line, the message on one line with its newlines and tabs shown as ␊
+//     and ␉, so that no byte below 0x20 reaches the program before the
+//     Enter;
+//   - PasteBracketed, for a program that enables bracketed paste (Claude
+//     Code, Codex, Gemini CLI, IPython): Text, header line then the body
+//     with its newlines and tabs, pasted with -p (inside ESC[200~ …
+//     ESC[201~) and -r (newlines stay LF: the Enter after the paste is the
+//     only CR the program receives);
+//   - PasteAuto (the default): Text when the program enabled bracketed
+//     paste and tmux says so (#{bracket_paste_flag} is 1, a format newer
+//     tmux versions have), else Line — always Line on tmux 3.3a, which has
+//     no such format. The choice and the paste are one tmux command.
 //
-// The choice and the paste are one tmux command (if-shell -F), so the
-// program cannot switch bracketed paste between the check and the paste. A
-// target that cannot be quoted in that command (see quotable) gets Line.
+// Either form is pasted with -p, so a program that enabled bracketed paste
+// gets it bracketed. A target that cannot be quoted in a tmux command (see
+// quotable) gets Line and no foreground check; the gateway passes the
+// pane's id (%N), which always can be.
 type Tmux struct {
-	Target string        // tmux target pane, e.g. "work:1.0" or "%3"
-	Settle time.Duration // pause between paste and Enter
+	Target  string        // tmux target pane, e.g. "%3" or "work:1.0"
+	Settle  time.Duration // pause between paste and Enter
+	Program string        // the pane's foreground program a paste needs ("" checks nothing)
+	Paste   string        // PasteAuto (""), PasteLine or PasteBracketed
+	Header  string        // HeaderBefore (""), HeaderAfter or HeaderOff
+	// Confirm, when positive, is how long the Enter has to change the
+	// screen (its text, cursor or history) before the delivery is
+	// uncertain: the proof of a program that has no turn hooks.
+	Confirm time.Duration
 }
+
+// The paste settings.
+const (
+	PasteAuto      = "auto"
+	PasteLine      = "line"
+	PasteBracketed = "bracketed"
+)
+
+// ErrDetached is what a *DetachedError matches with errors.Is.
+var ErrDetached = errors.New("the agent is not in its pane")
+
+// DetachedError says a pane does not run the program a paste needs; the
+// adapter typed nothing into it.
+type DetachedError struct {
+	Target, Want string
+	Found        string // the pane's foreground program, or "" if the pane is dead or gone
+	Dead         bool
+}
+
+func (e *DetachedError) Error() string {
+	switch {
+	case e.Dead:
+		return fmt.Sprintf("pane %s is dead (its program exited; %s is not running)", e.Target, e.Want)
+	case e.Found == "":
+		return fmt.Sprintf("pane %s is gone", e.Target)
+	}
+	return fmt.Sprintf("pane %s runs %s, not %s", e.Target, e.Found, e.Want)
+}
+
+func (e *DetachedError) Unwrap() error { return ErrDetached }
 
 func tmux(ctx context.Context, stdin []byte, args ...string) error {
-	return tmuxAs(ctx, args[0], stdin, args...)
+	_, err := tmuxOut(ctx, args[0], stdin, args...)
+	return err
 }
 
-// tmuxAs runs tmux, naming the failure after what it did (name).
 func tmuxAs(ctx context.Context, name string, stdin []byte, args ...string) error {
+	_, err := tmuxOut(ctx, name, stdin, args...)
+	return err
+}
+
+// tmuxOut runs tmux and returns its output, naming a failure after what it
+// did (name).
+func tmuxOut(ctx context.Context, name string, stdin []byte, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, "tmux", args...)
 	if stdin != nil {
 		cmd.Stdin = bytes.NewReader(stdin)
@@ -58,9 +116,9 @@ func tmuxAs(ctx context.Context, name string, stdin []byte, args ...string) erro
 		if msg == "" {
 			msg = err.Error()
 		}
-		return fmt.Errorf("tmux %s: %s", name, msg)
+		return "", fmt.Errorf("tmux %s: %s", name, msg)
 	}
-	return nil
+	return string(out), nil
 }
 
 // quotable says whether s may be written between single quotes in a tmux
@@ -79,57 +137,203 @@ func quotable(s string) bool {
 	return true
 }
 
+// ProgramOK says whether name may be an entity's program: a command name
+// as tmux shows it (^[A-Za-z0-9_.+-]{1,64}$), so it can stand in a tmux
+// format unquoted.
+func ProgramOK(name string) bool {
+	if name == "" || len(name) > 64 {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || strings.IndexByte("_.+-", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
 // bracketFlag is the tmux condition for pasting the multi-line Text: 1 when
 // the pane's program enabled bracketed paste (empty, so false, on a tmux
 // without the format). Tests replace it.
 var bracketFlag = "#{bracket_paste_flag}"
 
+// notForeground is what the guarded commands print when the pane's
+// foreground program is not the one they need.
+const notForeground = "fleet:not-foreground"
+
+// guard wraps the tmux command string cmd so that tmux runs it only while
+// the pane's foreground program is t.Program: the arguments of one tmux
+// command (if-shell -F).
+func (t *Tmux) guard(cmd string) []string {
+	return []string{"if-shell", "-F", "-t", t.Target, "#{==:#{pane_current_command}," + t.Program + "}",
+		cmd, "display-message -p '" + notForeground + "'"}
+}
+
+// detached says why a guarded command found the wrong program: the pane as
+// tmux sees it now.
+func (t *Tmux) detached(ctx context.Context) *DetachedError {
+	e := &DetachedError{Target: t.Target, Want: t.Program}
+	if p, err := Probe(ctx, t.Target); err == nil {
+		e.Found, e.Dead = p.Command, p.Dead
+	}
+	return e
+}
+
 // Deliver pastes the text and submits it.
 func (t *Tmux) Deliver(ctx context.Context, env *envelope.Envelope) error {
-	id := env.MsgID
-	if !quotable(id) || len(id) > 64 {
-		sum := sha256.Sum256([]byte(id))
-		id = hex.EncodeToString(sum[:8])
+	if t.Program != "" && (!quotable(t.Target) || !ProgramOK(t.Program)) {
+		return fmt.Errorf("pane %q or program %q cannot be checked before a paste", t.Target, t.Program)
 	}
+	// one pair of buffers per message and pane: the copies of a broadcast
+	// to two panes of one host are pasted at once
+	sum := sha256.Sum256([]byte(env.MsgID + "\x00" + t.Target))
+	id := hex.EncodeToString(sum[:8])
 	lines, line := "fleet-"+id+"-text", "fleet-"+id+"-line"
 	drop := func() {
 		_ = tmux(context.Background(), nil, "delete-buffer", "-b", lines)
 		_ = tmux(context.Background(), nil, "delete-buffer", "-b", line)
 	}
-	if err := tmux(ctx, []byte(Line(env)), "load-buffer", "-b", line, "-"); err != nil {
-		return err
+	mode := t.Paste
+	if !quotable(t.Target) {
+		mode = PasteLine
+	}
+	if mode != PasteBracketed {
+		if err := tmux(ctx, []byte(Format(env, t.Header, false)), "load-buffer", "-b", line, "-"); err != nil {
+			return err
+		}
+	}
+	if mode != PasteLine {
+		if err := tmux(ctx, []byte(Format(env, t.Header, true)), "load-buffer", "-b", lines, "-"); err != nil {
+			drop()
+			return err
+		}
 	}
 	// -d deletes the buffer after pasting; -p brackets the paste when the
 	// application enabled bracketed paste; -r keeps LF as LF.
 	paste := func(buf string) string {
 		return "paste-buffer -d -p -r -b '" + buf + "' -t '" + t.Target + "'"
 	}
-	var err error
-	if quotable(t.Target) {
-		if err = tmux(ctx, []byte(Text(env)), "load-buffer", "-b", lines, "-"); err != nil {
-			drop()
-			return err
-		}
-		err = tmuxAs(ctx, "paste-buffer", nil, "if-shell", "-F", "-t", t.Target, bracketFlag,
-			paste(lines), paste(line))
-	} else {
-		err = tmux(ctx, nil, "paste-buffer", "-d", "-p", "-r", "-b", line, "-t", t.Target)
+	var args []string
+	switch {
+	case !quotable(t.Target):
+		args = []string{"paste-buffer", "-d", "-p", "-r", "-b", line, "-t", t.Target}
+	case mode == PasteLine:
+		args = []string{"if-shell", "-F", "-t", t.Target, "1", paste(line)}
+	case mode == PasteBracketed:
+		args = []string{"if-shell", "-F", "-t", t.Target, "1", paste(lines)}
+	default:
+		args = []string{"if-shell", "-F", "-t", t.Target, bracketFlag, paste(lines), paste(line)}
 	}
+	if t.Program != "" {
+		// args[5:] are the commands of an if-shell: nest it in the guard
+		inner := args[5:]
+		cmd := "if-shell -F -t '" + t.Target + "' '" + args[4] + "' \"" + inner[0] + "\""
+		if len(inner) > 1 {
+			cmd += " \"" + inner[1] + "\""
+		}
+		args = t.guard(cmd)
+	}
+	out, err := tmuxOut(ctx, "paste-buffer", nil, args...)
 	drop()
 	if err != nil {
 		return fmt.Errorf("pane %s: %w", t.Target, err)
 	}
+	if strings.Contains(out, notForeground) {
+		return t.detached(ctx) // nothing was pasted
+	}
 	// From here on the text is in the pane: a failure is uncertain, never
 	// retried (a retry would paste it twice).
+	var before string
+	if t.Confirm > 0 {
+		before, _ = Screen(context.WithoutCancel(ctx), t.Target)
+	}
 	select {
 	case <-time.After(t.Settle):
 	case <-ctx.Done():
 	}
+	enter := []string{"send-keys", "-t", t.Target, "Enter"}
+	if t.Program != "" {
+		enter = t.guard("send-keys -t '" + t.Target + "' Enter")
+	}
 	for i := 0; i < 3; i++ {
-		if err = tmux(context.WithoutCancel(ctx), nil, "send-keys", "-t", t.Target, "Enter"); err == nil {
-			return nil
+		if out, err = tmuxOut(context.WithoutCancel(ctx), "send-keys", nil, enter...); err == nil {
+			break
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return fmt.Errorf("%w: text pasted into %s but Enter failed: %v", ErrUncertain, t.Target, err)
+	if err != nil {
+		return fmt.Errorf("%w: text pasted into %s but Enter failed: %v", ErrUncertain, t.Target, err)
+	}
+	if strings.Contains(out, notForeground) {
+		return fmt.Errorf("%w: text pasted into %s, then before its Enter: %v", ErrUncertain, t.Target, t.detached(ctx))
+	}
+	if t.Confirm > 0 && !t.changed(ctx, before) {
+		return fmt.Errorf("%w: text pasted into %s, but its Enter changed nothing on the screen within %v", ErrUncertain, t.Target, t.Confirm)
+	}
+	return nil
+}
+
+// changed waits up to t.Confirm for the pane's screen to differ from before.
+func (t *Tmux) changed(ctx context.Context, before string) bool {
+	deadline := time.Now().Add(t.Confirm)
+	for {
+		now, err := Screen(context.WithoutCancel(ctx), t.Target)
+		if err == nil && now != before {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// PaneInfo is what tmux says of a pane.
+type PaneInfo struct {
+	ID      string // %N: the pane's id for its whole life
+	PID     int    // its first process (the program it was started with)
+	Dead    bool   // its program exited and tmux keeps the pane (remain-on-exit)
+	Command string // the foreground program (#{pane_current_command})
+}
+
+// Probe reads pane target from tmux.
+func Probe(ctx context.Context, target string) (PaneInfo, error) {
+	out, err := tmuxOut(ctx, "display-message", nil, "display-message", "-p", "-t", target,
+		"#{pane_id}\t#{pane_pid}\t#{pane_dead}\t#{pane_current_command}")
+	if err != nil {
+		return PaneInfo{}, err
+	}
+	f := strings.SplitN(strings.TrimRight(out, "\n"), "\t", 4)
+	if len(f) != 4 || !strings.HasPrefix(f[0], "%") {
+		return PaneInfo{}, fmt.Errorf("tmux display-message: no pane %s", target)
+	}
+	pid, _ := strconv.Atoi(f[1])
+	return PaneInfo{ID: f[0], PID: pid, Dead: f[2] == "1", Command: f[3]}, nil
+}
+
+// Screen is pane target's screen as text, with where its cursor is and how
+// much history it has: two calls return the same string only if nothing
+// was shown, moved or scrolled between them.
+func Screen(ctx context.Context, target string) (string, error) {
+	out, err := tmuxOut(ctx, "capture-pane", nil, "capture-pane", "-p", "-t", target)
+	if err != nil {
+		return "", err
+	}
+	pos, err := tmuxOut(ctx, "display-message", nil, "display-message", "-p", "-t", target,
+		"#{cursor_x},#{cursor_y},#{history_size}")
+	if err != nil {
+		return "", err
+	}
+	return pos + out, nil
+}
+
+// IsShell says whether a program name is a shell: a pane that runs one
+// has no agent in front.
+func IsShell(name string) bool {
+	switch strings.TrimPrefix(name, "-") {
+	case "sh", "bash", "dash", "zsh", "fish", "ksh", "mksh", "tcsh", "csh", "ash", "busybox", "nu", "elvish", "xonsh":
+		return true
+	}
+	return false
 }

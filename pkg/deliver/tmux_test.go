@@ -105,3 +105,77 @@ func TestTmuxDeliverNoPane(t *testing.T) {
 		t.Errorf("buffers left behind: %s", out)
 	}
 }
+
+// The foreground guard: the paste and the Enter reach the pane only while
+// its foreground program is the entity's; a pane back at its shell, or
+// running another program, gets no byte, and Deliver says what it found.
+// Every paste setting and header place, pasted into the program it names.
+func TestTmuxDeliverForeground(t *testing.T) {
+	env := &envelope.Envelope{
+		Kind: envelope.Send, MsgID: "m-2", Sender: envelope.Party{Name: "alice", Host: "h1"},
+		Recipient: envelope.Party{Gid: "g"}, Created: time.Now(),
+		Body: "status please; echo PWNED > x\nsecond line",
+	}
+	target, rec := pane(t) // its foreground program is cat (exec cat)
+	p, err := Probe(context.Background(), target)
+	if err != nil || p.Command != "cat" || !strings.HasPrefix(p.ID, "%") || p.PID == 0 || p.Dead {
+		t.Fatalf("Probe = %+v, %v; want cat in a live pane", p, err)
+	}
+	for _, prog := range []string{"bash", "claude"} {
+		x := &Tmux{Target: p.ID, Settle: 20 * time.Millisecond, Program: prog}
+		err := x.Deliver(context.Background(), env)
+		var d *DetachedError
+		if !errors.As(err, &d) || d.Found != "cat" || d.Want != prog || errors.Is(err, ErrUncertain) {
+			t.Fatalf("Deliver into a pane running cat, as %s: err = %v, want a DetachedError (found cat)", prog, err)
+		}
+	}
+	time.Sleep(200 * time.Millisecond)
+	if got, _ := os.ReadFile(rec); len(got) != 0 {
+		t.Fatalf("the pane received %q from a delivery to another program", got)
+	}
+	want := ""
+	for _, tc := range []struct{ paste, header, text string }{
+		{PasteLine, HeaderBefore, Line(env)},
+		{PasteBracketed, HeaderAfter, Format(env, HeaderAfter, true)},
+		{PasteLine, HeaderOff, "status please; echo PWNED > x␊second line"},
+		{PasteBracketed, HeaderOff, "status please; echo PWNED > x\nsecond line"},
+	} {
+		x := &Tmux{Target: p.ID, Settle: 20 * time.Millisecond, Program: "cat", Paste: tc.paste, Header: tc.header}
+		if err := x.Deliver(context.Background(), env); err != nil {
+			t.Fatalf("%s/%s: %v", tc.paste, tc.header, err)
+		}
+		want += "\x1b[200~" + tc.text + "\x1b[201~\r"
+		waitFile(t, rec, func(b []byte) bool { return string(b) == want })
+	}
+	// this pane's program echoes nothing: an Enter that must show on the
+	// screen is uncertain (the proof a program without hooks gives)
+	x := &Tmux{Target: p.ID, Settle: 20 * time.Millisecond, Program: "cat", Confirm: 300 * time.Millisecond}
+	if err := x.Deliver(context.Background(), env); !errors.Is(err, ErrUncertain) || !strings.Contains(err.Error(), "changed nothing on the screen") {
+		t.Fatalf("Deliver with a screen confirmation into a pane that shows nothing: %v", err)
+	}
+	if !strings.HasSuffix(Format(env, HeaderAfter, true), "\n"+header(env)) {
+		t.Errorf("HeaderAfter: %q", Format(env, HeaderAfter, true))
+	}
+	// the program exits: the pane is dead (remain-on-exit) or gone
+	exec.Command("tmux", "set-option", "-g", "remain-on-exit", "on").Run()
+	exec.Command("tmux", "respawn-pane", "-k", "-t", p.ID, "true").Run()
+	time.Sleep(300 * time.Millisecond)
+	x = &Tmux{Target: p.ID, Program: "cat"}
+	var d *DetachedError
+	if err := x.Deliver(context.Background(), env); !errors.As(err, &d) || !d.Dead {
+		t.Fatalf("Deliver into a dead pane: %v, want a DetachedError (dead)", err)
+	}
+}
+
+func TestIsShell(t *testing.T) {
+	for _, s := range []string{"bash", "-bash", "sh", "zsh", "fish", "dash"} {
+		if !IsShell(s) {
+			t.Errorf("IsShell(%q) = false", s)
+		}
+	}
+	for _, s := range []string{"claude", "node", "codex", "ipython3", "cat", ""} {
+		if IsShell(s) {
+			t.Errorf("IsShell(%q) = true", s)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"sync"
 	"time"
@@ -25,6 +26,7 @@ type mailbox struct {
 	draining bool                 // a fleet-recv holds the inbox
 	drains   uint64               // fleet-recv streams that ended: the nudges start over
 	live     []*envelope.Envelope // asks: in memory only, never stored
+	busyHook time.Time            // the agent's last busy hook (a paste's proof: agent.go)
 	stop     context.CancelFunc
 	done     chan struct{}
 }
@@ -33,6 +35,64 @@ func (b *mailbox) snapshot() store.Entity {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.ent
+}
+
+// putStatus records the entity's status and why, durably, and wakes
+// everyone waiting on the mailbox. hook: the agent's own hook said so — its
+// time is kept, and program, if not empty, becomes the entity's program
+// (learnt at the first hook of an agent started from a shell).
+func (b *mailbox) putStatus(st *store.Store, status, reason string, hook bool, program string) (*store.Entity, error) {
+	now := time.Now().UTC()
+	e, err := st.UpdateEntity(b.snapshot().Gid, func(e *store.Entity) error {
+		if e.Status != status || e.StatusReason != reason {
+			e.Status, e.StatusReason, e.StatusAt = status, reason, now
+		}
+		if hook {
+			e.HookAt = now
+		}
+		if program != "" && e.Program == "" {
+			e.Program = program
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	b.ent.Status, b.ent.StatusReason, b.ent.StatusAt, b.ent.HookAt, b.ent.Program = e.Status, e.StatusReason, e.StatusAt, e.HookAt, e.Program
+	if hook && status == stBusy {
+		b.busyHook = now
+	}
+	b.mu.Unlock()
+	b.notify()
+	return e, nil
+}
+
+// busySince says whether the agent's busy hook was heard after t.
+func (b *mailbox) busySince(t time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.busyHook.After(t)
+}
+
+// confirmed waits up to within for the agent's busy hook after pasted: the
+// proof that it took a paste.
+func (b *mailbox) confirmed(ctx context.Context, pasted time.Time, within time.Duration) bool {
+	t := time.NewTimer(within)
+	defer t.Stop()
+	for {
+		changed := b.watch()
+		if b.busySince(pasted) {
+			return true
+		}
+		select {
+		case <-changed:
+		case <-t.C:
+			return b.busySince(pasted)
+		case <-ctx.Done():
+			return b.busySince(pasted)
+		}
+	}
 }
 
 // watch returns a channel closed at the next change.
@@ -92,7 +152,7 @@ func (g *Gateway) box(gid string) *mailbox {
 
 func (g *Gateway) adapter(e store.Entity) deliver.Adapter {
 	if e.TmuxTarget != "" {
-		return &deliver.Tmux{Target: e.TmuxTarget, Settle: g.cfg.SettleDelay}
+		return tmuxAdapter(e, g.cfg)
 	}
 	return &deliver.Exec{Command: e.Exec, Entity: e.Name, Timeout: g.cfg.ExecTimeout}
 }
@@ -104,23 +164,52 @@ func (g *Gateway) adapter(e store.Entity) deliver.Adapter {
 // a crash during injection detectable (see recoverInflight).
 func (g *Gateway) injectLoop(ctx context.Context, b *mailbox) {
 	pol := backoff.Policy{Base: g.cfg.RetryBase, Max: g.cfg.RetryMax, Jitter: true}
+	net := &agentWatch{cfg: g.cfg}
 	for {
 		changed := b.watch()
 		if ctx.Err() != nil {
 			return
 		}
 		ent := b.snapshot()
-		if ent.Status == "busy" {
+		if ent.TmuxTarget != "" {
+			// the safety net (agent.go): a state that time or the pane
+			// changed is recorded before anything is pasted
+			if st, why := net.next(ctx, ent, time.Now()); st != ent.Status || why != ent.StatusReason {
+				if _, err := b.putStatus(g.st, st, why, false, ""); err != nil {
+					g.log.Error("recording the status", "entity", ent.Name, "err", err)
+					backoff.Sleep(ctx, time.Second)
+					continue
+				}
+				g.log.Info("agent "+st, "entity", ent.Name, "reason", why)
+				g.announceEntity(ent.Gid)
+				continue
+			}
+		}
+		if ent.Status != stIdle {
+			var tick <-chan time.Time
+			var t *time.Timer
+			if watched(ent) {
+				t = time.NewTimer(time.Second)
+				tick = t.C
+			}
 			select {
 			case <-ctx.Done():
-				return
 			case <-changed:
+			case <-tick:
+			}
+			if t != nil {
+				t.Stop()
 			}
 			continue
 		}
 		if asks := b.liveHead(time.Now()); len(asks) > 0 {
 			// a live ask first: its asker's turn is waiting
 			env := asks[0]
+			if ent.TmuxTarget != "" && ent.Turns != turnsNone {
+				if _, err := b.putStatus(g.st, stBusy, "an ask was pasted", false, ""); err != nil {
+					g.log.Error("recording the status", "entity", ent.Name, "err", err)
+				}
+			}
 			err := g.adapter(ent).Deliver(g.hardCtx, env)
 			if err == nil || errors.Is(err, deliver.ErrUncertain) {
 				b.liveDone(env.MsgID)
@@ -166,8 +255,33 @@ func (g *Gateway) injectLoop(ctx context.Context, b *mailbox) {
 			backoff.Sleep(ctx, time.Second)
 			continue
 		}
+		hooked := ent.TmuxTarget != "" && ent.Turns != turnsNone
+		pasted := time.Now()
+		if hooked {
+			// busy from the paste: nothing else is pasted until the
+			// agent's hooks say how its turn went
+			if _, err := b.putStatus(g.st, stBusy, "a message was pasted", false, ""); err != nil {
+				log.Error("recording the status", "err", err)
+			}
+		}
 		err = g.adapter(ent).Deliver(g.hardCtx, env)
 		g.crashAt("after-inject")
+		if err == nil && hooked && !b.confirmed(ctx, pasted, g.cfg.ConfirmWithin) {
+			err = fmt.Errorf("%w: pasted into pane %s, but the agent showed no sign of taking it (no busy hook) within %v",
+				deliver.ErrUncertain, ent.TmuxTarget, g.cfg.ConfirmWithin)
+		}
+		if errors.Is(err, deliver.ErrDetached) {
+			// nothing was typed: the mail is held until the program is back
+			if ferr := g.st.Failed(store.Key(env), err.Error()); ferr != nil {
+				log.Error("recording failed attempt", "err", ferr)
+			}
+			if _, perr := b.putStatus(g.st, stDetached, err.Error(), false, ""); perr != nil {
+				log.Error("recording the status", "err", perr)
+			}
+			log.Warn("agent detached: nothing pasted, mail held", "err", err)
+			g.announceEntity(ent.Gid)
+			continue
+		}
 		if err == nil {
 			// Injected: record it, retrying the record alone — going back to
 			// the head would inject it again. If the gateway stops first, the

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"strings"
 	"encoding/json"
 	"sort"
 	"sync"
@@ -528,7 +529,8 @@ func checkHeard(r *api.EntityRow, host string) error {
 	if made := ident.GidHost(r.Gid); made != host {
 		return broker.Refuse(broker.ReasonWrongHost, "host %s claims entity %s, which was made on %s", host, r.Gid, made)
 	}
-	r.Host, r.Target, r.LastSeen = host, "", time.Time{}
+	// what a host says of its entity beyond its state is not shown here
+	r.Host, r.Target, r.LastSeen, r.StatusReason, r.Program = host, "", time.Time{}, "", ""
 	return nil
 }
 
@@ -544,8 +546,8 @@ func checkRow(r *api.EntityRow) error {
 		return bad("name %q is not an entity name", r.Name)
 	case r.Mode != "inject" && r.Mode != "pull":
 		return bad("mode %q is not inject or pull", r.Mode)
-	case r.Status != "idle" && r.Status != "busy" && r.Status != "waiting":
-		return bad("status %q is not idle, busy or waiting", r.Status)
+	case !knownStatus(r.Status):
+		return bad("status %q is not one of %s", r.Status, strings.Join(statuses, ", "))
 	case len(r.Groups) > 64:
 		return bad("%d groups", len(r.Groups))
 	case r.Pending < 0 || r.Dead < 0:

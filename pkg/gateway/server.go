@@ -18,6 +18,7 @@ import (
 	"github.com/fleetd/fleet/pkg/api"
 	"github.com/fleetd/fleet/pkg/audit"
 	"github.com/fleetd/fleet/pkg/config"
+	"github.com/fleetd/fleet/pkg/deliver"
 	"github.com/fleetd/fleet/pkg/envelope"
 	"github.com/fleetd/fleet/pkg/fault"
 	"github.com/fleetd/fleet/pkg/ident"
@@ -605,7 +606,7 @@ func (g *Gateway) dispatch(c *conn, req *api.Request) (*api.Response, error) {
 		row.Asks = len(b.liveHead(time.Now()))
 		return &api.Response{Entity: &row}, nil
 	case api.OpStatus:
-		return g.setStatus(req)
+		return g.setStatus(c.pid, req)
 	case api.OpGatewayStatus:
 		return g.gatewayStatus()
 	case api.OpSend:
@@ -665,6 +666,7 @@ func (g *Gateway) join(req *api.Request) (*api.Response, error) {
 	e := &store.Entity{
 		Name: req.Name, Mode: req.Mode,
 		TmuxTarget: req.TmuxTarget, Exec: req.Exec, Nudge: req.Nudge, Groups: req.Groups,
+		Program: req.Program, Turns: req.Turns, Paste: req.Paste, Header: req.Header, IdleScreen: req.IdleScreenMS,
 	}
 	token, path, err := g.register(e)
 	if err != nil {
@@ -699,7 +701,7 @@ func checkEntity(e *store.Entity) error {
 	default:
 		return fault.New(fault.Usage, fault.KindUsage, "mode must be pull or inject, not %q", e.Mode)
 	}
-	return nil
+	return checkPane(e)
 }
 
 // register validates e and registers it as a local entity: the one path of
@@ -716,7 +718,13 @@ func (g *Gateway) register(e *store.Entity) (token, credFile string, err error) 
 	gid := e.Gid
 	token, hash := ident.Issue(gid)
 	now := time.Now().UTC()
-	e.Host, e.TokenHash, e.Status, e.StatusAt, e.Created = g.cfg.Host, hash, "idle", now, now
+	e.Host, e.TokenHash, e.Status, e.StatusAt, e.Created = g.cfg.Host, hash, stIdle, now, now
+	if e.TmuxTarget != "" {
+		// its pane and program, and starting until its agent's first hook
+		if err := bindPane(g.runCtx, e); err != nil {
+			return "", "", err
+		}
+	}
 	// With a broker, the inbox is declared, bound and consumed while the
 	// store records the entity (both must succeed before join does; what
 	// one made is undone when the other fails).
@@ -832,7 +840,8 @@ func (g *Gateway) row(e store.Entity, dead map[string]int) api.EntityRow {
 	}
 	return api.EntityRow{
 		Name: e.Name, Gid: e.Gid, Host: e.Host, Mode: e.Mode, Target: target, Groups: groups,
-		Status: status, Pending: g.st.Pending(e.Gid), Dead: dead[e.Gid], LastDelivery: e.LastDelivery,
+		Status: status, StatusReason: e.StatusReason, Program: e.Program,
+		Pending: g.st.Pending(e.Gid), Dead: dead[e.Gid], LastDelivery: e.LastDelivery,
 	}
 }
 
@@ -861,25 +870,41 @@ func (g *Gateway) roster() (*api.Response, error) {
 	return &api.Response{Entities: rows}, nil
 }
 
-func (g *Gateway) setStatus(req *api.Request) (*api.Response, error) {
-	b, err := g.caller(req)
-	if err != nil {
-		return nil, err
+// setStatus is an agent's turn hook: busy or idle, from the entity whose
+// credential the request presents or, with Pane, whose tmux pane the
+// calling process runs in (agent.go: agentOf).
+func (g *Gateway) setStatus(pid int32, req *api.Request) (*api.Response, error) {
+	var b *mailbox
+	if req.Pane {
+		if b = agentOf(g.reg, int(pid)); b == nil {
+			return nil, fault.New(fault.Refused, fault.KindNotAgent, "this process runs in no inject entity's tmux pane on this host").
+				WithHint("join the pane first: fleet-roster join NAME --mode inject --tmux-target \"$TMUX_PANE\"")
+		}
+	} else {
+		var err error
+		if b, err = g.caller(req); err != nil {
+			return nil, err
+		}
 	}
-	if req.Status != "busy" && req.Status != "idle" {
+	if req.Status != stBusy && req.Status != stIdle {
 		return nil, fault.New(fault.Usage, fault.KindUsage, "status must be busy or idle, not %q", req.Status)
 	}
-	e, err := g.st.UpdateEntity(b.snapshot().Gid, func(e *store.Entity) error {
-		e.Status, e.StatusAt = req.Status, time.Now().UTC()
-		return nil
-	})
+	ent := b.snapshot()
+	program := ""
+	if ent.TmuxTarget != "" && ent.Program == "" {
+		// an agent started from the pane's shell: its program is what the
+		// pane runs while its hook runs
+		if p, err := deliver.Probe(g.runCtx, ent.PaneTarget()); err == nil && !p.Dead && !deliver.IsShell(p.Command) && deliver.ProgramOK(p.Command) {
+			program = p.Command
+		}
+	}
+	e, err := b.putStatus(g.st, req.Status, "", true, program)
 	if err != nil {
 		return nil, fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot record the status")
 	}
-	b.mu.Lock()
-	b.ent.Status, b.ent.StatusAt = e.Status, e.StatusAt
-	b.mu.Unlock()
-	b.notify()
+	if program != "" {
+		g.log.Info("agent's program learnt from its first hook", "entity", e.Name, "program", program)
+	}
 	g.announceEntity(e.Gid)
 	row := g.row(*e, nil)
 	return &api.Response{Entity: &row}, nil

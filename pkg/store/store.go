@@ -48,17 +48,29 @@ var ErrNameTaken = errors.New("name already registered")
 
 // Entity is one registered local entity.
 type Entity struct {
-	Gid          string    `json:"gid"`
-	Name         string    `json:"name"`
-	Host         string    `json:"host"`
-	Mode         string    `json:"mode"` // pull | inject
-	TmuxTarget   string    `json:"tmux_target,omitempty"`
-	Exec         string    `json:"exec,omitempty"`
-	Nudge        string    `json:"nudge,omitempty"`
-	Groups       []string  `json:"groups,omitempty"`
-	TokenHash    string    `json:"token_hash"`
-	Status       string    `json:"status"` // idle | busy
+	Gid        string   `json:"gid"`
+	Name       string   `json:"name"`
+	Host       string   `json:"host"`
+	Mode       string   `json:"mode"` // pull | inject
+	TmuxTarget string   `json:"tmux_target,omitempty"`
+	Exec       string   `json:"exec,omitempty"`
+	Nudge      string   `json:"nudge,omitempty"`
+	Groups     []string `json:"groups,omitempty"`
+	TokenHash  string   `json:"token_hash"`
+	// tmux inject: the agent in the pane (pkg/gateway/agent.go)
+	PaneID     string `json:"pane_id,omitempty"`     // %N, read at join
+	PanePID    int    `json:"pane_pid,omitempty"`    // the pane's first process: a hook is the agent's if it descends from it
+	Program    string `json:"program,omitempty"`     // the foreground program a paste needs; "" until the agent's first hook
+	Turns      string `json:"turns,omitempty"`       // hooks (default): busy and idle come from the agent's hooks; none: a program without turns
+	Paste      string `json:"paste,omitempty"`       // auto (default), line or bracketed (deliver.Tmux)
+	Header     string `json:"header,omitempty"`      // before (default), after or off
+	IdleScreen int64  `json:"idle_screen,omitempty"` // ms: a stuck agent whose screen is unchanged this long is idle (0: never)
+	// Status is idle or busy (from the agent's hooks or a paste), or one
+	// of the safety net's: starting, stuck, detached, unhooked.
+	Status       string    `json:"status"`
+	StatusReason string    `json:"status_reason,omitempty"`
 	StatusAt     time.Time `json:"status_at"`
+	HookAt       time.Time `json:"hook_at,omitzero"` // the agent's last hook
 	Created      time.Time `json:"created"`
 	LastDelivery time.Time `json:"last_delivery,omitzero"`
 }
@@ -967,4 +979,12 @@ func (s *Store) DeleteLaunched(gid string) error {
 		}
 		return nil
 	})
+}
+
+// PaneTarget is how tmux is told which pane: its id once known.
+func (e *Entity) PaneTarget() string {
+	if e.PaneID != "" {
+		return e.PaneID
+	}
+	return e.TmuxTarget
 }

@@ -24,9 +24,9 @@ import (
 func NewRosterApp() *ucli.App {
 	app := fleetcli.NewApp("fleet-roster", "list, register and remove this host's entities; set the caller's status")
 	app.UsageText = "fleet-roster [options] [list]\n" +
-		"fleet-roster join NAME --mode pull|inject [--tmux-target T | --exec CMD] [--nudge CMD] [--group G ...]\n" +
+		"fleet-roster join NAME --mode pull|inject [--tmux-target T [--program P] [--turns hooks|none] [--paste auto|line|bracketed] [--header before|after|off] | --exec CMD] [--nudge CMD] [--group G ...]\n" +
 		"fleet-roster leave NAME\n" +
-		"fleet-roster status busy|idle\n" +
+		"fleet-roster status busy|idle [--pane]\n" +
 		"fleet-roster group NAME [--add G ...] [--remove G ...]\n" +
 		"fleet-roster dead [NAME]\n" +
 		"fleet-roster whoami"
@@ -53,6 +53,11 @@ func NewRosterApp() *ucli.App {
 				&ucli.StringFlag{Name: "exec", Usage: "inject: run this command with the message JSON on stdin; exit 0 means delivered"},
 				&ucli.StringFlag{Name: "nudge", Usage: "pull: run this command, with backoff, while unread messages wait"},
 				&ucli.StringSliceFlag{Name: "group", Usage: "member of group G (repeat for more)"},
+				&ucli.StringFlag{Name: "program", Usage: "tmux: the program a paste needs in the pane's foreground (default: what runs there now, or, a shell, what runs at the agent's first hook)"},
+				&ucli.StringFlag{Name: "turns", Usage: "tmux: hooks (busy and idle from the agent's turn hooks; starting until the first) or none (a program without turns)", Value: "hooks"},
+				&ucli.StringFlag{Name: "paste", Usage: "tmux: auto (lines when tmux says the program enabled bracketed paste), line (one line, newlines shown as ␊) or bracketed (lines, for Claude Code, Codex, Gemini CLI, IPython)", Value: "auto"},
+				&ucli.StringFlag{Name: "header", Usage: "tmux: the sender's header line before the body, after it, or off", Value: "before"},
+				&ucli.DurationFlag{Name: "idle-screen", Usage: "tmux: a stuck agent whose screen stands still this long reads idle (0: never)"},
 			},
 			Action: runJoin,
 		},
@@ -65,9 +70,10 @@ func NewRosterApp() *ucli.App {
 		},
 		{
 			Name:      "status",
-			Usage:     "mark the caller busy (inject waits) or idle",
+			Usage:     "mark the caller busy (inject waits) or idle: an agent's turn hook",
 			ArgsUsage: "busy|idle",
-			Flags:     []ucli.Flag{fleetcli.JSONFlag(), fleetcli.AsFlag()},
+			Flags: []ucli.Flag{fleetcli.JSONFlag(), fleetcli.AsFlag(),
+				&ucli.BoolFlag{Name: "pane", Usage: "the caller is the agent in an inject entity's tmux pane, found by its process (no credential; what fleet-turn uses inside tmux)"}},
 			Action:    runSetStatus,
 		},
 		{
@@ -306,6 +312,8 @@ func runJoin(c *ucli.Context) error {
 	resp, err := s.Client.Call(&api.Request{
 		Op: api.OpJoin, Name: name, Mode: c.String("mode"), TmuxTarget: c.String("tmux-target"),
 		Exec: c.String("exec"), Nudge: c.String("nudge"), Groups: c.StringSlice("group"),
+		Program: c.String("program"), IdleScreenMS: c.Duration("idle-screen").Milliseconds(),
+		Turns: tmuxOnly(c, "turns"), Paste: tmuxOnly(c, "paste"), Header: tmuxOnly(c, "header"),
 	})
 	if err != nil {
 		return err
@@ -364,6 +372,15 @@ func runGroup(c *ucli.Context) error {
 	return nil
 }
 
+// tmuxOnly is a tmux setting's value if it was given or the entity has a
+// pane (its default then), else "".
+func tmuxOnly(c *ucli.Context, name string) string {
+	if c.IsSet(name) || c.String("tmux-target") != "" {
+		return c.String(name)
+	}
+	return ""
+}
+
 func runSetStatus(c *ucli.Context) error {
 	st, err := oneArg(c, "status (busy or idle)")
 	if err != nil {
@@ -372,12 +389,15 @@ func runSetStatus(c *ucli.Context) error {
 	if st != "busy" && st != "idle" {
 		return fleetcli.Usage("status must be busy or idle, not %q", st)
 	}
+	if c.Bool("pane") && c.String("as") != "" {
+		return fleetcli.Usage("--pane and --as both say who the caller is: give one")
+	}
 	s, err := fleetcli.Connect(c)
 	if err != nil {
 		return err
 	}
 	defer s.Client.Close()
-	resp, err := s.Client.Call(&api.Request{Op: api.OpStatus, Status: st})
+	resp, err := s.Client.Call(&api.Request{Op: api.OpStatus, Status: st, Pane: c.Bool("pane")})
 	if err != nil {
 		return err
 	}

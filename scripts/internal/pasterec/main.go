@@ -55,6 +55,13 @@ func run(path string, bracketed bool) error {
 			if _, werr := out.Write(buf[:n]); werr != nil {
 				return werr
 			}
+			// a line taken shows on the screen, as a real program's
+			// input does (the gateway's proof for a program without hooks)
+			for _, c := range buf[:n] {
+				if c == '\r' {
+					os.Stdout.WriteString("pasterec: took a line\r\n")
+				}
+			}
 		}
 		if err != nil {
 			return err

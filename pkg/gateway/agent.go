@@ -1,0 +1,262 @@
+package gateway
+
+// The last metre: what the gateway knows of the agent in an inject entity's
+// tmux pane beyond what the agent's own turn hooks say, and the rules that
+// keep its mail flowing without ever typing into the wrong program.
+//
+// An entity's status (store.Entity.Status, the roster's vocabulary):
+//
+//	starting  joined or spawned, or its program came back to the pane:
+//	          nothing is pasted until the agent's first hook (its idle)
+//	idle      the agent's hook said its turn ended (or, stuck, its screen
+//	          stood still for the entity's idle-screen time)
+//	busy      the agent's hook said a turn started, or the gateway is
+//	          submitting a paste (busy from the paste: a second message is
+//	          never pasted before the agent's own busy hook has run)
+//	stuck     busy for stuck-after with no hook: mail is held; with
+//	          idle-screen set, idle is read from the screen
+//	unhooked  starting for start-bound with no hook: mail is held, with a
+//	          hint (the agent's hooks are not installed, or not trusted)
+//	detached  the pane does not run the entity's program (a shell, another
+//	          program, a dead or gone pane): nothing is typed, mail is
+//	          held until the program is back
+//
+// and "waiting" (idle, on an ask of its own; row() says so). A paste is
+// delivered only once the agent shows it took it: its busy hook within
+// confirm-within, or, for a program without turn hooks (turns none), a
+// screen that changed at the Enter (deliver.Tmux.Confirm). Whatever else
+// happens to a pasted message is "uncertain", never "delivered".
+//
+// A hook is the agent's by the process that runs it: `fleet-roster status
+// busy --pane` (what fleet-turn runs inside tmux) is matched to the entity
+// whose pane's first process is an ancestor of the caller (agentOf), not by
+// an environment a process serving several sessions could have inherited.
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fleetd/fleet/pkg/config"
+	"github.com/fleetd/fleet/pkg/deliver"
+	"github.com/fleetd/fleet/pkg/fault"
+	"github.com/fleetd/fleet/pkg/store"
+)
+
+// The statuses, in the order the docs list them.
+const (
+	stIdle     = "idle"
+	stBusy     = "busy"
+	stWaiting  = "waiting"
+	stStarting = "starting"
+	stStuck    = "stuck"
+	stDetached = "detached"
+	stUnhooked = "unhooked"
+)
+
+var statuses = []string{stIdle, stBusy, stWaiting, stStarting, stStuck, stDetached, stUnhooked}
+
+func knownStatus(s string) bool { return slices.Contains(statuses, s) }
+
+// The turns setting: where busy and idle come from.
+const (
+	turnsHooks = "hooks" // the agent's own hooks (the default)
+	turnsNone  = "none"  // a program without turns (a REPL, a shell worker): idle whenever its pane runs it
+)
+
+// checkPane holds an entity's pane settings to their grammar.
+func checkPane(e *store.Entity) error {
+	usage := func(format string, args ...any) error { return fault.New(fault.Usage, fault.KindUsage, format, args...) }
+	if e.TmuxTarget == "" {
+		if e.Program != "" || e.Turns != "" || e.Paste != "" || e.Header != "" || e.IdleScreen != 0 {
+			return usage("--program, --turns, --paste, --header and --idle-screen are for a --tmux-target entity")
+		}
+		return nil
+	}
+	if e.Program != "" && !deliver.ProgramOK(e.Program) {
+		return usage("%q is not a program name as tmux shows it (letters, digits, _ . + -)", e.Program)
+	}
+	switch e.Turns {
+	case "", turnsHooks, turnsNone:
+	default:
+		return usage("--turns takes hooks or none, not %q", e.Turns)
+	}
+	switch e.Paste {
+	case "", deliver.PasteAuto, deliver.PasteLine, deliver.PasteBracketed:
+	default:
+		return usage("--paste takes auto, line or bracketed, not %q", e.Paste)
+	}
+	switch e.Header {
+	case "", deliver.HeaderBefore, deliver.HeaderAfter, deliver.HeaderOff:
+	default:
+		return usage("--header takes before, after or off, not %q", e.Header)
+	}
+	if e.IdleScreen < 0 {
+		return usage("--idle-screen must not be negative")
+	}
+	return nil
+}
+
+// bindPane reads a new tmux entity's pane: its id (what the gateway
+// addresses from now on) and first process, the program in front unless
+// one was named (a shell in front is no agent: its first hook names the
+// program then; with turns none the pane's program is taken as it is), and
+// its first status.
+func bindPane(ctx context.Context, e *store.Entity) error {
+	p, err := deliver.Probe(ctx, e.TmuxTarget)
+	if err != nil {
+		return fault.Wrap(fault.Usage, fault.KindUsage, err, "the gateway cannot see tmux pane %s", e.TmuxTarget).
+			WithHint("name a pane of the tmux server the gateway uses (in the pane: --tmux-target $TMUX_PANE)")
+	}
+	if p.Dead {
+		return fault.New(fault.Usage, fault.KindUsage, "tmux pane %s is dead", e.TmuxTarget)
+	}
+	e.PaneID, e.PanePID = p.ID, p.PID
+	if e.Turns == "" {
+		e.Turns = turnsHooks
+	}
+	if e.Program == "" && (e.Turns == turnsNone || !deliver.IsShell(p.Command)) && deliver.ProgramOK(p.Command) {
+		e.Program = p.Command
+	}
+	if e.Turns == turnsNone {
+		if e.Program == "" {
+			return fault.New(fault.Usage, fault.KindUsage, "pane %s runs %q, which cannot be checked before a paste", e.TmuxTarget, p.Command).
+				WithHint("name the program: --program NAME")
+		}
+		e.Status = stIdle
+		return nil
+	}
+	e.Status, e.StatusReason = stStarting, "waiting for the agent's first hook"
+	return nil
+}
+
+// tmuxAdapter is the tmux adapter for e: its pane by id, its program and
+// paste settings.
+func tmuxAdapter(e store.Entity, cfg *config.Config) *deliver.Tmux {
+	t := &deliver.Tmux{Target: e.TmuxTarget, Settle: cfg.SettleDelay, Program: e.Program, Paste: e.Paste, Header: e.Header}
+	if e.PaneID != "" {
+		t.Target = e.PaneID
+	}
+	if e.Turns == turnsNone {
+		t.Confirm = cfg.ConfirmWithin // no hook will say it took it: the screen must
+	}
+	return t
+}
+
+// agentWatch is one tmux entity's safety net, run by its delivery loop
+// between deliveries (one goroutine: no lock). It holds the loop's memory
+// of the pane's screen for idle-screen.
+type agentWatch struct {
+	cfg         *config.Config
+	screen      string
+	screenSince time.Time
+}
+
+// next says what status ent should have now, and why: the states that
+// time or the pane can change (starting, busy, stuck, unhooked, detached),
+// probing the pane when that can change them. It returns ent's own status
+// when nothing changes.
+func (w *agentWatch) next(ctx context.Context, ent store.Entity, now time.Time) (status, reason string) {
+	status, reason = ent.Status, ent.StatusReason
+	since := ent.StatusAt
+	if ent.HookAt.After(since) {
+		since = ent.HookAt
+	}
+	if ent.Program != "" && (status == stDetached || status == stIdle || ent.Turns == turnsNone) {
+		p, err := deliver.Probe(ctx, ent.PaneTarget())
+		switch {
+		case err != nil:
+			return stDetached, "pane " + ent.TmuxTarget + " is gone"
+		case p.Dead:
+			return stDetached, "pane " + ent.TmuxTarget + " is dead: " + ent.Program + " exited"
+		case p.Command != ent.Program:
+			return stDetached, "pane " + ent.TmuxTarget + " runs " + p.Command + ", not " + ent.Program
+		case status == stDetached && ent.Turns == turnsNone:
+			return stIdle, ""
+		case status == stDetached:
+			return stStarting, ent.Program + " is back in its pane: waiting for its first hook"
+		}
+	}
+	switch status {
+	case stStarting:
+		if now.Sub(since) >= w.cfg.StartBound {
+			return stUnhooked, fmt.Sprintf("no hook from the agent in %v: its turn hooks are not installed, or not trusted (README: Busy and idle from the agent itself)", w.cfg.StartBound)
+		}
+	case stBusy:
+		if now.Sub(since) >= w.cfg.StuckAfter {
+			return stStuck, fmt.Sprintf("busy for %v with no hook from the agent", w.cfg.StuckAfter.Round(time.Second))
+		}
+	}
+	if (status == stStuck || status == stUnhooked) && ent.IdleScreen > 0 {
+		s, err := deliver.Screen(ctx, ent.PaneTarget())
+		if err != nil {
+			return status, reason
+		}
+		if s != w.screen {
+			w.screen, w.screenSince = s, now
+		} else if now.Sub(w.screenSince) >= time.Duration(ent.IdleScreen)*time.Millisecond {
+			return stIdle, "read from the screen: unchanged for " + (time.Duration(ent.IdleScreen) * time.Millisecond).String()
+		}
+	}
+	return status, reason
+}
+
+// watched says whether status is one the safety net must look at again
+// after a while (a tick), not only when something changes.
+func watched(ent store.Entity) bool {
+	if ent.TmuxTarget == "" {
+		return false
+	}
+	switch ent.Status {
+	case stStarting, stBusy, stStuck, stUnhooked, stDetached:
+		return true
+	}
+	return false
+}
+
+// ancestors is pid and the processes above it (its parent, its parent's
+// parent, ...), from /proc, at most 64.
+func ancestors(pid int) []int {
+	var out []int
+	for i := 0; pid > 1 && i < 64; i++ {
+		out = append(out, pid)
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil {
+			break
+		}
+		// pid (comm) state ppid ...: comm may hold spaces and parentheses
+		s := string(b)
+		j := strings.LastIndexByte(s, ')')
+		if j < 0 {
+			break
+		}
+		f := strings.Fields(s[j+1:])
+		if len(f) < 2 {
+			break
+		}
+		pid, _ = strconv.Atoi(f[1])
+	}
+	return out
+}
+
+// agentOf returns the mailbox of the tmux entity whose agent process pid
+// is: the one whose pane's first process is pid's nearest ancestor.
+func agentOf(reg *registry, pid int) *mailbox {
+	up := ancestors(pid)
+	var best *mailbox
+	bestAt := len(up)
+	for _, b := range reg.Members("all") {
+		e := b.snapshot()
+		if e.PanePID == 0 {
+			continue
+		}
+		if i := slices.Index(up, e.PanePID); i >= 0 && i < bestAt {
+			best, bestAt = b, i
+		}
+	}
+	return best
+}
