@@ -70,7 +70,9 @@ const (
 
 // checkPane holds an entity's pane settings to their grammar.
 func checkPane(e *store.Entity) error {
-	usage := func(format string, args ...any) error { return fault.New(fault.Usage, fault.KindUsage, format, args...) }
+	usage := func(format string, args ...any) error {
+		return fault.New(fault.Usage, fault.KindUsage, format, args...)
+	}
 	if e.TmuxTarget == "" {
 		if e.Program != "" || e.Turns != "" || e.Paste != "" || e.Header != "" || e.IdleScreen != 0 {
 			return usage("--program, --turns, --paste, --header and --idle-screen are for a --tmux-target entity")

@@ -1,9 +1,9 @@
 package gateway
 
 import (
-	"strings"
 	"encoding/json"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 

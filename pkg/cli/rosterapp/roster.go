@@ -74,7 +74,7 @@ func NewRosterApp() *ucli.App {
 			ArgsUsage: "busy|idle",
 			Flags: []ucli.Flag{fleetcli.JSONFlag(), fleetcli.AsFlag(),
 				&ucli.BoolFlag{Name: "pane", Usage: "the caller is the agent in an inject entity's tmux pane, found by its process (no credential; what fleet-turn uses inside tmux)"}},
-			Action:    runSetStatus,
+			Action: runSetStatus,
 		},
 		{
 			Name:   "whoami",
