@@ -61,7 +61,6 @@ func geminiSettings(t *testing.T, r *agentRig, events string) {
 		"general": map[string]any{
 			"enableAutoUpdate":             false,
 			"enableAutoUpdateNotification": false,
-			"maxAttempts":                  1,
 		},
 		"privacy":   map[string]any{"usageStatisticsEnabled": false},
 		"telemetry": map[string]any{"enabled": false},
