@@ -172,14 +172,21 @@ exit $rc
 	return r
 }
 
-// start runs Codex in a pane of session name for the entity whose
-// credential is token, and waits for its prompt.
-func (r *codexRig) start(name, token string) string {
+// start runs Codex in a pane of session name, joined as the inject entity
+// name first (as a user who joins the pane, then starts the agent), and
+// waits for its prompt. Codex runs no hook at launch (SessionStart comes
+// with the first prompt), so the entity names its program (node: the npm
+// launcher) and reads idle from a screen that stood still 2 s, no dialog
+// on it; its pastes are bracketed (Codex enables bracketed paste).
+func (r *codexRig) start(name string) string {
 	r.t.Helper()
 	// tmux (3.3) gives a new pane the client's PATH whatever -e says: the
 	// shim goes on PATH in the command line
-	pane := r.pane(name, "PATH="+filepath.Join(r.dir, "shim")+":$PATH exec "+agentBin(r.t, "codex")+" --no-daemon",
-		"CODEX_HOME="+r.codexHome, "STUB_API_KEY=stub-key", "FLEET_TOKEN="+token)
+	pane, run := r.gatedPane(name, "PATH="+filepath.Join(r.dir, "shim")+":$PATH exec "+agentBin(r.t, "codex")+" --no-daemon",
+		"CODEX_HOME="+r.codexHome, "STUB_API_KEY=stub-key")
+	r.fleet("fleet-roster", "join", name, "--mode", "inject", "--tmux-target", pane,
+		"--program", "node", "--paste", "bracketed", "--idle-screen", "2s")
+	run()
 	r.waitScreen(pane, codexReadyRE.String(), 30*time.Second)
 	return pane
 }
@@ -216,8 +223,8 @@ func (r *codexRig) send(to, body string) string {
 func TestCodex(t *testing.T) {
 	r := newCodexRig(t)
 	r.fleet("fleet-roster", "join", "alice", "--mode", "pull")
-	token := strings.Fields(r.fleet("fleet-roster", "join", "codex", "--mode", "inject", "--tmux-target", "codex:0.0"))[0]
-	pane := r.start("codex", token)
+	pane := r.start("codex")
+	r.waitStatus("codex", "idle", 30*time.Second) // read from the screen
 	// SessionStart ran the hook: idle
 	// no dialog, and no hook yet: Codex 0.169 starts its session (and runs
 	// SessionStart) at the first prompt, not at launch

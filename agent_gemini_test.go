@@ -125,24 +125,25 @@ func testGeminiCLI(t *testing.T, gemini string, ciEnv []string) {
 	geminiSettings(t, r, events)
 
 	r.fleet("fleet-roster", "join", "alice", "--mode", "pull")
-	token := strings.Fields(r.fleet("fleet-roster", "join", "gem", "--mode", "inject", "--tmux-target", "gem:0.0"))[0]
-
-	env := append(r.env(), "GEMINI_API_KEY=stub-key", "GOOGLE_GEMINI_BASE_URL="+r.stub.URL(), "FLEET_TOKEN="+token)
+	env := append(r.env(), "GEMINI_API_KEY=stub-key", "GOOGLE_GEMINI_BASE_URL="+r.stub.URL())
 	env = append(env, ciEnv...)
 	line := "exec " + gemini + " --yolo"
 	if ciEnv != nil {
 		line = "exec env -u CI -u GITHUB_ACTIONS " + gemini + " --yolo"
 	}
-	pane := r.pane("gem", line, env...)
+	// joined before Gemini starts (its program is learnt at its first
+	// hook: a shell runs in the pane at join); pastes are bracketed
+	pane, run := r.gatedPane("gem", line, env...)
+	r.fleet("fleet-roster", "join", "gem", "--mode", "inject", "--tmux-target", pane, "--paste", "bracketed")
+	run()
 	t.Cleanup(func() {
 		if t.Failed() {
 			b, _ := os.ReadFile(events)
 			t.Logf("screen:\n%s\nhook events:\n%s", r.screen(pane), b)
 		}
 	})
-	// an inject entity reads idle from its join on, before Gemini can take
-	// input (a paste then is left unsubmitted in the input box): wait for
-	// the SessionStart hook, then the prompt
+	// the entity reads starting until Gemini's SessionStart hook: nothing
+	// is pasted before Gemini can take it
 	deadline := time.Now().Add(60 * time.Second)
 	for len(geminiEvents(t, events)) == 0 {
 		if time.Now().After(deadline) {
@@ -152,9 +153,10 @@ func testGeminiCLI(t *testing.T, gemini string, ciEnv []string) {
 	}
 	r.waitScreen(pane, geminiIdleRE, 60*time.Second)
 	r.waitStatus("gem", "idle", 30*time.Second) // SessionStart → fleet-turn idle
-	// right after its start Gemini sometimes keeps a paste but drops the
-	// Enter after it (2 of 8 in agent-notes-gemini.md): let it settle
-	time.Sleep(2 * time.Second)
+	// right after its start Gemini sometimes kept a paste but took the
+	// Enter after it for a newline (2 of 8 in agent-notes-gemini.md): the
+	// gateway now presses Enter only once the paste shows, and once more
+	// if no busy hook follows; no settling here
 	if got := r.tmux("display", "-p", "-t", pane, "#{pane_current_command}"); got != "node" {
 		t.Errorf("pane_current_command at the prompt = %q, want node", got)
 	}

@@ -187,3 +187,18 @@ func (r *agentRig) waitStatus(name, status string, within time.Duration) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// gatedPane starts a pane whose shell waits for a go signal before it
+// runs line (exec'd, so the agent is the pane's first process): the test
+// joins the pane first, as a user who joins and then starts the agent
+// does. It returns the pane id and the function that gives the signal.
+func (r *agentRig) gatedPane(name, line string, env ...string) (pane string, start func()) {
+	r.t.Helper()
+	gate := filepath.Join(r.dir, name+".go")
+	pane = r.pane(name, "while [ ! -e "+gate+" ]; do sleep 0.05; done; "+line, env...)
+	return pane, func() {
+		if err := os.WriteFile(gate, nil, 0o600); err != nil {
+			r.t.Fatal(err)
+		}
+	}
+}

@@ -119,7 +119,7 @@ func (s *Server) gemini(w http.ResponseWriter, r *http.Request) {
 				rec.Prompt = p.Text
 			}
 			if p.FunctionResponse != nil && last {
-				rec.ToolResult = toolOutput(p.FunctionResponse.Response)
+				rec.ToolResult = geminiToolOutput(p.FunctionResponse.Response)
 			}
 		}
 	}
@@ -223,9 +223,9 @@ func lastIsToolResult(cs []geminiContent) bool {
 	return false
 }
 
-// toolOutput is the text of a functionResponse's response ({"output": ...}
+// geminiToolOutput is the text of a functionResponse's response ({"output": ...}
 // from the shell tool; else the JSON as sent).
-func toolOutput(raw json.RawMessage) string {
+func geminiToolOutput(raw json.RawMessage) string {
 	var m map[string]any
 	if json.Unmarshal(raw, &m) == nil {
 		for _, k := range []string{"output", "result", "error"} {

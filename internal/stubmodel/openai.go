@@ -105,7 +105,7 @@ func (s *Server) openai(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case it.Type == "function_call_output" || it.Type == "custom_tool_call_output" || it.Type == "local_shell_call_output":
 			last = "output"
-			rec.ToolResult = toolOutput(it.Output)
+			rec.ToolResult = openaiToolOutput(it.Output)
 		case (it.Type == "message" || it.Type == "") && it.Role == "user":
 			text := contentText(it.Content)
 			if codexContext(text) {
@@ -230,9 +230,9 @@ func shellArgs(name, cmd string) string {
 	return string(b)
 }
 
-// toolOutput is a function call's output: a string, or a list of content
+// openaiToolOutput is a function call's output: a string, or a list of content
 // parts.
-func toolOutput(raw json.RawMessage) string {
+func openaiToolOutput(raw json.RawMessage) string {
 	var s string
 	if json.Unmarshal(raw, &s) == nil {
 		return s

@@ -61,6 +61,11 @@ type Tmux struct {
 	// screen (its text, cursor or history) before the delivery is
 	// uncertain: the proof of a program that has no turn hooks.
 	Confirm time.Duration
+	// Echo, when positive, is how long to wait for the paste to show on
+	// the screen before the settle delay and the Enter: an agent CLI that
+	// reads an Enter right behind pasted text as a newline (Gemini CLI
+	// within 30 ms) gets it only once the text is in its input.
+	Echo time.Duration
 }
 
 // The paste settings.
@@ -234,6 +239,10 @@ func (t *Tmux) Deliver(ctx context.Context, env *envelope.Envelope) error {
 		}
 		args = t.guard(cmd)
 	}
+	var shown string
+	if t.Echo > 0 {
+		shown, _ = Screen(ctx, t.Target)
+	}
 	out, err := tmuxOut(ctx, "paste-buffer", nil, args...)
 	drop()
 	if err != nil {
@@ -244,6 +253,9 @@ func (t *Tmux) Deliver(ctx context.Context, env *envelope.Envelope) error {
 	}
 	// From here on the text is in the pane: a failure is uncertain, never
 	// retried (a retry would paste it twice).
+	if t.Echo > 0 {
+		changed(ctx, t.Target, shown, t.Echo) // the paste shows in the input
+	}
 	var before string
 	if t.Confirm > 0 {
 		before, _ = Screen(context.WithoutCancel(ctx), t.Target)
@@ -252,10 +264,23 @@ func (t *Tmux) Deliver(ctx context.Context, env *envelope.Envelope) error {
 	case <-time.After(t.Settle):
 	case <-ctx.Done():
 	}
+	if err := t.Enter(ctx); err != nil {
+		return fmt.Errorf("%w: text pasted into %s, %v", ErrUncertain, t.Target, err)
+	}
+	if t.Confirm > 0 && !changed(ctx, t.Target, before, t.Confirm) {
+		return fmt.Errorf("%w: text pasted into %s, but its Enter changed nothing on the screen within %v", ErrUncertain, t.Target, t.Confirm)
+	}
+	return nil
+}
+
+// Enter presses Enter in the pane, only while its program is in front.
+func (t *Tmux) Enter(ctx context.Context) error {
 	enter := []string{"send-keys", "-t", t.Target, "Enter"}
 	if t.Program != "" {
 		enter = t.guard("send-keys -t '" + t.Target + "' Enter")
 	}
+	var out string
+	var err error
 	for i := 0; i < 3; i++ {
 		if out, err = tmuxOut(context.WithoutCancel(ctx), "send-keys", nil, enter...); err == nil {
 			break
@@ -263,22 +288,19 @@ func (t *Tmux) Deliver(ctx context.Context, env *envelope.Envelope) error {
 		time.Sleep(50 * time.Millisecond)
 	}
 	if err != nil {
-		return fmt.Errorf("%w: text pasted into %s but Enter failed: %v", ErrUncertain, t.Target, err)
+		return fmt.Errorf("but Enter failed: %v", err)
 	}
 	if strings.Contains(out, notForeground) {
-		return fmt.Errorf("%w: text pasted into %s, then before its Enter: %v", ErrUncertain, t.Target, t.detached(ctx))
-	}
-	if t.Confirm > 0 && !t.changed(ctx, before) {
-		return fmt.Errorf("%w: text pasted into %s, but its Enter changed nothing on the screen within %v", ErrUncertain, t.Target, t.Confirm)
+		return fmt.Errorf("then before its Enter: %v", t.detached(ctx))
 	}
 	return nil
 }
 
-// changed waits up to t.Confirm for the pane's screen to differ from before.
-func (t *Tmux) changed(ctx context.Context, before string) bool {
-	deadline := time.Now().Add(t.Confirm)
+// changed waits up to within for target's screen to differ from before.
+func changed(ctx context.Context, target, before string, within time.Duration) bool {
+	deadline := time.Now().Add(within)
 	for {
-		now, err := Screen(context.WithoutCancel(ctx), t.Target)
+		now, err := Screen(context.WithoutCancel(ctx), target)
 		if err == nil && now != before {
 			return true
 		}

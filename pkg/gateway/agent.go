@@ -36,6 +36,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -145,6 +146,8 @@ func tmuxAdapter(e store.Entity, cfg *config.Config) *deliver.Tmux {
 	}
 	if e.Turns == turnsNone {
 		t.Confirm = cfg.ConfirmWithin // no hook will say it took it: the screen must
+	} else {
+		t.Echo = 2 * time.Second // the Enter only once the paste shows
 	}
 	return t
 }
@@ -168,7 +171,7 @@ func (w *agentWatch) next(ctx context.Context, ent store.Entity, now time.Time) 
 	if ent.HookAt.After(since) {
 		since = ent.HookAt
 	}
-	if ent.Program != "" && (status == stDetached || status == stIdle || ent.Turns == turnsNone) {
+	if ent.Program != "" && (status == stIdle || watched(ent)) {
 		p, err := deliver.Probe(ctx, ent.PaneTarget())
 		switch {
 		case err != nil:
@@ -193,19 +196,32 @@ func (w *agentWatch) next(ctx context.Context, ent store.Entity, now time.Time) 
 			return stStuck, fmt.Sprintf("busy for %v with no hook from the agent", w.cfg.StuckAfter.Round(time.Second))
 		}
 	}
-	if (status == stStuck || status == stUnhooked) && ent.IdleScreen > 0 {
+	if (status == stStarting || status == stStuck || status == stUnhooked) && ent.IdleScreen > 0 && ent.Program != "" {
+		// idle read from the screen: the program in front (checked
+		// above), no dialog on it, and nothing on it moved for IdleScreen
 		s, err := deliver.Screen(ctx, ent.PaneTarget())
 		if err != nil {
 			return status, reason
 		}
+		if m := dialogRE.FindString(s); m != "" {
+			if status == stStarting {
+				return status, "a dialog is open in the pane (" + strings.TrimSpace(m) + "): answer it there"
+			}
+			return status, reason
+		}
 		if s != w.screen {
 			w.screen, w.screenSince = s, now
-		} else if now.Sub(w.screenSince) >= time.Duration(ent.IdleScreen)*time.Millisecond {
-			return stIdle, "read from the screen: unchanged for " + (time.Duration(ent.IdleScreen) * time.Millisecond).String()
+		} else if quiet := time.Duration(ent.IdleScreen) * time.Millisecond; now.Sub(w.screenSince) >= quiet {
+			return stIdle, "read from the screen: unchanged for " + quiet.String()
 		}
 	}
 	return status, reason
 }
+
+// dialogRE finds the first-run and review dialogs of the agent CLIs on a
+// screen (workspace trust, hook review): no paste may answer one, so a
+// screen that shows one is never read as idle.
+var dialogRE = regexp.MustCompile(`(?i)do you trust the files in this folder|trust this folder\?|hooks need review|is this a project you created or one you trust|yes, i trust this folder|don't trust`)
 
 // watched says whether status is one the safety net must look at again
 // after a while (a tick), not only when something changes.

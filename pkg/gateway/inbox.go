@@ -266,7 +266,16 @@ func (g *Gateway) injectLoop(ctx context.Context, b *mailbox) {
 		}
 		err = g.adapter(ent).Deliver(g.hardCtx, env)
 		g.crashAt("after-inject")
-		if err == nil && hooked && !b.confirmed(ctx, pasted, g.cfg.ConfirmWithin) {
+		if err == nil && hooked && !b.confirmed(ctx, pasted, g.cfg.ConfirmWithin/3) {
+			// no busy hook yet: an Enter taken as a newline leaves the text
+			// in the agent's input; one more Enter submits it (an empty
+			// input ignores it), and the agent still has to show it
+			log.Info("no busy hook after the paste: pressing Enter once more")
+			if eerr := tmuxAdapter(ent, g.cfg).Enter(g.hardCtx); eerr != nil {
+				log.Warn("second Enter", "err", eerr)
+			}
+		}
+		if err == nil && hooked && !b.confirmed(ctx, pasted, g.cfg.ConfirmWithin*2/3) {
 			err = fmt.Errorf("%w: pasted into pane %s, but the agent showed no sign of taking it (no busy hook) within %v",
 				deliver.ErrUncertain, ent.TmuxTarget, g.cfg.ConfirmWithin)
 		}
