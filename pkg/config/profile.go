@@ -23,6 +23,9 @@ import (
 //	                       (as fleet-roster join --exec)
 //	profile.NAME.grace     a command that dies within this is a launch failure
 //	                       (default 500ms; 0 checks nothing)
+//	profile.NAME.program, .turns, .paste, .header, .idle-screen
+//	                       tmux + inject: the agent in the pane, as
+//	                       fleet-roster join's options of the same names
 type Profile struct {
 	Name     string
 	Launcher string
@@ -32,10 +35,14 @@ type Profile struct {
 	Dir      string
 	Deliver  string
 	Grace    time.Duration
+	// tmux + inject: the agent in the pane (fleet-roster join --program ...)
+	Program, Turns, Paste, Header string
+	IdleScreen                    time.Duration
 }
 
 // ProfileFields are the keys a profile takes.
-var ProfileFields = []string{"command", "launcher", "mode", "session", "dir", "deliver", "grace"}
+var ProfileFields = []string{"command", "launcher", "mode", "session", "dir", "deliver", "grace",
+	"program", "turns", "paste", "header", "idle-screen"}
 
 // profileName is compiled on first use: every short command loads the
 // config, and an eager regexp is paid on each start.
@@ -105,13 +112,25 @@ func profiles(file map[string]string) (map[string]*Profile, []error) {
 			p.Dir = v
 		case "deliver":
 			p.Deliver = v
-		case "grace":
+		case "program":
+			p.Program = v
+		case "turns":
+			p.Turns = v
+		case "paste":
+			p.Paste = v
+		case "header":
+			p.Header = v
+		case "grace", "idle-screen":
 			d, err := time.ParseDuration(v)
 			if err != nil || d < 0 {
 				errs = append(errs, fmt.Errorf("%s: %q is not a duration such as 500ms", k, v))
 				continue
 			}
-			p.Grace = d
+			if field == "grace" {
+				p.Grace = d
+			} else {
+				p.IdleScreen = d
+			}
 		}
 	}
 	for _, name := range sortedNames(out) {
@@ -150,6 +169,9 @@ func profiles(file map[string]string) (map[string]*Profile, []error) {
 		}
 		if p.Mode == "pull" && p.Deliver != "" {
 			bad("deliver is for inject mode")
+		}
+		if (p.Launcher != "tmux" || p.Mode != "inject") && p.Program+p.Turns+p.Paste+p.Header != "" || p.IdleScreen != 0 && p.Launcher != "tmux" {
+			bad("program, turns, paste, header and idle-screen are for a tmux entity in inject mode")
 		}
 		if strings.ContainsAny(p.Session, ":.") {
 			bad("session %q may not hold ':' or '.'", p.Session)

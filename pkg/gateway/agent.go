@@ -122,7 +122,7 @@ func bindPane(ctx context.Context, e *store.Entity) error {
 	if e.Turns == "" {
 		e.Turns = turnsHooks
 	}
-	if e.Program == "" && (e.Turns == turnsNone || !deliver.IsShell(p.Command)) && deliver.ProgramOK(p.Command) {
+	if e.Program == "" && (e.Turns == turnsNone || agentInFront(p)) {
 		e.Program = p.Command
 	}
 	if e.Turns == turnsNone {
@@ -135,6 +135,28 @@ func bindPane(ctx context.Context, e *store.Entity) error {
 	}
 	e.Status, e.StatusReason = stStarting, "waiting for the agent's first hook"
 	return nil
+}
+
+// agentInFront says whether what runs in front of pane p is a program to
+// bind an entity to: no shell by tmux's name for it, nor by the kernel's
+// (the terminal's foreground process group, from /proc: tmux names a
+// pane's shell after the first word of its command line while it starts).
+func agentInFront(p deliver.PaneInfo) bool {
+	if p.Dead || deliver.IsShell(p.Command) || !deliver.ProgramOK(p.Command) {
+		return false
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(p.PID) + "/stat")
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 6 {
+		return false
+	}
+	fg, _ := strconv.Atoi(f[5]) // tpgid: the terminal's foreground process group
+	comm, err := os.ReadFile("/proc/" + strconv.Itoa(fg) + "/comm")
+	return err == nil && !deliver.IsShell(strings.TrimSpace(string(comm)))
 }
 
 // tmuxAdapter is the tmux adapter for e: its pane by id, its program and
@@ -170,6 +192,11 @@ func (w *agentWatch) next(ctx context.Context, ent store.Entity, now time.Time) 
 	since := ent.StatusAt
 	if ent.HookAt.After(since) {
 		since = ent.HookAt
+	}
+	if ent.Program == "" && status == stIdle {
+		// idle said before its program was in front (a hook from the
+		// pane's shell): nothing is pasted unchecked
+		return stStarting, "its program is not known yet: waiting for a hook from the agent in the pane"
 	}
 	if ent.Program != "" && (status == stIdle || watched(ent)) {
 		p, err := deliver.Probe(ctx, ent.PaneTarget())

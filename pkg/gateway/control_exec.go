@@ -176,6 +176,8 @@ func (g *Gateway) spawnNow(env *envelope.Envelope, b spawnBody, log *slog.Logger
 	if p.Mode == "inject" {
 		if p.Launcher == launch.Tmux {
 			check.TmuxTarget = "(new window)"
+			check.Program, check.Turns, check.Paste, check.Header = p.Program, p.Turns, p.Paste, p.Header
+			check.IdleScreen = p.IdleScreen.Milliseconds()
 		} else {
 			check.Exec = p.Deliver
 		}
@@ -214,6 +216,8 @@ func (g *Gateway) spawnNow(env *envelope.Envelope, b spawnBody, log *slog.Logger
 	if p.Mode == "inject" {
 		if p.Launcher == launch.Tmux {
 			e.TmuxTarget = proc.Info.Pane
+			e.Program, e.Turns, e.Paste, e.Header = p.Program, p.Turns, p.Paste, p.Header
+			e.IdleScreen = p.IdleScreen.Milliseconds()
 		} else {
 			e.Exec = p.Deliver
 		}

@@ -894,7 +894,7 @@ func (g *Gateway) setStatus(pid int32, req *api.Request) (*api.Response, error) 
 	if ent.TmuxTarget != "" && ent.Program == "" {
 		// an agent started from the pane's shell: its program is what the
 		// pane runs while its hook runs
-		if p, err := deliver.Probe(g.runCtx, ent.PaneTarget()); err == nil && !p.Dead && !deliver.IsShell(p.Command) && deliver.ProgramOK(p.Command) {
+		if p, err := deliver.Probe(g.runCtx, ent.PaneTarget()); err == nil && agentInFront(p) {
 			program = p.Command
 		}
 	}
