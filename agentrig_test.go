@@ -72,8 +72,11 @@ func newAgentRig(t *testing.T, gwEnv ...string) *agentRig {
 func (r *agentRig) env(extra ...string) []string {
 	var env []string
 	for _, kv := range os.Environ() {
+		// nor CI's own variables: CI=true makes Gemini CLI start headless
+		// (a test that wants them says so)
 		if !strings.HasPrefix(kv, "FLEET_") && !strings.HasPrefix(kv, "XDG_") && !strings.HasPrefix(kv, "TMUX") &&
-			!strings.HasPrefix(kv, "HOME=") && !strings.HasPrefix(kv, "PATH=") {
+			!strings.HasPrefix(kv, "HOME=") && !strings.HasPrefix(kv, "PATH=") &&
+			!strings.HasPrefix(kv, "CI=") && !strings.HasPrefix(kv, "GITHUB_") {
 			env = append(env, kv)
 		}
 	}
