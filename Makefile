@@ -59,6 +59,11 @@ install: build
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 \
 		$(DESTDIR)$(PREFIX)/share/bash-completion/completions $(DESTDIR)$(PREFIX)/share/zsh/site-functions
 	install -m 0755 $(addprefix bin/,$(CMDS)) $(DESTDIR)$(PREFIX)/bin/
+	# the agent CLIs' turn hook and its recipes (fleet-roster hooks install
+	# merges the same recipes, built in, into each CLI's settings)
+	install -m 0755 scripts/hooks/fleet-turn $(DESTDIR)$(PREFIX)/bin/
+	install -d $(DESTDIR)$(PREFIX)/share/fleet/hooks
+	install -m 0644 scripts/hooks/*.json scripts/hooks/*.toml $(DESTDIR)$(PREFIX)/share/fleet/hooks/
 	install -m 0644 man/*.1 $(DESTDIR)$(PREFIX)/share/man/man1/
 	for c in $(CMDS); do \
 		install -m 0644 completions/$$c.bash $(DESTDIR)$(PREFIX)/share/bash-completion/completions/$$c; \

@@ -21,6 +21,8 @@ func TestMakeInstall(t *testing.T) {
 		"share/bash-completion/completions/fleet-gw", "share/zsh/site-functions/_fleet-gw",
 		"lib/systemd/user/fleet-gw.service", "lib/systemd/user/fleet-gw-health.service",
 		"lib/systemd/user/fleet-gw-health.timer", "share/doc/fleet/fleet.conf.example",
+		"bin/fleet-turn", "share/fleet/hooks/claude-code-settings.json", "share/fleet/hooks/codex-hooks.json",
+		"share/fleet/hooks/gemini-settings.json",
 	} {
 		if _, err := os.Stat(filepath.Join(prefix, f)); err != nil {
 			t.Errorf("not installed: %v", err)

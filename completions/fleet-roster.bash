@@ -18,13 +18,13 @@ _fleet_roster() {
         -*)
             [[ ${COMP_WORDS[i+1]} == = ]] && continue
             case $cmd:$w in
-            :--socket|:--state-dir|:--config|:--host|:--group|list:--host|list:--group|list:--socket|list:--state-dir|list:--config|join:--mode|join:--tmux-target|join:--exec|join:--nudge|join:--group|join:--program|join:--turns|join:--paste|join:--header|join:--idle-screen|join:--socket|join:--state-dir|join:--config|leave:--socket|leave:--state-dir|leave:--config|status:--as|status:--socket|status:--state-dir|status:--config|whoami:--as|whoami:--socket|whoami:--state-dir|whoami:--config|group:--add|group:--remove|group:--socket|group:--state-dir|group:--config|dead:--socket|dead:--state-dir|dead:--config) i=$((i + 1)) ;; # skip the flag's value
+            :--socket|:--state-dir|:--config|:--host|:--group|list:--host|list:--group|list:--socket|list:--state-dir|list:--config|join:--mode|join:--tmux-target|join:--exec|join:--nudge|join:--group|join:--program|join:--turns|join:--paste|join:--header|join:--idle-screen|join:--socket|join:--state-dir|join:--config|leave:--socket|leave:--state-dir|leave:--config|status:--as|status:--socket|status:--state-dir|status:--config|whoami:--as|whoami:--socket|whoami:--state-dir|whoami:--config|group:--add|group:--remove|group:--socket|group:--state-dir|group:--config|hooks:--socket|hooks:--state-dir|hooks:--config|dead:--socket|dead:--state-dir|dead:--config) i=$((i + 1)) ;; # skip the flag's value
             esac
             ;;
         *)
             if [[ -z $cmd ]] && (( npos == 0 )); then
                 case $w in
-                list|join|leave|status|whoami|group|dead) cmd=$w; continue ;;
+                list|join|leave|status|whoami|group|hooks|dead) cmd=$w; continue ;;
                 esac
             fi
             npos=$((npos + 1)) ;;
@@ -34,8 +34,8 @@ _fleet_roster() {
     '<'|'>'|'>>') compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return 0 ;;
     esac
     case $cmd:$prev in
-    :--socket|:--config|list:--socket|list:--config|join:--socket|join:--config|leave:--socket|leave:--config|status:--socket|status:--config|whoami:--socket|whoami:--config|group:--socket|group:--config|dead:--socket|dead:--config) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return 0 ;;
-    :--state-dir|list:--state-dir|join:--state-dir|leave:--state-dir|status:--state-dir|whoami:--state-dir|group:--state-dir|dead:--state-dir) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -d -- "$cur"); return 0 ;;
+    :--socket|:--config|list:--socket|list:--config|join:--socket|join:--config|leave:--socket|leave:--config|status:--socket|status:--config|whoami:--socket|whoami:--config|group:--socket|group:--config|hooks:--socket|hooks:--config|dead:--socket|dead:--config) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return 0 ;;
+    :--state-dir|list:--state-dir|join:--state-dir|leave:--state-dir|status:--state-dir|whoami:--state-dir|group:--state-dir|hooks:--state-dir|dead:--state-dir) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -d -- "$cur"); return 0 ;;
     join:--exec|join:--nudge) mapfile -t COMPREPLY < <(compgen -c -- "$cur"); return 0 ;;
     status:--as|whoami:--as) mapfile -t COMPREPLY < <(compgen -W "$(fleet-roster --json 2>/dev/null | sed -n 's/.*"name":"\([^"]*\)".*"host":"\([^"]*\)".*/\1 \1@\2/p')" -- "$cur"); return 0 ;;
     :--host|:--group|list:--host|list:--group|join:--tmux-target|join:--group|join:--program|join:--turns|join:--paste|join:--header|join:--idle-screen|group:--add|group:--remove) COMPREPLY=(); return 0 ;; # free text
@@ -50,12 +50,13 @@ _fleet_roster() {
         status) mapfile -t COMPREPLY < <(compgen -W '--json --as --pane --socket --state-dir --config --help -h' -- "$cur") ;;
         whoami) mapfile -t COMPREPLY < <(compgen -W '--json --as --socket --state-dir --config --help -h' -- "$cur") ;;
         group) mapfile -t COMPREPLY < <(compgen -W '--json --add --remove --socket --state-dir --config --help -h' -- "$cur") ;;
+        hooks) mapfile -t COMPREPLY < <(compgen -W '--socket --state-dir --config --help -h' -- "$cur") ;;
         dead) mapfile -t COMPREPLY < <(compgen -W '--json --socket --state-dir --config --help -h' -- "$cur") ;;
         esac
         return 0
     fi
     case $cmd in
-        '') (( npos == 0 )) && mapfile -t COMPREPLY < <(compgen -W 'list join leave status whoami group dead' -- "$cur") ;;
+        '') (( npos == 0 )) && mapfile -t COMPREPLY < <(compgen -W 'list join leave status whoami group hooks dead' -- "$cur") ;;
         join) (( npos == 0 )) && mapfile -t COMPREPLY < <(compgen -W "$(fleet-roster --json 2>/dev/null | sed -n 's/.*"name":"\([^"]*\)".*"host":"\([^"]*\)".*/\1 \1@\2/p')" -- "$cur") ;;
         leave) (( npos == 0 )) && mapfile -t COMPREPLY < <(compgen -W "$(fleet-roster --json 2>/dev/null | sed -n 's/.*"name":"\([^"]*\)".*"host":"\([^"]*\)".*/\1 \1@\2/p')" -- "$cur") ;;
         status) (( npos == 0 )) && mapfile -t COMPREPLY < <(compgen -W 'busy idle' -- "$cur") ;;

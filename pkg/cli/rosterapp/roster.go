@@ -29,7 +29,8 @@ func NewRosterApp() *ucli.App {
 		"fleet-roster status busy|idle [--pane]\n" +
 		"fleet-roster group NAME [--add G ...] [--remove G ...]\n" +
 		"fleet-roster dead [NAME]\n" +
-		"fleet-roster whoami"
+		"fleet-roster whoami\n" +
+		"fleet-roster hooks install|status|remove|doctor claude|codex|gemini [--project DIR]"
 	app.Flags = append(fleetcli.ConnFlags(), append(listFlags(), fleetcli.JSONFlag())...)
 	list := &ucli.Command{
 		Name:   "list",
@@ -93,6 +94,7 @@ func NewRosterApp() *ucli.App {
 			},
 			Action: runGroup,
 		},
+		hooksCommand(),
 		{
 			Name:      "dead",
 			Usage:     "list dead letters, with the reason each died",

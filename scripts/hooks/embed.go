@@ -1,0 +1,18 @@
+// Package hooks is the agent CLIs' turn-hook recipes — the snippets beside
+// this file, one per CLI — and fleet-turn, the hook they run, embedded so
+// that fleet-roster hooks install writes exactly what ships here
+// (pkg/hooks merges them into each CLI's settings).
+package hooks
+
+import _ "embed"
+
+var (
+	//go:embed claude-code-settings.json
+	Claude []byte
+	//go:embed codex-hooks.json
+	Codex []byte
+	//go:embed gemini-settings.json
+	Gemini []byte
+	//go:embed fleet-turn
+	FleetTurn []byte
+)
