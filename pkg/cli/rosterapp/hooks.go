@@ -262,7 +262,7 @@ func runHooksDoctor(c *ucli.Context) error {
 	}
 	if len(problems) > 0 {
 		return fault.New(fault.Unavailable, fault.KindHooksBlocked, "the %s hooks cannot work yet: %s", cls[0].Name, problems[0]).
-			WithHint("fleet-roster hooks status " + cls[0].Name)
+			WithHint("fleet-roster hooks status %s", cls[0].Name)
 	}
 	return nil
 }
