@@ -248,7 +248,12 @@ func (w *agentWatch) next(ctx context.Context, ent store.Entity, now time.Time) 
 // dialogRE finds the first-run and review dialogs of the agent CLIs on a
 // screen (workspace trust, hook review): no paste may answer one, so a
 // screen that shows one is never read as idle.
-var dialogRE = regexp.MustCompile(`(?i)do you trust the files in this folder|trust this folder\?|hooks need review|is this a project you created or one you trust|yes, i trust this folder|don't trust`)
+// The texts, as docs/agent-clis/ records them: Gemini CLI's folder trust,
+// Codex's folder trust and hook review, Claude Code's workspace trust, its
+// API-key question, its bypass-mode warning and its auto-mode stop.
+var dialogRE = regexp.MustCompile(`(?i)do you trust the files in this folder|trust this folder\?|hooks need review|` +
+	`is this a project you created or one you trust|yes, i trust this folder|don't trust|` +
+	`do you want to use this api key\?|running in bypass permissions mode|auto mode can't check actions`)
 
 // watched says whether status is one the safety net must look at again
 // after a while (a tick), not only when something changes.
