@@ -412,7 +412,13 @@ func TestClaudeCode(t *testing.T) {
 			after = append(after, ev["hook_event_name"].(string))
 		}
 		roster, _, _ := r.fleetTry("fleet-roster", "--json")
-		t.Logf("hooks after Escape: %v; roster: %s", after, roster)
+		row := ""
+		for _, line := range strings.Split(roster, "\n") {
+			if strings.Contains(line, `"name":"`+c.name+`"`) {
+				row = line
+			}
+		}
+		t.Logf("hooks after Escape: %v; the entity: %s", after, row)
 		// clear the restored prompt and end the turn as a hook would
 		r.tmux("send-keys", "-t", c.pane, "C-u")
 		r.waitScreen(c.pane, claudeReady, 10*time.Second)
