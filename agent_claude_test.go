@@ -1,0 +1,462 @@
+package fleet_test
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fleetd/fleet/internal/stubmodel"
+)
+
+// The real Claude Code in a tmux pane of the rig, talking to the stub
+// model (ANTHROPIC_BASE_URL), configured the way a user would so that it
+// starts straight at its input prompt (agent-notes-claude.md says which
+// dialogs that skips), with the shipped hook snippet
+// (scripts/hooks/claude-code-settings.json) wiring fleet-turn to its
+// turns.
+
+// claudeKey is the fake API key; Claude Code asks once whether to use a
+// key from the environment and remembers the answer by its last 20
+// characters (customApiKeyResponses).
+const claudeKey = "sk-ant-api03-fleet-stub-model-key-0123456789abcdef"
+
+// claudeReady is the idle prompt's status line (manual permission mode);
+// mid-turn the same line says "esc to interrupt" instead.
+const claudeReady = `\? for shortcuts`
+
+// claudeShell is the pane's shell prompt (bash, no rc file).
+const claudeShell = `[#$] $`
+
+// claudeHookEvents are the hook events the test records (every one the
+// recipe uses, and the tool and session ones around them).
+var claudeHookEvents = []string{"SessionStart", "SessionEnd", "UserPromptSubmit", "Stop", "StopFailure",
+	"Notification", "PreToolUse", "PostToolUse", "PostToolUseFailure"}
+
+type claudeRun struct {
+	r     *agentRig
+	name  string // the entity
+	pane  string
+	token string
+	hooks string // the hook events as Claude Code passed them, JSON lines
+}
+
+// claudeConfig writes the user's configuration under the rig's HOME:
+// ~/.claude.json (onboarding done, the project folder trusted, the key
+// approved, the auto-mode offer seen) and ~/.claude/settings.json (the
+// shipped hook snippet, a recording hook on every event, and Bash
+// allowed in manual permission mode).
+func claudeConfig(t *testing.T, r *agentRig, hooksLog string) {
+	t.Helper()
+	state := map[string]any{
+		"hasCompletedOnboarding":  true,
+		"theme":                   "dark",
+		"hasSeenAutoDefaultNudge": true,
+		"customApiKeyResponses": map[string]any{
+			"approved": []string{claudeKey[len(claudeKey)-20:]}, "rejected": []string{}},
+		"projects": map[string]any{r.work: map[string]any{"hasTrustDialogAccepted": true}},
+	}
+	writeJSONFile(t, filepath.Join(r.home, ".claude.json"), state)
+
+	snippet, err := os.ReadFile(filepath.Join("scripts", "hooks", "claude-code-settings.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var settings map[string]any
+	if err := json.Unmarshal(snippet, &settings); err != nil {
+		t.Fatalf("scripts/hooks/claude-code-settings.json: %v", err)
+	}
+	hooks, _ := settings["hooks"].(map[string]any)
+	if hooks == nil {
+		t.Fatal("scripts/hooks/claude-code-settings.json has no hooks")
+	}
+	rec := map[string]any{"type": "command", "timeout": 10,
+		"command": "cat >> '" + hooksLog + "'; echo >> '" + hooksLog + "'"}
+	for _, ev := range claudeHookEvents {
+		groups, _ := hooks[ev].([]any)
+		hooks[ev] = append(groups, map[string]any{"hooks": []any{rec}})
+	}
+	settings["permissions"] = map[string]any{"defaultMode": "default", "allow": []string{"Bash"}}
+	writeJSONFile(t, filepath.Join(r.home, ".claude", "settings.json"), settings)
+}
+
+func writeJSONFile(t *testing.T, path string, v any) {
+	t.Helper()
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// claudeEnv is Claude Code's environment: the stub, the fake key, no
+// updater, telemetry or other traffic, and no retries of a failed
+// request (an error is a StopFailure at once, not minutes of backoff).
+func claudeEnv(r *agentRig) []string {
+	return []string{
+		"ANTHROPIC_BASE_URL=" + r.stub.URL(),
+		"ANTHROPIC_API_KEY=" + claudeKey,
+		"ANTHROPIC_AUTH_TOKEN=",
+		"DISABLE_AUTOUPDATER=1",
+		"DISABLE_TELEMETRY=1",
+		"DISABLE_ERROR_REPORTING=1",
+		"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1",
+		"CLAUDE_CODE_MAX_RETRIES=0",
+	}
+}
+
+// startClaude starts a shell in a pane, joins it as entity name (inject
+// mode), and runs claude in it with the entity's credential, waiting for
+// its idle prompt.
+func startClaude(t *testing.T, r *agentRig, name string) *claudeRun {
+	t.Helper()
+	agentBin(t, "claude")
+	c := &claudeRun{r: r, name: name, hooks: filepath.Join(r.dir, "claude-hooks.jsonl")}
+	claudeConfig(t, r, c.hooks)
+	c.pane = r.pane(name, "bash --norc --noprofile -i", claudeEnv(r)...)
+	r.waitScreen(c.pane, claudeShell, 10*time.Second)
+	if cmd := paneCommand(r, c.pane); cmd != "bash" {
+		t.Errorf("the pane's command before claude is %q, want bash", cmd)
+	}
+	// claude writes under HOME until it is gone: end it before the
+	// test's folder is removed (cleanups run last first)
+	shell := r.tmux("display", "-p", "-t", c.pane, "#{pane_pid}")
+	t.Cleanup(func() { endClaude(r, c.pane, shell) })
+	out := r.fleet("fleet-roster", "join", name, "--mode", "inject", "--tmux-target", c.pane)
+	c.token = strings.Fields(out)[0]
+	start := time.Now()
+	r.tmux("send-keys", "-t", c.pane, "-l", "FLEET_TOKEN="+c.token+" claude")
+	r.tmux("send-keys", "-t", c.pane, "Enter")
+	r.waitScreen(c.pane, claudeReady, 30*time.Second)
+	t.Logf("claude ready after %v", time.Since(start).Round(10*time.Millisecond))
+	c.waitHook(t, "SessionStart", 1)
+	return c
+}
+
+// endClaude kills pane's session and waits for the processes under its
+// shell (pid shell) to exit.
+func endClaude(r *agentRig, pane, shell string) {
+	var pids []string
+	var walk func(pid string)
+	walk = func(pid string) {
+		b, _ := os.ReadFile("/proc/" + pid + "/task/" + pid + "/children")
+		for _, k := range strings.Fields(string(b)) {
+			pids = append(pids, k)
+			walk(k)
+		}
+	}
+	walk(shell)
+	cmd := exec.Command("tmux", "kill-session", "-t", pane)
+	cmd.Env = r.env()
+	cmd.Run()
+	deadline := time.Now().Add(10 * time.Second)
+	for _, pid := range pids {
+		for time.Now().Before(deadline) {
+			if _, err := os.Stat("/proc/" + pid); err != nil {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
+
+// paneCommand is tmux's #{pane_current_command} of pane.
+func paneCommand(r *agentRig, pane string) string {
+	return r.tmux("display", "-p", "-t", pane, "#{pane_current_command}")
+}
+
+// hookEvents are the hook events recorded so far, in order.
+func (c *claudeRun) hookEvents(t *testing.T) []map[string]any {
+	t.Helper()
+	b, err := os.ReadFile(c.hooks)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	var evs []map[string]any
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.TrimSpace(line) == "" {
+			continue
+		}
+		var ev map[string]any
+		if err := json.Unmarshal([]byte(line), &ev); err != nil {
+			t.Fatalf("hook log line %q: %v", line, err)
+		}
+		evs = append(evs, ev)
+	}
+	return evs
+}
+
+// hookNames are the recorded hook event names, in order.
+func (c *claudeRun) hookNames(t *testing.T) []string {
+	var names []string
+	for _, ev := range c.hookEvents(t) {
+		names = append(names, ev["hook_event_name"].(string))
+	}
+	return names
+}
+
+// waitHook waits until event has fired n times in all.
+func (c *claudeRun) waitHook(t *testing.T, event string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		k := 0
+		for _, name := range c.hookNames(t) {
+			if name == event {
+				k++
+			}
+		}
+		if k >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("hook %s fired %d time(s), want %d; events: %v", event, k, n, c.hookNames(t))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// send sends body to the entity as alice and returns the message id.
+func (c *claudeRun) send(t *testing.T, body string) string {
+	t.Helper()
+	out := c.r.fleet("fleet-send", "--as", "alice", "--json", c.name, body)
+	m := regexp.MustCompile(`"msg_id":"([^"]+)"`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("fleet-send printed no msg_id: %s", out)
+	}
+	return m[1]
+}
+
+// waitState waits until message id reads state.
+func (c *claudeRun) waitState(t *testing.T, id, state string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, errOut, _ := c.r.fleetTry("fleet-send", "--as", "alice", "--json", "--status", id)
+		if strings.Contains(out, `"state":"`+state+`"`) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("message %s never read %s: %s%s", id, state, out, errOut)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// turnsWith are the stub's turns whose prompt contains s.
+func turnsWith(r *agentRig, s string) []stubmodel.Request {
+	var out []stubmodel.Request
+	for _, q := range r.stub.Turns() {
+		if strings.Contains(q.Prompt, s) {
+			out = append(out, q)
+		}
+	}
+	return out
+}
+
+// waitTurnsWith waits until the stub has seen n turns whose prompt
+// contains s.
+func waitTurnsWith(t *testing.T, r *agentRig, s string, n int) []stubmodel.Request {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if turns := turnsWith(r, s); len(turns) >= n {
+			return turns
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the model saw %d turn(s) with %q, want %d; all requests: %+v", len(turnsWith(r, s)), s, n, r.stub.Requests())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// sub is the rig reporting to the subtest t.
+func (r *agentRig) sub(t *testing.T) *agentRig {
+	c := *r
+	c.t = t
+	return &c
+}
+
+func TestClaudeCode(t *testing.T) {
+	agentBin(t, "claude")
+	rig := newAgentRig(t)
+	rig.fleet("fleet-roster", "join", "alice", "--mode", "pull")
+	c := startClaude(t, rig, "claude")
+	if cmd := paneCommand(rig, c.pane); cmd != "claude" {
+		t.Errorf("the pane's command at claude's prompt is %q, want claude", cmd)
+	}
+	rig.waitStatus(c.name, "idle", 10*time.Second)
+
+	t.Run("message", func(t *testing.T) {
+		r := rig.sub(t)
+		c.r = r
+		// slow enough that the roster reads busy while the turn runs
+		body := "hello from alice, message one STUB:SLOW=2"
+		id := c.send(t, body)
+		turns := waitTurnsWith(t, r, body, 1)
+		r.waitStatus(c.name, "busy", 10*time.Second)
+		if cmd := paneCommand(r, c.pane); cmd != "claude" {
+			t.Errorf("the pane's command mid-turn is %q, want claude", cmd)
+		}
+		c.waitHook(t, "Stop", 1)
+		r.waitStatus(c.name, "idle", 10*time.Second)
+		c.waitState(t, id, "delivered")
+		r.waitScreen(c.pane, claudeReady, 10*time.Second)
+
+		turns = turnsWith(r, body)
+		if len(turns) != 1 {
+			t.Fatalf("the model saw %d turns with the message, want 1: %+v", len(turns), turns)
+		}
+		q := turns[0]
+		if q.Vendor != "anthropic" || q.Model == "" || q.Status != 200 {
+			t.Errorf("the turn: vendor %q model %q status %d", q.Vendor, q.Model, q.Status)
+		}
+		if n := strings.Count(q.Prompt, body); n != 1 {
+			t.Errorf("the prompt holds the body %d times, want 1: %q", n, q.Prompt)
+		}
+		if n := strings.Count(strings.Join(q.Texts, "\n"), body); n != 1 {
+			t.Errorf("the user texts hold the body %d times, want 1: %q", n, q.Texts)
+		}
+		if !strings.HasPrefix(q.Prompt, "[fleet send from alice@h1 · msg "+id) {
+			t.Errorf("the prompt does not start with the gateway's header: %q", q.Prompt)
+		}
+		if got := len(r.stub.Turns()); got != 1 {
+			t.Errorf("the model saw %d turns in all, want 1: %+v", got, r.stub.Turns())
+		}
+		if names := c.hookNames(t); !containsSeq(names, "SessionStart", "UserPromptSubmit", "Stop") {
+			t.Errorf("hooks fired %v, want SessionStart, UserPromptSubmit, Stop in order", names)
+		}
+	})
+
+	t.Run("tool", func(t *testing.T) {
+		r := rig.sub(t)
+		c.r = r
+		marker := filepath.Join(r.dir, "claude-tool-marker")
+		body := "please run STUB:TOOL=touch " + marker
+		id := c.send(t, body)
+		turns := waitTurnsWith(t, r, body, 2)
+		c.waitHook(t, "Stop", 2)
+		r.waitStatus(c.name, "idle", 10*time.Second)
+		c.waitState(t, id, "delivered")
+		turns = turnsWith(r, body)
+		if len(turns) != 2 {
+			t.Fatalf("the model saw %d requests for the tool turn, want 2 (the call, its result): %+v", len(turns), turns)
+		}
+		if turns[0].ToolResult != "" || !strings.HasPrefix(turns[0].Answer, "tool_use Bash: touch ") {
+			t.Errorf("the first request: tool result %q, answer %q", turns[0].ToolResult, turns[0].Answer)
+		}
+		if turns[1].ToolResult == "" {
+			t.Errorf("the second request carries no tool result: %+v", turns[1])
+		}
+		if _, err := os.Stat(marker); err != nil {
+			t.Errorf("the Bash tool did not run: %v", err)
+		}
+		if names := c.hookNames(t); !containsSeq(names, "UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop") {
+			t.Errorf("hooks fired %v, want UserPromptSubmit, PreToolUse, PostToolUse, Stop", names)
+		}
+	})
+
+	t.Run("error", func(t *testing.T) {
+		// a failing request ends the turn with StopFailure (no retries:
+		// CLAUDE_CODE_MAX_RETRIES=0), which the recipe makes idle
+		r := rig.sub(t)
+		c.r = r
+		body := "this one fails STUB:ERROR=529"
+		id := c.send(t, body)
+		turns := waitTurnsWith(t, r, body, 1)
+		c.waitHook(t, "StopFailure", 1)
+		r.waitStatus(c.name, "idle", 10*time.Second)
+		c.waitState(t, id, "delivered")
+		r.waitScreen(c.pane, `API Error: 529`, 10*time.Second)
+		r.waitScreen(c.pane, claudeReady, 10*time.Second)
+		turns = turnsWith(r, body)
+		if len(turns) != 1 || turns[0].Status != 529 {
+			t.Errorf("the model saw %+v, want one request answered 529", turns)
+		}
+		// and the next message goes through
+		body2 := "after the error, message two"
+		c.send(t, body2)
+		waitTurnsWith(t, r, body2, 1)
+		c.waitHook(t, "Stop", 3)
+		r.waitStatus(c.name, "idle", 10*time.Second)
+	})
+
+	t.Run("escape", func(t *testing.T) {
+		// Escape mid-turn: Claude Code puts the interrupted prompt back in
+		// its input box and fires no Stop or StopFailure (see
+		// agent-notes-claude.md): the entity stays busy.
+		r := rig.sub(t)
+		c.r = r
+		body := "interrupt me STUB:SLOW=30"
+		c.send(t, body)
+		waitTurnsWith(t, r, body, 1)
+		r.waitStatus(c.name, "busy", 10*time.Second)
+		r.waitScreen(c.pane, `esc to interrupt`, 10*time.Second)
+		before := len(c.hookEvents(t))
+		r.tmux("send-keys", "-t", c.pane, "Escape")
+		// the input box (between two rules), not the transcript's copy
+		scr := r.waitScreen(c.pane, `─\n❯[ \x{a0}]\[fleet send from alice@h1 [^\n]*interrupt me STUB:SLOW=30 *\n─`, 10*time.Second)
+		t.Logf("after Escape:\n%s", scr)
+		time.Sleep(2 * time.Second) // (an observation, not an assertion)
+		var after []string
+		for _, ev := range c.hookEvents(t)[before:] {
+			after = append(after, ev["hook_event_name"].(string))
+		}
+		roster, _, _ := r.fleetTry("fleet-roster", "--json")
+		row := ""
+		for _, line := range strings.Split(roster, "\n") {
+			if strings.Contains(line, `"name":"`+c.name+`"`) {
+				row = line
+			}
+		}
+		t.Logf("hooks after Escape: %v; the entity: %s", after, row)
+		// clear the restored prompt and end the turn as a hook would
+		r.tmux("send-keys", "-t", c.pane, "C-u")
+		r.waitScreen(c.pane, claudeReady, 10*time.Second)
+		cmd := exec.Command(filepath.Join(binDir, "fleet-roster"), "status", "idle")
+		cmd.Env = r.env("FLEET_TOKEN=" + c.token)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("fleet-roster status idle: %v: %s", err, out)
+		}
+		r.waitStatus(c.name, "idle", 10*time.Second)
+	})
+
+	t.Run("exit", func(t *testing.T) {
+		r := rig.sub(t)
+		c.r = r
+		r.tmux("send-keys", "-t", c.pane, "-l", "/exit")
+		time.Sleep(300 * time.Millisecond) // the command menu
+		r.tmux("send-keys", "-t", c.pane, "Enter")
+		r.waitScreen(c.pane, claudeShell, 20*time.Second)
+		if cmd := paneCommand(r, c.pane); cmd != "bash" {
+			t.Errorf("the pane's command after claude exits is %q, want bash", cmd)
+		}
+		c.waitHook(t, "SessionEnd", 1)
+		for _, q := range r.stub.Requests() {
+			if q.Vendor != "anthropic" {
+				t.Errorf("claude asked the stub for something it does not serve: %s %s", q.Method, q.Path)
+			}
+		}
+	})
+}
+
+// containsSeq says whether want occurs in names in order (not
+// necessarily adjacent).
+func containsSeq(names []string, want ...string) bool {
+	i := 0
+	for _, n := range names {
+		if i < len(want) && n == want[i] {
+			i++
+		}
+	}
+	return i == len(want)
+}
