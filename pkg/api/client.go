@@ -31,6 +31,12 @@ func Dial(socket string) (*Client, error) {
 				WithHint("start one with: fleet-gw run")
 		}
 		if errors.Is(err, os.ErrPermission) {
+			if !othersSocket(socket) {
+				// the socket is this user's: what refused is the process's
+				// own confinement (an agent CLI's sandbox: seccomp, Landlock)
+				return nil, fault.Wrap(fault.Refused, fault.KindSandboxed, err, "this process may not connect to the gateway's socket %s: a sandbox refused it", socket).
+					WithHint("fleet commands cannot run inside an agent's sandbox: let the agent run them unsandboxed (Codex: sandbox_mode = \"danger-full-access\"), or from its hooks, which run outside it")
+			}
 			return nil, fault.New(fault.Refused, fault.KindPeer, "the gateway at %s belongs to another user", socket).
 				WithHint("run as the gateway's user, or start your own: fleet-gw run")
 		}
@@ -222,4 +228,14 @@ func (c *Client) lost(err error) error {
 	}
 	return fault.Wrap(fault.Unavailable, fault.KindNoGateway, err, "lost the gateway").
 		WithHint("check that fleet-gw is still running")
+}
+
+// othersSocket says whether the socket at path is another user's (or
+// cannot be looked at, which is the same to the caller).
+func othersSocket(path string) bool {
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		return !errors.Is(err, syscall.ENOENT)
+	}
+	return int(st.Uid) != os.Getuid()
 }

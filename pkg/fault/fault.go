@@ -144,6 +144,7 @@ const (
 	KindNoCredential       Kind = "no_credential"
 	KindNotAgent           Kind = "not_an_agent"
 	KindHooksBlocked       Kind = "hooks_blocked"
+	KindSandboxed          Kind = "sandboxed"
 	KindPeer               Kind = "peer_refused"
 	KindBrokerLogin        Kind = "broker_login_refused" // the broker refused this gateway's login or its permissions
 	KindAskArrived         Kind = "ask_arrived"          // an ASK to the caller arrived while it waited for a reply
@@ -163,7 +164,7 @@ func init() {
 		KindLaunchFailed, KindSpawnUncertain, KindStateDir, KindOutput,
 		KindGatewayLocked, KindHostTaken, KindTimeout, KindBrokerTimeout, KindBrokerRefused,
 		KindInboxFull, KindInboxBusy, KindTooLate, KindTooManyConnections,
-		KindBadCredential, KindNoCredential, KindNotAgent, KindHooksBlocked, KindPeer, KindBrokerLogin, KindAskArrived,
+		KindBadCredential, KindNoCredential, KindNotAgent, KindHooksBlocked, KindSandboxed, KindPeer, KindBrokerLogin, KindAskArrived,
 		KindNotAuthentic, KindNotReplayable,
 	} {
 		Kinds[k] = true
