@@ -62,26 +62,23 @@ func claudeConfig(t *testing.T, r *agentRig, hooksLog string) {
 	}
 	writeJSONFile(t, filepath.Join(r.home, ".claude.json"), state)
 
-	snippet, err := os.ReadFile(filepath.Join("scripts", "hooks", "claude-code-settings.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var settings map[string]any
-	if err := json.Unmarshal(snippet, &settings); err != nil {
-		t.Fatalf("scripts/hooks/claude-code-settings.json: %v", err)
-	}
-	hooks, _ := settings["hooks"].(map[string]any)
-	if hooks == nil {
-		t.Fatal("scripts/hooks/claude-code-settings.json has no hooks")
-	}
+	// the user's own settings first: a recording hook on every event and
+	// Bash allowed in manual permission mode; then fleet's recipe merged
+	// in by its installer, as a user would
 	rec := map[string]any{"type": "command", "timeout": 10,
 		"command": "cat >> '" + hooksLog + "'; echo >> '" + hooksLog + "'"}
+	hooks := map[string]any{}
 	for _, ev := range claudeHookEvents {
-		groups, _ := hooks[ev].([]any)
-		hooks[ev] = append(groups, map[string]any{"hooks": []any{rec}})
+		hooks[ev] = []any{map[string]any{"hooks": []any{rec}}}
 	}
-	settings["permissions"] = map[string]any{"defaultMode": "default", "allow": []string{"Bash"}}
+	settings := map[string]any{"hooks": hooks,
+		"permissions": map[string]any{"defaultMode": "default", "allow": []string{"Bash"}}}
 	writeJSONFile(t, filepath.Join(r.home, ".claude", "settings.json"), settings)
+	r.fleet("fleet-roster", "hooks", "install", "claude")
+	st := r.fleet("fleet-roster", "hooks", "status", "claude", "--json")
+	if !strings.Contains(st, `"missing":[],"blockers":[]`) {
+		t.Fatalf("fleet-roster hooks status claude after install: %s", st)
+	}
 }
 
 func writeJSONFile(t *testing.T, path string, v any) {
@@ -131,7 +128,7 @@ func startClaude(t *testing.T, r *agentRig, name string) *claudeRun {
 	// test's folder is removed (cleanups run last first)
 	shell := r.tmux("display", "-p", "-t", c.pane, "#{pane_pid}")
 	t.Cleanup(func() { endClaude(r, c.pane, shell) })
-	out := r.fleet("fleet-roster", "join", name, "--mode", "inject", "--tmux-target", c.pane)
+	out := r.fleet("fleet-roster", "join", name, "--mode", "inject", "--tmux-target", c.pane, "--idle-screen", "2s")
 	c.token = strings.Fields(out)[0]
 	start := time.Now()
 	r.tmux("send-keys", "-t", c.pane, "-l", "FLEET_TOKEN="+c.token+" claude")
@@ -279,6 +276,25 @@ func waitTurnsWith(t *testing.T, r *agentRig, s string, n int) []stubmodel.Reque
 	}
 }
 
+// waitRow waits until entity name's roster row matches re.
+func waitRow(t *testing.T, r *agentRig, name, re string, within time.Duration) {
+	t.Helper()
+	rx := regexp.MustCompile(re)
+	deadline := time.Now().Add(within)
+	for {
+		out, _, _ := r.fleetTry("fleet-roster", "--json")
+		for _, line := range strings.Split(out, "\n") {
+			if strings.Contains(line, `"name":"`+name+`"`) && rx.MatchString(line) {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s's row never matched %q within %v; roster:\n%s", name, re, within, out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // sub is the rig reporting to the subtest t.
 func (r *agentRig) sub(t *testing.T) *agentRig {
 	c := *r
@@ -288,7 +304,9 @@ func (r *agentRig) sub(t *testing.T) *agentRig {
 
 func TestClaudeCode(t *testing.T) {
 	agentBin(t, "claude")
-	rig := newAgentRig(t)
+	// an interrupted turn runs no hook: the safety net's stuck-after and
+	// idle-screen bring the entity back (short here)
+	rig := newAgentRig(t, "FLEET_STUCK_AFTER=3s")
 	rig.fleet("fleet-roster", "join", "alice", "--mode", "pull")
 	c := startClaude(t, rig, "claude")
 	if cmd := paneCommand(rig, c.pane); cmd != "claude" {
@@ -406,28 +424,28 @@ func TestClaudeCode(t *testing.T) {
 		// the input box (between two rules), not the transcript's copy
 		scr := r.waitScreen(c.pane, `─\n❯[ \x{a0}]\[fleet send from alice@h1 [^\n]*interrupt me STUB:SLOW=30 *\n─`, 10*time.Second)
 		t.Logf("after Escape:\n%s", scr)
-		time.Sleep(2 * time.Second) // (an observation, not an assertion)
 		var after []string
 		for _, ev := range c.hookEvents(t)[before:] {
 			after = append(after, ev["hook_event_name"].(string))
 		}
-		roster, _, _ := r.fleetTry("fleet-roster", "--json")
-		row := ""
-		for _, line := range strings.Split(roster, "\n") {
-			if strings.Contains(line, `"name":"`+c.name+`"`) {
-				row = line
-			}
-		}
-		t.Logf("hooks after Escape: %v; the entity: %s", after, row)
-		// clear the restored prompt and end the turn as a hook would
+		t.Logf("hooks after Escape: %v", after)
+		// no hook says the turn ended: busy, then stuck past stuck-after;
+		// idle is not read from the screen while the interrupted message
+		// sits in the input (a paste would send it again)
+		r.waitStatus(c.name, "stuck", 15*time.Second)
+		waitRow(t, r, c.name, `"status":"stuck","status_reason":"an interrupted message is back in the agent's input`, 15*time.Second)
+		// the person at the pane clears it: idle from the still screen,
+		// and the next message is one turn of its own
 		r.tmux("send-keys", "-t", c.pane, "C-u")
 		r.waitScreen(c.pane, claudeReady, 10*time.Second)
-		cmd := exec.Command(filepath.Join(binDir, "fleet-roster"), "status", "idle")
-		cmd.Env = r.env("FLEET_TOKEN=" + c.token)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("fleet-roster status idle: %v: %s", err, out)
+		waitRow(t, r, c.name, `"status":"idle","status_reason":"read from the screen`, 15*time.Second)
+		next := "after the escape, a message of its own"
+		c.send(t, next)
+		turns := waitTurnsWith(t, r, next, 1)
+		if strings.Contains(turns[0].Prompt, "interrupt me") {
+			t.Errorf("the interrupted message was sent again with the next: %q", turns[0].Prompt)
 		}
-		r.waitStatus(c.name, "idle", 10*time.Second)
+		r.waitStatus(c.name, "idle", 15*time.Second)
 	})
 
 	t.Run("exit", func(t *testing.T) {
@@ -441,6 +459,21 @@ func TestClaudeCode(t *testing.T) {
 			t.Errorf("the pane's command after claude exits is %q, want bash", cmd)
 		}
 		c.waitHook(t, "SessionEnd", 1)
+		// the pane is back at bash: a message is never typed into it (its
+		// body would run as a command), it is held, the entity detached
+		marker := filepath.Join(r.dir, "PWNED")
+		id := c.send(t, "status please; touch "+marker)
+		waitRow(t, r, c.name, `"status":"detached","status_reason":"pane %[0-9]+ runs bash, not claude"`, 15*time.Second)
+		time.Sleep(2 * time.Second)
+		if _, err := os.Stat(marker); err == nil {
+			t.Fatal("the body ran as a shell command in the pane claude left")
+		}
+		if st := r.fleet("fleet-send", "--as", "alice", "--json", "--status", id); !strings.Contains(st, `"state":"accepted"`) {
+			t.Fatalf("the held message: %s", st)
+		}
+		if strings.Contains(r.screen(c.pane), "status please") {
+			t.Fatalf("the message was typed into the shell:\n%s", r.screen(c.pane))
+		}
 		for _, q := range r.stub.Requests() {
 			if q.Vendor != "anthropic" {
 				t.Errorf("claude asked the stub for something it does not serve: %s %s", q.Method, q.Path)

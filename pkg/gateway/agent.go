@@ -236,6 +236,11 @@ func (w *agentWatch) next(ctx context.Context, ent store.Entity, now time.Time) 
 			}
 			return status, reason
 		}
+		if restoredRE.MatchString(s) {
+			// Claude Code puts an interrupted prompt back in its input: a
+			// paste now would send it again with the next message
+			return status, "an interrupted message is back in the agent's input: clear it there, and its mail flows again"
+		}
 		if s != w.screen {
 			w.screen, w.screenSince = s, now
 		} else if quiet := time.Duration(ent.IdleScreen) * time.Millisecond; now.Sub(w.screenSince) >= quiet {
@@ -251,6 +256,11 @@ func (w *agentWatch) next(ctx context.Context, ent store.Entity, now time.Time) 
 // The texts, as docs/agent-clis/ records them: Gemini CLI's folder trust,
 // Codex's folder trust and hook review, Claude Code's workspace trust, its
 // API-key question, its bypass-mode warning and its auto-mode stop.
+// restoredRE finds a fleet message back in an agent's input box (between
+// Claude Code's two rules, after its prompt glyph and a no-break space):
+// what Claude Code does with the prompt of a turn interrupted by Escape.
+var restoredRE = regexp.MustCompile(`─\n❯[ \x{a0}]\[fleet [a-z]+ from `)
+
 var dialogRE = regexp.MustCompile(`(?i)do you trust the files in this folder|trust this folder\?|hooks need review|` +
 	`is this a project you created or one you trust|yes, i trust this folder|don't trust|` +
 	`do you want to use this api key\?|running in bypass permissions mode|auto mode can't check actions`)
