@@ -15,7 +15,7 @@ import (
 
 // The real Claude Code in a tmux pane of the rig, talking to the stub
 // model (ANTHROPIC_BASE_URL), configured the way a user would so that it
-// starts straight at its input prompt (agent-notes-claude.md says which
+// starts straight at its input prompt (docs/agent-clis/claude.md says which
 // dialogs that skips), with the shipped hook snippet
 // (scripts/hooks/claude-code-settings.json) wiring fleet-turn to its
 // turns.
@@ -411,7 +411,7 @@ func TestClaudeCode(t *testing.T) {
 	t.Run("escape", func(t *testing.T) {
 		// Escape mid-turn: Claude Code puts the interrupted prompt back in
 		// its input box and fires no Stop or StopFailure (see
-		// agent-notes-claude.md): the entity stays busy.
+		// docs/agent-clis/claude.md): the entity stays busy.
 		r := rig.sub(t)
 		c.r = r
 		body := "interrupt me STUB:SLOW=30"
