@@ -2,6 +2,7 @@ package fleet_test
 
 import (
 	"encoding/json"
+	"github.com/fleetd/fleet/internal/testnode"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -492,4 +493,65 @@ func containsSeq(names []string, want ...string) bool {
 		}
 	}
 	return i == len(want)
+}
+
+// The agent answers through its own tool call: a message from boss on
+// host h2 (fleet-send --wait, across the broker) is pasted into Claude
+// Code on h1; the model's Bash call runs `fleet-send --reply-to ID ...`
+// with the entity's credential, and the reply reaches boss's open send on
+// h2 — the whole U1 loop through a real agent CLI and a real broker.
+func TestClaudeCodeReplyAcrossHosts(t *testing.T) {
+	agentBin(t, "claude")
+	brokerLock.RLock()
+	defer brokerLock.RUnlock()
+	url, drop, err := testnode.Vhost("t-go-agent-reply")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer drop()
+	login := func(host string) string {
+		u, err := testnode.Login(url, host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return "FLEET_BROKER=" + u
+	}
+	rig := newAgentRig(t, login("h1"), "FLEET_PRESENCE_INTERVAL=300ms")
+	h2 := newTestGW(t, rig.dir, "h2", login("h2"), "FLEET_PRESENCE_INTERVAL=300ms")
+	enrolGWs(t, rig.gw, h2)
+	bossTok := h2.join("boss")
+	c := startClaude(t, rig, "claude")
+	rig.waitStatus(c.name, "idle", 10*time.Second)
+
+	// boss on h2 asks claude@h1 and holds its send open for the reply
+	wait := exec.Command(filepath.Join(binDir, "fleet-send"), "--wait", "--timeout", "90s", "--json",
+		"claude@h1", "please reply STUB:TOOL=fleet-send --reply-to {MSGID} done, from the agent")
+	wait.Env = append(h2.env, "FLEET_TOKEN="+bossTok, "PATH="+binDir+":"+os.Getenv("PATH"))
+	var out, errOut strings.Builder
+	wait.Stdout, wait.Stderr = &out, &errOut
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		// h2 hears of claude@h1 within a presence interval or two
+		out.Reset()
+		errOut.Reset()
+		err = wait.Run()
+		if exitCode(err) != 75 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(300 * time.Millisecond)
+		wait = exec.Command(wait.Path, wait.Args[1:]...)
+		wait.Env = append(h2.env, "FLEET_TOKEN="+bossTok, "PATH="+binDir+":"+os.Getenv("PATH"))
+		wait.Stdout, wait.Stderr = &out, &errOut
+	}
+	if err != nil {
+		t.Fatalf("fleet-send --wait: %v\nstdout: %s\nstderr: %s\nscreen:\n%s", err, out.String(), errOut.String(), rig.screen(c.pane))
+	}
+	if !strings.Contains(out.String(), `"kind":"REPLY"`) || !strings.Contains(out.String(), "done, from the agent") {
+		t.Fatalf("boss got %s", out.String())
+	}
+	// the model was shown the message once, and called the tool with its id
+	turns := rig.stub.Turns()
+	if len(turns) < 2 || !strings.Contains(turns[0].Answer, "fleet-send --reply-to ") || turns[1].ToolResult == "" {
+		t.Fatalf("turns: %+v", turns)
+	}
 }

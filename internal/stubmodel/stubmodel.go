@@ -14,8 +14,10 @@
 //	STUB:SLOW=N     the answer takes N seconds (a slow turn)
 //	STUB:ERROR=CODE the request fails with HTTP CODE (429, 529, 500, 400)
 //	STUB:TOOL=CMD   the model calls the CLI's shell tool with CMD (to the
-//	                end of the line); once the tool's result comes back
-//	                the model answers in text
+//	                end of the line; {MSGID} in it is the msg id of the
+//	                fleet header in the prompt, as an agent that reads
+//	                "reply: fleet-send --reply-to ID" would write it); once
+//	                the tool's result comes back the model answers in text
 //
 // Otherwise the model answers "stub reply N" (N counts the answers). The
 // stub is no model: nothing it says depends on the text beyond the markers.
@@ -154,6 +156,7 @@ var (
 	slowRE  = regexp.MustCompile(`STUB:SLOW=([0-9]+)`)
 	errorRE = regexp.MustCompile(`STUB:ERROR=([0-9]{3})`)
 	toolRE  = regexp.MustCompile(`STUB:TOOL=([^\n␊]*)`)
+	msgIDRE = regexp.MustCompile(`\[fleet [a-z]+ from \S+ · msg ([0-9a-f-]{36})`)
 )
 
 // plan reads the markers of prompt. A request answering a tool call
@@ -170,6 +173,9 @@ func (s *Server) plan(prompt string, toolResult bool) Plan {
 	}
 	if m := toolRE.FindStringSubmatch(prompt); m != nil && !toolResult {
 		p.Tool = strings.TrimSpace(m[1])
+		if id := msgIDRE.FindStringSubmatch(prompt); id != nil {
+			p.Tool = strings.ReplaceAll(p.Tool, "{MSGID}", id[1])
+		}
 		return p
 	}
 	p.Text = s.nextReply()

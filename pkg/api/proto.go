@@ -228,8 +228,11 @@ type GatewayStatus struct {
 	} `json:"broker"`
 	Trusted  int `json:"trusted_hosts"`
 	Entities int `json:"entities"`
-	Pending  int `json:"pending"`
-	Dead     int `json:"dead"`
+	// Held counts the local entities whose mail is held by the state of
+	// their agent (starting, stuck, unhooked, detached), by state
+	Held    map[string]int `json:"held,omitempty"`
+	Pending int            `json:"pending"`
+	Dead    int            `json:"dead"`
 	// OldestPending is when the oldest message still waiting was created
 	OldestPending time.Time `json:"oldest_pending,omitzero"`
 	// Healthy is false while a configured broker is not connected

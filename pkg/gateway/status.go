@@ -32,6 +32,13 @@ func (g *Gateway) gatewayStatus() (*api.Response, error) {
 	}
 	st.Entities = len(rows)
 	for _, r := range rows {
+		switch r.Status {
+		case stStarting, stStuck, stUnhooked, stDetached:
+			if st.Held == nil {
+				st.Held = map[string]int{}
+			}
+			st.Held[r.Status]++
+		}
 		st.Pending += r.Pending
 		st.Dead += r.Dead
 		if r.Pending == 0 {

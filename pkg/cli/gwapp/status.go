@@ -2,6 +2,7 @@ package gwapp
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/fleetd/fleet/pkg/api"
@@ -73,6 +74,15 @@ func statusCommand(app *ucli.App) *ucli.Command {
 				fmt.Fprintf(w, "entities  %d, %d messages pending, %d dead\n", st.Entities, st.Pending, st.Dead)
 				if !st.OldestPending.IsZero() {
 					fmt.Fprintf(w, "oldest    pending message sent %s\n", since(st.OldestPending)[len(" since "):])
+				}
+				if len(st.Held) > 0 {
+					var held []string
+					for _, s := range []string{"starting", "stuck", "unhooked", "detached"} {
+						if n := st.Held[s]; n > 0 {
+							held = append(held, fmt.Sprintf("%d %s", n, s))
+						}
+					}
+					fmt.Fprintf(w, "held      mail of %s (fleet-roster --json says why: status_reason)\n", strings.Join(held, ", "))
 				}
 			}
 			if !st.Healthy {

@@ -73,6 +73,13 @@ func NewRosterApp() *ucli.App {
 			Name:      "status",
 			Usage:     "mark the caller busy (inject waits) or idle: an agent's turn hook",
 			ArgsUsage: "busy|idle",
+			Description: "An entity's status, as fleet-roster lists it: idle (pasted into, one message at a time), busy (a turn runs: " +
+				"from the gateway's paste, then the agent's hooks), waiting (idle, on an ask of its own); and for a tmux entity, " +
+				"the gateway's safety net: starting (joined, or its program came back: nothing is pasted until the agent's first hook), " +
+				"stuck (busy for stuck-after with no hook; with --idle-screen, idle is read from a still screen), " +
+				"unhooked (starting for start-bound with no hook: its hooks are missing or not trusted), " +
+				"detached (the pane does not run the entity's program: nothing is typed, mail is held). " +
+				"--json gives the reason as status_reason. Remote rows also read stale, unknown, gone or untrusted.",
 			Flags: []ucli.Flag{fleetcli.JSONFlag(), fleetcli.AsFlag(),
 				&ucli.BoolFlag{Name: "pane", Usage: "the caller is the agent in an inject entity's tmux pane, found by its process (no credential; what fleet-turn uses inside tmux)"}},
 			Action: runSetStatus,
