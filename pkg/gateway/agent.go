@@ -34,6 +34,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"regexp"
@@ -157,6 +158,21 @@ func agentInFront(p deliver.PaneInfo) bool {
 	fg, _ := strconv.Atoi(f[5]) // tpgid: the terminal's foreground process group
 	comm, err := os.ReadFile("/proc/" + strconv.Itoa(fg) + "/comm")
 	return err == nil && !deliver.IsShell(strings.TrimSpace(string(comm)))
+}
+
+// notPasted records what a paste that typed nothing (err) leaves a tmux
+// entity as: detached when its program was not in front, else idle again
+// (it was busy from the paste only).
+func notPasted(b *mailbox, st *store.Store, err error) error {
+	if errors.Is(err, deliver.ErrDetached) {
+		_, perr := b.putStatus(st, stDetached, err.Error(), false, "")
+		return perr
+	}
+	if b.snapshot().Status == stBusy {
+		_, perr := b.putStatus(st, stIdle, "", false, "")
+		return perr
+	}
+	return nil
 }
 
 // tmuxAdapter is the tmux adapter for e: its pane by id, its program and

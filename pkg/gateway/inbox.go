@@ -217,6 +217,11 @@ func (g *Gateway) injectLoop(ctx context.Context, b *mailbox) {
 				g.metrics.Delivered(env.Kind)
 				continue
 			}
+			if ent.TmuxTarget != "" {
+				if perr := notPasted(b, g.st, err); perr != nil {
+					g.log.Error("recording the status", "entity", ent.Name, "err", perr)
+				}
+			}
 			g.log.Warn("ask not injected: retrying until it expires", "msg_id", env.MsgID, "trace_id", env.TraceID, "err", err)
 			backoff.Sleep(ctx, pol.Delay(1))
 			continue
@@ -279,17 +284,20 @@ func (g *Gateway) injectLoop(ctx context.Context, b *mailbox) {
 			err = fmt.Errorf("%w: pasted into pane %s, but the agent showed no sign of taking it (no busy hook) within %v",
 				deliver.ErrUncertain, ent.TmuxTarget, g.cfg.ConfirmWithin)
 		}
-		if errors.Is(err, deliver.ErrDetached) {
-			// nothing was typed: the mail is held until the program is back
-			if ferr := g.st.Failed(store.Key(env), err.Error()); ferr != nil {
-				log.Error("recording failed attempt", "err", ferr)
-			}
-			if _, perr := b.putStatus(g.st, stDetached, err.Error(), false, ""); perr != nil {
+		if err != nil && ent.TmuxTarget != "" && !errors.Is(err, deliver.ErrUncertain) {
+			// nothing was typed: detached (the mail is held until the
+			// program is back), or not busy from this paste after all
+			if perr := notPasted(b, g.st, err); perr != nil {
 				log.Error("recording the status", "err", perr)
 			}
-			log.Warn("agent detached: nothing pasted, mail held", "err", err)
 			g.announceEntity(ent.Gid)
-			continue
+			if errors.Is(err, deliver.ErrDetached) {
+				if ferr := g.st.Failed(store.Key(env), err.Error()); ferr != nil {
+					log.Error("recording failed attempt", "err", ferr)
+				}
+				log.Warn("agent detached: nothing pasted, mail held", "err", err)
+				continue
+			}
 		}
 		if err == nil {
 			// Injected: record it, retrying the record alone — going back to
