@@ -142,9 +142,13 @@ export FLEET_ENTITY FLEET_SOCKET FLEET_TOKEN
 // the process's). A tmux pane's command runs as a child and its status is
 // written last into the pane: tmux does not always reap a pane's process
 // at once, so the pane may be dead with its status still unknown to it.
+// The child runs as a job of its own in the terminal's foreground (set
+// -m), so that tmux's #{pane_current_command} names the agent, not this
+// wrapper: the gateway pastes only while the entity's program is in front.
 const (
 	execTail = `exec /bin/sh -c "$cmd" "$entity" "$@"` + "\n"
-	tmuxTail = `/bin/sh -c "$cmd" "$entity" "$@"
+	tmuxTail = `set -m
+/bin/sh -c "$cmd" "$entity" "$@"
 status=$?
 echo "fleet: $entity exited with status $status"
 exit "$status"
