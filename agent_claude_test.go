@@ -549,9 +549,12 @@ func TestClaudeCodeReplyAcrossHosts(t *testing.T) {
 	if !strings.Contains(out.String(), `"kind":"REPLY"`) || !strings.Contains(out.String(), "done, from the agent") {
 		t.Fatalf("boss got %s", out.String())
 	}
-	// the model was shown the message once, and called the tool with its id
-	turns := rig.stub.Turns()
+	// the model called the tool with the message's id, and saw its result
+	turns := rig.waitTurns(2, 30*time.Second)
 	if len(turns) < 2 || !strings.Contains(turns[0].Answer, "fleet-send --reply-to ") || turns[1].ToolResult == "" {
-		t.Fatalf("turns: %+v", turns)
+		for i, q := range turns {
+			t.Logf("turn %d: answer %q, tool result %q", i, q.Answer, q.ToolResult)
+		}
+		t.Fatal("the model did not call fleet-send --reply-to and see its result")
 	}
 }
