@@ -19,15 +19,19 @@ build:
 	$(GO) build -trimpath -tags urfave_cli_no_docs -ldflags '$(LDFLAGS)' -o bin/ ./cmd/...
 
 # Every test: unit tests, and end-to-end tests that build the real binaries
-# and run them against real gateways, a real tmux, a private RabbitMQ node
-# and a private three-node RabbitMQ cluster (installed when missing and
-# running as root; node and cluster are stopped after).
+# and run them against real gateways, a real tmux, the real agent CLIs
+# (Claude Code, Codex, Gemini CLI, against a stub model on loopback), a
+# private RabbitMQ node and a private three-node RabbitMQ cluster
+# (installed when missing and running as root; node and cluster are
+# stopped after). One package at a time (-p 1): the agent CLIs and the
+# broker outage tests each load this 2-core machine, and the timing of
+# the outage tests is not to be shared.
 test:
 	scripts/test-deps.sh
 	scripts/rabbitmq-node.sh start
 	scripts/rabbitmq-cluster.sh start
 	FLEET_TEST_BROKER=$$(scripts/rabbitmq-node.sh url) FLEET_TEST_CLUSTER=$$(scripts/rabbitmq-cluster.sh urls) \
-		$(GO) test -count=1 -timeout 45m ./...; \
+		$(GO) test -p 1 -count=1 -timeout 45m ./...; \
 		status=$$?; scripts/rabbitmq-cluster.sh stop; scripts/rabbitmq-node.sh stop; exit $$status
 
 # Hygiene gates: gofmt (tracked and new files), go vet, go.mod/go.sum tidy,
