@@ -558,3 +558,73 @@ func TestClaudeCodeReplyAcrossHosts(t *testing.T) {
 		t.Fatal("the model did not call fleet-send --reply-to and see its result")
 	}
 }
+
+// "I already have Claude running in tmux": a Claude Code started in a
+// folder it does not trust yet, with no fleet credential in its
+// environment, and the pane joined afterwards. Its workspace-trust dialog
+// is on the screen, and Claude runs no hook until it is answered: the
+// entity reads starting with the dialog as the reason, and a message sent
+// meanwhile is held — nothing lands on the dialog (whose default, "No,
+// exit", an Enter would pick). Once the person trusts the folder, the
+// agent's hooks find their entity by the pane (fleet-turn, no
+// credential), the held message is one turn, and hooks doctor --watch
+// sees the live loop: busy, then idle.
+func TestClaudeCodeJoinedAfterStart(t *testing.T) {
+	agentBin(t, "claude")
+	rig := newAgentRig(t)
+	rig.fleet("fleet-roster", "join", "alice", "--mode", "pull")
+	c := &claudeRun{r: rig, name: "late", hooks: filepath.Join(rig.dir, "claude-hooks.jsonl")}
+	claudeConfig(t, rig, c.hooks)
+	fresh := filepath.Join(rig.dir, "fresh-project") // not in ~/.claude.json's trusted projects
+	if err := os.MkdirAll(fresh, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	c.pane = rig.pane(c.name, "bash --norc --noprofile -i", claudeEnv(rig)...)
+	rig.waitScreen(c.pane, claudeShell, 10*time.Second)
+	shell := rig.tmux("display", "-p", "-t", c.pane, "#{pane_pid}")
+	t.Cleanup(func() { endClaude(rig, c.pane, shell) })
+	rig.tmux("send-keys", "-t", c.pane, "-l", "cd "+fresh+" && claude")
+	rig.tmux("send-keys", "-t", c.pane, "Enter")
+	rig.waitScreen(c.pane, `Yes, I trust this folder`, 30*time.Second)
+
+	rig.fleet("fleet-roster", "join", c.name, "--mode", "inject", "--tmux-target", c.pane, "--idle-screen", "1s")
+	body := "the first message, held while the dialog is open"
+	id := c.send(t, body)
+	waitRow(t, rig, c.name, `"status":"starting","status_reason":"a dialog is open in the pane \(.*\): answer it there","program":"claude"`, 15*time.Second)
+	time.Sleep(2 * time.Second)
+	if n := len(turnsWith(rig, body)); n != 0 {
+		t.Fatalf("the model saw the message while the trust dialog was open (%d turns)", n)
+	}
+	if !strings.Contains(rig.screen(c.pane), "Yes, I trust this folder") {
+		t.Fatalf("the dialog is gone:\n%s", rig.screen(c.pane))
+	}
+	if st := rig.fleet("fleet-send", "--as", "alice", "--json", "--status", id); !strings.Contains(st, `"state":"accepted"`) {
+		t.Fatalf("the held message: %s", st)
+	}
+
+	// the doctor watches while the person answers the dialog
+	doctor := exec.Command(filepath.Join(binDir, "fleet-roster"), "hooks", "doctor", "claude", "--entity", c.name, "--watch", "60s", "--json")
+	doctor.Env = rig.env()
+	var dout, derr strings.Builder
+	doctor.Stdout, doctor.Stderr = &dout, &derr
+	// (the doctor refuses to watch while the entity reads a held state;
+	// it reads starting, which is not one, so it watches)
+	if err := doctor.Start(); err != nil {
+		t.Fatal(err)
+	}
+	rig.tmux("send-keys", "-t", c.pane, "Down")
+	time.Sleep(300 * time.Millisecond)
+	rig.tmux("send-keys", "-t", c.pane, "Enter")
+	turns := waitTurnsWith(t, rig, body, 1)
+	if n := strings.Count(turns[0].Prompt, body); n != 1 {
+		t.Fatalf("the prompt holds the body %d times: %q", n, turns[0].Prompt)
+	}
+	c.waitState(t, id, "delivered")
+	rig.waitStatus(c.name, "idle", 15*time.Second)
+	if err := doctor.Wait(); err != nil {
+		t.Fatalf("hooks doctor --watch: %v\n%s\n%s", err, dout.String(), derr.String())
+	}
+	if !strings.Contains(dout.String(), `"loop":["starting","busy","idle"]`) && !strings.Contains(dout.String(), `"busy","idle"]`) {
+		t.Fatalf("hooks doctor saw no busy then idle: %s", dout.String())
+	}
+}
