@@ -434,8 +434,9 @@ func TestCodex(t *testing.T) {
 		if paneB == "" {
 			t.Skip("no second pane")
 		}
-		// an Enter right after typed keys is a newline to Codex (its
-		// paste-burst detection): the Enter once /quit shows, and a pause
+		// an Enter right after the typed keys left /quit in the composer
+		// (likely Codex's paste-burst detection): the Enter once /quit
+		// shows, and a pause
 		r.tmux("send-keys", "-t", paneB, "-l", "/quit")
 		r.waitScreen(paneB, `› /quit`, 10*time.Second)
 		time.Sleep(500 * time.Millisecond)
