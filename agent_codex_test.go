@@ -113,9 +113,9 @@ type codexRig struct {
 	turnLog   string // what the fleet-turn shim saw, a line a call
 }
 
-func newCodexRig(t *testing.T) *codexRig {
+func newCodexRig(t *testing.T, gwEnv ...string) *codexRig {
 	t.Helper()
-	r := &codexRig{agentRig: newAgentRig(t)}
+	r := &codexRig{agentRig: newAgentRig(t, gwEnv...)}
 	r.codexHome = filepath.Join(r.home, ".codex")
 	r.turnLog = filepath.Join(r.dir, "fleet-turn.log")
 	if err := os.MkdirAll(r.codexHome, 0o700); err != nil {
@@ -153,8 +153,9 @@ animations = false
 	if err := os.WriteFile(filepath.Join(r.codexHome, "config.toml"), []byte(config), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	// a fleet-turn ahead of the real one on PATH that logs each call and
-	// the entity's status the real one left
+	// a fleet-turn ahead of the real one on PATH that logs each call: its
+	// argument, the pane it ran in, and the status of each inject entity
+	// after the real one ran ("busy %0 codex=busy codex-b=idle")
 	shim := filepath.Join(r.dir, "shim")
 	if err := os.MkdirAll(shim, 0o700); err != nil {
 		t.Fatal(err)
@@ -163,7 +164,7 @@ animations = false
 	script := fmt.Sprintf(`#!/bin/sh
 %s "$@"
 rc=$?
-echo "$1 $(fleet-roster --json | grep '"name":"codex"' | grep -o '"status":"[a-z]*"')" >> %s
+echo "$1 $TMUX_PANE" $(fleet-roster --json | sed -n 's/^{"name":"\([^"]*\)".*"mode":"inject".*"status":"\([a-z]*\)".*/\1=\2/p') >> %s
 exit $rc
 `, filepath.Join(wd, "scripts", "hooks", "fleet-turn"), r.turnLog)
 	if err := os.WriteFile(filepath.Join(shim, "fleet-turn"), []byte(script), 0o755); err != nil {
@@ -220,12 +221,44 @@ func (r *codexRig) send(to, body string) string {
 	return m[1]
 }
 
+// turnCalls is what the fleet-turn shim logged so far, a call a line.
+func (r *codexRig) turnCalls() []string {
+	b, _ := os.ReadFile(r.turnLog)
+	if len(bytes.TrimSpace(b)) == 0 {
+		return nil
+	}
+	return strings.Split(strings.TrimSpace(string(b)), "\n")
+}
+
+// call is a line of the shim's log: fleet-turn's argument, the pane it ran
+// in, each inject entity's status after it ("codex=busy").
+func call(arg, pane string, statuses ...string) string {
+	return strings.Join(append([]string{arg, pane}, statuses...), " ")
+}
+
+// startInShell starts an interactive bash in a pane of session name, joins
+// it as the inject entity name for the program node (Codex's launcher),
+// and types Codex's command line into the shell: the entity reads
+// detached while bash is in front, then idle from the screen once Codex
+// is up; when Codex exits, the pane is back at bash.
+func (r *codexRig) startInShell(name string) string {
+	r.t.Helper()
+	pane := r.pane(name, "bash --norc", "CODEX_HOME="+r.codexHome, "STUB_API_KEY=stub-key")
+	r.fleet("fleet-roster", "join", name, "--mode", "inject", "--tmux-target", pane,
+		"--program", "node", "--paste", "bracketed", "--idle-screen", "2s")
+	r.waitStatus(name, "detached", 10*time.Second)
+	r.tmux("send-keys", "-t", pane, "-l", "PATH="+filepath.Join(r.dir, "shim")+":$PATH "+agentBin(r.t, "codex")+" --no-daemon")
+	r.tmux("send-keys", "-t", pane, "Enter")
+	r.waitScreen(pane, codexReadyRE.String(), 30*time.Second)
+	r.waitStatus(name, "idle", 30*time.Second)
+	return pane
+}
+
 func TestCodex(t *testing.T) {
 	r := newCodexRig(t)
 	r.fleet("fleet-roster", "join", "alice", "--mode", "pull")
 	pane := r.start("codex")
 	r.waitStatus("codex", "idle", 30*time.Second) // read from the screen
-	// SessionStart ran the hook: idle
 	// no dialog, and no hook yet: Codex 0.169 starts its session (and runs
 	// SessionStart) at the first prompt, not at launch
 	if s := r.screen(pane); strings.Contains(s, "Hooks need review") || strings.Contains(s, "trust") {
@@ -233,6 +266,12 @@ func TestCodex(t *testing.T) {
 	}
 	roster, _, _ := r.fleetTry("fleet-roster", "--json")
 	t.Logf("roster before the first turn:\n%s", roster)
+	t.Cleanup(func() {
+		if t.Failed() {
+			b, _ := os.ReadFile(r.turnLog)
+			t.Logf("fleet-turn calls:\n%s\nscreen of %s:\n%s", b, pane, r.screen(pane))
+		}
+	})
 
 	t.Run("message", func(t *testing.T) {
 		r.t = t
@@ -241,7 +280,7 @@ func TestCodex(t *testing.T) {
 		r.waitTurns(1, 30*time.Second)
 		// SessionStart, UserPromptSubmit, Stop
 		calls := r.waitTurnCalls(3, 30*time.Second)
-		if want := []string{`idle "status":"idle"`, `busy "status":"busy"`, `idle "status":"idle"`}; strings.Join(calls, "|") != strings.Join(want, "|") {
+		if want := []string{call("idle", pane, "codex=idle"), call("busy", pane, "codex=busy"), call("idle", pane, "codex=idle")}; strings.Join(calls, "|") != strings.Join(want, "|") {
 			t.Fatalf("fleet-turn calls %q, want %q", calls, want)
 		}
 		r.waitStatus("codex", "idle", 10*time.Second)
@@ -249,15 +288,10 @@ func TestCodex(t *testing.T) {
 		if len(turns) != 1 {
 			t.Fatalf("the model saw %d turns, want 1: %+v", len(turns), turns)
 		}
-		n := 0
-		for _, text := range turns[0].Texts {
-			n += strings.Count(text, body)
-		}
-		if n != 1 || !strings.Contains(turns[0].Prompt, body) || !strings.Contains(turns[0].Prompt, "[fleet send from alice@h1 · msg "+id) {
+		if n := count(turns[0].Texts, body); n != 1 || !strings.Contains(turns[0].Prompt, body) || !strings.Contains(turns[0].Prompt, "[fleet send from alice@h1 · msg "+id) {
 			t.Fatalf("the body is in the user texts %d times (want 1); prompt %q", n, turns[0].Prompt)
 		}
-		st := r.fleet("fleet-send", "--as", "alice", "--status", id, "--json")
-		if !strings.Contains(st, `"state":"delivered"`) {
+		if st := r.msgState(id); st != "delivered" {
 			t.Fatalf("status: %s", st)
 		}
 		r.waitScreen(pane, `stub reply`, 10*time.Second)
@@ -280,21 +314,202 @@ func TestCodex(t *testing.T) {
 		if !strings.HasPrefix(turns[before].Answer, "tool exec_command: touch ") {
 			t.Fatalf("the stub answered %q", turns[before].Answer)
 		}
+		r.waitStatus("codex", "idle", 10*time.Second)
 	})
 
+	// (3) Escape mid-turn: Codex runs Interrupt (no Stop), whose hook
+	// marks the entity idle; the next message is a turn of its own
 	t.Run("interrupt", func(t *testing.T) {
 		r.t = t
-		before := len(r.stub.Turns())
+		n := len(r.turnCalls())
 		r.send("codex", "STUB:SLOW=60 a long one")
-		r.waitTurns(before+1, 30*time.Second)
+		r.turnWith("a long one", 30*time.Second)
 		r.waitStatus("codex", "busy", 10*time.Second)
 		r.waitScreen(pane, codexWorkingRE.String(), 10*time.Second)
 		r.tmux("send-keys", "-t", pane, "Escape")
-		// Interrupt, not Stop, runs: its hook marks the entity idle
-		calls := r.waitTurnCalls(7, 20*time.Second)
-		if calls[6] != `idle "status":"idle"` {
-			t.Fatalf("fleet-turn calls %q", calls)
+		// UserPromptSubmit, then Interrupt (not Stop): idle
+		calls := r.waitTurnCalls(n+2, 20*time.Second)
+		if got, want := calls[n+1], call("idle", pane, "codex=idle"); got != want {
+			t.Fatalf("fleet-turn calls %q, want %q last", calls[n:], want)
 		}
+		r.waitStatus("codex", "idle", 10*time.Second)
 		r.waitScreen(pane, `Conversation interrupted`, 10*time.Second)
+		body := "after the interrupt, a new one"
+		id := r.send("codex", body)
+		turn := r.turnWith(body, 30*time.Second)
+		if strings.Count(turn.Prompt, body) != 1 || strings.Contains(turn.Prompt, "a long one") || !strings.Contains(turn.Prompt, "· msg "+id) {
+			t.Errorf("the turn after the interrupt has the prompt %q", turn.Prompt)
+		}
+		r.waitState(id, "delivered", 20*time.Second)
+		r.waitStatus("codex", "idle", 20*time.Second)
 	})
+
+	// (1) two messages sent back to back are two turns, the second sent
+	// once the first turn ended (its answer takes 2 s: time enough to
+	// paste the second into the running turn, which the gateway must not)
+	t.Run("back-to-back", func(t *testing.T) {
+		r.t = t
+		bodyA, bodyB := "the first of two STUB:SLOW=2", "the second of two"
+		idA := r.send("codex", bodyA)
+		idB := r.send("codex", bodyB)
+		b := r.turnWith(bodyB, 60*time.Second)
+		a := r.turnWith(bodyA, time.Second)
+		checkTwoTurns(t, r.stub.Requests(), a, b, bodyA, idA, bodyB, idB, 2*time.Second)
+		r.waitState(idA, "delivered", 20*time.Second)
+		r.waitState(idB, "delivered", 20*time.Second)
+		r.waitStatus("codex", "idle", 20*time.Second)
+	})
+
+	// (2) a message sent while a slow turn runs waits for its end: Codex
+	// would steer the running turn with it (docs/agent-clis/codex.md: the
+	// in-flight request cancelled, a new one of the same turn with both
+	// messages, no answer to the first in it)
+	t.Run("during-slow-turn", func(t *testing.T) {
+		r.t = t
+		bodyA, bodyB := "a slow one STUB:SLOW=8", "sent while the slow one runs"
+		idA := r.send("codex", bodyA)
+		a := r.turnWith(bodyA, 30*time.Second)
+		r.waitScreen(pane, codexWorkingRE.String(), 10*time.Second)
+		idB := r.send("codex", bodyB)
+		b := r.turnWith(bodyB, 60*time.Second)
+		checkTwoTurns(t, r.stub.Requests(), a, b, bodyA, idA, bodyB, idB, 8*time.Second)
+		r.waitState(idB, "delivered", 20*time.Second)
+		r.waitStatus("codex", "idle", 20*time.Second)
+	})
+
+	// (5) three lines are one prompt of three lines (bracketed paste)
+	t.Run("multi-line", func(t *testing.T) {
+		r.t = t
+		body := "line one\nline two\nline three"
+		id := r.send("codex", body)
+		turn := r.turnWith("line one", 30*time.Second)
+		if !strings.Contains(turn.Prompt, body) || count(turn.Texts, "line one") != 1 || !strings.Contains(turn.Prompt, "· msg "+id) {
+			t.Errorf("the prompt is not the three lines once: %q", turn.Prompt)
+		}
+		r.waitState(id, "delivered", 20*time.Second)
+		r.waitStatus("codex", "idle", 20*time.Second)
+		for _, u := range r.stub.Turns() {
+			if strings.Contains(u.Prompt, "line t") && !strings.Contains(u.Prompt, "line one") {
+				t.Errorf("a turn with a part of the lines: %q", u.Prompt)
+			}
+		}
+	})
+
+	// (7) two Codex entities in two panes on one CODEX_HOME: each one's
+	// hooks mark its own entity only
+	var paneB string
+	t.Run("two-panes", func(t *testing.T) {
+		r.t = t
+		paneB = r.startInShell("codex-b")
+		n := len(r.turnCalls())
+		body := "to the second codex"
+		id := r.send("codex-b", body)
+		r.turnWith(body, 30*time.Second)
+		// its SessionStart, UserPromptSubmit and Stop, in pane B
+		calls := r.waitTurnCalls(n+3, 30*time.Second)[n:]
+		want := []string{call("idle", paneB, "codex=idle", "codex-b=idle"), call("busy", paneB, "codex=idle", "codex-b=busy"),
+			call("idle", paneB, "codex=idle", "codex-b=idle")}
+		if strings.Join(calls, "|") != strings.Join(want, "|") {
+			t.Errorf("fleet-turn calls %q, want %q", calls, want)
+		}
+		r.waitState(id, "delivered", 20*time.Second)
+		n += 3
+		body = "to the first codex"
+		id = r.send("codex", body)
+		r.turnWith(body, 30*time.Second)
+		calls = r.waitTurnCalls(n+2, 30*time.Second)[n:]
+		want = []string{call("busy", pane, "codex=busy", "codex-b=idle"), call("idle", pane, "codex=idle", "codex-b=idle")}
+		if strings.Join(calls, "|") != strings.Join(want, "|") {
+			t.Errorf("fleet-turn calls %q, want %q", calls, want)
+		}
+		r.waitState(id, "delivered", 20*time.Second)
+		r.waitStatus("codex", "idle", 20*time.Second)
+		r.waitStatus("codex-b", "idle", 20*time.Second)
+	})
+
+	// (6) the agent exited, its pane is back at bash: nothing is typed
+	// there, the message is held
+	t.Run("exited", func(t *testing.T) {
+		r.t = t
+		if paneB == "" {
+			t.Skip("no second pane")
+		}
+		// an Enter right after the typed keys left /quit in the composer
+		// (likely Codex's paste-burst detection): the Enter once /quit
+		// shows, and a pause
+		r.tmux("send-keys", "-t", paneB, "-l", "/quit")
+		r.waitScreen(paneB, `› /quit`, 10*time.Second)
+		time.Sleep(500 * time.Millisecond)
+		r.tmux("send-keys", "-t", paneB, "Enter")
+		deadline := time.Now().Add(20 * time.Second)
+		for r.tmux("display", "-p", "-t", paneB, "#{pane_current_command}") != "bash" {
+			if time.Now().After(deadline) {
+				t.Fatalf("Codex did not quit:\n%s", r.screen(paneB))
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		// the roster may still read idle here: the gateway looks at an
+		// idle entity's pane when it has something to paste, not before
+		marker := filepath.Join(r.dir, "MARKER")
+		id := r.send("codex-b", "status please; touch "+marker)
+		r.waitStatus("codex-b", "detached", 10*time.Second)
+		noMarker(t, marker, 5*time.Second)
+		if line := r.rosterLine("codex-b"); !strings.Contains(line, `"status":"detached"`) {
+			t.Errorf("codex-b in the roster: %s", line)
+		}
+		if st := r.msgState(id); st != "accepted" {
+			t.Errorf("the message to the exited agent reads %s, want accepted", st)
+		}
+		if s := r.screen(paneB); strings.Contains(s, "status please") {
+			t.Errorf("the message was typed into the shell:\n%s", s)
+		}
+	})
+}
+
+// (4) An API error: Codex runs no hook after it (docs/agent-clis/codex.md),
+// so the entity stays busy from its UserPromptSubmit; with a short
+// stuck-after it goes stuck, then idle from its still screen (joined
+// --idle-screen 2s), and the next message is a turn of its own. A rig of
+// its own: stuck-after 5s would make every slow turn above stuck too.
+func TestCodexAPIError(t *testing.T) {
+	r := newCodexRig(t, "FLEET_STUCK_AFTER=5s", "FLEET_CONFIRM_WITHIN=10s")
+	r.fleet("fleet-roster", "join", "alice", "--mode", "pull")
+	pane := r.start("codex")
+	r.waitStatus("codex", "idle", 30*time.Second)
+	t.Cleanup(func() {
+		if t.Failed() {
+			b, _ := os.ReadFile(r.turnLog)
+			t.Logf("fleet-turn calls:\n%s\nscreen:\n%s", b, r.screen(pane))
+		}
+	})
+	for _, code := range []string{"500", "429"} {
+		t.Run(code, func(t *testing.T) {
+			r.t = t
+			bodyErr := "this one fails STUB:ERROR=" + code
+			idErr := r.send("codex", bodyErr)
+			r.turnWith(bodyErr, 30*time.Second)
+			r.waitState(idErr, "delivered", 20*time.Second) // its UserPromptSubmit came
+			r.waitScreen(pane, `(?m)^■ `, 20*time.Second)
+			r.waitStatus("codex", "stuck", 20*time.Second)
+			r.waitStatus("codex", "idle", 20*time.Second) // from the screen
+			body := "after the " + code
+			id := r.send("codex", body)
+			turn := r.turnWith(body, 30*time.Second)
+			if strings.Count(turn.Prompt, body) != 1 || strings.Contains(turn.Prompt, "STUB:ERROR") || !strings.Contains(turn.Prompt, "· msg "+id) {
+				t.Errorf("the turn after the error has the prompt %q", turn.Prompt)
+			}
+			r.waitState(id, "delivered", 20*time.Second)
+			r.waitStatus("codex", "idle", 20*time.Second) // its Stop
+			// retries cut: the failed message was one turn request
+			n := 0
+			for _, u := range r.stub.Turns() {
+				if strings.Contains(u.Prompt, bodyErr) {
+					n++
+				}
+			}
+			if n != 1 {
+				t.Errorf("the failing message was sent %d times, want 1", n)
+			}
+		})
+	}
 }

@@ -226,4 +226,182 @@ func testGeminiCLI(t *testing.T, gemini string, ciEnv []string) {
 	if n := len(r.stub.Turns()); n != 3 {
 		t.Errorf("the model saw %d turns, want 3 (message, tool call, tool result)", n)
 	}
+	if ciEnv == nil {
+		// the cases, once: on this started Gemini, in sequence
+		geminiCases(t, r, pane, gemini, env)
+	}
+}
+
+// geminiCases are issue 21 point 7's cases on a started Gemini CLI at its
+// prompt in pane, joined as gem; gemini and env start another one.
+func geminiCases(t *testing.T, r *agentRig, pane, gemini string, env []string) {
+	top := r.t
+	defer func() { r.t = top }()
+
+	// (1) two messages sent back to back are two turns, the second sent
+	// once the first turn ended (its answer takes 2 s)
+	t.Run("back-to-back", func(t *testing.T) {
+		r.t = t
+		bodyA, bodyB := "the first of two STUB:SLOW=2", "the second of two"
+		idA := r.sendID("gem", bodyA)
+		idB := r.sendID("gem", bodyB)
+		b := r.turnWith(bodyB, 60*time.Second)
+		a := r.turnWith(bodyA, time.Second)
+		checkTwoTurns(t, r.stub.Requests(), a, b, bodyA, idA, bodyB, idB, 2*time.Second)
+		r.waitState(idA, "delivered", 20*time.Second)
+		r.waitState(idB, "delivered", 20*time.Second)
+		r.waitStatus("gem", "idle", 20*time.Second)
+	})
+
+	// (2) a message sent while a slow turn runs waits for its end. Gemini
+	// would queue a message pasted mid-turn itself ("Queued (press ↑ to
+	// edit)", submitted when the turn ends: a separate turn too), so the
+	// screen is watched for its queue as well: the gateway must not have
+	// pasted it before the turn ended.
+	t.Run("during-slow-turn", func(t *testing.T) {
+		r.t = t
+		bodyA, bodyB := "a slow one STUB:SLOW=8", "sent while the slow one runs"
+		idA := r.sendID("gem", bodyA)
+		a := r.turnWith(bodyA, 30*time.Second)
+		r.waitScreen(pane, geminiWorkingRE, 10*time.Second)
+		idB := r.sendID("gem", bodyB)
+		var b stubmodel.Request
+		deadline := time.Now().Add(60 * time.Second)
+		for b.Prompt == "" {
+			if s := r.screen(pane); strings.Contains(s, "Queued") {
+				t.Fatalf("the second message was pasted mid-turn, Gemini queued it:\n%s", s)
+			}
+			for _, u := range r.stub.Turns() {
+				if strings.Contains(u.Prompt, bodyB) {
+					b = u
+					break
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no turn with %q; turns %q", bodyB, promptsOf(r.stub.Turns()))
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		checkTwoTurns(t, r.stub.Requests(), a, b, bodyA, idA, bodyB, idB, 8*time.Second)
+		r.waitState(idB, "delivered", 20*time.Second)
+		r.waitStatus("gem", "idle", 20*time.Second)
+	})
+
+	// (3) Escape mid-turn: Gemini runs AfterAgent, its hook marks the
+	// entity idle; the next message is a turn of its own
+	t.Run("escape", func(t *testing.T) {
+		r.t = t
+		r.sendID("gem", "STUB:SLOW=60 a long one")
+		r.turnWith("a long one", 30*time.Second)
+		r.waitStatus("gem", "busy", 10*time.Second)
+		r.waitScreen(pane, geminiWorkingRE, 10*time.Second)
+		r.tmux("send-keys", "-t", pane, "Escape")
+		r.waitStatus("gem", "idle", 10*time.Second)
+		r.waitScreen(pane, `Request cancelled`, 10*time.Second)
+		body := "after the escape, a new one"
+		id := r.sendID("gem", body)
+		turn := r.turnWith(body, 30*time.Second)
+		if strings.Count(turn.Prompt, body) != 1 || strings.Contains(turn.Prompt, "a long one") || !strings.Contains(turn.Prompt, "· msg "+id) {
+			t.Errorf("the turn after the escape has the prompt %q", turn.Prompt)
+		}
+		r.waitState(id, "delivered", 20*time.Second)
+		r.waitStatus("gem", "idle", 20*time.Second)
+	})
+
+	// (4) an API error: Gemini 0.61 retries 429 and 500 with backoff for
+	// minutes (500: requests at +0, +5, +14, +30, +57 s, ... up to
+	// general.maxAttempts, 10; with maxAttempts 2 it still went on, two
+	// requests every 5 s, after 25 s; maxAttempts 1 on a 429 is a request
+	// storm, docs/agent-clis/gemini.md), the entity busy all along (mail
+	// held, as it should be) — no bound to test in this file's time. A 400
+	// is not retried: one request, "✕ [API Error: ...]", and AfterAgent
+	// runs: idle at once.
+	t.Run("api-error", func(t *testing.T) {
+		r.t = t
+		bodyErr := "this one fails STUB:ERROR=400"
+		idErr := r.sendID("gem", bodyErr)
+		r.turnWith(bodyErr, 30*time.Second)
+		r.waitState(idErr, "delivered", 20*time.Second) // its BeforeAgent came
+		r.waitStatus("gem", "idle", 20*time.Second)
+		r.waitScreen(pane, `API Error`, 10*time.Second)
+		body := "after the error"
+		id := r.sendID("gem", body)
+		turn := r.turnWith(body, 30*time.Second)
+		if strings.Count(turn.Prompt, body) != 1 || strings.Contains(turn.Prompt, "STUB:ERROR") || !strings.Contains(turn.Prompt, "· msg "+id) {
+			t.Errorf("the turn after the error has the prompt %q", turn.Prompt)
+		}
+		r.waitState(id, "delivered", 20*time.Second)
+		r.waitStatus("gem", "idle", 20*time.Second)
+		n := 0
+		for _, u := range r.stub.Turns() {
+			if strings.Contains(u.Prompt, bodyErr) {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("the failing message was sent %d times, want 1", n)
+		}
+	})
+
+	// (5) three lines are one prompt of three lines (bracketed paste)
+	t.Run("multi-line", func(t *testing.T) {
+		r.t = t
+		body := "line one\nline two\nline three"
+		id := r.sendID("gem", body)
+		turn := r.turnWith("line one", 30*time.Second)
+		if !strings.Contains(turn.Prompt, body) || count(turn.Texts, "line one") != 1 || !strings.Contains(turn.Prompt, "· msg "+id) {
+			t.Errorf("the prompt is not the three lines once: %q", turn.Prompt)
+		}
+		r.waitState(id, "delivered", 20*time.Second)
+		r.waitStatus("gem", "idle", 20*time.Second)
+		for _, u := range r.stub.Turns() {
+			if strings.Contains(u.Prompt, "line t") && !strings.Contains(u.Prompt, "line one") {
+				t.Errorf("a turn with a part of the lines: %q", u.Prompt)
+			}
+		}
+	})
+
+	// (6) the agent exited, its pane is back at its shell: nothing is
+	// typed there, the message is held. A second pane, an interactive
+	// bash that Gemini is started from (the first pane exec'd Gemini: it
+	// closes when Gemini exits), joined for the program node.
+	t.Run("exited", func(t *testing.T) {
+		r.t = t
+		paneB := r.pane("gem-b", "bash --norc", env...)
+		r.fleet("fleet-roster", "join", "gem-b", "--mode", "inject", "--tmux-target", paneB, "--program", "node", "--paste", "bracketed")
+		r.waitStatus("gem-b", "detached", 10*time.Second) // bash in front
+		r.tmux("send-keys", "-t", paneB, "-l", gemini+" --yolo")
+		r.tmux("send-keys", "-t", paneB, "Enter")
+		r.waitScreen(paneB, geminiIdleRE, 60*time.Second)
+		r.waitStatus("gem-b", "idle", 30*time.Second) // its SessionStart
+		// an Enter within 30 ms of typed keys is a newline to Gemini
+		// (docs/agent-clis/gemini.md): the Enter once /quit shows, and a
+		// pause
+		r.tmux("send-keys", "-t", paneB, "-l", "/quit")
+		r.waitScreen(paneB, `[>*] /quit`, 10*time.Second) // * in YOLO mode
+		time.Sleep(500 * time.Millisecond)
+		r.tmux("send-keys", "-t", paneB, "Enter")
+		deadline := time.Now().Add(20 * time.Second)
+		for r.tmux("display", "-p", "-t", paneB, "#{pane_current_command}") != "bash" {
+			if time.Now().After(deadline) {
+				t.Fatalf("Gemini did not quit:\n%s", r.screen(paneB))
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		// the roster may still read idle here: the gateway looks at an
+		// idle entity's pane when it has something to paste, not before
+		marker := filepath.Join(r.dir, "MARKER")
+		id := r.sendID("gem-b", "status please; touch "+marker)
+		r.waitStatus("gem-b", "detached", 10*time.Second)
+		noMarker(t, marker, 5*time.Second)
+		if line := r.rosterLine("gem-b"); !strings.Contains(line, `"status":"detached"`) {
+			t.Errorf("gem-b in the roster: %s", line)
+		}
+		if st := r.msgState(id); st != "accepted" {
+			t.Errorf("the message to the exited agent reads %s, want accepted", st)
+		}
+		if s := r.screen(paneB); strings.Contains(s, "status please") {
+			t.Errorf("the message was typed into the shell:\n%s", s)
+		}
+	})
 }

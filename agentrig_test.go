@@ -5,7 +5,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -59,11 +61,56 @@ func newAgentRig(t *testing.T, gwEnv ...string) *agentRig {
 	env := append([]string{"TMUX_TMPDIR=" + dir, "TMUX=", "FLEET_RETRY_BASE=100ms", "FLEET_RETRY_MAX=500ms"}, gwEnv...)
 	r.gw = newTestGW(t, dir, "h1", env...)
 	t.Cleanup(func() {
+		// the panes' processes, to wait for: a CLI that writes under HOME
+		// as it exits would race the removal of the test's folder
+		list := exec.Command("tmux", "list-panes", "-a", "-F", "#{pane_pid}")
+		list.Env = r.env()
+		out, _ := list.Output()
+		var pids []int
+		for _, f := range strings.Fields(string(out)) {
+			if pid, err := strconv.Atoi(f); err == nil {
+				pids = append(pids, descendants(pid)...)
+			}
+		}
 		cmd := exec.Command("tmux", "kill-server")
 		cmd.Env = r.env()
 		cmd.Run()
+		deadline := time.Now().Add(10 * time.Second)
+		for _, pid := range pids {
+			for time.Now().Before(deadline) && syscall.Kill(pid, 0) == nil {
+				time.Sleep(50 * time.Millisecond)
+			}
+		}
 	})
 	return r
+}
+
+// descendants is pid and every process below it, from /proc.
+func descendants(pid int) []int {
+	children := map[int][]int{}
+	dirs, _ := os.ReadDir("/proc")
+	for _, d := range dirs {
+		p, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + d.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(f) < 2 {
+			continue
+		}
+		pp, _ := strconv.Atoi(f[1])
+		children[pp] = append(children[pp], p)
+	}
+	out := []int{pid}
+	for i := 0; i < len(out); i++ {
+		out = append(out, children[out[i]]...)
+	}
+	return out
 }
 
 // env is the environment of the fleet commands, tmux and the CLIs: the

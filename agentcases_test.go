@@ -1,0 +1,155 @@
+package fleet_test
+
+import (
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fleetd/fleet/internal/stubmodel"
+)
+
+// The cases every agent CLI test runs on its started CLI (issue 21 point
+// 7): what the model was shown is read from the stub's request log, never
+// from timing.
+
+// sendID sends body from alice to the entity and returns the message id.
+func (r *agentRig) sendID(to, body string) string {
+	r.t.Helper()
+	out := r.fleet("fleet-send", "--as", "alice", "--json", to, body)
+	m := regexp.MustCompile(`"msg_id":"([^"]+)"`).FindStringSubmatch(out)
+	if m == nil {
+		r.t.Fatalf("fleet-send printed no msg_id: %s", out)
+	}
+	return m[1]
+}
+
+// msgState is the state fleet-send --status reads for message id.
+func (r *agentRig) msgState(id string) string {
+	r.t.Helper()
+	st := r.fleet("fleet-send", "--as", "alice", "--json", "--status", id)
+	m := regexp.MustCompile(`"state":"([a-z_]+)"`).FindStringSubmatch(st)
+	if m == nil {
+		r.t.Fatalf("fleet-send --status %s: no state in %s", id, st)
+	}
+	return m[1]
+}
+
+// waitState waits until message id reads state.
+func (r *agentRig) waitState(id, state string, within time.Duration) {
+	r.t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		got := r.msgState(id)
+		if got == state {
+			return
+		}
+		if time.Now().After(deadline) {
+			r.t.Fatalf("message %s reads %s, not %s, after %v", id, got, state, within)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// rosterLine is the entity's line of fleet-roster --json.
+func (r *agentRig) rosterLine(name string) string {
+	r.t.Helper()
+	out, _, _ := r.fleetTry("fleet-roster", "--json")
+	for _, line := range strings.Split(out, "\n") {
+		if strings.Contains(line, `"name":"`+name+`"`) {
+			return line
+		}
+	}
+	return ""
+}
+
+// turnWith waits for the first agent turn whose prompt (the last user
+// text) holds s, and returns it.
+func (r *agentRig) turnWith(s string, within time.Duration) stubmodel.Request {
+	r.t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		for _, u := range r.stub.Turns() {
+			if strings.Contains(u.Prompt, s) {
+				return u
+			}
+		}
+		if time.Now().After(deadline) {
+			r.t.Fatalf("no turn of the model had %q in its prompt within %v; turns: %+v", s, within, promptsOf(r.stub.Turns()))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// promptsOf is the prompts of requests, for a failure message.
+func promptsOf(reqs []stubmodel.Request) []string {
+	var out []string
+	for _, u := range reqs {
+		out = append(out, u.Time.Format("15:04:05.000")+" "+u.Prompt)
+	}
+	return out
+}
+
+// count is how many times s occurs in texts.
+func count(texts []string, s string) int {
+	n := 0
+	for _, t := range texts {
+		n += strings.Count(t, s)
+	}
+	return n
+}
+
+// checkTwoTurns checks that message b (body bodyB, id idB) came to the
+// model as a turn of its own after message a's turn had ended: turn a's
+// prompt holds a's body and header once and nothing of b, turn b's prompt
+// b's and nothing of a, a never saw b, b's request came after the last
+// request of message a (and, a's answer taking slow, at least slow after
+// a's turn request), and b's conversation holds a's answer: the model
+// answered a before b was sent, so b was neither folded into a's turn nor
+// steered into it.
+func checkTwoTurns(t *testing.T, reqs []stubmodel.Request, a, b stubmodel.Request, bodyA, idA, bodyB, idB string, slow time.Duration) {
+	t.Helper()
+	if n := strings.Count(a.Prompt, bodyA); n != 1 || !strings.Contains(a.Prompt, "· msg "+idA) || strings.Contains(a.Prompt, bodyB) || strings.Contains(a.Prompt, idB) {
+		t.Errorf("the first turn's prompt (body %d times, want 1): %q", n, a.Prompt)
+	}
+	if n := strings.Count(b.Prompt, bodyB); n != 1 || !strings.Contains(b.Prompt, "· msg "+idB) || strings.Contains(b.Prompt, bodyA) || strings.Contains(b.Prompt, idA) {
+		t.Errorf("the second turn's prompt (body %d times, want 1): %q", n, b.Prompt)
+	}
+	if n := count(a.Texts, bodyB); n != 0 {
+		t.Errorf("the first turn saw the second message: %q", a.Texts)
+	}
+	if n := count(b.Texts, bodyB); n != 1 {
+		t.Errorf("the second turn has the second body %d times in its user texts, want 1: %q", n, b.Texts)
+	}
+	var lastA stubmodel.Request
+	for _, u := range reqs {
+		if strings.Contains(u.Prompt, bodyA) && !strings.Contains(u.Prompt, bodyB) {
+			lastA = u
+		}
+	}
+	if !b.Time.After(lastA.Time) {
+		t.Errorf("the second turn's request (%v) came before the first message's last request (%v): %q",
+			b.Time, lastA.Time, promptsOf(reqs))
+	}
+	if slow > 0 && b.Time.Sub(a.Time) < slow {
+		t.Errorf("the second turn's request came %v after the first turn's, before its answer (%v) was done",
+			b.Time.Sub(a.Time), slow)
+	}
+	if a.Answer == "" || !strings.Contains(b.Body, a.Answer+`"`) {
+		t.Errorf("the second turn's conversation lacks the first turn's answer %q", a.Answer)
+	}
+}
+
+// noMarker waits a few seconds and fails if path appears meanwhile: what
+// a pane's shell would have run had the message been typed into it.
+func noMarker(t *testing.T, path string, wait time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(wait)
+	for time.Now().Before(deadline) {
+		if _, err := os.Stat(path); err == nil {
+			t.Fatalf("%s appeared: the message was typed into the pane's shell", path)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
