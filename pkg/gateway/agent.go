@@ -281,6 +281,11 @@ var dialogRE = regexp.MustCompile(`(?i)do you trust the files in this folder|tru
 	`is this a project you created or one you trust|yes, i trust this folder|don't trust|` +
 	`do you want to use this api key\?|running in bypass permissions mode|auto mode can't check actions`)
 
+// idleLook is how often the pane of an idle tmux entity with nothing to
+// deliver is looked at (one tmux call): often enough that an agent that
+// exited reads detached in the roster within seconds.
+const idleLook = 3 * time.Second
+
 // watched says whether status is one the safety net must look at again
 // after a while (a tick), not only when something changes.
 func watched(ent store.Entity) bool {

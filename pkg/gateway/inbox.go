@@ -235,10 +235,21 @@ func (g *Gateway) injectLoop(ctx context.Context, b *mailbox) {
 			items = items[1:]
 		}
 		if len(items) == 0 {
+			// an idle pane is looked at now and then too, so that an agent
+			// that exited reads detached before mail comes for it
+			var look <-chan time.Time
+			var t *time.Timer
+			if ent.TmuxTarget != "" && ent.Program != "" {
+				t = time.NewTimer(idleLook)
+				look = t.C
+			}
 			select {
 			case <-ctx.Done():
-				return
 			case <-changed:
+			case <-look:
+			}
+			if t != nil {
+				t.Stop()
 			}
 			continue
 		}
