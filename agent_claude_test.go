@@ -226,12 +226,7 @@ func (c *claudeRun) waitHook(t *testing.T, event string, n int) {
 // send sends body to the entity as alice and returns the message id.
 func (c *claudeRun) send(t *testing.T, body string) string {
 	t.Helper()
-	out := c.r.fleet("fleet-send", "--as", "alice", "--json", c.name, body)
-	m := regexp.MustCompile(`"msg_id":"([^"]+)"`).FindStringSubmatch(out)
-	if m == nil {
-		t.Fatalf("fleet-send printed no msg_id: %s", out)
-	}
-	return m[1]
+	return c.r.sub(t).sendID(c.name, body)
 }
 
 // waitState waits until message id reads state.

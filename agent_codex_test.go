@@ -2,22 +2,18 @@ package fleet_test
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
-	"unicode"
 )
 
 // The real Codex CLI (0.169) in a tmux pane, on the stub model, with
-// scripts/hooks/codex-hooks.json as its hooks: what agent-notes-codex.md
+// scripts/hooks/codex-hooks.json as its hooks (fleet-roster hooks install
+// codex --trust): what docs/agent-clis/codex.md
 // found, checked.
 
 // codexIdleRE and codexWorkingRE tell Codex's screen at the prompt from
@@ -27,82 +23,6 @@ var (
 	codexWorkingRE = regexp.MustCompile(`esc to interrupt\)`)
 	codexReadyRE   = regexp.MustCompile(`\? for shortcuts`)
 )
-
-// codexHookLabel is an event's label in Codex's hook keys (SessionStart →
-// session_start).
-func codexHookLabel(event string) string {
-	var b strings.Builder
-	for i, c := range event {
-		if unicode.IsUpper(c) {
-			if i > 0 {
-				b.WriteByte('_')
-			}
-			c = unicode.ToLower(c)
-		}
-		b.WriteRune(c)
-	}
-	return b.String()
-}
-
-// codexHookTrust is the [hooks.state] of config.toml that trusts every
-// command hook of the hooks.json at path as Codex's /hooks review does:
-// per handler the key PATH:EVENT:GROUP:HANDLER and trusted_hash, the
-// sha256 of the handler's normalized identity as canonical JSON (sorted
-// keys, no spaces; absent fields left out; the timeout as Codex runs it:
-// 600 when unset, Interrupt's clamped to 3).
-func codexHookTrust(t *testing.T, path string) string {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var f struct {
-		Hooks map[string][]struct {
-			Matcher *string `json:"matcher"`
-			Hooks   []struct {
-				Type          string  `json:"type"`
-				Command       string  `json:"command"`
-				Timeout       *uint64 `json:"timeout"`
-				Async         bool    `json:"async"`
-				StatusMessage *string `json:"statusMessage"`
-			} `json:"hooks"`
-		} `json:"hooks"`
-	}
-	if err := json.Unmarshal(b, &f); err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
-	var out strings.Builder
-	for event, groups := range f.Hooks {
-		label := codexHookLabel(event)
-		for gi, g := range groups {
-			for hi, h := range g.Hooks {
-				timeout := uint64(600)
-				if h.Timeout != nil {
-					timeout = max(*h.Timeout, 1)
-				}
-				if event == "Interrupt" {
-					timeout = min(timeout, 3)
-				}
-				handler := map[string]any{"type": h.Type, "command": h.Command, "timeout": timeout, "async": h.Async}
-				if h.StatusMessage != nil {
-					handler["statusMessage"] = *h.StatusMessage
-				}
-				id := map[string]any{"event_name": label, "hooks": []any{handler}}
-				if g.Matcher != nil {
-					id["matcher"] = *g.Matcher
-				}
-				var js bytes.Buffer
-				enc := json.NewEncoder(&js)
-				enc.SetEscapeHTML(false) // as serde_json writes it
-				enc.Encode(id)           // maps: keys sorted
-				sum := sha256.Sum256(bytes.TrimRight(js.Bytes(), "\n"))
-				fmt.Fprintf(&out, "\n[hooks.state.%s]\ntrusted_hash = \"sha256:%s\"\n",
-					strconv.Quote(fmt.Sprintf("%s:%s:%d:%d", path, label, gi, hi)), hex.EncodeToString(sum[:]))
-			}
-		}
-	}
-	return out.String()
-}
 
 // codexRig is a rig with a CODEX_HOME set up as a user would: the stub as
 // a custom model provider, the project folder trusted, no approvals or
@@ -119,14 +39,6 @@ func newCodexRig(t *testing.T, gwEnv ...string) *codexRig {
 	r.codexHome = filepath.Join(r.home, ".codex")
 	r.turnLog = filepath.Join(r.dir, "fleet-turn.log")
 	if err := os.MkdirAll(r.codexHome, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	hooks, err := os.ReadFile(filepath.Join("scripts", "hooks", "codex-hooks.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	hooksPath := filepath.Join(r.codexHome, "hooks.json")
-	if err := os.WriteFile(hooksPath, hooks, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	config := fmt.Sprintf(`model = "stub-model"
@@ -149,9 +61,14 @@ trust_level = "trusted"
 [tui]
 animations = false
 `, r.stub.URL()+"/v1", r.work)
-	config += codexHookTrust(t, hooksPath)
 	if err := os.WriteFile(filepath.Join(r.codexHome, "config.toml"), []byte(config), 0o600); err != nil {
 		t.Fatal(err)
+	}
+	// the recipe and its hook trust, by fleet's installer, as a user would
+	// (Codex runs no hook it has not trusted)
+	r.fleet("fleet-roster", "hooks", "install", "codex", "--trust")
+	if st := r.fleet("fleet-roster", "hooks", "status", "codex", "--json"); !strings.Contains(st, `"missing":[],"blockers":[]`) {
+		t.Fatalf("fleet-roster hooks status codex after install: %s", st)
 	}
 	// a fleet-turn ahead of the real one on PATH that logs each call: its
 	// argument, the pane it ran in, and the status of each inject entity
@@ -210,16 +127,6 @@ func (r *codexRig) waitTurnCalls(n int, within time.Duration) []string {
 	}
 }
 
-// send sends body from alice to the entity and returns the message id.
-func (r *codexRig) send(to, body string) string {
-	r.t.Helper()
-	out := r.fleet("fleet-send", "--as", "alice", "--json", to, body)
-	m := regexp.MustCompile(`"msg_id":"([^"]+)"`).FindStringSubmatch(out)
-	if m == nil {
-		r.t.Fatalf("fleet-send printed no msg_id: %s", out)
-	}
-	return m[1]
-}
 
 // turnCalls is what the fleet-turn shim logged so far, a call a line.
 func (r *codexRig) turnCalls() []string {
@@ -276,7 +183,7 @@ func TestCodex(t *testing.T) {
 	t.Run("message", func(t *testing.T) {
 		r.t = t
 		body := "Please look at issue 7 of the codex rig."
-		id := r.send("codex", body)
+		id := r.sendID("codex", body)
 		r.waitTurns(1, 30*time.Second)
 		// SessionStart, UserPromptSubmit, Stop
 		calls := r.waitTurnCalls(3, 30*time.Second)
@@ -301,7 +208,7 @@ func TestCodex(t *testing.T) {
 		r.t = t
 		marker := filepath.Join(r.dir, "marker")
 		before := len(r.stub.Turns())
-		r.send("codex", "STUB:TOOL=touch "+marker)
+		r.sendID("codex", "STUB:TOOL=touch "+marker)
 		turns := r.waitTurns(before+2, 30*time.Second)
 		r.waitTurnCalls(5, 30*time.Second)
 		if _, err := os.Stat(marker); err != nil {
@@ -322,7 +229,7 @@ func TestCodex(t *testing.T) {
 	t.Run("interrupt", func(t *testing.T) {
 		r.t = t
 		n := len(r.turnCalls())
-		r.send("codex", "STUB:SLOW=60 a long one")
+		r.sendID("codex", "STUB:SLOW=60 a long one")
 		r.turnWith("a long one", 30*time.Second)
 		r.waitStatus("codex", "busy", 10*time.Second)
 		r.waitScreen(pane, codexWorkingRE.String(), 10*time.Second)
@@ -335,7 +242,7 @@ func TestCodex(t *testing.T) {
 		r.waitStatus("codex", "idle", 10*time.Second)
 		r.waitScreen(pane, `Conversation interrupted`, 10*time.Second)
 		body := "after the interrupt, a new one"
-		id := r.send("codex", body)
+		id := r.sendID("codex", body)
 		turn := r.turnWith(body, 30*time.Second)
 		if strings.Count(turn.Prompt, body) != 1 || strings.Contains(turn.Prompt, "a long one") || !strings.Contains(turn.Prompt, "· msg "+id) {
 			t.Errorf("the turn after the interrupt has the prompt %q", turn.Prompt)
@@ -350,8 +257,8 @@ func TestCodex(t *testing.T) {
 	t.Run("back-to-back", func(t *testing.T) {
 		r.t = t
 		bodyA, bodyB := "the first of two STUB:SLOW=2", "the second of two"
-		idA := r.send("codex", bodyA)
-		idB := r.send("codex", bodyB)
+		idA := r.sendID("codex", bodyA)
+		idB := r.sendID("codex", bodyB)
 		b := r.turnWith(bodyB, 60*time.Second)
 		a := r.turnWith(bodyA, time.Second)
 		checkTwoTurns(t, r.stub.Requests(), a, b, bodyA, idA, bodyB, idB, 2*time.Second)
@@ -367,10 +274,10 @@ func TestCodex(t *testing.T) {
 	t.Run("during-slow-turn", func(t *testing.T) {
 		r.t = t
 		bodyA, bodyB := "a slow one STUB:SLOW=8", "sent while the slow one runs"
-		idA := r.send("codex", bodyA)
+		idA := r.sendID("codex", bodyA)
 		a := r.turnWith(bodyA, 30*time.Second)
 		r.waitScreen(pane, codexWorkingRE.String(), 10*time.Second)
-		idB := r.send("codex", bodyB)
+		idB := r.sendID("codex", bodyB)
 		b := r.turnWith(bodyB, 60*time.Second)
 		checkTwoTurns(t, r.stub.Requests(), a, b, bodyA, idA, bodyB, idB, 8*time.Second)
 		r.waitState(idB, "delivered", 20*time.Second)
@@ -381,7 +288,7 @@ func TestCodex(t *testing.T) {
 	t.Run("multi-line", func(t *testing.T) {
 		r.t = t
 		body := "line one\nline two\nline three"
-		id := r.send("codex", body)
+		id := r.sendID("codex", body)
 		turn := r.turnWith("line one", 30*time.Second)
 		if !strings.Contains(turn.Prompt, body) || count(turn.Texts, "line one") != 1 || !strings.Contains(turn.Prompt, "· msg "+id) {
 			t.Errorf("the prompt is not the three lines once: %q", turn.Prompt)
@@ -403,7 +310,7 @@ func TestCodex(t *testing.T) {
 		paneB = r.startInShell("codex-b")
 		n := len(r.turnCalls())
 		body := "to the second codex"
-		id := r.send("codex-b", body)
+		id := r.sendID("codex-b", body)
 		r.turnWith(body, 30*time.Second)
 		// its SessionStart, UserPromptSubmit and Stop, in pane B
 		calls := r.waitTurnCalls(n+3, 30*time.Second)[n:]
@@ -415,7 +322,7 @@ func TestCodex(t *testing.T) {
 		r.waitState(id, "delivered", 20*time.Second)
 		n += 3
 		body = "to the first codex"
-		id = r.send("codex", body)
+		id = r.sendID("codex", body)
 		r.turnWith(body, 30*time.Second)
 		calls = r.waitTurnCalls(n+2, 30*time.Second)[n:]
 		want = []string{call("busy", pane, "codex=busy", "codex-b=idle"), call("idle", pane, "codex=idle", "codex-b=idle")}
@@ -437,32 +344,7 @@ func TestCodex(t *testing.T) {
 		// an Enter right after the typed keys left /quit in the composer
 		// (likely Codex's paste-burst detection): the Enter once /quit
 		// shows, and a pause
-		r.tmux("send-keys", "-t", paneB, "-l", "/quit")
-		r.waitScreen(paneB, `› /quit`, 10*time.Second)
-		time.Sleep(500 * time.Millisecond)
-		r.tmux("send-keys", "-t", paneB, "Enter")
-		deadline := time.Now().Add(20 * time.Second)
-		for r.tmux("display", "-p", "-t", paneB, "#{pane_current_command}") != "bash" {
-			if time.Now().After(deadline) {
-				t.Fatalf("Codex did not quit:\n%s", r.screen(paneB))
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		// the roster may still read idle here: the gateway looks at an
-		// idle entity's pane when it has something to paste, not before
-		marker := filepath.Join(r.dir, "MARKER")
-		id := r.send("codex-b", "status please; touch "+marker)
-		r.waitStatus("codex-b", "detached", 10*time.Second)
-		noMarker(t, marker, 5*time.Second)
-		if line := r.rosterLine("codex-b"); !strings.Contains(line, `"status":"detached"`) {
-			t.Errorf("codex-b in the roster: %s", line)
-		}
-		if st := r.msgState(id); st != "accepted" {
-			t.Errorf("the message to the exited agent reads %s, want accepted", st)
-		}
-		if s := r.screen(paneB); strings.Contains(s, "status please") {
-			t.Errorf("the message was typed into the shell:\n%s", s)
-		}
+		exitedGetsNothing(t, r.agentRig, paneB, "codex-b", `› /quit`)
 	})
 }
 
@@ -486,14 +368,14 @@ func TestCodexAPIError(t *testing.T) {
 		t.Run(code, func(t *testing.T) {
 			r.t = t
 			bodyErr := "this one fails STUB:ERROR=" + code
-			idErr := r.send("codex", bodyErr)
+			idErr := r.sendID("codex", bodyErr)
 			r.turnWith(bodyErr, 30*time.Second)
 			r.waitState(idErr, "delivered", 20*time.Second) // its UserPromptSubmit came
 			r.waitScreen(pane, `(?m)^■ `, 20*time.Second)
 			r.waitStatus("codex", "stuck", 20*time.Second)
 			r.waitStatus("codex", "idle", 20*time.Second) // from the screen
 			body := "after the " + code
-			id := r.send("codex", body)
+			id := r.sendID("codex", body)
 			turn := r.turnWith(body, 30*time.Second)
 			if strings.Count(turn.Prompt, body) != 1 || strings.Contains(turn.Prompt, "STUB:ERROR") || !strings.Contains(turn.Prompt, "· msg "+id) {
 				t.Errorf("the turn after the error has the prompt %q", turn.Prompt)

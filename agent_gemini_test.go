@@ -14,7 +14,7 @@ import (
 // The real Gemini CLI (0.61) in a tmux pane, offline against the stub
 // model, as an inject entity whose busy and idle come from its own hooks
 // (the shipped snippet scripts/hooks/gemini-settings.json, fleet-turn).
-// agent-notes-gemini.md has what was found out about it.
+// docs/agent-clis/gemini.md has what was found out about it.
 
 // geminiIdleRE matches Gemini's screen at its prompt; geminiWorkingRE
 // while a turn runs (the spinner line says how to cancel it).
@@ -32,31 +32,16 @@ const (
 // in 0.61, and its dialog would hold the start).
 func geminiSettings(t *testing.T, r *agentRig, events string) {
 	t.Helper()
-	snippet, err := os.ReadFile(filepath.Join("scripts", "hooks", "gemini-settings.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var fleet struct {
-		Hooks    map[string][]any `json:"hooks"`
-		Security map[string]any   `json:"security"`
-	}
-	if err := json.Unmarshal(snippet, &fleet); err != nil {
-		t.Fatalf("scripts/hooks/gemini-settings.json: %v", err)
-	}
+	// the user's own settings first (a recording hook on every event, the
+	// auth type); fleet's recipe is merged in by its installer below
 	record := map[string]any{"hooks": []any{map[string]any{
 		"type": "command", "command": "sh -c 'cat >> " + events + "; echo >> " + events + "'", "timeout": 10000,
 	}}}
 	hooks := map[string][]any{}
-	for ev, hs := range fleet.Hooks {
-		hooks[ev] = append(hooks[ev], hs...)
-	}
 	for _, ev := range []string{"SessionStart", "SessionEnd", "BeforeAgent", "AfterAgent", "Notification"} {
 		hooks[ev] = append(hooks[ev], record)
 	}
 	security := map[string]any{"auth": map[string]any{"selectedType": "gemini-api-key"}}
-	for k, v := range fleet.Security {
-		security[k] = v
-	}
 	settings := map[string]any{
 		"general": map[string]any{
 			"enableAutoUpdate":             false,
@@ -76,6 +61,10 @@ func geminiSettings(t *testing.T, r *agentRig, events string) {
 	b, _ := json.MarshalIndent(settings, "", "  ")
 	if err := os.WriteFile(filepath.Join(dir, "settings.json"), b, 0o600); err != nil {
 		t.Fatal(err)
+	}
+	r.fleet("fleet-roster", "hooks", "install", "gemini")
+	if st := r.fleet("fleet-roster", "hooks", "status", "gemini", "--json"); !strings.Contains(st, `"missing":[],"blockers":[]`) {
+		t.Fatalf("fleet-roster hooks status gemini after install: %s", st)
 	}
 	trust, _ := json.Marshal(map[string]string{r.work: "TRUST_FOLDER"})
 	if err := os.WriteFile(filepath.Join(dir, "trustedFolders.json"), trust, 0o600); err != nil {
@@ -154,7 +143,7 @@ func testGeminiCLI(t *testing.T, gemini string, ciEnv []string) {
 	r.waitScreen(pane, geminiIdleRE, 60*time.Second)
 	r.waitStatus("gem", "idle", 30*time.Second) // SessionStart → fleet-turn idle
 	// right after its start Gemini sometimes kept a paste but took the
-	// Enter after it for a newline (2 of 8 in agent-notes-gemini.md): the
+	// Enter after it for a newline (2 of 8 in docs/agent-clis/gemini.md): the
 	// gateway now presses Enter only once the paste shows, and once more
 	// if no busy hook follows; no settling here
 	if got := r.tmux("display", "-p", "-t", pane, "#{pane_current_command}"); got != "node" {
@@ -377,31 +366,6 @@ func geminiCases(t *testing.T, r *agentRig, pane, gemini string, env []string) {
 		// an Enter within 30 ms of typed keys is a newline to Gemini
 		// (docs/agent-clis/gemini.md): the Enter once /quit shows, and a
 		// pause
-		r.tmux("send-keys", "-t", paneB, "-l", "/quit")
-		r.waitScreen(paneB, `[>*] /quit`, 10*time.Second) // * in YOLO mode
-		time.Sleep(500 * time.Millisecond)
-		r.tmux("send-keys", "-t", paneB, "Enter")
-		deadline := time.Now().Add(20 * time.Second)
-		for r.tmux("display", "-p", "-t", paneB, "#{pane_current_command}") != "bash" {
-			if time.Now().After(deadline) {
-				t.Fatalf("Gemini did not quit:\n%s", r.screen(paneB))
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		// the roster may still read idle here: the gateway looks at an
-		// idle entity's pane when it has something to paste, not before
-		marker := filepath.Join(r.dir, "MARKER")
-		id := r.sendID("gem-b", "status please; touch "+marker)
-		r.waitStatus("gem-b", "detached", 10*time.Second)
-		noMarker(t, marker, 5*time.Second)
-		if line := r.rosterLine("gem-b"); !strings.Contains(line, `"status":"detached"`) {
-			t.Errorf("gem-b in the roster: %s", line)
-		}
-		if st := r.msgState(id); st != "accepted" {
-			t.Errorf("the message to the exited agent reads %s, want accepted", st)
-		}
-		if s := r.screen(paneB); strings.Contains(s, "status please") {
-			t.Errorf("the message was typed into the shell:\n%s", s)
-		}
+		exitedGetsNothing(t, r, paneB, "gem-b", `[>*] /quit`) // * in YOLO mode
 	})
 }

@@ -2,6 +2,7 @@ package fleet_test
 
 import (
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -151,5 +152,41 @@ func noMarker(t *testing.T, path string, wait time.Duration) {
 			t.Fatalf("%s appeared: the message was typed into the pane's shell", path)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// exitedGetsNothing quits the agent CLI in pane (its /quit command, the
+// Enter once the command shows on screen as shown, and a pause: an Enter
+// right behind typed keys is a newline to Codex and Gemini), waits for the
+// pane to be back at bash, and checks that a message sent to entity then
+// is never typed into the shell: the entity reads detached, a marker
+// command in the body never runs, the message stays accepted.
+func exitedGetsNothing(t *testing.T, r *agentRig, pane, entity, shown string) {
+	t.Helper()
+	r.tmux("send-keys", "-t", pane, "-l", "/quit")
+	r.waitScreen(pane, shown, 10*time.Second)
+	time.Sleep(500 * time.Millisecond)
+	r.tmux("send-keys", "-t", pane, "Enter")
+	deadline := time.Now().Add(20 * time.Second)
+	for r.tmux("display", "-p", "-t", pane, "#{pane_current_command}") != "bash" {
+		if time.Now().After(deadline) {
+			t.Fatalf("the agent did not quit:\n%s", r.screen(pane))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// the gateway looks at an idle pane every few seconds: detached
+	// before any mail comes
+	r.waitStatus(entity, "detached", 15*time.Second)
+	marker := filepath.Join(r.dir, "MARKER-"+entity)
+	id := r.sendID(entity, "status please; touch "+marker)
+	noMarker(t, marker, 5*time.Second)
+	if line := r.rosterLine(entity); !strings.Contains(line, `"status":"detached"`) {
+		t.Errorf("%s in the roster: %s", entity, line)
+	}
+	if st := r.msgState(id); st != "accepted" {
+		t.Errorf("the message to the exited agent reads %s, want accepted", st)
+	}
+	if s := r.screen(pane); strings.Contains(s, "status please") {
+		t.Errorf("the message was typed into the shell:\n%s", s)
 	}
 }

@@ -73,6 +73,21 @@ func cliArg(c *ucli.Context, optional bool) ([]*hooks.CLI, error) {
 	return []*hooks.CLI{cl}, nil
 }
 
+// hooksArgs are a hooks subcommand's CLI(s), the home folder and the
+// --project folder ("" for the user's settings).
+func hooksArgs(c *ucli.Context, optional bool) (cls []*hooks.CLI, home, project string, err error) {
+	if cls, err = cliArg(c, optional); err != nil {
+		return nil, "", "", err
+	}
+	if home, err = homeDir(); err != nil {
+		return nil, "", "", err
+	}
+	if project, err = projectDir(c); err != nil {
+		return nil, "", "", err
+	}
+	return cls, home, project, nil
+}
+
 func homeDir() (string, error) {
 	h, err := os.UserHomeDir()
 	if err != nil {
@@ -97,21 +112,13 @@ func projectDir(c *ucli.Context) (string, error) {
 }
 
 func runHooksInstall(c *ucli.Context) error {
-	cls, err := cliArg(c, false)
+	cls, home, project, err := hooksArgs(c, false)
 	if err != nil {
 		return err
 	}
 	cl := cls[0]
 	if c.Bool("trust") && cl.Name != "codex" {
 		return fleetcli.Usage("--trust is for codex (the other CLIs need no hook trust)")
-	}
-	home, err := homeDir()
-	if err != nil {
-		return err
-	}
-	project, err := projectDir(c)
-	if err != nil {
-		return err
 	}
 	path, err := cl.Install(home, project)
 	if err != nil {
@@ -128,15 +135,7 @@ func runHooksInstall(c *ucli.Context) error {
 }
 
 func runHooksRemove(c *ucli.Context) error {
-	cls, err := cliArg(c, false)
-	if err != nil {
-		return err
-	}
-	home, err := homeDir()
-	if err != nil {
-		return err
-	}
-	project, err := projectDir(c)
+	cls, home, project, err := hooksArgs(c, false)
 	if err != nil {
 		return err
 	}
@@ -152,15 +151,7 @@ func runHooksRemove(c *ucli.Context) error {
 }
 
 func runHooksStatus(c *ucli.Context) error {
-	cls, err := cliArg(c, true)
-	if err != nil {
-		return err
-	}
-	home, err := homeDir()
-	if err != nil {
-		return err
-	}
-	project, err := projectDir(c)
+	cls, home, project, err := hooksArgs(c, true)
 	if err != nil {
 		return err
 	}
@@ -200,15 +191,7 @@ func printStatus(c *ucli.Context, cl *hooks.CLI, home, project string) error {
 // loop itself — the entity goes busy then idle, through the agent's own
 // hooks, while the user (or a message) runs a turn.
 func runHooksDoctor(c *ucli.Context) error {
-	cls, err := cliArg(c, false)
-	if err != nil {
-		return err
-	}
-	home, err := homeDir()
-	if err != nil {
-		return err
-	}
-	project, err := projectDir(c)
+	cls, home, project, err := hooksArgs(c, false)
 	if err != nil {
 		return err
 	}
