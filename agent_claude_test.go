@@ -129,7 +129,7 @@ func startClaude(t *testing.T, r *agentRig, name string) *claudeRun {
 	// test's folder is removed (cleanups run last first)
 	shell := r.tmux("display", "-p", "-t", c.pane, "#{pane_pid}")
 	t.Cleanup(func() { endClaude(r, c.pane, shell) })
-	out := r.fleet("fleet-roster", "join", name, "--mode", "inject", "--tmux-target", c.pane, "--idle-screen", "2s")
+	out := r.fleet("fleet-roster", "join", name, "--mode", "inject", "--tmux-target", c.pane, "--idle-screen", "2s", "--paste", "bracketed")
 	c.token = strings.Fields(out)[0]
 	start := time.Now()
 	r.tmux("send-keys", "-t", c.pane, "-l", "FLEET_TOKEN="+c.token+" claude")
@@ -379,6 +379,44 @@ func TestClaudeCode(t *testing.T) {
 		}
 	})
 
+	// the cases of agentcases_test.go: two messages back to back are two
+	// turns, the second sent only after the first ended; one sent during a
+	// slow turn waits for it; three lines are one prompt of three lines
+	t.Run("back-to-back", func(t *testing.T) {
+		r := rig.sub(t)
+		bodyA, bodyB := "the first of two STUB:SLOW=2", "the second of two"
+		idA := r.sendID(c.name, bodyA)
+		idB := r.sendID(c.name, bodyB)
+		b := r.turnWith(bodyB, 60*time.Second)
+		a := r.turnWith(bodyA, time.Second)
+		checkTwoTurns(t, r.stub.Requests(), a, b, bodyA, idA, bodyB, idB, 2*time.Second)
+		r.waitState(idB, "delivered", 20*time.Second)
+		r.waitStatus(c.name, "idle", 20*time.Second)
+	})
+	t.Run("during-slow-turn", func(t *testing.T) {
+		r := rig.sub(t)
+		bodyA, bodyB := "a slow one STUB:SLOW=6", "sent while the slow one runs"
+		idA := r.sendID(c.name, bodyA)
+		a := r.turnWith(bodyA, 30*time.Second)
+		r.waitScreen(c.pane, `esc to interrupt`, 10*time.Second)
+		idB := r.sendID(c.name, bodyB)
+		b := r.turnWith(bodyB, 60*time.Second)
+		checkTwoTurns(t, r.stub.Requests(), a, b, bodyA, idA, bodyB, idB, 6*time.Second)
+		r.waitState(idB, "delivered", 20*time.Second)
+		r.waitStatus(c.name, "idle", 20*time.Second)
+	})
+	t.Run("multi-line", func(t *testing.T) {
+		r := rig.sub(t)
+		body := "line one\nline two\nline three"
+		id := r.sendID(c.name, body)
+		turn := r.turnWith("line one", 30*time.Second)
+		if !strings.Contains(turn.Prompt, body) || count(turn.Texts, "line one") != 1 || !strings.Contains(turn.Prompt, "· msg "+id) {
+			t.Errorf("the prompt is not the three lines once: %q", turn.Prompt)
+		}
+		r.waitState(id, "delivered", 20*time.Second)
+		r.waitStatus(c.name, "idle", 20*time.Second)
+	})
+
 	t.Run("error", func(t *testing.T) {
 		// a failing request ends the turn with StopFailure (no retries:
 		// CLAUDE_CODE_MAX_RETRIES=0), which the recipe makes idle
@@ -418,7 +456,8 @@ func TestClaudeCode(t *testing.T) {
 		before := len(c.hookEvents(t))
 		r.tmux("send-keys", "-t", c.pane, "Escape")
 		// the input box (between two rules), not the transcript's copy
-		scr := r.waitScreen(c.pane, `─\n❯[ \x{a0}]\[fleet send from alice@h1 [^\n]*interrupt me STUB:SLOW=30 *\n─`, 10*time.Second)
+		// (pasted bracketed: the header line, then the body line)
+		scr := r.waitScreen(c.pane, `─\n❯[ \x{a0}]\[fleet send from alice@h1 [^\n]*\] *\n +interrupt me STUB:SLOW=30 *\n─`, 10*time.Second)
 		t.Logf("after Escape:\n%s", scr)
 		var after []string
 		for _, ev := range c.hookEvents(t)[before:] {
@@ -432,6 +471,10 @@ func TestClaudeCode(t *testing.T) {
 		waitRow(t, r, c.name, `"status":"stuck","status_reason":"an interrupted message is back in the agent's input`, 15*time.Second)
 		// the person at the pane clears it: idle from the still screen,
 		// and the next message is one turn of its own
+		// (Ctrl-U clears a line: the body's, then, joined by a backspace,
+		// the header's)
+		r.tmux("send-keys", "-t", c.pane, "C-u")
+		r.tmux("send-keys", "-t", c.pane, "BSpace")
 		r.tmux("send-keys", "-t", c.pane, "C-u")
 		r.waitScreen(c.pane, claudeReady, 10*time.Second)
 		waitRow(t, r, c.name, `"status":"idle","status_reason":"read from the screen`, 15*time.Second)
