@@ -43,6 +43,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fleetd/fleet/pkg/api"
 	"github.com/fleetd/fleet/pkg/config"
 	"github.com/fleetd/fleet/pkg/deliver"
 	"github.com/fleetd/fleet/pkg/fault"
@@ -63,6 +64,25 @@ const (
 var statuses = []string{stIdle, stBusy, stWaiting, stStarting, stStuck, stDetached, stUnhooked}
 
 func knownStatus(s string) bool { return slices.Contains(statuses, s) }
+
+// wireStatus is a status as other hosts hear it: the safety net's states
+// are "busy" there (the entity takes no mail now), which every gateway
+// version reads — one from before these states refuses a snapshot that
+// holds an unknown status, and would lose this host's whole roster.
+func wireStatus(s string) string {
+	switch s {
+	case stStarting, stStuck, stUnhooked, stDetached:
+		return stBusy
+	}
+	return s
+}
+
+// onWire makes r a row for other hosts: its status as they hear it, and
+// nothing of why (a pane's program and state are this host's business;
+// a reason that changes would cost a notice each time).
+func onWire(r *api.EntityRow) {
+	r.Status, r.StatusReason, r.Program = wireStatus(r.Status), "", ""
+}
 
 // The turns setting: where busy and idle come from.
 const (
@@ -252,6 +272,14 @@ func (w *agentWatch) next(ctx context.Context, ent store.Entity, now time.Time) 
 			}
 			return status, reason
 		}
+		if !readyRE.MatchString(s) || workingRE.MatchString(s) {
+			// no agent CLI's ready prompt on the screen (a tool's approval
+			// question, an unknown first-run screen, a turn): not idle
+			if status == stStarting {
+				return status, "waiting for the agent's first hook, or its ready prompt on the screen"
+			}
+			return status, reason
+		}
 		if restoredRE.MatchString(s) {
 			// Claude Code puts an interrupted prompt back in its input: a
 			// paste now would send it again with the next message
@@ -272,6 +300,15 @@ func (w *agentWatch) next(ctx context.Context, ent store.Entity, now time.Time) 
 // The texts, as docs/agent-clis/ records them: Gemini CLI's folder trust,
 // Codex's folder trust and hook review, Claude Code's workspace trust, its
 // API-key question, its bypass-mode warning and its auto-mode stop.
+// readyRE finds an agent CLI's idle input prompt on a screen, and
+// workingRE a turn running (docs/agent-clis/): idle is read from a still
+// screen only where one of the known ready prompts shows and no turn does
+// — never from a stillness alone, which a tool's approval question has too.
+var (
+	readyRE   = regexp.MustCompile(`\? for shortcuts|Type your message or @path/to/file`)
+	workingRE = regexp.MustCompile(`esc to interrupt|esc to cancel`)
+)
+
 // restoredRE finds a fleet message back in an agent's input box (between
 // Claude Code's two rules, after its prompt glyph and a no-break space):
 // what Claude Code does with the prompt of a turn interrupted by Escape.
@@ -279,7 +316,9 @@ var restoredRE = regexp.MustCompile(`─\n❯[ \x{a0}]\[fleet [a-z]+ from `)
 
 var dialogRE = regexp.MustCompile(`(?i)do you trust the files in this folder|trust this folder\?|hooks need review|` +
 	`is this a project you created or one you trust|yes, i trust this folder|don't trust|` +
-	`do you want to use this api key\?|running in bypass permissions mode|auto mode can't check actions`)
+	`do you want to use this api key\?|running in bypass permissions mode|auto mode can't check actions|` +
+	`do you want to proceed\?|would you like to run the following command|allow execution|apply this change\?|` +
+	`do you want to make this edit|yes, and don't ask again`)
 
 // idleLook is how often the pane of an idle tmux entity with nothing to
 // deliver is looked at (one tmux call): often enough that an agent that

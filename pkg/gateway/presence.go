@@ -157,6 +157,7 @@ func (g *Gateway) notice(gid string) {
 	if b := g.box(gid); b != nil {
 		r := g.row(b.snapshot(), nil)
 		r.Host, r.Target = "", "" // the host is the message's; a pane or command is this host's business
+		onWire(&r)
 		c.Row = &r
 		a.Said(gid, r.Status)
 	} else {
@@ -254,7 +255,7 @@ func (g *Gateway) announceStatusSoon(gid string) {
 	time.AfterFunc(statusSettle, func() {
 		said := g.said.Due(gid)
 		b := g.box(gid)
-		if b == nil || g.row(b.snapshot(), nil).Status == said {
+		if b == nil || wireStatus(g.row(b.snapshot(), nil).Status) == said {
 			return // gone, or flapped back: nothing new to say
 		}
 		g.announceEntity(gid)
@@ -324,6 +325,7 @@ func (g *Gateway) announce() {
 	raw := make([]json.RawMessage, 0, len(rows))
 	for i := range rows {
 		r := &rows[i]
+		onWire(r)
 		a.Said(r.Gid, r.Status)
 		r.Host, r.Target = "", "" // the host is the message's; a pane or command is this host's business
 		j, err := json.Marshal(r)
