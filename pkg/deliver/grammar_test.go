@@ -15,7 +15,7 @@ func TestHandGrammars(t *testing.T) {
 		fn   func(string) bool
 	}{
 		{"isFleetVar", regexp.MustCompile(`^FLEET_[A-Z0-9_]+$`), isFleetVar},
-		{"quotable", regexp.MustCompile(`^[A-Za-z0-9_.:%@$+=/-]+$`), quotable},
+		{"quotable", regexp.MustCompile(`^[A-Za-z0-9_.:%@+=/-]+$`), quotable},
 	} {
 		cases := []string{"", "FLEET_", "FLEET_X", "FLEET_SOCKET", "FLEET_A9_", "FLEET_a", "FLEET_X ", "XFLEET_X", "fleet_x",
 			"a", "h1.01a22c52-8775-70dc-b05f-c3fbe3f46d8d", "%1", "s:w.p", "a'b", "a#b", "a b", "a\nb", "é", "a\x00"}

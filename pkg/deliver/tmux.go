@@ -103,11 +103,6 @@ func tmux(ctx context.Context, stdin []byte, args ...string) error {
 	return err
 }
 
-func tmuxAs(ctx context.Context, name string, stdin []byte, args ...string) error {
-	_, err := tmuxOut(ctx, name, stdin, args...)
-	return err
-}
-
 // tmuxOut runs tmux and returns its output, naming a failure after what it
 // did (name).
 func tmuxOut(ctx context.Context, name string, stdin []byte, args ...string) (string, error) {
@@ -127,15 +122,17 @@ func tmuxOut(ctx context.Context, name string, stdin []byte, args ...string) (st
 }
 
 // quotable says whether s may be written between single quotes in a tmux
-// command string — no quote, no format (#), no space or control
-// character: ^[A-Za-z0-9_.:%@$+=/-]+$, checked by hand (TestHandGrammars).
+// command string, or between double quotes inside one — no quote, no
+// format (#), no $ (tmux expands $VAR inside double quotes), no space or
+// control character: ^[A-Za-z0-9_.:%@+=/-]+$, checked by hand
+// (TestHandGrammars).
 func quotable(s string) bool {
 	if s == "" {
 		return false
 	}
 	for i := 0; i < len(s); i++ {
 		c := s[i]
-		if !(c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || strings.IndexByte("_.:%@$+=/-", c) >= 0) {
+		if !(c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || strings.IndexByte("_.:%@+=/-", c) >= 0) {
 			return false
 		}
 	}
@@ -256,13 +253,15 @@ func (t *Tmux) Deliver(ctx context.Context, env *envelope.Envelope) error {
 	if t.Echo > 0 {
 		changed(ctx, t.Target, shown, t.Echo) // the paste shows in the input
 	}
-	var before string
-	if t.Confirm > 0 {
-		before, _ = Screen(context.WithoutCancel(ctx), t.Target)
-	}
 	select {
 	case <-time.After(t.Settle):
 	case <-ctx.Done():
+	}
+	// the screen just before the Enter: a program that echoes the paste a
+	// moment late does not pass for one that took the Enter
+	var before string
+	if t.Confirm > 0 {
+		before, _ = Screen(context.WithoutCancel(ctx), t.Target)
 	}
 	if err := t.Enter(ctx); err != nil {
 		return fmt.Errorf("%w: text pasted into %s, %v", ErrUncertain, t.Target, err)

@@ -188,12 +188,19 @@ func notPasted(b *mailbox, st *store.Store, err error) error {
 		_, perr := b.putStatus(st, stDetached, err.Error(), false, "")
 		return perr
 	}
-	if b.snapshot().Status == stBusy {
-		_, perr := b.putStatus(st, stIdle, "", false, "")
+	// back to idle only from the gateway's own busy: a hook's busy stays
+	if e := b.snapshot(); e.Status == stBusy && e.StatusReason == pastedReason {
+		_, perr := b.putStatusFrom(st, &e, stIdle, "", false, "")
+		if errors.Is(perr, errStale) {
+			return nil
+		}
 		return perr
 	}
 	return nil
 }
+
+// pastedReason is the reason of the gateway's own busy (from a paste).
+const pastedReason = "a message was pasted"
 
 // tmuxAdapter is the tmux adapter for e: its pane by id, its program and
 // paste settings.

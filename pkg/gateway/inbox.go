@@ -42,8 +42,21 @@ func (b *mailbox) snapshot() store.Entity {
 // time is kept, and program, if not empty, becomes the entity's program
 // (learnt at the first hook of an agent started from a shell).
 func (b *mailbox) putStatus(st *store.Store, status, reason string, hook bool, program string) (*store.Entity, error) {
+	return b.putStatusFrom(st, nil, status, reason, hook, program)
+}
+
+// errStale: the status changed since it was read.
+var errStale = errors.New("the status changed meanwhile")
+
+// putStatusFrom is putStatus only if the entity's status is still what
+// from says it was (nil: whatever it is): the safety net and the paste
+// decide from a snapshot, and a hook that came in between wins.
+func (b *mailbox) putStatusFrom(st *store.Store, from *store.Entity, status, reason string, hook bool, program string) (*store.Entity, error) {
 	now := time.Now().UTC()
 	e, err := st.UpdateEntity(b.snapshot().Gid, func(e *store.Entity) error {
+		if from != nil && (e.Status != from.Status || e.StatusReason != from.StatusReason || !e.StatusAt.Equal(from.StatusAt) || !e.HookAt.Equal(from.HookAt)) {
+			return errStale
+		}
 		if e.Status != status || e.StatusReason != reason {
 			e.Status, e.StatusReason, e.StatusAt = status, reason, now
 		}
@@ -175,7 +188,9 @@ func (g *Gateway) injectLoop(ctx context.Context, b *mailbox) {
 			// the safety net (agent.go): a state that time or the pane
 			// changed is recorded before anything is pasted
 			if st, why := net.next(ctx, ent, time.Now()); st != ent.Status || why != ent.StatusReason {
-				if _, err := b.putStatus(g.st, st, why, false, ""); err != nil {
+				if _, err := b.putStatusFrom(g.st, &ent, st, why, false, ""); errors.Is(err, errStale) {
+					continue // a hook came meanwhile: look again
+				} else if err != nil {
 					g.log.Error("recording the status", "entity", ent.Name, "err", err)
 					backoff.Sleep(ctx, time.Second)
 					continue
@@ -206,7 +221,7 @@ func (g *Gateway) injectLoop(ctx context.Context, b *mailbox) {
 			// a live ask first: its asker's turn is waiting
 			env := asks[0]
 			if ent.TmuxTarget != "" && ent.Turns != turnsNone {
-				if _, err := b.putStatus(g.st, stBusy, "an ask was pasted", false, ""); err != nil {
+				if _, err := b.putStatus(g.st, stBusy, pastedReason, false, ""); err != nil {
 					g.log.Error("recording the status", "entity", ent.Name, "err", err)
 				}
 			}
@@ -275,23 +290,23 @@ func (g *Gateway) injectLoop(ctx context.Context, b *mailbox) {
 		pasted := time.Now()
 		if hooked {
 			// busy from the paste: nothing else is pasted until the
-			// agent's hooks say how its turn went
-			if _, err := b.putStatus(g.st, stBusy, "a message was pasted", false, ""); err != nil {
-				log.Error("recording the status", "err", err)
+			// agent's hooks say how its turn went — and nothing is pasted
+			// if a hook said busy since the status was read
+			if _, err := b.putStatusFrom(g.st, &ent, stBusy, pastedReason, false, ""); err != nil {
+				if !errors.Is(err, errStale) {
+					log.Error("recording the status", "err", err)
+				}
+				if ferr := g.st.Failed(store.Key(env), "the agent's status changed before the paste"); ferr != nil {
+					log.Error("recording failed attempt", "err", ferr)
+				}
+				continue
 			}
 		}
 		err = g.adapter(ent).Deliver(g.hardCtx, env)
 		g.crashAt("after-inject")
-		if err == nil && hooked && !b.confirmed(ctx, pasted, g.cfg.ConfirmWithin/3) {
-			// no busy hook yet: an Enter taken as a newline leaves the text
-			// in the agent's input; one more Enter submits it (an empty
-			// input ignores it), and the agent still has to show it
-			log.Info("no busy hook after the paste: pressing Enter once more")
-			if eerr := tmuxAdapter(ent, g.cfg).Enter(g.hardCtx); eerr != nil {
-				log.Warn("second Enter", "err", eerr)
-			}
-		}
-		if err == nil && hooked && !b.confirmed(ctx, pasted, g.cfg.ConfirmWithin*2/3) {
+		// a stop drains in-flight work: the proof is waited for until the
+		// drain bound (hardCtx), not only until the stop began
+		if err == nil && hooked && !b.confirmed(g.hardCtx, pasted, g.cfg.ConfirmWithin) {
 			err = fmt.Errorf("%w: pasted into pane %s, but the agent showed no sign of taking it (no busy hook) within %v",
 				deliver.ErrUncertain, ent.TmuxTarget, g.cfg.ConfirmWithin)
 		}

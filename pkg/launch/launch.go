@@ -145,11 +145,19 @@ export FLEET_ENTITY FLEET_SOCKET FLEET_TOKEN
 // The child runs as a job of its own in the terminal's foreground (set
 // -m), so that tmux's #{pane_current_command} names the agent, not this
 // wrapper: the gateway pastes only while the entity's program is in front.
+// A job stopped by Ctrl-Z is resumed at once (with job control on, it
+// would otherwise be orphaned when the wrapper exits, and die).
 const (
 	execTail = `exec /bin/sh -c "$cmd" "$entity" "$@"` + "\n"
 	tmuxTail = `set -m
 /bin/sh -c "$cmd" "$entity" "$@"
 status=$?
+# stopped (Ctrl-Z, or a read from the terminal in the background): the job
+# goes on in the foreground; there is no shell in the pane to return to
+while [ "$status" -eq 148 ] || [ "$status" -eq 149 ] || [ "$status" -eq 150 ]; do
+	fg >/dev/null 2>&1 || break
+	status=$?
+done
 echo "fleet: $entity exited with status $status"
 exit "$status"
 `
