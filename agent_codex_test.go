@@ -127,7 +127,6 @@ func (r *codexRig) waitTurnCalls(n int, within time.Duration) []string {
 	}
 }
 
-
 // turnCalls is what the fleet-turn shim logged so far, a call a line.
 func (r *codexRig) turnCalls() []string {
 	b, _ := os.ReadFile(r.turnLog)

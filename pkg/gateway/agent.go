@@ -202,6 +202,41 @@ func notPasted(b *mailbox, st *store.Store, err error) error {
 // pastedReason is the reason of the gateway's own busy (from a paste).
 const pastedReason = "a message was pasted"
 
+// bindOld fills in the pane of a tmux entity stored before panes were
+// bound (no PaneID): its pane now, as bindPane would, and turns none — it
+// was pasted into whenever it read idle, hooks or not. A pane that cannot
+// be seen leaves it as it is (its program unknown: nothing is pasted).
+func bindOld(ctx context.Context, b *mailbox, st *store.Store) {
+	e := b.snapshot()
+	if e.TmuxTarget == "" || e.PaneID != "" {
+		return
+	}
+	p, err := deliver.Probe(ctx, e.TmuxTarget)
+	if err != nil || p.Dead {
+		return
+	}
+	program := ""
+	if agentInFront(p) || deliver.ProgramOK(p.Command) && e.Turns == turnsNone {
+		program = p.Command
+	}
+	ne, err := st.UpdateEntity(e.Gid, func(x *store.Entity) error {
+		x.PaneID, x.PanePID = p.ID, p.PID
+		if x.Turns == "" {
+			x.Turns = turnsNone
+		}
+		if x.Program == "" {
+			x.Program = program
+		}
+		return nil
+	})
+	if err != nil {
+		return
+	}
+	b.mu.Lock()
+	b.ent = *ne
+	b.mu.Unlock()
+}
+
 // tmuxAdapter is the tmux adapter for e: its pane by id, its program and
 // paste settings.
 func tmuxAdapter(e store.Entity, cfg *config.Config) *deliver.Tmux {
@@ -248,6 +283,10 @@ func (w *agentWatch) next(ctx context.Context, ent store.Entity, now time.Time) 
 			return stDetached, "pane " + ent.TmuxTarget + " is gone"
 		case p.Dead:
 			return stDetached, "pane " + ent.TmuxTarget + " is dead: " + ent.Program + " exited"
+		case ent.PanePID != 0 && p.PID != ent.PanePID:
+			// respawned, or a new tmux server reusing the id: another
+			// pane under the old name, whoever's it is
+			return stDetached, "pane " + ent.TmuxTarget + " is not the pane joined (its first process changed): join it again"
 		case p.Command != ent.Program:
 			return stDetached, "pane " + ent.TmuxTarget + " runs " + p.Command + ", not " + ent.Program
 		case status == stDetached && ent.Turns == turnsNone:
@@ -368,6 +407,16 @@ func ancestors(pid int) []int {
 		pid, _ = strconv.Atoi(f[1])
 	}
 	return out
+}
+
+// paneTaken is the name of the entity bound to pane id, or "".
+func paneTaken(reg *registry, id string) string {
+	for _, b := range reg.Members("all") {
+		if e := b.snapshot(); e.PaneID == id {
+			return e.Name
+		}
+	}
+	return ""
 }
 
 // agentOf returns the mailbox of the tmux entity whose agent process pid

@@ -178,6 +178,7 @@ func (g *Gateway) adapter(e store.Entity) deliver.Adapter {
 func (g *Gateway) injectLoop(ctx context.Context, b *mailbox) {
 	pol := backoff.Policy{Base: g.cfg.RetryBase, Max: g.cfg.RetryMax, Jitter: true}
 	net := &agentWatch{cfg: g.cfg}
+	bindOld(ctx, b, g.st) // an entity from before panes were bound
 	for {
 		changed := b.watch()
 		if ctx.Err() != nil {

@@ -724,6 +724,10 @@ func (g *Gateway) register(e *store.Entity) (token, credFile string, err error) 
 		if err := bindPane(g.runCtx, e); err != nil {
 			return "", "", err
 		}
+		if other := paneTaken(g.reg, e.PaneID); other != "" {
+			return "", "", fault.New(fault.Usage, fault.KindNameTaken, "tmux pane %s is %s's already", e.TmuxTarget, other).
+				WithHint("one entity per pane: fleet-roster leave %s first", other)
+		}
 	}
 	// With a broker, the inbox is declared, bound and consumed while the
 	// store records the entity (both must succeed before join does; what
