@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -312,6 +313,26 @@ func cmdAMQP(ts *testscript.TestScript, neg bool, args []string) {
 		dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), args[3], key, false, false,
 			amqp.Publishing{Body: body, MessageId: "signed", DeliveryMode: amqp.Persistent, Headers: amqp.Table{
 				"fleet-host": args[2], "fleet-sig": base64.StdEncoding.EncodeToString(sig)}})
+		ts.Check(err)
+		if !dc.Wait() {
+			ts.Fatalf("publish not confirmed")
+		}
+	case "dead":
+		// amqp dead MSGID REASON BODY — a dead letter put straight into
+		// bridge.dlq, as any broker login that may publish there could:
+		// message id and fleet-reason as given, Go escapes (\x1b) decoded
+		if len(args) != 4 {
+			ts.Fatalf("usage: amqp dead MSGID REASON BODY")
+		}
+		unq := func(s string) string {
+			u, err := strconv.Unquote(`"` + s + `"`)
+			ts.Check(err)
+			return u
+		}
+		ts.Check(ch.Confirm(false))
+		dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", "bridge.dlq", false, false,
+			amqp.Publishing{Body: []byte(unq(args[3])), MessageId: unq(args[1]), Type: unq(args[1]), DeliveryMode: amqp.Persistent,
+				Headers: amqp.Table{"fleet-reason": unq(args[2]), "fleet-refused-by": unq(args[2])}})
 		ts.Check(err)
 		if !dc.Wait() {
 			ts.Fatalf("publish not confirmed")

@@ -362,3 +362,14 @@ func libraryMessage(err error) string {
 	}
 	return msg
 }
+
+// RefuseBrokerPassword refuses a broker URI with a password given on the
+// command line as flag name (exit 64): ps shows every command line to every
+// user. hint says where the URI goes instead. The flag must not be backed
+// by an environment variable (IsSet would be true for the variable too).
+func RefuseBrokerPassword(c *cli.Context, name, hint string) error {
+	if !c.IsSet(name) || !config.HasPassword(c.String(name)) {
+		return nil
+	}
+	return usage("--%s would show the broker password to every user through ps", name).WithHint("%s", hint)
+}

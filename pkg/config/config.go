@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -122,6 +123,20 @@ func BrokerNodes(raw string) []string {
 	return strings.FieldsFunc(raw, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' || r == '\n' })
 }
 
+// HasPassword says whether a broker setting holds a password in any of its
+// node URIs: such a value belongs in the environment or in a config file of
+// mode 0600, never on a command line (ps shows it to every user).
+func HasPassword(raw string) bool {
+	for _, one := range BrokerNodes(raw) {
+		if u, err := url.Parse(one); err == nil {
+			if _, has := u.User.Password(); has {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // Lookup is how Load reads one setting from outside the file: flags first,
 // then the environment. It returns "", false when neither sets it.
 type Lookup func(name, env string) (string, bool)
@@ -163,6 +178,9 @@ func load(lookup Lookup, configPath string, client bool) (*Config, error) {
 		m, err := readFile(path)
 		switch {
 		case err == nil:
+			if err := checkSecretMode(path, m); err != nil {
+				return nil, err
+			}
 			file = m
 		case errors.Is(err, fs.ErrNotExist) && !explicit:
 			path = ""
@@ -363,6 +381,25 @@ func defaultSocket(stateDir string) string {
 		return filepath.Join(d, "fleet", "gw.sock")
 	}
 	return filepath.Join(stateDir, "gw.sock")
+}
+
+// checkSecretMode refuses a config file that holds a secret (a broker URI
+// with its password) and that its group or others may read or write: the
+// password would be anyone's on this machine.
+func checkSecretMode(path string, file map[string]string) error {
+	if !HasPassword(file["broker"]) {
+		return nil
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fault.Wrap(fault.Usage, fault.KindBadConfig, err, "config file")
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		return fault.New(fault.Refused, fault.KindBadConfig,
+			"config file %s holds the broker password and others may read it (mode %v)", path, perm).
+			WithHint("chmod 600 %s", path)
+	}
+	return nil
 }
 
 // readFile reads "key = value" lines; '#' starts a comment. Values may be

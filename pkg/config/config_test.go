@@ -541,3 +541,43 @@ func TestRecordedSocket(t *testing.T) {
 		t.Errorf("a symlinked record was believed: %q", got)
 	}
 }
+
+// A config file holding the broker password is refused while its group or
+// others may read or write it, with the file and the fix named; without a
+// password, or at 0600, it is read.
+func TestConfigWithPasswordMustBePrivate(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "config")
+	for _, c := range []struct {
+		text   string
+		mode   os.FileMode
+		refuse bool
+	}{
+		{"broker = amqp://gw:s3cret@broker/fleet\n", 0o644, true},
+		{"broker = amqps://n1/fleet, amqp://gw:s3cret@n2/fleet\n", 0o640, true},
+		{"broker = amqp://gw:s3cret@broker/fleet\n", 0o602, true},
+		{"broker = amqp://gw:s3cret@broker/fleet\n", 0o600, false},
+		{"broker = amqp://gw@broker/fleet\nbroker-key = /etc/fleet/client.key\n", 0o644, false},
+	} {
+		if err := os.WriteFile(path, []byte(c.text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(path, c.mode); err != nil {
+			t.Fatal(err)
+		}
+		_, err := LoadClient(func(string, string) (string, bool) { return "", false }, path)
+		if !c.refuse {
+			if err != nil {
+				t.Errorf("%q mode %v: %v", c.text, c.mode, err)
+			}
+			continue
+		}
+		if fault.CodeOf(err) != fault.Refused || !strings.Contains(err.Error(), path) ||
+			!strings.Contains(err.Error(), "holds the broker password") || fault.HintOf(err) != "chmod 600 "+path {
+			t.Errorf("%q mode %v: err = %v (hint %q), want a refusal naming %s and chmod 600", c.text, c.mode, err, fault.HintOf(err), path)
+		}
+		if strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("the refusal shows the password: %v", err)
+		}
+	}
+}

@@ -3,6 +3,8 @@ package deliver
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -28,18 +30,23 @@ func (x *Exec) Deliver(ctx context.Context, env *envelope.Envelope) error {
 	if err != nil {
 		return err
 	}
-	return Run(ctx, x.Command, x.Timeout, bytes.NewReader(append(data, '\n')), []string{
+	err = Run(ctx, x.Command, x.Timeout, bytes.NewReader(append(data, '\n')), []string{
 		"FLEET_ENTITY=" + x.Entity,
 		"FLEET_MSG_ID=" + env.MsgID,
 		"FLEET_TRACE_ID=" + env.TraceID,
 		"FLEET_KIND=" + string(env.Kind),
 		"FLEET_SENDER=" + env.Sender.String(),
 	})
+	if err != nil {
+		return fmt.Errorf("exec adapter: %w", err)
+	}
+	return nil
 }
 
 // Run runs command under sh -c in its own process group with stdin and the
-// extra environment, killing the group at the timeout. A failure carries the
-// exit status and the last line of stderr.
+// extra environment, killing the group at the timeout. A failure is an
+// *ExecError: the exit status, the size of stderr and its hash, never the
+// output or the command line (see ExecError).
 //
 // The command gets the gateway's environment without any FLEET_* variable
 // (they may hold the broker's password), plus env: FLEET_* variables whose
@@ -69,20 +76,37 @@ func Run(ctx context.Context, command string, timeout time.Duration, stdin *byte
 	if err == nil {
 		return nil
 	}
-	last := strings.TrimSpace(stderr.String())
-	if i := strings.LastIndexByte(last, '\n'); i >= 0 {
-		last = last[i+1:]
+	x := &ExecError{Stderr: stderr.Len(), Sum: sha256.Sum256(stderr.Bytes())}
+	var exit *exec.ExitError
+	switch {
+	case ctx.Err() == context.DeadlineExceeded:
+		x.Status = "timed out after " + timeout.String()
+	case errors.As(err, &exit):
+		x.Status = exit.ProcessState.String() // "exit status 3", "signal: killed"
+	default:
+		x.Status = err.Error() // /bin/sh not started, or stdin not copied: no output in it
 	}
-	if len(last) > 200 {
-		last = last[:200]
+	return x
+}
+
+// ExecError is a failed run of a hook or adapter command. Its text is what
+// reaches the audit log, trace answers, dead letters and bounces (another
+// entity's or host's reading), so it holds no byte of the command's output
+// and not the command line: the command was given the message, and its
+// output (or its line, a secret in an argument) may repeat it. What is
+// left to tell runs apart: the exit status, how many bytes went to stderr,
+// and their sha256 (to match against what the command logs itself).
+type ExecError struct {
+	Status string // "exit status 3", "signal: killed", "timed out after 30s"
+	Stderr int    // bytes written to stderr
+	Sum    [sha256.Size]byte
+}
+
+func (x *ExecError) Error() string {
+	if x.Stderr == 0 {
+		return x.Status + " (no stderr)"
 	}
-	if ctx.Err() == context.DeadlineExceeded {
-		return fmt.Errorf("exec %q: timed out after %v", command, timeout)
-	}
-	if last != "" {
-		return fmt.Errorf("exec %q: %v: %s", command, err, last)
-	}
-	return fmt.Errorf("exec %q: %v", command, err)
+	return fmt.Sprintf("%s (stderr %d bytes, sha256 %x)", x.Status, x.Stderr, x.Sum[:8])
 }
 
 // isFleetVar says whether k is a FLEET_* variable name: ^FLEET_[A-Z0-9_]+$,

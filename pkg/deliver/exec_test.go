@@ -3,6 +3,9 @@ package deliver
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -78,5 +81,41 @@ func TestExecDeliverEnvironment(t *testing.T) {
 	}
 	if strings.Contains(got, "s3cret") {
 		t.Errorf("child environment holds the broker password:\n%s", got)
+	}
+}
+
+// A failing command's error holds its exit status, the size and hash of its
+// stderr, and nothing of the output or the command line: the text goes to
+// the audit log, trace answers, dead letters and bounces.
+func TestRunFailureHoldsNoText(t *testing.T) {
+	const cmd = "cat >&2; echo SECRETMARK >&2; exit 3"
+	body := "BODYMARK\n"
+	err := Run(context.Background(), cmd, 5*time.Second, bytes.NewReader([]byte(body)), nil)
+	var x *ExecError
+	if !errors.As(err, &x) {
+		t.Fatalf("err = %v (%T), want an *ExecError", err, err)
+	}
+	stderr := body + "SECRETMARK\n"
+	sum := sha256.Sum256([]byte(stderr))
+	want := fmt.Sprintf("exit status 3 (stderr %d bytes, sha256 %x)", len(stderr), sum[:8])
+	if got := err.Error(); got != want {
+		t.Errorf("err = %q, want %q", got, want)
+	}
+	for _, bad := range []string{"SECRETMARK", "BODYMARK", "cat", "echo"} {
+		if strings.Contains(err.Error(), bad) {
+			t.Errorf("err %q holds %q", err, bad)
+		}
+	}
+	x2 := &Exec{Command: cmd, Entity: "w", Timeout: 5 * time.Second}
+	err = x2.Deliver(context.Background(), &envelope.Envelope{Kind: envelope.Send, MsgID: "m", Body: "BODYMARK"})
+	if err == nil || !strings.HasPrefix(err.Error(), "exec adapter: exit status 3 (stderr ") || strings.Contains(err.Error(), "MARK") {
+		t.Errorf("Deliver: err = %v", err)
+	}
+	err = Run(context.Background(), "echo SECRETMARK >&2; sleep 5", 100*time.Millisecond, nil, nil)
+	if err == nil || !strings.HasPrefix(err.Error(), "timed out after 100ms (stderr 11 bytes, sha256 ") {
+		t.Errorf("timeout: err = %v", err)
+	}
+	if err := Run(context.Background(), "exit 4", time.Second, nil, nil); err == nil || err.Error() != "exit status 4 (no stderr)" {
+		t.Errorf("no stderr: err = %v", err)
 	}
 }

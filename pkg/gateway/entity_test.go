@@ -144,7 +144,7 @@ func TestLocalRestartRecovery(t *testing.T) {
 		t.Fatalf("dead letters after restart %+v", d)
 	}
 	// the bounce from before the restart, once
-	alice.collect("your message " + sd.MsgID + " to broken@h1 was dead-lettered: delivery failed 1 times: exec \"exit 1\": exit status 1")
+	alice.collect("your message " + sd.MsgID + " to broken@h1 was dead-lettered: delivery failed 1 times: exec adapter: exit status 1 (no stderr)")
 	if strings.Contains(g.logs.String(), "uncertain") {
 		t.Error("a clean restart reported uncertain deliveries")
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/fleetd/fleet/pkg/api"
 	"github.com/fleetd/fleet/pkg/broker"
 	fleetcli "github.com/fleetd/fleet/pkg/cli"
+	"github.com/fleetd/fleet/pkg/deliver"
 	"github.com/fleetd/fleet/pkg/envelope"
 	"github.com/fleetd/fleet/pkg/fault"
 	"github.com/fleetd/fleet/pkg/ident"
@@ -65,7 +66,9 @@ func NewDLQApp() *ucli.App {
 func commonFlags() []ucli.Flag {
 	return append(fleetcli.ConnFlags(),
 		fleetcli.JSONFlag(),
-		&ucli.StringFlag{Name: "broker", EnvVars: []string{"FLEET_DLQ_BROKER"},
+		// FLEET_DLQ_BROKER is read by operatorURI, not as the flag's
+		// EnvVars: only a URI on the command line is refused a password
+		&ucli.StringFlag{Name: "broker",
 			Usage: "an operator's broker URI, to read bridge.dlq (env FLEET_DLQ_BROKER); without it, this host's dead letters only"},
 		&ucli.StringFlag{Name: "broker-ca", EnvVars: []string{"FLEET_BROKER_CA"}, Usage: "CA file for an amqps:// broker (env FLEET_BROKER_CA)"},
 	)
@@ -181,12 +184,15 @@ type sources struct {
 }
 
 func open(c *ucli.Context) (*sources, error) {
+	url, err := operatorURI(c) // before a byte goes anywhere
+	if err != nil {
+		return nil, err
+	}
 	s := &sources{}
 	sess, gwErr := fleetcli.Connect(c)
 	if gwErr == nil {
 		s.client, s.host = sess.Client, sess.Client.Hello.Host
 	}
-	url := lineage(c, "broker")
 	if url == "" {
 		if gwErr != nil {
 			return nil, gwErr
@@ -197,7 +203,7 @@ func open(c *ucli.Context) (*sources, error) {
 		return s, nil
 	}
 	if gwErr != nil {
-		fmt.Fprintf(c.App.ErrWriter, "fleet-dlq: this host's dead letters not read: %v\n", gwErr)
+		fmt.Fprintf(c.App.ErrWriter, "fleet-dlq: this host's dead letters not read: %s\n", inert(gwErr.Error()))
 	}
 	dlq, err := broker.OpenDLQ(url, broker.Config{CAFile: lineage(c, "broker-ca")})
 	if err != nil {
@@ -208,6 +214,18 @@ func open(c *ucli.Context) (*sources, error) {
 	}
 	s.dlq = dlq
 	return s, nil
+}
+
+// operatorURI is the operator's broker URI: --broker (refused with a
+// password in it, as fleet-gw run --broker is), else FLEET_DLQ_BROKER.
+func operatorURI(c *ucli.Context) (string, error) {
+	for _, ctx := range c.Lineage() {
+		if ctx.IsSet("broker") {
+			err := fleetcli.RefuseBrokerPassword(ctx, "broker", "put the URI in FLEET_DLQ_BROKER (an operator's login is in no config file)")
+			return ctx.String("broker"), err
+		}
+	}
+	return os.Getenv("FLEET_DLQ_BROKER"), nil
 }
 
 func (s *sources) close() {
@@ -422,16 +440,11 @@ func runList(c *ucli.Context) error {
 
 // inert makes a field safe for a terminal: what bridge.dlq holds came from
 // any host's broker login (message ids, types, headers, unchecked
-// envelopes), so control characters (escape sequences) are shown as "?"
-// and tabs cannot break the table. JSON output needs none of this.
-func inert(s string) string {
-	return strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
-			return '?'
-		}
-		return r
-	}, s)
-}
+// envelopes), so every control character (an escape sequence, a tab that
+// would break the table) is shown as its visible stand-in (deliver.Inert,
+// the notation of injected text). Every line of human output goes through
+// it; JSON output needs none of this.
+func inert(s string) string { return deliver.Inert(s, false) }
 
 func clip(s string, n int) string {
 	if r := []rune(s); len(r) > n {
@@ -465,7 +478,8 @@ func runShow(c *ucli.Context) error {
 			continue
 		}
 		out, _ := json.MarshalIndent(e, "", "  ")
-		fmt.Fprintf(c.App.Writer, "%s\n", out)
+		// JSON escapes C0 controls, not C1 (U+009B is a CSI to some terminals)
+		fmt.Fprintf(c.App.Writer, "%s\n", deliver.Inert(string(out), true))
 	}
 	return nil
 }
@@ -501,7 +515,7 @@ func runReplay(c *ucli.Context) error {
 	report := func(e *Entry, resp *api.Response, err error) bool {
 		n++
 		if err != nil {
-			fmt.Fprintf(c.App.ErrWriter, "fleet-dlq: %s (%s): %v\n", e.MsgID, e.Where, err)
+			fmt.Fprintf(c.App.ErrWriter, "fleet-dlq: %s (%s): %s\n", inert(e.MsgID), inert(e.Where), inert(err.Error()))
 			if first == nil {
 				first = err
 			}
@@ -516,7 +530,7 @@ func runReplay(c *ucli.Context) error {
 			if r.Again {
 				again = " (replayed before: sent again, a copy the recipient has is dropped)"
 			}
-			fmt.Fprintf(c.App.Writer, "%s replayed as %s to %s: %s%s\n", e.MsgID, r.MsgID, r.Recipient, r.State, again)
+			fmt.Fprintf(c.App.Writer, "%s replayed as %s to %s: %s%s\n", inert(e.MsgID), inert(r.MsgID), inert(r.Recipient), inert(r.State), again)
 		}
 		return true
 	}
@@ -547,7 +561,21 @@ func runReplay(c *ucli.Context) error {
 	if n == 0 {
 		return fault.New(fault.NoRecipient, fault.KindUnknownMessage, "no dead letter matches").WithHint("list them with: fleet-dlq list")
 	}
-	return first
+	return inertError(first)
+}
+
+// inertError is err with its text made inert, its exit code and kind kept:
+// a refusal may quote what a dead letter holds.
+func inertError(err error) error {
+	if err == nil {
+		return nil
+	}
+	out := &fault.Error{Code: fault.CodeOf(err), Kind: fault.KindInternal, Msg: inert(err.Error()), Hint: inert(fault.HintOf(err))}
+	var fe *fault.Error
+	if errors.As(err, &fe) {
+		out.Kind = fe.Kind
+	}
+	return out
 }
 
 func runPurge(c *ucli.Context) error {

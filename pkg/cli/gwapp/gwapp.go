@@ -11,10 +11,8 @@ import (
 	"runtime/debug"
 
 	"log/slog"
-	"net/url"
 	"os"
 
-	"github.com/fleetd/fleet/pkg/broker"
 	"github.com/fleetd/fleet/pkg/cli"
 	"github.com/fleetd/fleet/pkg/config"
 	"github.com/fleetd/fleet/pkg/fault"
@@ -46,15 +44,8 @@ func NewGatewayApp() *ucli.App {
 			if c.NArg() > 0 {
 				return cli.Usage("fleet-gw run takes no arguments, got %q", c.Args().First())
 			}
-			if c.IsSet("broker") {
-				for _, raw := range broker.SplitURLs(c.String("broker")) {
-					if u, err := url.Parse(raw); err == nil {
-						if _, has := u.User.Password(); has {
-							return cli.Usage("--broker would show the broker password to every user through ps").
-								WithHint("put the URI in FLEET_BROKER or in the config file (mode 0600)")
-						}
-					}
-				}
+			if err := cli.RefuseBrokerPassword(c, "broker", "put the URI in FLEET_BROKER or in the config file (mode 0600)"); err != nil {
+				return err
 			}
 			cfg, err := cli.LoadConfig(c)
 			if err != nil {
