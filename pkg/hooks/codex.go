@@ -123,9 +123,24 @@ func CodexTrustTOML(path string) (string, error) {
 	}
 	var b strings.Builder
 	for _, e := range entries {
-		fmt.Fprintf(&b, "\n[hooks.state.%s]\ntrusted_hash = %s\n", strconv.Quote(e.key), strconv.Quote(e.hash))
+		key, err := tomlString(e.key)
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(&b, "\n[hooks.state.%s]\ntrusted_hash = %q\n", key, e.hash)
 	}
 	return b.String(), nil
+}
+
+// tomlString is s as a TOML basic string; a control character in it (in
+// a path) is refused rather than escaped the way Go escapes it.
+func tomlString(s string) (string, error) {
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f {
+			return "", fmt.Errorf("%q: a control character in a path", s)
+		}
+	}
+	return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(s) + `"`, nil
 }
 
 // codexTrusted reads which keys config.toml trusts with which hash.

@@ -88,6 +88,8 @@ var fleetOnlyAllowed = []string{"FLEET_TOKEN", "FLEET_SOCKET", "FLEET_HOST", "FL
 // know are kept as they were).
 type settings map[string]any
 
+// load reads a settings file: numbers kept as written (json.Number), an
+// absent or empty file an empty object.
 func load(path string) (settings, error) {
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) || err == nil && len(bytes.TrimSpace(b)) == 0 {
@@ -97,7 +99,9 @@ func load(path string) (settings, error) {
 		return nil, err
 	}
 	var s settings
-	if err := json.Unmarshal(b, &s); err != nil {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	if err := dec.Decode(&s); err != nil {
 		return nil, fmt.Errorf("%s is not a JSON object: %v", path, err)
 	}
 	if s == nil {
@@ -106,19 +110,61 @@ func load(path string) (settings, error) {
 	return s, nil
 }
 
+// encode is s as the file holds it: indented, & < > as written.
+func (s settings) encode() ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	err := enc.Encode(s)
+	return b.Bytes(), err
+}
+
+// save writes s to path when it differs from what is there: through a
+// symlink to the file it names (a dotfile manager's link stays a link),
+// with the file's own mode (0600 for a new one), by a temporary file of
+// its own renamed into place.
 func (s settings) save(path string) error {
-	b, err := json.MarshalIndent(s, "", "  ")
+	b, err := s.encode()
 	if err != nil {
 		return err
+	}
+	if real, err := filepath.EvalSymlinks(path); err == nil {
+		path = real
+	}
+	mode := os.FileMode(0o600)
+	if old, err := os.ReadFile(path); err == nil {
+		if bytes.Equal(old, b) {
+			return nil
+		}
+		if fi, err := os.Stat(path); err == nil {
+			mode = fi.Mode().Perm()
+		}
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
-	tmp := path + ".fleet-tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".fleet-*")
+	if err != nil {
 		return err
 	}
-	return os.Rename(tmp, path)
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(b); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(mode); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
 }
 
 // object returns s[key] as an object, made if missing.
@@ -259,6 +305,9 @@ func (c *CLI) Remove(home, project string) (string, int, error) {
 				}
 			}
 		}
+	}
+	if n == 0 && c.Name != "gemini" {
+		return path, 0, nil
 	}
 	return path, n, s.save(path)
 }

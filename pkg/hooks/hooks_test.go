@@ -126,3 +126,42 @@ func TestCodexTrust(t *testing.T) {
 		t.Errorf("a changed hook: %d untrusted, want 1", n)
 	}
 }
+
+// The installer keeps what it does not own as it was: numbers beyond
+// float64, & < > in commands, a settings file that is a symlink (it stays
+// one), the file's mode; and writes nothing when nothing changes.
+func TestInstallKeepsTheFile(t *testing.T) {
+	home := t.TempDir()
+	cl, _ := Find("claude")
+	real := filepath.Join(home, "dotfiles", "settings.json")
+	os.MkdirAll(filepath.Dir(real), 0o700)
+	mine := `{"big": 12345678901234567890, "hooks": {"Stop": [{"hooks": [{"type": "command", "command": "a && b < c > d"}]}]}}`
+	if err := os.WriteFile(real, []byte(mine), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	link := cl.File(home, "")
+	os.MkdirAll(filepath.Dir(link), 0o700)
+	if err := os.Symlink(real, link); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Install(home, ""); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Lstat(link); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Fatalf("the link is no longer a link: %v", err)
+	}
+	b, _ := os.ReadFile(real)
+	if !strings.Contains(string(b), "12345678901234567890") || !strings.Contains(string(b), "a && b < c > d") || !strings.Contains(string(b), "fleet-turn busy") {
+		t.Fatalf("the file after install:\n%s", b)
+	}
+	if fi, _ := os.Stat(real); fi.Mode().Perm() != 0o640 {
+		t.Errorf("mode %v, want 0640 as it was", fi.Mode().Perm())
+	}
+	before, _ := os.Stat(real)
+	if _, err := cl.Install(home, ""); err != nil {
+		t.Fatal(err)
+	}
+	if after, _ := os.Stat(real); !after.ModTime().Equal(before.ModTime()) {
+		t.Error("a second install rewrote the file")
+	}
+}
