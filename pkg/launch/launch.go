@@ -148,7 +148,10 @@ export FLEET_ENTITY FLEET_SOCKET FLEET_TOKEN
 // A job stopped by Ctrl-Z is resumed at once (with job control on, it
 // would otherwise be orphaned when the wrapper exits, and die).
 const (
-	execTail = `exec /bin/sh -c "$cmd" "$entity" "$@"` + "\n"
+	// (an exec entity is in no pane: a TMUX_PANE inherited from a gateway
+	// that runs in tmux would make its hooks speak for that pane)
+	execTail = `unset TMUX TMUX_PANE
+exec /bin/sh -c "$cmd" "$entity" "$@"` + "\n"
 	tmuxTail = `set -m
 /bin/sh -c "$cmd" "$entity" "$@"
 status=$?
