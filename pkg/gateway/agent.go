@@ -146,6 +146,15 @@ func bindPane(ctx context.Context, e *store.Entity) error {
 	if e.Program == "" && (e.Turns == turnsNone || agentInFront(p)) {
 		e.Program = p.Command
 	}
+	if agentInFront(p) && e.Turns != turnsNone {
+		// the process in front is the agent joined: the program in front
+		// must stay that process (its first hook says so again)
+		if fg, _, ok := stat(p.PID); ok {
+			if _, start, ok := stat(fg); ok {
+				e.AgentPID, e.AgentStart = fg, start
+			}
+		}
+	}
 	if e.Turns == turnsNone {
 		if e.Program == "" {
 			return fault.New(fault.Usage, fault.KindUsage, "pane %s runs %q, which cannot be checked before a paste", e.TmuxTarget, p.Command).
@@ -198,6 +207,11 @@ func notPasted(b *mailbox, st *store.Store, err error) error {
 	}
 	return nil
 }
+
+// notTheAgent ends the reason of a starting entity whose program in front
+// is not the process its hooks came from (the delivery loop forgets that
+// process then: the next hook binds the one in front).
+const notTheAgent = " in the pane is not the process its hooks came from: waiting for a hook from it"
 
 // pastedReason is the reason of the gateway's own busy (from a paste).
 const pastedReason = "a message was pasted"
@@ -293,6 +307,10 @@ func (w *agentWatch) next(ctx context.Context, ent store.Entity, now time.Time) 
 			return stIdle, ""
 		case status == stDetached:
 			return stStarting, ent.Program + " is back in its pane: waiting for its first hook"
+		case ent.AgentPID != 0 && ent.Turns != turnsNone && status != stStarting && !sameAgent(ent):
+			// a program of the same name, but not the process whose hook
+			// proved it: the agent started again, or something else did
+			return stStarting, ent.Program + notTheAgent
 		}
 	}
 	switch status {
@@ -421,7 +439,11 @@ func paneTaken(reg *registry, id string) string {
 
 // agentOf returns the mailbox of the tmux entity whose agent process pid
 // is: the one whose pane's first process is pid's nearest ancestor.
-func agentOf(reg *registry, pid int) *mailbox {
+//
+// It returns the agent's process too: the leader of the terminal's
+// foreground process group, when the caller descends from it (a hook run
+// by the agent in front), else 0.
+func agentOf(reg *registry, pid int) (*mailbox, int) {
 	up := ancestors(pid)
 	var best *mailbox
 	bestAt := len(up)
@@ -434,5 +456,44 @@ func agentOf(reg *registry, pid int) *mailbox {
 			best, bestAt = b, i
 		}
 	}
-	return best
+	if best == nil {
+		return nil, 0
+	}
+	if fg, _, ok := stat(best.snapshot().PanePID); ok && slices.Contains(up[:bestAt+1], fg) {
+		return best, fg
+	}
+	return best, 0
+}
+
+// stat reads fields of /proc/PID/stat after the command name: tpgid (the
+// terminal's foreground process group) and the start time in clock ticks.
+func stat(pid int) (tpgid int, start uint64, ok bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, 0, false
+	}
+	s := string(b)
+	j := strings.LastIndexByte(s, ')')
+	if j < 0 {
+		return 0, 0, false
+	}
+	f := strings.Fields(s[j+1:])
+	if len(f) < 20 {
+		return 0, 0, false
+	}
+	tpgid, _ = strconv.Atoi(f[5])
+	start, _ = strconv.ParseUint(f[19], 10, 64)
+	return tpgid, start, true
+}
+
+// sameAgent says whether the terminal of the pane whose first process is
+// panePID has e's agent process in front: its process group leads the
+// foreground, and it is the process that started when the hook proved it.
+func sameAgent(e store.Entity) bool {
+	fg, _, ok := stat(e.PanePID)
+	if !ok {
+		return false
+	}
+	_, start, ok := stat(e.AgentPID)
+	return ok && fg == e.AgentPID && start == e.AgentStart
 }

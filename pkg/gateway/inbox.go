@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -79,6 +80,34 @@ func (b *mailbox) putStatusFrom(st *store.Store, from *store.Entity, status, rea
 	b.mu.Unlock()
 	b.notify()
 	return e, nil
+}
+
+// bindAgent records pid as the entity's agent process (with its start
+// time), when it is not already.
+func (b *mailbox) bindAgent(st *store.Store, pid int) (*store.Entity, error) {
+	var start uint64
+	if pid != 0 { // 0: forget it
+		var ok bool
+		if _, start, ok = stat(pid); !ok {
+			e := b.snapshot()
+			return &e, nil
+		}
+	}
+	e := b.snapshot()
+	if e.AgentPID == pid && e.AgentStart == start {
+		return &e, nil
+	}
+	ne, err := st.UpdateEntity(e.Gid, func(x *store.Entity) error {
+		x.AgentPID, x.AgentStart = pid, start
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	b.ent.AgentPID, b.ent.AgentStart = ne.AgentPID, ne.AgentStart
+	b.mu.Unlock()
+	return ne, nil
 }
 
 // busySince says whether the agent's busy hook was heard after t.
@@ -195,6 +224,11 @@ func (g *Gateway) injectLoop(ctx context.Context, b *mailbox) {
 					g.log.Error("recording the status", "entity", ent.Name, "err", err)
 					backoff.Sleep(ctx, time.Second)
 					continue
+				}
+				if strings.HasSuffix(why, notTheAgent) {
+					if _, err := b.bindAgent(g.st, 0); err != nil {
+						g.log.Error("forgetting the agent's process", "entity", ent.Name, "err", err)
+					}
 				}
 				g.log.Info("agent "+st, "entity", ent.Name, "reason", why)
 				g.announceEntity(ent.Gid)

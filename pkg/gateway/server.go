@@ -879,8 +879,9 @@ func (g *Gateway) roster() (*api.Response, error) {
 // calling process runs in (agent.go: agentOf).
 func (g *Gateway) setStatus(pid int32, req *api.Request) (*api.Response, error) {
 	var b *mailbox
+	agent := 0
 	if req.Pane {
-		if b = agentOf(g.reg, int(pid)); b == nil {
+		if b, agent = agentOf(g.reg, int(pid)); b == nil {
 			return nil, fault.New(fault.Refused, fault.KindNotAgent, "this process runs in no inject entity's tmux pane on this host").
 				WithHint("join the pane first: fleet-roster join NAME --mode inject --tmux-target \"$TMUX_PANE\"")
 		}
@@ -903,6 +904,10 @@ func (g *Gateway) setStatus(pid int32, req *api.Request) (*api.Response, error) 
 		}
 	}
 	e, err := b.putStatus(g.st, req.Status, "", true, program)
+	if err == nil && agent != 0 {
+		// the hook's own agent process: the one the pane must have in front
+		e, err = b.bindAgent(g.st, agent)
+	}
 	if err != nil {
 		return nil, fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot record the status")
 	}

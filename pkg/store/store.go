@@ -65,6 +65,11 @@ type Entity struct {
 	Paste      string `json:"paste,omitempty"`       // auto (default), line or bracketed (deliver.Tmux)
 	Header     string `json:"header,omitempty"`      // before (default), after or off
 	IdleScreen int64  `json:"idle_screen,omitempty"` // ms: a stuck agent whose screen is unchanged this long is idle (0: never)
+	// the agent's own process, as its hook proved it (the process below
+	// the pane's first one) and when it started: the program in front
+	// must be that process, not only a program of the same name
+	AgentPID   int    `json:"agent_pid,omitempty"`
+	AgentStart uint64 `json:"agent_start,omitempty"`
 	// Status is idle or busy (from the agent's hooks or a paste), or one
 	// of the safety net's: starting, stuck, detached, unhooked.
 	Status       string    `json:"status"`
