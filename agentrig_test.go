@@ -61,6 +61,15 @@ func newAgentRig(t *testing.T, gwEnv ...string) *agentRig {
 	env := append([]string{"TMUX_TMPDIR=" + dir, "TMUX=", "FLEET_RETRY_BASE=100ms", "FLEET_RETRY_MAX=500ms"}, gwEnv...)
 	r.gw = newTestGW(t, dir, "h1", env...)
 	t.Cleanup(func() {
+		if t.Failed() {
+			b, _ := os.ReadFile(r.gw.log())
+			if len(b) > 6000 {
+				b = b[len(b)-6000:]
+			}
+			t.Logf("the gateway's log (its end):\n%s", b)
+		}
+	})
+	t.Cleanup(func() {
 		// the panes' processes, to wait for: a CLI that writes under HOME
 		// as it exits would race the removal of the test's folder
 		list := exec.Command("tmux", "list-panes", "-a", "-F", "#{pane_pid}")

@@ -213,6 +213,15 @@ func notPasted(b *mailbox, st *store.Store, err error) error {
 // process then: the next hook binds the one in front).
 const notTheAgent = " in the pane is not the process its hooks came from: waiting for a hook from it"
 
+// againEnter says whether a second Enter may go to ent's pane for the
+// message msgID, pasted and not taken: the pasted text still shows (its
+// id), and no turn runs and no dialog is on the screen — so the Enter can
+// only submit that text.
+func againEnter(ctx context.Context, ent store.Entity, msgID string) bool {
+	now, err := deliver.Screen(ctx, ent.PaneTarget())
+	return err == nil && strings.Contains(now, msgID) && !workingRE.MatchString(now) && !dialogRE.MatchString(now)
+}
+
 // pastedReason is the reason of the gateway's own busy (from a paste).
 const pastedReason = "a message was pasted"
 
@@ -336,6 +345,11 @@ func (w *agentWatch) next(ctx context.Context, ent store.Entity, now time.Time) 
 			}
 			return status, reason
 		}
+		if restoredRE.MatchString(s) {
+			// Claude Code puts an interrupted prompt back in its input: a
+			// paste now would send it again with the next message
+			return status, "an interrupted message is back in the agent's input: clear it there, and its mail flows again"
+		}
 		if !readyRE.MatchString(s) || workingRE.MatchString(s) {
 			// no agent CLI's ready prompt on the screen (a tool's approval
 			// question, an unknown first-run screen, a turn): not idle
@@ -343,11 +357,6 @@ func (w *agentWatch) next(ctx context.Context, ent store.Entity, now time.Time) 
 				return status, "waiting for the agent's first hook, or its ready prompt on the screen"
 			}
 			return status, reason
-		}
-		if restoredRE.MatchString(s) {
-			// Claude Code puts an interrupted prompt back in its input: a
-			// paste now would send it again with the next message
-			return status, "an interrupted message is back in the agent's input: clear it there, and its mail flows again"
 		}
 		if s != w.screen {
 			w.screen, w.screenSince = s, now

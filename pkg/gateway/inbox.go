@@ -339,9 +339,22 @@ func (g *Gateway) injectLoop(ctx context.Context, b *mailbox) {
 		}
 		err = g.adapter(ent).Deliver(g.hardCtx, env)
 		g.crashAt("after-inject")
+
 		// a stop drains in-flight work: the proof is waited for until the
 		// drain bound (hardCtx), not only until the stop began
-		if err == nil && hooked && !b.confirmed(g.hardCtx, pasted, g.cfg.ConfirmWithin) {
+		if err == nil && hooked && !b.confirmed(g.hardCtx, pasted, g.cfg.ConfirmWithin/3) {
+			// no busy hook yet. An Enter taken as a newline (Gemini CLI),
+			// or lost by an agent just starting, leaves the text in its
+			// input: one more Enter submits it — only while the text
+			// shows and no turn or dialog does (an approval question)
+			if againEnter(g.hardCtx, ent, env.MsgID) {
+				log.Info("no busy hook and the paste still shows: Enter once more")
+				if eerr := tmuxAdapter(ent, g.cfg).Enter(g.hardCtx); eerr != nil {
+					log.Warn("second Enter", "err", eerr)
+				}
+			}
+		}
+		if err == nil && hooked && !b.confirmed(g.hardCtx, pasted, g.cfg.ConfirmWithin*2/3) {
 			err = fmt.Errorf("%w: pasted into pane %s, but the agent showed no sign of taking it (no busy hook) within %v",
 				deliver.ErrUncertain, ent.TmuxTarget, g.cfg.ConfirmWithin)
 		}
