@@ -382,17 +382,7 @@ func TestClaudeCode(t *testing.T) {
 	// the cases of agentcases_test.go: two messages back to back are two
 	// turns, the second sent only after the first ended; one sent during a
 	// slow turn waits for it; three lines are one prompt of three lines
-	t.Run("back-to-back", func(t *testing.T) {
-		r := rig.sub(t)
-		bodyA, bodyB := "the first of two STUB:SLOW=2", "the second of two"
-		idA := r.sendID(c.name, bodyA)
-		idB := r.sendID(c.name, bodyB)
-		b := r.turnWith(bodyB, 60*time.Second)
-		a := r.turnWith(bodyA, time.Second)
-		checkTwoTurns(t, r.stub.Requests(), a, b, bodyA, idA, bodyB, idB, 2*time.Second)
-		r.waitState(idB, "delivered", 20*time.Second)
-		r.waitStatus(c.name, "idle", 20*time.Second)
-	})
+	t.Run("back-to-back", func(t *testing.T) { backToBack(t, rig.sub(t), c.name) })
 	t.Run("during-slow-turn", func(t *testing.T) {
 		r := rig.sub(t)
 		bodyA, bodyB := "a slow one STUB:SLOW=6", "sent while the slow one runs"

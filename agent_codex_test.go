@@ -255,15 +255,7 @@ func TestCodex(t *testing.T) {
 	// paste the second into the running turn, which the gateway must not)
 	t.Run("back-to-back", func(t *testing.T) {
 		r.t = t
-		bodyA, bodyB := "the first of two STUB:SLOW=2", "the second of two"
-		idA := r.sendID("codex", bodyA)
-		idB := r.sendID("codex", bodyB)
-		b := r.turnWith(bodyB, 60*time.Second)
-		a := r.turnWith(bodyA, time.Second)
-		checkTwoTurns(t, r.stub.Requests(), a, b, bodyA, idA, bodyB, idB, 2*time.Second)
-		r.waitState(idA, "delivered", 20*time.Second)
-		r.waitState(idB, "delivered", 20*time.Second)
-		r.waitStatus("codex", "idle", 20*time.Second)
+		backToBack(t, r.agentRig, "codex")
 	})
 
 	// (2) a message sent while a slow turn runs waits for its end: Codex

@@ -231,15 +231,7 @@ func geminiCases(t *testing.T, r *agentRig, pane, gemini string, env []string) {
 	// once the first turn ended (its answer takes 2 s)
 	t.Run("back-to-back", func(t *testing.T) {
 		r.t = t
-		bodyA, bodyB := "the first of two STUB:SLOW=2", "the second of two"
-		idA := r.sendID("gem", bodyA)
-		idB := r.sendID("gem", bodyB)
-		b := r.turnWith(bodyB, 60*time.Second)
-		a := r.turnWith(bodyA, time.Second)
-		checkTwoTurns(t, r.stub.Requests(), a, b, bodyA, idA, bodyB, idB, 2*time.Second)
-		r.waitState(idA, "delivered", 20*time.Second)
-		r.waitState(idB, "delivered", 20*time.Second)
-		r.waitStatus("gem", "idle", 20*time.Second)
+		backToBack(t, r, "gem")
 	})
 
 	// (2) a message sent while a slow turn runs waits for its end. Gemini

@@ -155,6 +155,23 @@ func noMarker(t *testing.T, path string, wait time.Duration) {
 	}
 }
 
+// backToBack sends entity two messages right after each other: two turns,
+// the second sent only after the first ended (its answer takes 2 s: time
+// enough to paste the second into the running turn, which the gateway
+// must not), each message delivered, the entity idle after.
+func backToBack(t *testing.T, r *agentRig, entity string) {
+	t.Helper()
+	bodyA, bodyB := "the first of two STUB:SLOW=2", "the second of two"
+	idA := r.sendID(entity, bodyA)
+	idB := r.sendID(entity, bodyB)
+	b := r.turnWith(bodyB, 60*time.Second)
+	a := r.turnWith(bodyA, time.Second)
+	checkTwoTurns(t, r.stub.Requests(), a, b, bodyA, idA, bodyB, idB, 2*time.Second)
+	r.waitState(idA, "delivered", 20*time.Second)
+	r.waitState(idB, "delivered", 20*time.Second)
+	r.waitStatus(entity, "idle", 20*time.Second)
+}
+
 // exitedGetsNothing quits the agent CLI in pane (its /quit command, the
 // Enter once the command shows on screen as shown, and a pause: an Enter
 // right behind typed keys is a newline to Codex and Gemini), waits for the
