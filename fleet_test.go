@@ -39,6 +39,7 @@ func TestMain(m *testing.M) {
 	// detector instead (reports go where GORACE=log_path=... says)
 	args := []string{"build", "-trimpath", "-tags", "urfave_cli_no_docs", "-o", dir + "/", "./cmd/..."}
 	args = append(args, "./scripts/internal/pasterec") // a pane program for inject_hostile
+	args = append(args, "./scripts/internal/fakegw")   // another user's socket, for private_state
 	cgo := "CGO_ENABLED=0"
 	if os.Getenv("FLEET_TEST_RACE") == "1" {
 		args = append(args[:1], append([]string{"-race"}, args[1:]...)...)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fleetd/fleet/pkg/fault"
+	"github.com/fleetd/fleet/pkg/private"
 )
 
 // Client is one connection to the local gateway.
@@ -24,7 +25,13 @@ type Client struct {
 // socket is fault.Unavailable with a hint naming the command that starts a
 // gateway.
 func Dial(socket string) (*Client, error) {
+	if err := checkServer(socket, -1); err != nil {
+		return nil, err
+	}
 	conn, err := dialUnix(socket)
+	if fe := (*fault.Error)(nil); errors.As(err, &fe) {
+		return nil, fe // served by another user
+	}
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT) {
 			return nil, fault.New(fault.Unavailable, fault.KindNoGateway, "no gateway running at %s", socket).
@@ -69,6 +76,12 @@ func dialUnix(path string) (*unixConn, error) {
 	if err == nil {
 		err = syscall.Connect(fd, &syscall.SockaddrUnix{Name: path})
 		if err == nil {
+			// who listens is what counts, whatever the file's owner says
+			// now: the peer's credentials, from the kernel
+			if cerr := checkServer(path, fd); cerr != nil {
+				syscall.Close(fd)
+				return nil, cerr
+			}
 			return &unixConn{f: os.NewFile(uintptr(fd), path), path: path}, nil
 		}
 		syscall.Close(fd)
@@ -228,6 +241,38 @@ func (c *Client) lost(err error) error {
 	}
 	return fault.Wrap(fault.Unavailable, fault.KindNoGateway, err, "lost the gateway").
 		WithHint("check that fleet-gw is still running")
+}
+
+// checkServer refuses a gateway socket that is not this user's, before a
+// credential or a byte of text is sent: a socket in a shared state folder
+// or /tmp could be anyone's, and root's commands could connect to it. With
+// fd < 0 it judges the file at path (a missing one is left to the dial);
+// with a connected fd, the uid of the process that listens (SO_PEERCRED).
+func checkServer(path string, fd int) error {
+	var uid uint32
+	if fd < 0 {
+		var st syscall.Stat_t
+		if err := syscall.Stat(path, &st); err != nil {
+			return nil
+		}
+		uid = st.Uid
+	} else {
+		cred, err := syscall.GetsockoptUcred(fd, syscall.SOL_SOCKET, syscall.SO_PEERCRED)
+		if err != nil {
+			return fault.Wrap(fault.Refused, fault.KindPeer, err, "cannot tell who serves the socket %s", path)
+		}
+		uid = cred.Uid
+	}
+	if int(uid) == os.Getuid() {
+		return nil
+	}
+	what := "belongs to"
+	if fd >= 0 {
+		what = "is served by a process of"
+	}
+	return fault.New(fault.Refused, fault.KindPeer, "the socket %s %s %s, not this user: it is not your gateway, and nothing was sent to it",
+		path, what, private.Owner(uid)).
+		WithHint("run as that user, or start a gateway of your own (fleet-gw run) and point at it with FLEET_SOCKET")
 }
 
 // othersSocket says whether the socket at path is another user's (or

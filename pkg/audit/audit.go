@@ -19,6 +19,7 @@ import (
 	"github.com/fleetd/fleet/internal/jsonw"
 	"github.com/fleetd/fleet/pkg/envelope"
 	"github.com/fleetd/fleet/pkg/ident"
+	"github.com/fleetd/fleet/pkg/private"
 )
 
 // Defaults of Options.
@@ -56,7 +57,7 @@ func Open(path, host string, opt Options) (*Log, error) {
 	if opt.Files <= 0 {
 		opt.Files = DefaultFiles
 	}
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	f, err := private.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, err
 	}
@@ -254,7 +255,7 @@ func (l *Log) rotate() {
 			break
 		}
 	}
-	f, err := os.OpenFile(l.path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	f, err := private.OpenFile(l.path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		l.f = nil
 		return

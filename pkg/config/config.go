@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/fleetd/fleet/pkg/fault"
+	"github.com/fleetd/fleet/pkg/private"
 	"github.com/fleetd/fleet/pkg/trust"
 )
 
@@ -178,12 +179,11 @@ func load(lookup Lookup, configPath string, client bool) (*Config, error) {
 		m, err := readFile(path)
 		switch {
 		case err == nil:
-			if err := checkSecretMode(path, m); err != nil {
-				return nil, err
-			}
 			file = m
 		case errors.Is(err, fs.ErrNotExist) && !explicit:
 			path = ""
+		case errors.As(err, new(*fault.Error)):
+			return nil, err
 		default:
 			return nil, fault.Wrap(fault.Usage, fault.KindUsage, err, "config file")
 		}
@@ -235,6 +235,15 @@ func load(lookup Lookup, configPath string, client bool) (*Config, error) {
 	host, _, _ = strings.Cut(host, ".") // the short name: dots would split routing keys
 	c.Host = str("host", host)
 	c.StateDir = str("state-dir", defaultStateDir())
+	// a state folder another user owns or may write is refused by every
+	// command, before it reads a credential there or dials a socket
+	// recorded there; a missing one is the gateway's to make
+	if err := private.Dir(c.StateDir); errors.Is(err, fs.ErrPermission) {
+		return nil, fault.Wrap(fault.Refused, fault.KindNotPrivate, err, "state folder %s is not this user's: it cannot even be looked at", c.StateDir).
+			WithHint("use a folder of your own: --state-dir or FLEET_STATE_DIR")
+	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
 	c.Socket = str("socket", defaultSocket(c.StateDir))
 	_, c.SocketSet = get("socket")
 	c.MaxBody = num("max-body", 1<<20)
@@ -324,6 +333,10 @@ func load(lookup Lookup, configPath string, client bool) (*Config, error) {
 	return c, nil
 }
 
+// defaultStateDir is $XDG_STATE_HOME/fleet, ~/.local/state/fleet, or
+// with neither (a service with no HOME) a folder of this user's own in the
+// temporary folder, fleet-UID: whoever made it first must be this user
+// (private.MakeDir refuses it otherwise), never adopted from another.
 func defaultStateDir() string {
 	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
 		return filepath.Join(d, "fleet")
@@ -331,7 +344,7 @@ func defaultStateDir() string {
 	if home, err := os.UserHomeDir(); err == nil {
 		return filepath.Join(home, ".local", "state", "fleet")
 	}
-	return filepath.Join(os.TempDir(), "fleet-state")
+	return filepath.Join(os.TempDir(), "fleet-"+strconv.Itoa(os.Getuid()))
 }
 
 // SocketRecord is the file in the state folder where a running gateway
@@ -383,23 +396,15 @@ func defaultSocket(stateDir string) string {
 	return filepath.Join(stateDir, "gw.sock")
 }
 
-// checkSecretMode refuses a config file that holds a secret (a broker URI
-// with its password) and that its group or others may read or write: the
-// password would be anyone's on this machine.
-func checkSecretMode(path string, file map[string]string) error {
-	if !HasPassword(file["broker"]) {
-		return nil
+// checkFile refuses a config file that another user owns or may write (it
+// names the state folder, the broker, and the commands profiles launch),
+// and one holding a secret (a broker URI with its password) that its group
+// or others may read: the password would be anyone's on this machine.
+func checkFile(f *os.File, file map[string]string) error {
+	if HasPassword(file["broker"]) {
+		return private.Check("config file holding the broker password", f, true)
 	}
-	fi, err := os.Stat(path)
-	if err != nil {
-		return fault.Wrap(fault.Usage, fault.KindBadConfig, err, "config file")
-	}
-	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
-		return fault.New(fault.Refused, fault.KindBadConfig,
-			"config file %s holds the broker password and others may read it (mode %v)", path, perm).
-			WithHint("chmod 600 %s", path)
-	}
-	return nil
+	return private.Check("config file", f, false)
 }
 
 // readFile reads "key = value" lines; '#' starts a comment. Values may be
@@ -434,5 +439,8 @@ func readFile(path string) (map[string]string, error) {
 		}
 		m[k] = v
 	}
-	return m, sc.Err()
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	return m, checkFile(f, m)
 }

@@ -558,6 +558,7 @@ func TestConfigWithPasswordMustBePrivate(t *testing.T) {
 		{"broker = amqp://gw:s3cret@broker/fleet\n", 0o602, true},
 		{"broker = amqp://gw:s3cret@broker/fleet\n", 0o600, false},
 		{"broker = amqp://gw@broker/fleet\nbroker-key = /etc/fleet/client.key\n", 0o644, false},
+		{"broker = amqp://gw@broker/fleet\nbroker-key = /etc/fleet/client.key\n", 0o664, true},
 	} {
 		if err := os.WriteFile(path, []byte(c.text), 0o600); err != nil {
 			t.Fatal(err)
@@ -572,8 +573,14 @@ func TestConfigWithPasswordMustBePrivate(t *testing.T) {
 			}
 			continue
 		}
+		if !HasPassword(c.text) {
+			if fault.CodeOf(err) != fault.Refused || !strings.Contains(err.Error(), "may be written by others") || fault.HintOf(err) != "chmod go-w "+path {
+				t.Errorf("%q mode %v: err = %v (hint %q), want a refusal naming chmod go-w", c.text, c.mode, err, fault.HintOf(err))
+			}
+			continue
+		}
 		if fault.CodeOf(err) != fault.Refused || !strings.Contains(err.Error(), path) ||
-			!strings.Contains(err.Error(), "holds the broker password") || fault.HintOf(err) != "chmod 600 "+path {
+			!strings.Contains(err.Error(), "holding the broker password") || fault.HintOf(err) != "chmod 600 "+path {
 			t.Errorf("%q mode %v: err = %v (hint %q), want a refusal naming %s and chmod 600", c.text, c.mode, err, fault.HintOf(err), path)
 		}
 		if strings.Contains(err.Error(), "s3cret") {

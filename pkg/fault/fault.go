@@ -60,6 +60,17 @@ func Wrap(code Code, kind Kind, err error, format string, args ...any) *Error {
 	return &Error{Code: code, Kind: kind, Msg: fmt.Sprintf(format, args...), Err: err}
 }
 
+// NotPrivate returns the KindNotPrivate error inside err (nil if none): a
+// path refused for its owner, its mode or a link is told as itself, with
+// its own fix, however deep the caller found it.
+func NotPrivate(err error) *Error {
+	var fe *Error
+	if errors.As(err, &fe) && fe.Kind == KindNotPrivate {
+		return fe
+	}
+	return nil
+}
+
 // WithHint returns e with a hint attached.
 func (e *Error) WithHint(format string, args ...any) *Error {
 	e.Hint = fmt.Sprintf(format, args...)
@@ -150,6 +161,7 @@ const (
 	KindAskArrived         Kind = "ask_arrived"          // an ASK to the caller arrived while it waited for a reply
 	KindNotAuthentic       Kind = "not_authentic"        // a dead letter to replay whose signature does not prove its sender
 	KindNotReplayable      Kind = "not_replayable"       // a dead letter this host may not or cannot deliver again
+	KindNotPrivate         Kind = "not_private"          // a state folder, file or socket that is not this user's alone, or a link
 )
 
 // Kinds is the closed set.
@@ -165,7 +177,7 @@ func init() {
 		KindGatewayLocked, KindHostTaken, KindTimeout, KindBrokerTimeout, KindBrokerRefused,
 		KindInboxFull, KindInboxBusy, KindTooLate, KindTooManyConnections,
 		KindBadCredential, KindNoCredential, KindNotAgent, KindHooksBlocked, KindSandboxed, KindPeer, KindBrokerLogin, KindAskArrived,
-		KindNotAuthentic, KindNotReplayable,
+		KindNotAuthentic, KindNotReplayable, KindNotPrivate,
 	} {
 		Kinds[k] = true
 	}

@@ -14,6 +14,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -31,7 +32,9 @@ import (
 	"github.com/fleetd/fleet/pkg/fault"
 	"github.com/fleetd/fleet/pkg/ident"
 	"github.com/fleetd/fleet/pkg/metrics"
+	"github.com/fleetd/fleet/pkg/private"
 	"github.com/fleetd/fleet/pkg/store"
+	"github.com/fleetd/fleet/pkg/trust"
 )
 
 // Gateway is one host's fleet-gw: a composition of parts, each of which
@@ -156,6 +159,9 @@ func (g *Gateway) Run(ctx context.Context) error {
 		}
 		if err := g.setupAuth(); err != nil {
 			g.closeState()
+			if fe := fault.NotPrivate(err); fe != nil {
+				return fe
+			}
 			return fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot set up this host's signing key")
 		}
 		g.br.OnControl(g.onControl) // control.go: SPAWN/STOP for this host
@@ -292,19 +298,38 @@ func (g *Gateway) closeState() {
 // open prepares the state folder, takes its lock and opens the store.
 func (g *Gateway) open() error {
 	dir := g.cfg.StateDir
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := private.MakeDir(dir); err != nil {
+		if fe := fault.NotPrivate(err); fe != nil {
+			return fe // another user's, or writable by others
+		}
 		return fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot create state folder %s", dir).
 			WithHint("choose another with --state-dir or FLEET_STATE_DIR")
 	}
-	probe := filepath.Join(dir, ".write-test")
-	if err := os.WriteFile(probe, nil, 0o600); err != nil {
+	// the files that make this host itself, checked at every start, with a
+	// broker or not: a key or a trust line another user planted is named
+	// now, not the day a broker is added
+	if err := private.CheckFile("host key", filepath.Join(dir, "host.key"), true); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	if _, err := trust.Read(g.cfg.TrustFile); fault.NotPrivate(err) != nil {
+		return err
+	}
+	probe, err := private.OpenFile(filepath.Join(dir, ".write-test"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		if fe := fault.NotPrivate(err); fe != nil {
+			return fe
+		}
 		return fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "state folder %s is not writable", dir).
 			WithHint("fix its permissions, or choose another with --state-dir")
 	}
-	os.Remove(probe)
+	probe.Close()
+	os.Remove(probe.Name())
 
-	lock, err := os.OpenFile(filepath.Join(dir, "gw.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	lock, err := private.OpenFile(filepath.Join(dir, "gw.lock"), os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
+		if fe := fault.NotPrivate(err); fe != nil {
+			return fe
+		}
 		return fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot open the lock in %s", dir)
 	}
 	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
@@ -322,6 +347,9 @@ func (g *Gateway) open() error {
 
 	st, err := store.Open(filepath.Join(dir, "fleet.db"))
 	if err != nil {
+		if fe := fault.NotPrivate(err); fe != nil {
+			return fe
+		}
 		return fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot open the store in %s", dir)
 	}
 	g.st = st
@@ -339,6 +367,9 @@ func (g *Gateway) open() error {
 	a, err := audit.Open(filepath.Join(dir, "audit.log"), g.cfg.Host,
 		audit.Options{MaxSize: int64(g.cfg.AuditMaxSize), Files: g.cfg.AuditFiles})
 	if err != nil {
+		if fe := fault.NotPrivate(err); fe != nil {
+			return fe
+		}
 		return fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot open the audit log in %s", dir)
 	}
 	g.audit = a
@@ -404,6 +435,9 @@ func (g *Gateway) listen() error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot create the socket folder")
 	}
+	if err := private.SocketDir(filepath.Dir(path)); err != nil {
+		return err
+	}
 	if _, err := os.Stat(path); err == nil {
 		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
 			c.Close()
@@ -427,30 +461,10 @@ func (g *Gateway) listen() error {
 	// where commands that guess another default socket find this one
 	// (config.RecordedSocket); best effort: a command can still be told
 	abs, _ := filepath.Abs(path)
-	if err := writeRecord(config.SocketRecord(g.cfg.StateDir), []byte(abs+"\n")); err != nil {
+	if err := private.WriteFile(config.SocketRecord(g.cfg.StateDir), []byte(abs+"\n"), 0o600); err != nil {
 		g.log.Warn("socket path not recorded in the state folder: commands without XDG_RUNTIME_DIR need FLEET_SOCKET", "err", err)
 	}
 	return nil
-}
-
-// writeRecord writes data to path through a new private file renamed into
-// place: never through whatever (a symlink) already sits at path.
-func writeRecord(path string, data []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), ".socket-*")
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(data)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		os.Remove(f.Name())
-	}
-	return err
 }
 
 // janitor prunes the dedup window once an hour.

@@ -768,6 +768,9 @@ func (g *Gateway) register(e *store.Entity) (token, credFile string, err error) 
 		if _, uerr := g.unregister(gid, e.Name); uerr != nil {
 			g.log.Error("undoing a registration whose credential could not be saved", "entity", e.Name, "err", uerr)
 		}
+		if fe := fault.NotPrivate(err); fe != nil {
+			return "", "", fe
+		}
 		return "", "", fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot store the credential of %s", e.Name)
 	}
 	g.announceEntity(gid)

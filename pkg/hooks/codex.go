@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode"
+
+	"github.com/fleetd/fleet/pkg/private"
 )
 
 // Codex runs a user or project hook only once the user trusted it (its
@@ -232,9 +234,5 @@ func CodexTrust(home, path string) error {
 	if err := os.MkdirAll(filepath.Dir(cfg), 0o700); err != nil {
 		return err
 	}
-	tmp := cfg + ".fleet-tmp"
-	if err := os.WriteFile(tmp, []byte(strings.TrimLeft(text+"\n"+add, "\n")), 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, cfg)
+	return private.WriteFile(cfg, []byte(strings.TrimLeft(text+"\n"+add, "\n")), 0o600)
 }

@@ -19,6 +19,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/fleetd/fleet/pkg/private"
 	recipes "github.com/fleetd/fleet/scripts/hooks"
 )
 
@@ -144,27 +145,7 @@ func (s settings) save(path string) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".fleet-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(mode); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	return private.WriteFile(path, b, mode)
 }
 
 // object returns s[key] as an object, made if missing.

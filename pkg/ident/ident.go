@@ -16,6 +16,7 @@ import (
 
 	"github.com/fleetd/fleet/pkg/envelope"
 	"github.com/fleetd/fleet/pkg/fault"
+	"github.com/fleetd/fleet/pkg/private"
 )
 
 const prefix = "fleet1."
@@ -162,14 +163,10 @@ func File(stateDir, name string) string {
 // Save writes the credential owner-only (0600 in a 0700 folder).
 func Save(stateDir, name, token string) (string, error) {
 	path := File(stateDir, name)
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+	if err := private.MakeDir(filepath.Dir(path)); err != nil {
 		return "", err
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(token+"\n"), 0o600); err != nil {
-		return "", err
-	}
-	return path, os.Rename(tmp, path)
+	return path, private.WriteFile(path, []byte(token+"\n"), 0o600)
 }
 
 // Remove deletes the credential file of name.
@@ -184,20 +181,18 @@ func Load(stateDir, name string) (string, error) {
 		return "", err
 	}
 	path := File(stateDir, name)
-	fi, err := os.Stat(path)
+	data, err := private.ReadFile("credential file", path, true, 4096)
 	if errors.Is(err, os.ErrNotExist) {
 		return "", fault.New(fault.Refused, fault.KindNoCredential, "no credential for %q on this host (%s)", name, path).
 			WithHint("register it with: fleet-roster join %s", name)
 	}
-	if err != nil {
-		return "", fault.Wrap(fault.Refused, fault.KindNoCredential, err, "credential of %q", name)
+	if fe := fault.NotPrivate(err); fe != nil {
+		// a link, another user's, or readable by others: told as a bad
+		// credential, the kind scripts already know
+		bad := *fe
+		bad.Kind = fault.KindBadCredential
+		return "", &bad
 	}
-	if fi.Mode().Perm()&0o077 != 0 {
-		return "", fault.New(fault.Refused, fault.KindBadCredential,
-			"credential file %s is readable by others (mode %v)", path, fi.Mode().Perm()).
-			WithHint("chmod 600 %s", path)
-	}
-	data, err := os.ReadFile(path)
 	if err != nil {
 		return "", fault.Wrap(fault.Refused, fault.KindNoCredential, err, "credential of %q", name)
 	}

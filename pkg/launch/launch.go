@@ -32,6 +32,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/fleetd/fleet/pkg/private"
 )
 
 // Launchers.
@@ -360,7 +362,7 @@ func startExec(spec Spec) (*Process, error) {
 		return nil, &Error{Err: err}
 	}
 	logPath := filepath.Join(spec.LogDir, spec.Name+"."+spec.Gid+".log")
-	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	f, err := private.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, &Error{Err: err}
 	}

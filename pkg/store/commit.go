@@ -10,6 +10,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/fleetd/fleet/pkg/private"
 )
 
 // Store is the embedded store. Safe for concurrent use.
@@ -125,6 +127,7 @@ func Open(path string) (*Store, error) {
 		Timeout:        200 * time.Millisecond,
 		NoFreelistSync: true,
 		FreelistType:   bolt.FreelistMapType,
+		OpenFile:       private.OpenFile, // never through a planted link
 	})
 	if err != nil {
 		return nil, err

@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/fleetd/fleet/pkg/private"
 )
 
 // The write-ahead log: where a change becomes durable.
@@ -54,7 +56,7 @@ type wal struct {
 
 func openWAL(path string) (*wal, error) {
 	_, statErr := os.Stat(path)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := private.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, err
 	}

@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/fleetd/fleet/pkg/ident"
+	"github.com/fleetd/fleet/pkg/private"
 )
 
 // HostRE is the grammar of a host id: what config accepts for this host
@@ -43,7 +44,7 @@ func (hostGrammar) MatchString(s string) bool { return ident.ValidHost(s) }
 // HostKey returns the signing key in stateDir, creating it on first use.
 func HostKey(stateDir string) (ed25519.PrivateKey, error) {
 	path := filepath.Join(stateDir, "host.key")
-	data, err := os.ReadFile(path)
+	data, err := private.ReadFile("host key", path, true, 4096)
 	if err == nil {
 		seed, err := base64.StdEncoding.DecodeString(strings.TrimSpace(string(data)))
 		if err != nil || len(seed) != ed25519.SeedSize {
@@ -54,18 +55,14 @@ func HostKey(stateDir string) (ed25519.PrivateKey, error) {
 	if !errors.Is(err, os.ErrNotExist) {
 		return nil, err
 	}
-	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+	if err := private.MakeDir(stateDir); err != nil {
 		return nil, err
 	}
 	_, priv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		return nil, err
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(base64.StdEncoding.EncodeToString(priv.Seed())+"\n"), 0o600); err != nil {
-		return nil, err
-	}
-	return priv, os.Rename(tmp, path)
+	return priv, private.WriteFile(path, []byte(base64.StdEncoding.EncodeToString(priv.Seed())+"\n"), 0o600)
 }
 
 // Line is host's line for the trust files of the others.
@@ -102,7 +99,10 @@ func Check(host, key string) (Entry, error) {
 
 // Read returns the file's entries, in host order. A missing file has none.
 // Lines that are not valid entries are reported, not skipped: a typo must
-// not silently distrust a host.
+// not silently distrust a host. A file another user owns or may write is
+// refused (77): a trust line is what lets a host's messages in. (It may be
+// a link, to a file kept by configuration management; the file reached is
+// judged.)
 func Read(path string) ([]Entry, error) {
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
@@ -112,6 +112,9 @@ func Read(path string) ([]Entry, error) {
 		return nil, err
 	}
 	defer f.Close()
+	if err := private.Check("trust file", f, false); err != nil {
+		return nil, err
+	}
 	byHost := map[string]Entry{}
 	sc := bufio.NewScanner(f)
 	n := 0
@@ -149,27 +152,7 @@ func write(path string, entries []Entry) error {
 	for _, e := range entries {
 		b.WriteString(e.Host + " " + e.Key + "\n")
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".trust-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.WriteString(b.String()); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(0o600); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	return private.WriteFile(path, []byte(b.String()), 0o600)
 }
 
 // Add trusts e.Host with e.Key, replacing a key it had. It reports whether

@@ -80,6 +80,9 @@ func NewGatewayApp() *ucli.App {
 				return err
 			}
 			priv, err := trust.HostKey(cfg.StateDir)
+			if fe := fault.NotPrivate(err); fe != nil {
+				return fe
+			}
 			if err != nil {
 				return fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot read or create the host key in %s", cfg.StateDir)
 			}
@@ -129,6 +132,9 @@ func trustCommand(app *ucli.App) *ucli.Command {
 					return err
 				}
 				entries, err := trust.Read(path)
+				if fe := fault.NotPrivate(err); fe != nil {
+					return fe
+				}
 				if err != nil {
 					return fault.Wrap(fault.Usage, fault.KindBadConfig, err, "the trust file is unreadable, so no other host is admitted").
 						WithHint("fix or remove the line it names; fleet-gw trust add rewrites the file")
@@ -174,6 +180,9 @@ func trustCommand(app *ucli.App) *ucli.Command {
 					return err
 				}
 				changed, err := trust.Add(path, e)
+				if fe := fault.NotPrivate(err); fe != nil {
+					return fe
+				}
 				if err != nil {
 					if errors.Is(err, os.ErrNotExist) || errors.Is(err, os.ErrPermission) {
 						return cantWrite(path, err)
@@ -203,6 +212,9 @@ func trustCommand(app *ucli.App) *ucli.Command {
 					return err
 				}
 				was, err := trust.Remove(path, host)
+				if fe := fault.NotPrivate(err); fe != nil {
+					return fe
+				}
 				if err != nil {
 					return cantWrite(path, err)
 				}
