@@ -1,6 +1,7 @@
 package fleet_test
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
@@ -10,6 +11,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -310,4 +312,258 @@ func procStatus(t *testing.T, pid int, field string) int64 {
 	}
 	t.Fatalf("no %s in /proc/%d/status", field, pid)
 	return 0
+}
+
+// TestFramesSilentConnections runs the real fleet-gw, at its default cap of
+// 1,024 connections, against 2,000 connections that never send a byte and
+// 100 that send half a first frame and stall (issue 22, point 7):
+//
+//   - fleet-send works during the flood (a newcomer at the cap takes the
+//     place of the oldest connection that has sent nothing) and after it;
+//   - every one of the flood's connections is closed, with one error
+//     frame, once frame-timeout has passed since it connected (or sooner,
+//     to make room);
+//   - a fleet-recv --follow opened before keeps its place, idle through it
+//     all, and gets its mail;
+//   - the gateway logs the bursts, not each connection;
+//   - over a cap held by clients that spoke, the refusal (exit 75) names
+//     what holds the slots.
+//
+// No assertion is on timing: every wait is for a condition, with a
+// generous bound only so that a failure ends.
+func TestFramesSilentConnections(t *testing.T) {
+	maxConns, mute, halves := 1024, 2000, 100
+	// the test holds the whole flood at once, then a cap's worth of
+	// clients; the gateway holds a cap's worth (Go raises a process's
+	// soft limit to its hard one at start: fleet-gw's too)
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	need := uint64(mute + halves + 200)
+	if lim.Cur < need && lim.Cur < lim.Max {
+		lim.Cur = min(need, lim.Max)
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if lim.Cur < need {
+		// a smaller rig, the same shape: a flood of twice the cap
+		maxConns = int(lim.Cur-300) / 2
+		mute, halves = 2*maxConns-halves, halves/2
+		if maxConns < 50 {
+			t.Fatalf("the open-file limit (%d) is too low for this test; raise it with ulimit -n", lim.Cur)
+		}
+	}
+	t.Logf("open-file limit %d: cap %d, %d silent connections, %d half frames", lim.Cur, maxConns, mute, halves)
+	const timeout = "2s"
+	dir := t.TempDir()
+	gw := newTestGW(t, dir, "h1", "FLEET_FRAME_TIMEOUT="+timeout, "FLEET_MAX_CONNECTIONS="+strconv.Itoa(maxConns))
+	gw.join("alice")
+	gw.join("bob")
+
+	// a follower, connected before the flood
+	follow := exec.Command(binDir+"/fleet-recv", "--as", "bob", "--follow", "--json")
+	follow.Env = gw.env
+	out, err := follow.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var followErr bytes.Buffer
+	follow.Stderr = &followErr
+	if err := follow.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { follow.Process.Kill(); follow.Wait() }()
+	lines := make(chan string, 16)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	got := func(body string) {
+		t.Helper()
+		deadline := time.After(60 * time.Second) // only so that a failure ends
+		for {
+			select {
+			case l, ok := <-lines:
+				if !ok {
+					t.Fatalf("the follower ended before %q came: %s", body, followErr.String())
+				}
+				if strings.Contains(l, `"body":"`+body+`"`) {
+					return
+				}
+			case <-deadline:
+				t.Fatalf("the follower did not get %q", body)
+			}
+		}
+	}
+	send := func(body string) (stdout, stderr string, code int) {
+		return runFleet(gw, "fleet-send", "--as", "alice", "bob", body)
+	}
+	if _, stderr, code := send("before"); code != 0 {
+		t.Fatalf("fleet-send before the flood: exit %d: %s", code, stderr)
+	}
+	got("before")
+
+	// the flood: connections that say nothing, then ones that send half
+	// of a first frame
+	var flood []net.Conn
+	defer func() {
+		for _, c := range flood {
+			c.Close()
+		}
+	}()
+	for range mute {
+		flood = append(flood, dialRetry(t, gw.sock))
+	}
+	half := binary.BigEndian.AppendUint32(nil, 40)
+	half = append(half, `{"op":"hello","pr`...)
+	for range halves {
+		c := dialRetry(t, gw.sock)
+		flood = append(flood, c)
+		c.Write(half) // fails once the gateway has closed it: as good
+	}
+
+	// during the flood, a command is served
+	if stdout, stderr, code := send("during"); code != 0 || stdout == "" || stderr != "" {
+		t.Errorf("fleet-send during a flood of connections that send nothing: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+
+	// each of the flood is closed, after one error frame that says why
+	kinds := map[string]int{}
+	for i, c := range flood {
+		c.SetReadDeadline(time.Now().Add(60 * time.Second)) // only so that a hang ends
+		data, err := api.ReadFrame(c, 1<<20)
+		if err != nil {
+			t.Fatalf("flood connection %d of %d: no error frame: %v", i, len(flood), err)
+		}
+		var resp api.Response
+		json.Unmarshal(data, &resp)
+		switch {
+		case resp.Error == nil:
+			t.Fatalf("flood connection %d: %s, want an error", i, data)
+		case resp.Error.Kind == "bad_frame" && strings.Contains(resp.Error.Message, "no complete request frame within "+timeout+" of connecting (frame-timeout)"),
+			// a half frame: its own frame deadline may come first
+			i >= mute && resp.Error.Kind == "bad_frame" && strings.Contains(resp.Error.Message, "not finished within "+timeout+" (frame-timeout)"),
+			resp.Error.Kind == "too_many_connections" && strings.Contains(resp.Error.Message, "closed to make room"):
+			kinds[string(resp.Error.Kind)]++
+		default:
+			t.Fatalf("flood connection %d: %s", i, data)
+		}
+		if _, err := api.ReadFrame(c, 1<<20); err != io.EOF && !errors.Is(err, syscall.ECONNRESET) {
+			t.Fatalf("flood connection %d: after the error frame: %v, want the connection closed", i, err)
+		}
+	}
+	t.Logf("the flood's connections: %d closed at frame-timeout, %d to make room", kinds["bad_frame"], kinds["too_many_connections"])
+	for _, c := range flood {
+		c.Close()
+	}
+	flood = nil
+
+	// after it, commands work, and the follower was there all along
+	if stdout, stderr, code := send("after"); code != 0 || stdout == "" || stderr != "" {
+		t.Fatalf("fleet-send after the flood: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	got("during")
+	got("after")
+
+	// logged per burst, not per connection
+	log, _ := os.ReadFile(gw.log())
+	for _, msg := range []string{
+		"connections sent no request within the frame timeout",
+		"at the connection cap: closing connections that sent no request",
+	} {
+		if n := strings.Count(string(log), msg); n > 4 {
+			t.Errorf("the gateway logged %q %d times for %d connections, want once per burst:\n%.3000s", msg, n, mute+halves, log)
+		}
+	}
+	if kinds["bad_frame"] > 0 && !strings.Contains(string(log), "connections sent no request within the frame timeout") {
+		t.Errorf("connections closed at frame-timeout, and nothing logged:\n%.3000s", log)
+	}
+	if strings.Contains(string(log), "bad frame from client") {
+		t.Errorf("the gateway logged the flood's connections one by one:\n%.3000s", log)
+	}
+
+	// a cap held by clients that spoke: the refusal names the holders
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	var refusal *api.ErrorBody
+	for len(held) <= maxConns {
+		c, resp := dialHello(t, gw.sock)
+		if resp.Error != nil {
+			refusal = resp.Error
+			c.Close()
+			break
+		}
+		held = append(held, c)
+	}
+	if refusal == nil || refusal.Kind != "too_many_connections" || refusal.Exit != 75 ||
+		!strings.Contains(refusal.Message, "limit of "+strconv.Itoa(maxConns)+" connections: ") ||
+		!strings.Contains(refusal.Message, "1 streams or waits") || !strings.Contains(refusal.Message, "idle between requests") {
+		t.Fatalf("over a cap held by %d idle clients and a follower: %+v", len(held), refusal)
+	}
+	stdout, stderr, code := send("over")
+	if code != 75 || stdout != "" ||
+		!regexp.MustCompile(`^fleet-send: error: the gateway is serving its limit of \d+ connections: .*1 streams or waits, \d+ idle between requests\nfleet-send: hint: .*fleet-recv --follow.*max-connections`).MatchString(stderr) {
+		t.Errorf("fleet-send over the cap: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	if log, _ := os.ReadFile(gw.log()); !regexp.MustCompile(`connection cap reached: refusing new connections.*holders.*idle between requests`).Match(log) {
+		t.Errorf("the refusal's log line does not name the holders:\n%.3000s", log)
+	}
+
+	// the follower still gets its mail once the clients leave
+	for _, c := range held {
+		c.Close()
+	}
+	held = nil
+	for i := 0; ; i++ {
+		_, stderr, code := send("last")
+		if code == 0 {
+			break
+		}
+		if i == 100 || code != 75 {
+			t.Fatalf("fleet-send once the clients left: exit %d, stderr %q", code, stderr)
+		}
+		time.Sleep(50 * time.Millisecond) // the gateway counts closed connections out as it notices them
+	}
+	got("last")
+}
+
+// dialRetry opens a raw connection; a full listen backlog (EAGAIN) is
+// waited out.
+func dialRetry(t *testing.T, sock string) net.Conn {
+	t.Helper()
+	for i := 0; ; i++ {
+		c, err := net.Dial("unix", sock)
+		if err == nil {
+			return c
+		}
+		if !errors.Is(err, syscall.EAGAIN) || i == 3000 {
+			t.Fatalf("dial %s: %v", sock, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// runFleet runs one of the real commands against gw.
+func runFleet(gw *testGW, name string, args ...string) (stdout, stderr string, code int) {
+	cmd := exec.Command(binDir+"/"+name, args...)
+	cmd.Env = gw.env
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		code = -1
+	}
+	return o.String(), e.String(), code
 }

@@ -8,10 +8,13 @@
 // client acknowledges with an "ack" request before the next is sent.
 //
 // Bounds: a frame, once its first byte is sent, must be complete within the
-// gateway's frame-timeout (between frames a connection may idle as long as
+// gateway's frame-timeout, and the first frame (hello) within frame-timeout
+// of connecting (after it, between frames, a connection may idle as long as
 // it likes); a connection over the gateway's max-connections gets one error
-// frame (kind "too_many_connections", exit 75) in place of the answer to
-// its hello, and is closed.
+// frame (kind "too_many_connections", exit 75, naming what holds the
+// connections) in place of the answer to its hello, and is closed. At the
+// cap, a connection that has sent nothing yet may be closed, with the same
+// kind of error frame, to admit a new one.
 package api
 
 import (

@@ -48,8 +48,8 @@ type Config struct {
 	DeadRetention    time.Duration // how long dead letters are kept before they are pruned
 	DrainTimeout     time.Duration // shutdown: bound on finishing in-flight work
 	Uncertain        string        // "hold" or "reinject": the kill-during-inject window
-	MaxConnections   int           // socket connections served at once; more are refused
-	FrameTimeout     time.Duration // a socket frame, once begun, must be complete within this
+	MaxConnections   int           // socket connections served at once; more are refused (pkg/gateway slots)
+	FrameTimeout     time.Duration // a socket frame, once begun, must be complete within this; a connection's first, within this of connecting
 	AuditMaxSize     int           // bytes of audit.log before it is rotated
 	AuditFiles       int           // rotated audit files kept (audit.log.1 … .N)
 	MetricsListen    string        // host:port of the Prometheus endpoint; "" = off
@@ -97,8 +97,8 @@ var Keys = []Key{
 	{"dedup-window", "FLEET_DEDUP_WINDOW", "how long delivered msg ids are remembered", "168h"},
 	{"dead-retention", "FLEET_DEAD_RETENTION", "how long a dead letter is kept (fleet-roster dead) before it is pruned; its msg id is still remembered for the dedup window", "720h"},
 	{"drain-timeout", "FLEET_DRAIN_TIMEOUT", "bound on finishing in-flight work at shutdown", "10s"},
-	{"max-connections", "FLEET_MAX_CONNECTIONS", "socket connections the gateway serves at once; more are refused until some close", "1024"},
-	{"frame-timeout", "FLEET_FRAME_TIMEOUT", "time a client has to finish sending a request frame it has begun (an idle connection may wait between frames)", "10s"},
+	{"max-connections", "FLEET_MAX_CONNECTIONS", "socket connections the gateway serves at once; at the cap a new one takes the place of the oldest that has sent nothing, and is refused only when every one has spoken", "1024"},
+	{"frame-timeout", "FLEET_FRAME_TIMEOUT", "time a client has to finish sending a request frame it has begun, and a new connection its first frame (one that has spoken may idle between frames)", "10s"},
 	{"audit-max-size", "FLEET_AUDIT_MAX_SIZE", "bytes of STATE_DIR/audit.log before it is rotated to audit.log.1 (fleet-trace searches every file)", "67108864"},
 	{"audit-files", "FLEET_AUDIT_FILES", "rotated audit files kept (audit.log.1 … audit.log.N); the oldest is removed", "5"},
 	{"metrics-listen", "FLEET_METRICS_LISTEN", "serve Prometheus metrics on HOST:PORT at /metrics (no authentication: keep it on 127.0.0.1 unless the network is private)", "none (off)"},

@@ -9,7 +9,6 @@ import (
 	"regexp"
 	"runtime/debug"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 	"unicode/utf8"
@@ -27,8 +26,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// serve accepts connections, at most max-connections at once: one over the
-// cap is told so in one error frame and closed.
+// serve accepts connections, at most max-connections at once (slots): one
+// over the cap is told so, and what holds the slots, in one error frame
+// and closed.
 func (g *Gateway) serve() error {
 	gd := newGuard(g.cfg, g.log)
 	for {
@@ -44,30 +44,43 @@ func (g *Gateway) serve() error {
 			return err
 		}
 		uc := c.(*net.UnixConn)
-		if !gd.admit() {
-			gd.refuse(uc)
+		sl, err := gd.slots.admit(func() { uc.CloseRead() }, func() bool { return unread(uc) })
+		if err != nil {
+			gd.refuse(uc, err)
 			continue
 		}
 		g.conns.Add(1)
 		go func() {
 			defer g.conns.Done()
-			defer gd.leave()
-			g.handle(uc, gd)
+			defer sl.leave()
+			g.handle(uc, gd, sl)
 		}()
 	}
 }
 
-// guard holds the socket's bounds on local resources: the connection cap,
-// the frame deadline, and the two floods a misbehaving client can cause,
-// each logged once per burst (a WARN when it starts, an INFO with the
-// count when it is over).
+// unread reports whether bytes the gateway has not read yet wait on uc.
+func unread(uc *net.UnixConn) bool {
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	n := 0
+	raw.Control(func(fd uintptr) { n, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ) })
+	return n > 0
+}
+
+// guard holds the socket's bounds on local resources: the connection
+// slots, the frame deadline, and the floods a misbehaving client can
+// cause, each logged once per burst (a WARN when it starts, an INFO with
+// the count when it is over).
 type guard struct {
-	max          int
+	slots        *slots
 	frameTimeout time.Duration
-	n            atomic.Int64 // connections being served
 
 	refused *flood // connections over the cap
 	stalled *flood // frames begun and not finished in time
+	silent  *flood // connections that sent no complete frame in time
+	evicted *flood // connections that had sent nothing, cut to make room at the cap
 }
 
 // floodQuiet is how long a burst of refusals or stalled frames must stay
@@ -75,8 +88,8 @@ type guard struct {
 const floodQuiet = 2 * time.Second
 
 func newGuard(cfg *config.Config, log *slog.Logger) *guard {
-	return &guard{
-		max:          cfg.MaxConnections,
+	gd := &guard{
+		slots:        newSlots(cfg.MaxConnections, cfg.FrameTimeout),
 		frameTimeout: cfg.FrameTimeout,
 		refused: &flood{log: log, quiet: floodQuiet,
 			msg: "connection cap reached: refusing new connections", args: []any{"max_connections", cfg.MaxConnections}},
@@ -85,29 +98,22 @@ func newGuard(cfg *config.Config, log *slog.Logger) *guard {
 			// what their frames held is garbage now: hand it back to the
 			// system at once rather than over the scavenger's minutes
 			onEnd: debug.FreeOSMemory},
+		silent: &flood{log: log, quiet: floodQuiet,
+			msg: "connections sent no request within the frame timeout: closing them", args: []any{"frame_timeout", cfg.FrameTimeout}},
+		evicted: &flood{log: log, quiet: floodQuiet,
+			msg: "at the connection cap: closing connections that sent no request, oldest first, to admit new ones", args: []any{"max_connections", cfg.MaxConnections}},
 	}
+	gd.slots.onTimeout = func() { gd.silent.hit() }
+	gd.slots.onEvict = func() { gd.evicted.hit() }
+	return gd
 }
-
-// admit counts a new connection in, unless the cap is reached.
-func (gd *guard) admit() bool {
-	if gd.n.Add(1) > int64(gd.max) {
-		gd.n.Add(-1)
-		return false
-	}
-	return true
-}
-
-// leave counts a served connection out.
-func (gd *guard) leave() { gd.n.Add(-1) }
 
 // refuse tells a connection over the cap why, in one error frame (the
 // client reads it as its hello's answer), and closes it.
-func (gd *guard) refuse(uc *net.UnixConn) {
-	gd.refused.hit()
+func (gd *guard) refuse(uc *net.UnixConn, why error) {
+	gd.refused.hit("holders", gd.slots.holders())
 	uc.SetWriteDeadline(time.Now().Add(time.Second))
-	api.WriteFrame(uc, &api.Response{Error: api.FromFault(
-		fault.New(fault.TempFail, fault.KindTooManyConnections, "the gateway is serving its limit of %d connections", gd.max).
-			WithHint("try again shortly; a host that needs more raises max-connections (FLEET_MAX_CONNECTIONS)"))})
+	api.WriteFrame(uc, &api.Response{Error: api.FromFault(why)})
 	uc.Close()
 }
 
@@ -289,7 +295,9 @@ func decodeRequest(data []byte) (*api.Request, error) {
 // read system call, header and all (readAhead); nothing more is buffered. Between
 // frames there is no deadline — a fleet-recv --follow or a fleet-send
 // --wait waits as long as it likes — except the drain bound at shutdown,
-// which applies to both.
+// which applies to both. (Before its first frame is whole, a connection
+// is bounded by the slots instead: it must finish that frame within
+// frame-timeout of connecting.)
 //
 // The frame deadline is armed only when a read inside a frame would
 // block: a frame that is all there when its first bytes are (nearly every
@@ -479,7 +487,7 @@ func earliest(a, b time.Time) time.Time {
 
 // handle serves one connection: a peer-credential check, hello, then
 // requests until the client closes or sends something malformed.
-func (g *Gateway) handle(uc *net.UnixConn, gd *guard) {
+func (g *Gateway) handle(uc *net.UnixConn, gd *guard, sl *slot) {
 	defer uc.Close()
 	c := &conn{c: uc, fr: newFrameReader(uc, gd.frameTimeout), gd: gd, max: api.MaxFrame(g.cfg.MaxBody)}
 	if err := g.checkPeer(c); err != nil {
@@ -499,6 +507,13 @@ func (g *Gateway) handle(uc *net.UnixConn, gd *guard) {
 	}()
 	for {
 		req, err := c.read()
+		if cut := sl.spoke(); cut != nil {
+			// it sent no complete frame in time, or lost its place to a
+			// newcomer (slots): logged once per burst there
+			uc.SetWriteDeadline(time.Now().Add(time.Second))
+			c.fail(cut)
+			return
+		}
 		if err != nil {
 			if errors.Is(err, io.EOF) || g.runCtx.Err() != nil {
 				return
@@ -520,6 +535,11 @@ func (g *Gateway) handle(uc *net.UnixConn, gd *guard) {
 			c.fail(fault.New(fault.Data, fault.KindProtocol, "first request must be hello"))
 			return
 		}
+		if holdsOpen(req) {
+			sl.set(holdStream) // its place is kept however long it waits
+		} else {
+			sl.set(holdBusy)
+		}
 		if req.Op == api.OpRecv {
 			g.recv(c, req)
 			return
@@ -537,6 +557,7 @@ func (g *Gateway) handle(uc *net.UnixConn, gd *guard) {
 			return
 		}
 		resp, err := g.dispatch(c, req)
+		sl.set(holdIdle)
 		if err != nil {
 			if c.fail(err) != nil {
 				return
@@ -551,6 +572,16 @@ func (g *Gateway) handle(uc *net.UnixConn, gd *guard) {
 			return
 		}
 	}
+}
+
+// holdsOpen reports whether req holds its connection for as long as it waits:
+// a stream, or a wait for an answer or a state.
+func holdsOpen(req *api.Request) bool {
+	switch req.Op {
+	case api.OpRecv, api.OpAsk, api.OpWaitReply, api.OpWait:
+		return true
+	}
+	return req.Op == api.OpSend && req.Wait
 }
 
 // checkPeer admits only processes of the gateway's own user (the socket's

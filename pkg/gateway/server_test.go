@@ -236,3 +236,69 @@ func TestLocalGatewayRefusesToStart(t *testing.T) {
 		t.Errorf("state folder under a file: %v", err)
 	}
 }
+
+// Connections that never send a frame cannot keep a client out: at the
+// cap, a new connection takes the place of the oldest that has sent
+// nothing (which hears why), and a client that said hello keeps its
+// place. Over a cap held by clients that spoke, the refusal names them.
+func TestLocalSilentConnectionsMakeRoom(t *testing.T) {
+	g := startGW(t, t.TempDir(), "h1", settings{"max-connections": "3", "frame-timeout": "1h"})
+	idle := g.dial("")
+	first, second := dialRaw(t, g), dialRaw(t, g) // admitted in this order
+	c1 := g.dial("")                              // the cap is reached: first makes room
+	wantRoomMade := func(r *rawConn, who string) {
+		t.Helper()
+		resp := r.read()
+		wantError(t, resp, 75, fault.KindTooManyConnections)
+		if !strings.Contains(resp.Error.Message, "closed to make room") {
+			t.Errorf("%s: %+v", who, resp.Error)
+		}
+		if !r.closed() {
+			t.Errorf("%s stays open", who)
+		}
+	}
+	wantRoomMade(first, "the oldest silent connection")
+	c2 := g.dial("") // then second
+	wantRoomMade(second, "the other silent connection")
+	g.waitLog(`"msg":"at the connection cap: closing connections that sent no request, oldest first, to admit new ones"`)
+	for i, c := range []*api.Client{idle, c1, c2} {
+		if _, err := c.Call(&api.Request{Op: api.OpRoster}); err != nil {
+			t.Fatalf("client %d, after the room was made: %v", i, err)
+		}
+	}
+	// every place is a client's now
+	_, err := api.Dial(g.Cfg.Socket)
+	fe := faultOf(t, err, fault.TempFail)
+	if fe.Kind != fault.KindTooManyConnections || fe.Msg != "the gateway is serving its limit of 3 connections: 3 idle between requests" ||
+		!strings.Contains(fe.Hint, "fleet-recv --follow") {
+		t.Fatalf("over a cap held by clients: %v (%s; hint %q)", fe, fe.Kind, fe.Hint)
+	}
+	g.waitLog(`"holders":"3 idle between requests"`)
+}
+
+// A connection that has not sent a complete first frame within
+// frame-timeout of connecting is closed, with one error frame, whether
+// it sent nothing or half a frame; one that said hello may idle on.
+func TestLocalSilentConnectionsTimeOut(t *testing.T) {
+	g := startGW(t, t.TempDir(), "h1", settings{"frame-timeout": "200ms"})
+	idle := g.dial("")
+	mute, half := dialRaw(t, g), dialRaw(t, g)
+	half.c.Write([]byte{0, 0, 0, 40, '{', '"'}) // 2 of 40 bytes of a hello, then nothing
+	resp := mute.read()
+	wantError(t, resp, 65, fault.KindBadFrame)
+	if !strings.Contains(resp.Error.Message, "no complete request frame within 200ms of connecting (frame-timeout)") {
+		t.Errorf("a connection that sent nothing: %+v", resp.Error)
+	}
+	if !mute.closed() {
+		t.Error("a connection that sent nothing stays open")
+	}
+	wantError(t, half.read(), 65, fault.KindBadFrame) // its own frame deadline may come first
+	if !half.closed() {
+		t.Error("a connection that sent half a first frame stays open")
+	}
+	g.waitLog(`"msg":"connections sent no request within the frame timeout: closing them"`)
+	if _, err := idle.Call(&api.Request{Op: api.OpRoster}); err != nil {
+		t.Fatalf("the client that said hello, idle meanwhile: %v", err)
+	}
+	g.waitLog(`"msg":"connections sent no request within the frame timeout: closing them: burst over"`)
+}
