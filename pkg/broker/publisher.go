@@ -208,11 +208,13 @@ func (p *publisher) start(ctx context.Context, exchange, key string, msg amqp.Pu
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	r := &pubReq{msgID: msg.MessageId, done: make(chan result, 1)}
 	if err := p.write(ctx, r, exchange, key, mandatory, msg); err != nil {
-		cancel()
+		// timed out only if the deadline passed before cancel: read after
+		// it, every write refused by a closed channel read as a timeout
 		res := resClosed
 		if ctx.Err() != nil {
 			res = resTimeout
 		}
+		cancel()
 		return false, func() result { return res }
 	}
 	return true, func() result {
