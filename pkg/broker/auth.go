@@ -153,7 +153,7 @@ func (b *Broker) refuse(d amqp.Delivery, queue string, env *envelope.Envelope, r
 // the broker cannot route (bridge.dlq not bound as fleet.dead.*, a
 // topology from before it) is an error, said loudly, never a silent loss.
 func (b *Broker) copyDead(gen *generation, msg amqp.Publishing) error {
-	switch gen.pub.publishTo(context.Background(), ExMsg, DeadKey(b.cfg.Host), msg, time.Now().Add(b.cfg.PublishTimeout), true) {
+	switch gen.publisher().publishTo(context.Background(), ExMsg, DeadKey(b.cfg.Host), msg, time.Now().Add(b.cfg.PublishTimeout), true) {
 	case resAck:
 		return nil
 	case resReturned:

@@ -19,6 +19,7 @@ import (
 	"github.com/fleetd/fleet/pkg/config"
 	"github.com/fleetd/fleet/pkg/envelope"
 	"github.com/fleetd/fleet/pkg/fault"
+	"github.com/fleetd/fleet/pkg/ident"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
@@ -70,6 +71,7 @@ type Broker struct {
 	onRefused   func(reason, claimedHost string)
 	observe     Observer               // observe.go: for metrics
 	presRefused map[string]*refusedRun // presence.go: refusals reported once a minute
+	chanCloses  map[string]*refusedRun // the publishing channel's closes, said once a minute per cause (Run's goroutine only)
 
 	tried     chan struct{} // closed after the first connection attempt that was not refused the host id
 	triedOnce sync.Once
@@ -83,7 +85,8 @@ type Broker struct {
 type generation struct {
 	node             string // the node's URI, without credentials
 	pubConn, subConn *amqp.Connection
-	pub              *publisher
+	pubMu            sync.Mutex
+	pub              *publisher // publisher() to read: serve replaces it when the broker closes its channel
 	ctx              context.Context
 	cancel           context.CancelFunc
 	mu               sync.Mutex
@@ -92,6 +95,13 @@ type generation struct {
 	setup            *rpcChannel // consumer.go: declarations and bindings
 	chansMu          sync.Mutex
 	chans            []*consumeChannel // consumer.go: shared by the inbox consumers
+}
+
+// publisher is the generation's publishing channel now.
+func (gen *generation) publisher() *publisher {
+	gen.pubMu.Lock()
+	defer gen.pubMu.Unlock()
+	return gen.pub
 }
 
 // New returns a transport; nothing is dialed until Run.
@@ -507,6 +517,7 @@ func (b *Broker) serve(ctx context.Context, gen *generation) error {
 	pubClosed := gen.pubConn.NotifyClose(make(chan *amqp.Error, 1))
 	subClosed := gen.subConn.NotifyClose(make(chan *amqp.Error, 1))
 	blocked := gen.pubConn.NotifyBlocked(make(chan amqp.Blocking, 4))
+	pubDone := gen.publisher().done
 
 	b.mu.Lock()
 	b.gen = gen
@@ -545,11 +556,18 @@ func (b *Broker) serve(ctx context.Context, gen *generation) error {
 			return closeErr("publish connection", err)
 		case err := <-subClosed:
 			return closeErr("consume connection", err)
-		case <-gen.pub.done:
-			// the connection lives on but its publishing channel died
-			// (a refused publish closes it): without a new one no send,
-			// receipt or heartbeat would leave, so start over
-			return errors.New("the publishing channel closed")
+		case <-pubDone:
+			// the broker closed the publishing channel (a publish it
+			// refused: a routing key or exchange this login may not
+			// write) and the connection lives on: a new channel takes
+			// over at once, and the generation — its consumers, every
+			// other send — stays. The publishes the close cut short are
+			// published again (Publish); the refused one is not.
+			pub, err := b.reopenPublisher(gen, pubClosed)
+			if err != nil {
+				return err
+			}
+			pubDone = pub.done
 		case bl := <-blocked:
 			b.mu.Lock()
 			if bl.Active {
@@ -566,6 +584,56 @@ func (b *Broker) serve(ctx context.Context, gen *generation) error {
 			b.setState(!bl.Active)
 		}
 	}
+}
+
+// reopenPublisher replaces gen's closed publishing channel by a new one on
+// the same connection, and says why the broker closed it: once a minute
+// per cause, with how often since, however often a caller repeats what
+// the broker refuses. An error means the connection is gone too.
+func (b *Broker) reopenPublisher(gen *generation, pubClosed <-chan *amqp.Error) (*publisher, error) {
+	cause := gen.publisher().cause()
+	pub, err := newPublisher(gen.pubConn, b.log, b.observe.Confirmed)
+	if err != nil {
+		select { // the connection closed: say that, as before
+		case cerr := <-pubClosed:
+			return nil, closeErr("publish connection", cerr)
+		case <-time.After(time.Second):
+			return nil, fmt.Errorf("the publishing channel closed (%v) and no new one opened: %w", cause, err)
+		}
+	}
+	gen.pubMu.Lock()
+	gen.pub = pub
+	gen.pubMu.Unlock()
+	why := "closed by the broker"
+	if cause != nil {
+		why = cause.Error()
+	}
+	now := time.Now()
+	if b.chanCloses == nil {
+		b.chanCloses = map[string]*refusedRun{}
+	}
+	run := b.chanCloses[why]
+	if run != nil && now.Sub(run.last) < time.Minute {
+		run.quiet++
+		return pub, nil
+	}
+	quiet := 0
+	if run != nil {
+		quiet = run.quiet
+	}
+	if len(b.chanCloses) > 64 {
+		clear(b.chanCloses)
+	}
+	b.chanCloses[why] = &refusedRun{last: now}
+	attrs := []any{"err", why}
+	if quiet > 0 {
+		attrs = append(attrs, "repeats", quiet)
+	}
+	if cause != nil && cause.Code == amqp.AccessRefused {
+		attrs = append(attrs, "fix", "this host's broker login may not publish that: fleet-gw broker-setup --host "+b.cfg.Host+" (on the broker) grants what fleet publishes")
+	}
+	b.log.Warn("the broker closed the publishing channel: reopened it, the connection kept", attrs...)
+	return pub, nil
 }
 
 func closeErr(what string, err *amqp.Error) error {
@@ -747,6 +815,11 @@ func (b *Broker) RemoveInbox(gid string, groups []string) error {
 // outcome: the same bytes, same msg id, are published again, which the
 // receiver's dedup makes safe.
 func (b *Broker) Publish(ctx context.Context, key string, env *envelope.Envelope, persistent bool) error {
+	if g, ok := strings.CutPrefix(key, "broadcast."); ok && !ident.ValidGroup(g) {
+		// the callers check every group (ident.ValidGroup); a key outside
+		// the grammar never reaches the broker, which would refuse it
+		return fault.New(fault.Usage, fault.KindUsage, "%q is not a valid group name: not published", g)
+	}
 	msg, err := b.publishing(env, persistent)
 	if err != nil {
 		return err
@@ -761,7 +834,8 @@ func (b *Broker) Publish(ctx context.Context, key string, env *envelope.Envelope
 		if err != nil {
 			return err
 		}
-		res := gen.pub.publish(ctx, ExMsg, key, msg, deadline)
+		pub := gen.publisher()
+		res := pub.publish(ctx, ExMsg, key, msg, deadline)
 		switch res {
 		case resAck:
 			return nil
@@ -780,14 +854,25 @@ func (b *Broker) Publish(ctx context.Context, key string, env *envelope.Envelope
 				"the broker did not confirm the message within %v; it may still deliver it", b.cfg.PublishTimeout).
 				WithHint("check the broker (a memory or disk alarm blocks publishers); fleet-send --status MSG_ID tells nothing until it confirms")
 		case resClosed:
+			if reason, ok := pub.refused(key); ok {
+				return refusedFault(key, reason, b.cfg.Host)
+			}
 			// unknown outcome: retry with the same msg id on whatever
-			// connection is current, while time remains
+			// channel and connection are current, while time remains
 		}
 		if time.Now().After(deadline) || attempt >= 5 {
 			return fault.New(fault.Unavailable, fault.KindBrokerDown, "the broker connection failed while sending; outcome unknown, not confirmed")
 		}
 		backoff.Sleep(ctx, 50*time.Millisecond*time.Duration(attempt))
 	}
+}
+
+// refusedFault is the error of a publish the broker refused (ACCESS_REFUSED
+// naming its routing key): this host's login may not publish key. It is
+// not retried.
+func refusedFault(key, reason, host string) error {
+	return fault.New(fault.Refused, fault.KindBrokerLogin, "the broker refused the publish to %s: %s", key, reason).
+		WithHint("this host's broker login may not publish that key: fleet-gw broker-setup --host %s (on the broker) grants what fleet publishes", host)
 }
 
 // current returns the live generation, or the fault that says why there is

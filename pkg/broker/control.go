@@ -57,7 +57,8 @@ func (b *Broker) publishControl(ctx context.Context, host string, env *envelope.
 		if err != nil {
 			return err
 		}
-		switch gen.pub.publish(ctx, ExControl, host, msg, deadline) {
+		pub := gen.publisher()
+		switch pub.publish(ctx, ExControl, host, msg, deadline) {
 		case resAck:
 			return nil
 		case resReturned:
@@ -69,6 +70,9 @@ func (b *Broker) publishControl(ctx context.Context, host string, env *envelope.
 			return fault.New(fault.Unavailable, fault.KindBrokerTimeout,
 				"the broker did not confirm the request within %v; it may still reach %s", b.cfg.PublishTimeout, host)
 		case resClosed:
+			if reason, ok := pub.refused(host); ok {
+				return refusedFault(host, reason, b.cfg.Host)
+			}
 			// unknown outcome: the same request id again is safe, the
 			// target carries out each request id once
 		}

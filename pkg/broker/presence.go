@@ -41,7 +41,7 @@ func (b *Broker) PublishPresence(env *envelope.Envelope, what string, ttl time.D
 		Headers:    amqp.Table{"fleet-host": b.cfg.Host},
 	}
 	b.signHeaders(&msg)
-	written, wait := gen.pub.publishOrdered(context.Background(), ExRoster, "roster."+b.cfg.Host+"."+what, msg, time.Now().Add(b.cfg.PublishTimeout))
+	written, wait := gen.publisher().publishOrdered(context.Background(), ExRoster, "roster."+b.cfg.Host+"."+what, msg, time.Now().Add(b.cfg.PublishTimeout))
 	confirmed = func() error {
 		if wait() != resAck {
 			return errors.New("presence not confirmed")

@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -33,11 +34,12 @@ type publisher struct {
 	log     *slog.Logger
 	observe func(outcome string, took time.Duration) // Observer.Confirmed; nil: none
 
-	done    chan struct{} // closed when the channel closes
-	mu      sync.Mutex
-	byTag   map[uint64]*pubReq
-	byMsgID map[string]*pubReq
-	closed  bool
+	done     chan struct{} // closed when the channel closes
+	mu       sync.Mutex
+	byTag    map[uint64]*pubReq
+	byMsgID  map[string]*pubReq
+	closed   bool
+	closeErr *amqp.Error // why the broker closed the channel (nil: the connection went, or we closed it)
 }
 
 type pubReq struct {
@@ -140,13 +142,15 @@ func (p *publisher) events(returns <-chan amqp.Return, confirms <-chan amqp.Conf
 			default:
 				r.done <- resAck
 			}
-		case <-closed:
-			close(p.done)
+		case err := <-closed:
+			// the cause is set before done closes: whoever sees done,
+			// or a publish cut short, reads why
 			p.mu.Lock()
-			p.closed = true
+			p.closed, p.closeErr = true, err
 			pending := p.byTag
 			p.byTag, p.byMsgID = map[uint64]*pubReq{}, map[string]*pubReq{}
 			p.mu.Unlock()
+			close(p.done)
 			for _, r := range pending {
 				r.done <- resClosed
 			}
@@ -162,6 +166,27 @@ func (p *publisher) events(returns <-chan amqp.Return, confirms <-chan amqp.Conf
 			return
 		}
 	}
+}
+
+// cause is why the broker closed the channel: a channel exception (a
+// publish it refused), nil while open or when the connection went.
+func (p *publisher) cause() *amqp.Error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.closeErr
+}
+
+// refused reports whether the broker closed the channel refusing a
+// publish with key: ACCESS_REFUSED naming that routing key (RabbitMQ:
+// "write access to topic 'KEY' in exchange ..."). Publishing it again
+// would only close the next channel too; the other publishes the close
+// cut short are unknown outcomes, published again.
+func (p *publisher) refused(key string) (reason string, ok bool) {
+	e := p.cause()
+	if e == nil || e.Code != amqp.AccessRefused || !strings.Contains(e.Reason, "'"+key+"'") {
+		return "", false
+	}
+	return e.Reason, true
 }
 
 func (p *publisher) publish(ctx context.Context, exchange, key string, msg amqp.Publishing, deadline time.Time) result {
@@ -208,11 +233,13 @@ func (p *publisher) start(ctx context.Context, exchange, key string, msg amqp.Pu
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	r := &pubReq{msgID: msg.MessageId, done: make(chan result, 1)}
 	if err := p.write(ctx, r, exchange, key, mandatory, msg); err != nil {
-		cancel()
+		// timed out only if the deadline passed before cancel: read after
+		// it, every write refused by a closed channel read as a timeout
 		res := resClosed
 		if ctx.Err() != nil {
 			res = resTimeout
 		}
+		cancel()
 		return false, func() result { return res }
 	}
 	return true, func() result {

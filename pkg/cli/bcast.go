@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/fleetd/fleet/pkg/api"
+	"github.com/fleetd/fleet/pkg/ident"
 	"github.com/urfave/cli/v2"
 )
 
@@ -16,11 +17,17 @@ func NewBcastApp() *cli.App {
 	app.Description = strictTextRuleDoc + " " + "Publishes once with key broadcast.all or broadcast.<group>; the broker copies it into " +
 		"every member's inbox and each copy is delivered like any message. Members on this host get " +
 		"theirs even with the broker down (the command then exits 69 and says which part failed). " +
-		"The sender does not get its own broadcast. Prints the msg id and the trace id."
+		"The sender does not get its own broadcast. Prints the msg id and the trace id. " +
+		"A group is named as an entity is (a letter, then up to 63 letters, digits, '-' or '_'): any other --group exits 64 before anything is sent."
 	app.Flags = append(connFlags(), jsonFlag(), asFlag(),
 		&cli.StringFlag{Name: "group", Usage: "only the members of group G (default: everyone)"},
 	)
 	app.Action = func(c *cli.Context) error {
+		// the group becomes the routing key broadcast.<group>: checked
+		// here, before the gateway is asked, and there again
+		if err := ident.CheckGroup(c.String("group")); err != nil {
+			return err
+		}
 		s, err := connect(c)
 		if err != nil {
 			return err

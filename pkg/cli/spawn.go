@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/fleetd/fleet/pkg/api"
+	"github.com/fleetd/fleet/pkg/ident"
 	"github.com/urfave/cli/v2"
 )
 
@@ -23,7 +24,7 @@ func NewSpawnApp() *cli.App {
 	app.Flags = append(connFlags(), jsonFlag(), asFlag(),
 		&cli.StringFlag{Name: "host", Usage: "the host to start the entity on (default: this one)"},
 		&cli.StringFlag{Name: "profile", Value: "default", Usage: "the launcher profile of the target host"},
-		&cli.StringSliceFlag{Name: "group", Usage: "make the entity a member of group G (repeat for more)"},
+		&cli.StringSliceFlag{Name: "group", Usage: "make the entity a member of group G, named as an entity is (repeat for more)"},
 		&cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, Usage: "give up waiting for the answer after this long (exit 75)"},
 		&cli.StringFlag{Name: "request-id", Usage: "the request's id (default: a fresh one); the same id is never carried out twice"},
 	)
@@ -39,6 +40,9 @@ func runSpawn(c *cli.Context) error {
 	timeout := c.Duration("timeout")
 	if timeout <= 0 {
 		return usage("--timeout must be positive")
+	}
+	if err := ident.CheckMember(c.StringSlice("group")); err != nil {
+		return err
 	}
 	s, err := connect(c)
 	if err != nil {

@@ -32,6 +32,7 @@ import (
 	"crypto/ed25519"
 	"crypto/sha256"
 	"encoding/binary"
+	"encoding/json"
 	"regexp"
 	"sort"
 	"sync"
@@ -201,12 +202,15 @@ func checkFields(env *envelope.Envelope) error {
 	group := env.Recipient.Group
 	switch env.Kind {
 	case envelope.Broadcast:
-		if group != "all" && !nameRE.MatchString(group) {
+		if !ident.ValidGroup(group) {
 			return bad("broadcast group %q is not a group name", group)
 		}
 	case envelope.Spawn, envelope.Stop, envelope.Trace:
 		if group != "control" || env.Recipient.Host == "" {
 			return bad("a %s names its target host and no entity", env.Kind)
+		}
+		if env.Kind == envelope.Spawn {
+			return checkSpawn(env.Body)
 		}
 	case envelope.Presence:
 		if group != "roster" {
@@ -216,6 +220,25 @@ func checkFields(env *envelope.Envelope) error {
 		if group != "" || env.Recipient.Gid == "" {
 			return bad("a %s is addressed to one gid", env.Kind)
 		}
+	}
+	return nil
+}
+
+// checkSpawn holds what a SPAWN asks for to the grammar of local names
+// and groups, before the target records, logs or binds any of it: the name
+// becomes a file name, each group a routing key (ident.ValidGroup). A body
+// that is not a spawn request at all is answered as malformed by the
+// target (carryOut).
+func checkSpawn(body string) error {
+	var b spawnBody
+	if json.Unmarshal([]byte(body), &b) != nil {
+		return nil
+	}
+	if !ident.ValidName(b.Name) {
+		return broker.Refuse(broker.ReasonMalformed, "a spawn of %q, not an entity name", b.Name)
+	}
+	if err := ident.CheckMember(b.Groups); err != nil {
+		return broker.Refuse(broker.ReasonMalformed, "a spawn of %s: %v", b.Name, err)
 	}
 	return nil
 }

@@ -100,6 +100,12 @@ func TestAdmissionRefusesWhatIsNotProven(t *testing.T) {
 	if err := a.check("h1", body, sig, env); err != nil {
 		t.Fatalf("a message signed by trusted h1 refused: %v", err)
 	}
+	spawn := envelope.New(envelope.Spawn, env.Sender, envelope.Party{Host: "h2", Group: "control"},
+		`{"name":"carol","profile":"default","groups":["ops","team-2"]}`)
+	spawn.Expires = time.Now().Add(time.Minute)
+	if b, s := signed(t, h1, spawn); a.check("h1", b, s, spawn) != nil {
+		t.Fatalf("a well-formed spawn refused: %v", a.check("h1", b, s, spawn))
+	}
 	cases := []struct {
 		name, want string
 		run        func() error
@@ -153,7 +159,7 @@ func TestAdmissionRefusesWhatIsNotProven(t *testing.T) {
 			return a.check("h1", b, s, e)
 		}},
 		{"a spawn that never expires", broker.ReasonReplay, func() error {
-			e := envelope.New(envelope.Spawn, sendFrom("h1").Sender, envelope.Party{Host: "h2", Group: "control"}, "{}")
+			e := envelope.New(envelope.Spawn, sendFrom("h1").Sender, envelope.Party{Host: "h2", Group: "control"}, `{"name":"carol"}`)
 			b, s := signed(t, h1, e)
 			return a.check("h1", b, s, e)
 		}},
@@ -172,6 +178,32 @@ func TestAdmissionRefusesWhatIsNotProven(t *testing.T) {
 		{"a broadcast to no group", broker.ReasonMalformed, func() error {
 			e := sendFrom("h1")
 			e.Kind = envelope.Broadcast
+			b, s := signed(t, h1, e)
+			return a.check("h1", b, s, e)
+		}},
+		{"a broadcast to group #", broker.ReasonMalformed, func() error {
+			e := envelope.New(envelope.Broadcast, sendFrom("h1").Sender, envelope.Party{Group: "#"}, "to everyone's inbox")
+			b, s := signed(t, h1, e)
+			return a.check("h1", b, s, e)
+		}},
+		{"a spawn into group 'x y'", broker.ReasonMalformed, func() error {
+			e := envelope.New(envelope.Spawn, sendFrom("h1").Sender, envelope.Party{Host: "h2", Group: "control"},
+				`{"name":"carol","profile":"default","groups":["ops","x y"]}`)
+			e.Expires = time.Now().Add(time.Minute)
+			b, s := signed(t, h1, e)
+			return a.check("h1", b, s, e)
+		}},
+		{"a spawn into group all", broker.ReasonMalformed, func() error {
+			e := envelope.New(envelope.Spawn, sendFrom("h1").Sender, envelope.Party{Host: "h2", Group: "control"},
+				`{"name":"carol","profile":"default","groups":["all"]}`)
+			e.Expires = time.Now().Add(time.Minute)
+			b, s := signed(t, h1, e)
+			return a.check("h1", b, s, e)
+		}},
+		{"a spawn of a name outside the grammar", broker.ReasonMalformed, func() error {
+			e := envelope.New(envelope.Spawn, sendFrom("h1").Sender, envelope.Party{Host: "h2", Group: "control"},
+				`{"name":"../carol","profile":"default"}`)
+			e.Expires = time.Now().Add(time.Minute)
 			b, s := signed(t, h1, e)
 			return a.check("h1", b, s, e)
 		}},

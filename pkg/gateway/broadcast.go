@@ -10,6 +10,7 @@ import (
 	"github.com/fleetd/fleet/pkg/api"
 	"github.com/fleetd/fleet/pkg/envelope"
 	"github.com/fleetd/fleet/pkg/fault"
+	"github.com/fleetd/fleet/pkg/ident"
 	"github.com/fleetd/fleet/pkg/store"
 )
 
@@ -26,6 +27,11 @@ func (g *Gateway) broadcast(req *api.Request) (*api.Response, error) {
 		return nil, err
 	}
 	if err := envelope.CheckBody([]byte(req.Body), g.cfg.MaxBody); err != nil {
+		return nil, err
+	}
+	// the group becomes the routing key: outside the grammar the broker
+	// would refuse the publish (ident.ValidGroup)
+	if err := ident.CheckGroup(req.Group); err != nil {
 		return nil, err
 	}
 	group := req.Group
@@ -122,11 +128,11 @@ func (g *Gateway) setGroups(req *api.Request) (*api.Response, error) {
 	if b == nil { // left meanwhile
 		return nil, fault.New(fault.NoRecipient, fault.KindUnknownEntity, "no entity named %s on this host", req.Name)
 	}
+	if err := ident.CheckMember(req.Add); err != nil {
+		return nil, err
+	}
 	groups := slices.Clone(b.snapshot().Groups)
 	for _, gr := range req.Add {
-		if !nameRE.MatchString(gr) || gr == "all" {
-			return nil, fault.New(fault.Usage, fault.KindUsage, "%q is not a valid group name", gr)
-		}
 		if !slices.Contains(groups, gr) {
 			groups = append(groups, gr)
 		}

@@ -101,6 +101,9 @@ func (g *Gateway) spawn(req *api.Request) (*api.Response, error) {
 		return nil, fault.New(fault.Usage, fault.KindUsage,
 			"%q is not a valid name (a letter, then up to 63 letters, digits, '-' or '_')", req.Name)
 	}
+	if err := ident.CheckMember(req.Groups); err != nil {
+		return nil, err // before anything is sent: the target would refuse it
+	}
 	id := req.RequestID
 	if id == "" {
 		id = envelope.NewID()
@@ -307,7 +310,7 @@ func checkControlResult(res *controlResult, host string) error {
 			return broker.Refuse(broker.ReasonWrongHost, "host %s answers that it spawned %s, a gid made on another host", host, s.Gid)
 		}
 		for _, gr := range s.Groups {
-			if !nameRE.MatchString(gr) {
+			if !ident.ValidGroup(gr) {
 				return bad("group %q", gr)
 			}
 		}

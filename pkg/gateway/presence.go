@@ -556,7 +556,7 @@ func checkRow(r *api.EntityRow) error {
 		return bad("pending %d, dead %d", r.Pending, r.Dead)
 	}
 	for _, gr := range r.Groups {
-		if !nameRE.MatchString(gr) {
+		if !ident.ValidGroup(gr) {
 			return bad("group %q is not a group name", gr)
 		}
 	}

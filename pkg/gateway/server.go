@@ -690,7 +690,8 @@ func (g *Gateway) caller(req *api.Request) (*mailbox, error) {
 	return b, nil
 }
 
-// nameRE is the grammar of entity and group names (ident.NamePattern).
+// nameRE is the grammar of entity names (ident.NamePattern); group names
+// are held to ident.ValidGroup.
 var nameRE = regexp.MustCompile(ident.NamePattern)
 
 func (g *Gateway) join(req *api.Request) (*api.Response, error) {
@@ -712,10 +713,8 @@ func checkEntity(e *store.Entity) error {
 	if err := ident.CheckName(e.Name); err != nil {
 		return err
 	}
-	for _, gr := range e.Groups {
-		if !nameRE.MatchString(gr) || gr == "all" {
-			return fault.New(fault.Usage, fault.KindUsage, "%q is not a valid group name", gr)
-		}
+	if err := ident.CheckMember(e.Groups); err != nil {
+		return err
 	}
 	switch e.Mode {
 	case "pull":

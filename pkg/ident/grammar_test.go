@@ -4,6 +4,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/fleetd/fleet/pkg/fault"
 )
 
 // The hand-written grammars match their regular expressions exactly.
@@ -29,5 +31,34 @@ func TestGrammars(t *testing.T) {
 		if got, want := ValidName(s), nameRE.MatchString(s); got != want {
 			t.Errorf("ValidName(%q) = %v, want %v", s, got, want)
 		}
+	}
+}
+
+// A group name is an entity name (each is a routing key: broadcast.<group>);
+// a broadcast may name "all", nobody joins it.
+func TestGroupNames(t *testing.T) {
+	for _, g := range []string{"ops", "Team-2", "a_b", "all", strings.Repeat("g", 64)} {
+		if !ValidGroup(g) || CheckGroup(g) != nil {
+			t.Errorf("group %q refused", g)
+		}
+	}
+	if CheckGroup("") != nil {
+		t.Error(`a broadcast to "" (everyone) refused`)
+	}
+	if CheckMember([]string{"ops", "team-2"}) != nil || CheckMember(nil) != nil {
+		t.Error("good groups to join refused")
+	}
+	for _, g := range []string{"x y", "#", "*", "ops.*", "broadcast.ops", "a.b", "-ops", "9ops", "ops\n", "é", strings.Repeat("g", 65)} {
+		if ValidGroup(g) {
+			t.Errorf("ValidGroup(%q) = true", g)
+		}
+		for what, err := range map[string]error{"CheckGroup": CheckGroup(g), "CheckMember": CheckMember([]string{"ops", g})} {
+			if fault.CodeOf(err) != fault.Usage || !strings.Contains(err.Error(), "not a valid group name") || fault.HintOf(err) == "" {
+				t.Errorf("%s(%q) = %v, want a usage error with a hint", what, g, err)
+			}
+		}
+	}
+	if err := CheckMember([]string{"all"}); fault.CodeOf(err) != fault.Usage {
+		t.Errorf(`joining "all": %v, want a usage error`, err)
 	}
 }

@@ -155,6 +155,48 @@ func CheckName(name string) error {
 	return nil
 }
 
+// Group names. Each becomes a routing key, broadcast.<group>: the key a
+// broadcast is published with and each member's inbox is bound by. A
+// host's broker login may publish and bind such keys only in this grammar
+// (broker.HostGrant), and the broker answers a publish outside it by
+// closing the channel. So every entry point — a command's flag, the socket
+// API, the MCP tools, a message from another host — holds a group name to
+// ValidGroup before it goes anywhere.
+
+// ValidGroup reports whether s is a group name: the grammar of entity
+// names (NamePattern). "all" is one too: the group of everyone, which a
+// broadcast may name and nobody joins (CheckMember).
+func ValidGroup(s string) bool { return ValidName(s) }
+
+// groupRule is the grammar of a group name in words, for errors.
+const groupRule = "a letter, then up to 63 letters, digits, '-' or '_'"
+
+// CheckGroup returns a usage error (exit 64) unless group is a group name
+// a broadcast may go to ("" is everyone).
+func CheckGroup(group string) error {
+	if group == "" || ValidGroup(group) {
+		return nil
+	}
+	return fault.New(fault.Usage, fault.KindUsage, "%q is not a valid group name (%s)", group, groupRule).
+		WithHint("fleet-roster lists each entity's groups")
+}
+
+// CheckMember returns a usage error (exit 64) unless every one of groups
+// is a group name an entity may join: any but "all", which everyone is in.
+func CheckMember(groups []string) error {
+	for _, g := range groups {
+		if !ValidGroup(g) {
+			return fault.New(fault.Usage, fault.KindUsage, "%q is not a valid group name (%s)", g, groupRule).
+				WithHint("name a group as an entity is named, e.g. reviewers or team-2")
+		}
+		if g == "all" {
+			return fault.New(fault.Usage, fault.KindUsage, `"all" is not a group to join: every entity is in it`).
+				WithHint("a broadcast without a group reaches everyone")
+		}
+	}
+	return nil
+}
+
 // File is where the credential of name is kept under stateDir.
 func File(stateDir, name string) string {
 	return filepath.Join(stateDir, "credentials", name+".token")

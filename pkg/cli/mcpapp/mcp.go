@@ -176,5 +176,6 @@ func mcpHint(err error) string {
 var toolHints = strings.NewReplacer(
 	"list entities with: fleet-roster", "list entities with the roster tool",
 	"fleet-roster lists the groups", "the roster tool lists the groups",
+	"fleet-roster lists each entity's groups", "the roster tool lists each entity's groups",
 	"did you mean --group ", "did you mean group ",
 )

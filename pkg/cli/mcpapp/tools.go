@@ -9,6 +9,7 @@ import (
 	"github.com/fleetd/fleet/pkg/api"
 	"github.com/fleetd/fleet/pkg/envelope"
 	"github.com/fleetd/fleet/pkg/fault"
+	"github.com/fleetd/fleet/pkg/ident"
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -513,6 +514,9 @@ func (s *server) status(ctx context.Context, req *mcp.CallToolRequest, in Status
 }
 
 func (s *server) broadcast(ctx context.Context, req *mcp.CallToolRequest, in BroadcastIn) (*mcp.CallToolResult, BroadcastOut, error) {
+	if err := ident.CheckGroup(in.Group); err != nil { // a routing key: the gateway checks it too
+		return nil, BroadcastOut{}, toolError(err, "")
+	}
 	resp, err := s.call(ctx, &api.Request{Op: api.OpBcast, Group: in.Group, Body: in.Body})
 	if err != nil {
 		return nil, BroadcastOut{}, toolError(err, "")

@@ -17,6 +17,7 @@ import (
 	fleetcli "github.com/fleetd/fleet/pkg/cli"
 	"github.com/fleetd/fleet/pkg/cli/table"
 	"github.com/fleetd/fleet/pkg/fault"
+	"github.com/fleetd/fleet/pkg/ident"
 	ucli "github.com/urfave/cli/v2"
 )
 
@@ -53,7 +54,7 @@ func NewRosterApp() *ucli.App {
 				&ucli.StringFlag{Name: "tmux-target", Usage: "inject: paste messages into this tmux pane"},
 				&ucli.StringFlag{Name: "exec", Usage: "inject: run this command with the message JSON on stdin; exit 0 means delivered"},
 				&ucli.StringFlag{Name: "nudge", Usage: "pull: run this command, with backoff, while unread messages wait"},
-				&ucli.StringSliceFlag{Name: "group", Usage: "member of group G (repeat for more)"},
+				&ucli.StringSliceFlag{Name: "group", Usage: "member of group G, named as an entity is; not all, which everyone is in (repeat for more)"},
 				&ucli.StringFlag{Name: "program", Usage: "tmux: the program a paste needs in the pane's foreground (default: what runs there now, or, a shell, what runs at the agent's first hook)"},
 				&ucli.StringFlag{Name: "turns", Usage: "tmux: hooks (busy and idle from the agent's turn hooks; starting until the first) or none (a program without turns)", Value: "hooks"},
 				&ucli.StringFlag{Name: "paste", Usage: "tmux: auto (lines when tmux says the program enabled bracketed paste), line (one line, newlines shown as ␊) or bracketed (lines, for Claude Code, Codex, Gemini CLI, IPython)", Value: "auto"},
@@ -94,9 +95,11 @@ func NewRosterApp() *ucli.App {
 			Name:      "group",
 			Usage:     "add an entity to groups or remove it; its inbox is rebound at once",
 			ArgsUsage: "NAME",
+			Description: "A group is named as an entity is (a letter, then up to 63 letters, digits, '-' or '_'): " +
+				"the name becomes the routing key broadcast.G. Any other name, or all (everyone is in it), exits 64 and changes nothing.",
 			Flags: []ucli.Flag{
 				fleetcli.JSONFlag(),
-				&ucli.StringSliceFlag{Name: "add", Usage: "join group G (repeat for more)"},
+				&ucli.StringSliceFlag{Name: "add", Usage: "join group G, named as an entity is; not all (repeat for more)"},
 				&ucli.StringSliceFlag{Name: "remove", Usage: "leave group G (repeat for more)"},
 			},
 			Action: runGroup,
@@ -313,6 +316,11 @@ func runJoin(c *ucli.Context) error {
 	if err != nil {
 		return err
 	}
+	// each group becomes a routing key (ident.ValidGroup): checked before
+	// the gateway is asked, as the gateway checks it again
+	if err := ident.CheckMember(c.StringSlice("group")); err != nil {
+		return err
+	}
 	s, err := fleetcli.Connect(c)
 	if err != nil {
 		return err
@@ -364,6 +372,9 @@ func runGroup(c *ucli.Context) error {
 	}
 	if len(c.StringSlice("add")) == 0 && len(c.StringSlice("remove")) == 0 {
 		return fleetcli.Usage("nothing to do: give --add G or --remove G")
+	}
+	if err := ident.CheckMember(c.StringSlice("add")); err != nil {
+		return err
 	}
 	s, err := fleetcli.Connect(c)
 	if err != nil {
