@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/fleetd/fleet/pkg/envelope"
+	"github.com/fleetd/fleet/pkg/ident"
 )
 
 // Buckets. Inboxes are nested: inbox/<gid>/<seq> -> envelope JSON.
@@ -297,8 +298,12 @@ func acceptTx(tx *wtx, env *envelope.Envelope, raw []byte, now time.Time, out *R
 		if err != nil {
 			return false, err
 		}
-		k := []byte(env.ReplayOf + "/" + env.Recipient.Gid)
-		if first := rb.Get(k); first != nil {
+		k := []byte(ReplayedKey(env))
+		first := rb.Get(k)
+		if first == nil {
+			first = legacyReplayed(rb, recs, env)
+		}
+		if first != nil {
 			if err := load(recs, string(first), out); err != nil {
 				*out = Record{MsgID: string(first), State: Accepted}
 			}
@@ -601,10 +606,39 @@ func (s *Store) ForgetDead(msgIDs []string) (int, error) {
 // letter is never delivered twice. Created on first use.
 var bReplays = []byte("replays")
 
-// bReplayed is the recipient's side of replays: original msg id and
-// recipient gid -> the key of the first replay taken in. Created on first
-// use.
+// bReplayed is the recipient's side of replays: the dead letter (its
+// msg id and its sender's host) and the recipient gid -> the key of the
+// first replay taken in (ReplayedKey). Created on first use.
 var bReplayed = []byte("replayed")
+
+// ReplayedKey names the dead letter a replay delivers again, for one
+// recipient: its msg id, its recipient's gid and the host of its sender.
+// A replay keeps the original's sender, and a message from another host
+// is admitted only when its sender's host signed it, so the host in the
+// key is the host that signed the replay (or, for a replay made here from
+// bridge.dlq, the one whose signature proved the copy). A msg id is only
+// what a host says it is: another host naming it in replay_of names a
+// dead letter of its own, which never stands in for the real one's
+// replay.
+func ReplayedKey(env *envelope.Envelope) string {
+	return env.ReplayOf + "/" + env.Recipient.Gid + "/" + env.Sender.Host
+}
+
+// legacyReplayed is the first replay of env's dead letter taken in
+// before replays were keyed by their sender's host (msg id/recipient
+// only): it counts when its record shows the same sender's host, and is
+// nil otherwise (a record no longer kept proves nothing).
+func legacyReplayed(rb, recs *wbucket, env *envelope.Envelope) []byte {
+	first := rb.Get([]byte(env.ReplayOf + "/" + env.Recipient.Gid))
+	if first == nil {
+		return nil
+	}
+	var r Record
+	if err := load(recs, string(first), &r); err != nil || ident.GidHost(r.Sender) != env.Sender.Host {
+		return nil
+	}
+	return first
+}
 
 // Replay returns the envelope a replay of msgID made, or nil.
 func (s *Store) Replay(msgID string) []byte {

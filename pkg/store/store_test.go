@@ -1001,3 +1001,50 @@ func TestWriteAfterCloseFails(t *testing.T) {
 		}
 	}
 }
+
+// One replay of a dead letter per recipient, the dead letter named by its
+// msg id and its sender's host: another host's replay of the same msg id
+// is a message of its own and never stands in for the real one; a second
+// replay of the real one (the recipient's host replaying the bridge.dlq
+// copy, the sender's host its own) is a dup. A replay recorded before the
+// key named the host counts only for the host its record shows.
+func TestReplayDedupPerSenderHost(t *testing.T) {
+	s, _ := newStore(t)
+	full := mkEntity(t, s, "full")
+	replay := func(senderGid, host, of string) *envelope.Envelope {
+		e := envelope.New(envelope.Send, envelope.Party{Gid: senderGid, Host: host}, envelope.Party{Gid: full.Gid}, "again")
+		e.ReplayOf = of
+		return e
+	}
+	const alice, mallory = "da.01a22a93-8b62-7719-997e-dae6eae12382", "db.01a22a93-8b62-7719-997e-dae6eae12383"
+	forged := accept(t, s, replay(mallory, "db", "dead-1"))
+	real := accept(t, s, replay(alice, "da", "dead-1"))
+	if forged.MsgID == real.MsgID {
+		t.Fatal("one record for two replays")
+	}
+	rec, dup, err := s.Accept(replay(alice, "da", "dead-1"), t0)
+	if err != nil || !dup || rec.MsgID != real.MsgID {
+		t.Fatalf("a second replay of da's dead-1: %+v dup=%v err=%v, want the first", rec, dup, err)
+	}
+	if got := inbox(t, s, full.Gid); len(got) != 2 {
+		t.Fatalf("full's inbox %v, want the two first replays", got)
+	}
+
+	// before: msg id/recipient -> the first replay's key
+	old := accept(t, s, msg(alice, full.Gid, "taken before the upgrade"))
+	if err := s.update(func(tx *wtx) error {
+		rb, err := tx.CreateBucketIfNotExists(bReplayed)
+		if err != nil {
+			return err
+		}
+		return rb.Put([]byte("dead-2/"+full.Gid), []byte(old.MsgID))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, dup, err := s.Accept(replay(mallory, "db", "dead-2"), t0); err != nil || dup {
+		t.Fatalf("db's dead-2 against da's legacy replay: dup=%v err=%v, want taken", dup, err)
+	}
+	if rec, dup, err := s.Accept(replay(alice, "da", "dead-2"), t0); err != nil || !dup || rec.MsgID != old.MsgID {
+		t.Fatalf("da's dead-2 against its legacy replay: %+v dup=%v err=%v, want the legacy one", rec, dup, err)
+	}
+}

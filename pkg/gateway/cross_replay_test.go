@@ -1,0 +1,126 @@
+package gateway_test
+
+import (
+	"context"
+	"crypto/ed25519"
+	"encoding/base64"
+	"testing"
+
+	"github.com/fleetd/fleet/pkg/api"
+	"github.com/fleetd/fleet/pkg/broker"
+	"github.com/fleetd/fleet/pkg/envelope"
+	"github.com/fleetd/fleet/pkg/fault"
+	"github.com/fleetd/fleet/pkg/trust"
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// threeHosts starts da, db and dd on the private broker, all enrolled
+// with each other, each with set (plus the broker), as in issue 22.
+func threeHosts(t *testing.T, set settings) (da, db, dd *testGW) {
+	t.Helper()
+	url := brokerURL(t)
+	dir := t.TempDir()
+	var gws []*testGW
+	for _, h := range []string{"da", "db", "dd"} {
+		s := settings{"broker": url}
+		for k, v := range set {
+			s[k] = v
+		}
+		gws = append(gws, &testGW{t: t, Host: h, Cfg: newConfig(t, dir, h, s), logs: &syncBuffer{}})
+	}
+	enrol(t, gws...)
+	for _, g := range gws {
+		g.start()
+		t.Cleanup(func() {
+			g.stop()
+			g.noPermissionErrors()
+		})
+	}
+	return gws[0], gws[1], gws[2]
+}
+
+// forgeReplay publishes, signed with from's host key as its gateway signs
+// (so admitted as from's word), a SEND from from to "to" that claims to
+// be a replay of the dead letter deadID: what a host that learnt another
+// host's dead letter id can send. It returns the forged msg id.
+func forgeReplay(t *testing.T, from, to entity, deadID, body string) string {
+	t.Helper()
+	env := envelope.New(envelope.Send, envelope.Party{Gid: from.Gid, Name: from.Name, Host: from.gw.Host},
+		envelope.Party{Gid: to.Gid, Name: to.Name, Host: to.gw.Host}, body)
+	env.ReplayOf = deadID
+	raw, err := envelope.Encode(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := trust.HostKey(from.gw.Cfg.StateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := amqp.Dial(brokerURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), broker.ExMsg, to.Gid, true, false, amqp.Publishing{
+		ContentType: "application/json", MessageId: env.MsgID, Type: string(env.Kind), DeliveryMode: amqp.Persistent, Body: raw,
+		Headers: amqp.Table{"fleet-host": from.gw.Host, "fleet-trace-id": env.TraceID,
+			"fleet-sig": base64.StdEncoding.EncodeToString(ed25519.Sign(key, raw))},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := dc.WaitContext(context.Background()); !ok || err != nil {
+		t.Fatalf("the forged replay was not confirmed: %v", err)
+	}
+	return env.MsgID
+}
+
+// Issue 22, point 5, as found: alice@da's message dies at its sender (the
+// broker inbox of full@dd is full); host db learns its id and sends
+// full@dd a message claiming to be its replay; then da's operator replays
+// the dead letter. The claim is db's word about a message of db's own: it
+// does not stand in for da's replay, which full gets, once.
+func TestCrossForgedReplayDoesNotBurnTheReal(t *testing.T) {
+	da, db, dd := threeHosts(t, settings{"inbox-max-length": "1"})
+	alice, mallory, full := da.join("alice"), db.join("mallory"), dd.join("full")
+	da.resolves("full@dd")
+	dd.stop()
+	alice.mustSend(full.Gid, "fills it")
+	_, err := alice.send(full.Gid, "the real one")
+	if fe := faultOf(t, err, fault.TempFail); fe.Kind != fault.KindInboxFull {
+		t.Fatalf("send into a full inbox: %v (%s)", fe, fe.Kind)
+	}
+	dead := da.must("", &api.Request{Op: api.OpDead}).Dead
+	if len(dead) != 1 || dead[0].Envelope == nil || dead[0].Envelope.Body != "the real one" {
+		t.Fatalf("da's dead letters: %+v", dead)
+	}
+	lost := dead[0].Record.MsgID
+	dd.start()
+	full.collect("fills it")
+
+	forged := forgeReplay(t, mallory, full, lost, "forged")
+	got := full.collect("forged")
+	if e := got[0].Envelope; e.MsgID != forged || e.Sender.Gid != mallory.Gid || e.Sender.Host != "db" {
+		t.Fatalf("the forged message reached full as %+v", e)
+	}
+
+	r, err := da.call("", &api.Request{Op: api.OpReplay, MsgID: lost})
+	if err != nil || r.Sent.ReplayOf != lost || r.Sent.Again || r.Sent.State != "accepted" {
+		t.Fatalf("replay on da: %+v %v", r, err)
+	}
+	got = full.collect("the real one")
+	if e := got[0].Envelope; e.MsgID != r.Sent.MsgID || e.ReplayOf != lost || e.Sender.Gid != alice.Gid {
+		t.Fatalf("full got the replay as %+v", e)
+	}
+	if n := dd.logCount("duplicate msg id: not stored again"); n != 0 {
+		t.Errorf("dd dropped %d messages as already seen", n)
+	}
+	full.empty(alice) // once: nothing else came
+}
