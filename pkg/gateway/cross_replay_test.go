@@ -4,6 +4,11 @@ import (
 	"context"
 	"crypto/ed25519"
 	"encoding/base64"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/fleetd/fleet/pkg/api"
@@ -123,4 +128,82 @@ func TestCrossForgedReplayDoesNotBurnTheReal(t *testing.T) {
 		t.Errorf("dd dropped %d messages as already seen", n)
 	}
 	full.empty(alice) // once: nothing else came
+}
+
+// The same claim where the recipient's host has the dead letter itself
+// (alice@da's message died on dd: its delivery kept failing): db's claim
+// is refused to bridge.dlq with its reason, and dd's operator's replay
+// delivers the real message once.
+func TestCrossForgedReplayRefused(t *testing.T) {
+	da, db, dd := threeHosts(t, settings{"delivery-attempts": "2"})
+	dir := t.TempDir()
+	out, ok := filepath.Join(dir, "full.out"), filepath.Join(dir, "ok")
+	alice, mallory := da.join("alice"), db.join("mallory")
+	full := dd.join("full", api.Request{Mode: "inject", Exec: "test -e " + ok + " || exit 3; cat >> " + out})
+	da.resolves("full@dd")
+	s := alice.mustSend(full.Gid, "the real one")
+	eventually(t, "the message dies on dd", func() error {
+		for _, d := range dd.must("", &api.Request{Op: api.OpDead, Name: "full"}).Dead {
+			if d.Record.MsgID == s.MsgID {
+				return nil
+			}
+		}
+		return errors.New("not dead yet")
+	})
+
+	forged := forgeReplay(t, mallory, full, s.MsgID, "forged")
+	dd.waitLog(`"msg":"message refused: wrong_host; sent to bridge.dlq"`)
+	refusal := dlqCopy(t, forged)
+	if refusal.Headers["fleet-reason"] != broker.ReasonWrongHost || refusal.Headers["fleet-refused-by"] != "dd" ||
+		!strings.Contains(fmt.Sprint(refusal.Headers["fleet-error"]), "only its sender's host replays it") {
+		t.Fatalf("the forged replay in bridge.dlq: %v", refusal.Headers)
+	}
+	if rec, err := dd.call(full.Token, &api.Request{Op: api.OpLookup, MsgID: forged}); err == nil {
+		t.Fatalf("dd took the forged replay in: %+v", rec.Record)
+	}
+
+	if err := os.WriteFile(ok, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r, err := dd.call("", &api.Request{Op: api.OpReplay, MsgID: s.MsgID})
+	if err != nil || r.Sent.ReplayOf != s.MsgID || r.Sent.Again {
+		t.Fatalf("replay on dd: %+v %v", r, err)
+	}
+	got := waitLines(t, out, 1)
+	if e := got[0]; e.Body != "the real one" || e.MsgID != r.Sent.MsgID || e.ReplayOf != s.MsgID || e.Sender.Gid != alice.Gid {
+		t.Fatalf("full got %+v", e)
+	}
+	// once: a sentinel sent after it comes next, and alone
+	alice.mustSend(full.Gid, "sentinel")
+	if got := waitLines(t, out, 2); got[1].Body != "sentinel" {
+		t.Fatalf("full got %q", envBodies(got))
+	}
+}
+
+// dlqCopy is the copy of msgID in bridge.dlq (left there).
+func dlqCopy(t *testing.T, msgID string) amqp.Delivery {
+	t.Helper()
+	conn, err := amqp.Dial(brokerURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen []string
+	for {
+		d, ok, err := ch.Get(broker.QDLQ, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			t.Fatalf("no copy of %s in bridge.dlq (saw %q)", msgID, seen)
+		}
+		if d.MessageId == msgID {
+			return d // unacked: the broker keeps it when the channel closes
+		}
+		seen = append(seen, d.MessageId)
+	}
 }

@@ -9,8 +9,10 @@ package gateway
 // same dead letter on this host sends that same envelope again — which the
 // recipient's dedup by msg id drops. Across hosts (the sender's host
 // replays its copy, the recipient's host the one in bridge.dlq) the
-// recipient's store takes one replay per original msg id (store.Accept,
-// replay_of). A replay refused for sure (a full inbox, no route, a
+// recipient's store takes one replay per dead letter and recipient
+// (store.ReplayedKey: the original msg id and its sender's host, the host
+// that signs the replay); a claim by another host is never that replay
+// (replayClaim). A replay refused for sure (a full inbox, no route, a
 // recipient gone) is forgotten, and the dead letter stays; one that dies
 // later, like any message, is a dead letter again, with a bounce.
 //
@@ -27,6 +29,7 @@ import (
 
 	"github.com/fleetd/fleet/pkg/api"
 	"github.com/fleetd/fleet/pkg/audit"
+	"github.com/fleetd/fleet/pkg/broker"
 	"github.com/fleetd/fleet/pkg/envelope"
 	"github.com/fleetd/fleet/pkg/fault"
 	"github.com/fleetd/fleet/pkg/ident"
@@ -205,6 +208,34 @@ func (g *Gateway) resend(raw []byte, deadKey string) (*api.Response, error) {
 	g.replayed(env.ReplayOf, deadKey, env)
 	return &api.Response{Sent: &api.Sent{MsgID: env.MsgID, TraceID: env.TraceID, State: state,
 		Recipient: env.Recipient.String(), Gid: env.Recipient.Gid, ReplayOf: env.ReplayOf, Again: true}}, nil
+}
+
+// replayClaim checks what a replay from the broker says of the dead
+// letter it names against what this host knows of that message. A dead
+// letter is its msg id and its sender's host: the replay keeps the
+// original's sender, whose host signed it (admission), and the
+// recipient's store takes one replay per such pair (store.ReplayedKey).
+// So another host naming the msg id in replay_of never stands in for the
+// real replay; when this host has the message itself (it was taken, or
+// died, here) and another host sent it, the claim is refused to
+// bridge.dlq. A msg id this host never saw is the signing host's word
+// about a message of its own.
+func replayClaim(st *store.Store, env *envelope.Envelope) error {
+	if env.ReplayOf == "" {
+		return nil
+	}
+	for _, k := range []string{env.ReplayOf, env.ReplayOf + "/" + env.Recipient.Gid} {
+		r, err := st.Record(k)
+		if err != nil {
+			continue
+		}
+		if h := ident.GidHost(r.Sender); h != "" && h != env.Sender.Host {
+			return broker.Refuse(broker.ReasonWrongHost, "a replay of message %s signed by %q, but %s sent it from %q: only its sender's host replays it",
+				env.ReplayOf, env.Sender.Host, r.Sender, h)
+		}
+		return nil
+	}
+	return nil
 }
 
 // replayed removes the dead letter a replay delivered, and says so.
