@@ -53,14 +53,7 @@ func forgeReplay(t *testing.T, from, to entity, deadID, body string) string {
 	env := envelope.New(envelope.Send, envelope.Party{Gid: from.Gid, Name: from.Name, Host: from.gw.Host},
 		envelope.Party{Gid: to.Gid, Name: to.Name, Host: to.gw.Host}, body)
 	env.ReplayOf = deadID
-	raw, err := envelope.Encode(env)
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, err := trust.HostKey(from.gw.Cfg.StateDir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	raw, sig := signAs(t, from.gw, env)
 	conn, err := amqp.Dial(brokerURL(t))
 	if err != nil {
 		t.Fatal(err)
@@ -76,7 +69,7 @@ func forgeReplay(t *testing.T, from, to entity, deadID, body string) string {
 	dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), broker.ExMsg, to.Gid, true, false, amqp.Publishing{
 		ContentType: "application/json", MessageId: env.MsgID, Type: string(env.Kind), DeliveryMode: amqp.Persistent, Body: raw,
 		Headers: amqp.Table{"fleet-host": from.gw.Host, "fleet-trace-id": env.TraceID,
-			"fleet-sig": base64.StdEncoding.EncodeToString(ed25519.Sign(key, raw))},
+			"fleet-sig": base64.StdEncoding.EncodeToString(sig)},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -85,6 +78,31 @@ func forgeReplay(t *testing.T, from, to entity, deadID, body string) string {
 		t.Fatalf("the forged replay was not confirmed: %v", err)
 	}
 	return env.MsgID
+}
+
+// signAs encodes env and signs it with g's host key, as g's gateway signs
+// what it publishes.
+func signAs(t *testing.T, g *testGW, env *envelope.Envelope) (raw, sig []byte) {
+	t.Helper()
+	raw, err := envelope.Encode(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := trust.HostKey(g.Cfg.StateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw, ed25519.Sign(key, raw)
+}
+
+// forgeDeadCopy is a dead letter as host from's gateway would sign it
+// for bridge.dlq: a SEND from from to "to" under the msg id msgID.
+func forgeDeadCopy(t *testing.T, from, to entity, msgID, body string) (raw, sig []byte) {
+	t.Helper()
+	env := envelope.New(envelope.Send, envelope.Party{Gid: from.Gid, Name: from.Name, Host: from.gw.Host},
+		envelope.Party{Gid: to.Gid, Name: to.Name, Host: to.gw.Host}, body)
+	env.MsgID = msgID
+	return signAs(t, from.gw, env)
 }
 
 // Issue 22, point 5, as found: alice@da's message dies at its sender (the
@@ -118,7 +136,7 @@ func TestCrossForgedReplayDoesNotBurnTheReal(t *testing.T) {
 
 	r, err := da.call("", &api.Request{Op: api.OpReplay, MsgID: lost})
 	if err != nil || r.Sent.ReplayOf != lost || r.Sent.Again || r.Sent.State != "accepted" {
-		t.Fatalf("replay on da: %+v %v", r, err)
+		t.Fatalf("replay on da: %+v %v", sentOf(r), err)
 	}
 	got = full.collect("the real one")
 	if e := got[0].Envelope; e.MsgID != r.Sent.MsgID || e.ReplayOf != lost || e.Sender.Gid != alice.Gid {
@@ -162,12 +180,20 @@ func TestCrossForgedReplayRefused(t *testing.T) {
 		t.Fatalf("dd took the forged replay in: %+v", rec.Record)
 	}
 
+	// nor does a copy in bridge.dlq under the same msg id, signed by db,
+	// pass for the dead letter dd has from da
+	raw, sig := forgeDeadCopy(t, mallory, full, s.MsgID, "forged copy")
+	_, err := dd.call("", &api.Request{Op: api.OpReplay, Raw: raw, Sig: sig, SignedBy: "db"})
+	if fe := faultOf(t, err, fault.Refused); fe.Kind != fault.KindNotAuthentic || !strings.Contains(fe.Msg, "that copy is not it") {
+		t.Fatalf("replay of db's copy on dd: %v (%s)", fe, fe.Kind)
+	}
+
 	if err := os.WriteFile(ok, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	r, err := dd.call("", &api.Request{Op: api.OpReplay, MsgID: s.MsgID})
 	if err != nil || r.Sent.ReplayOf != s.MsgID || r.Sent.Again {
-		t.Fatalf("replay on dd: %+v %v", r, err)
+		t.Fatalf("replay on dd: %+v %v", sentOf(r), err)
 	}
 	got := waitLines(t, out, 1)
 	if e := got[0]; e.Body != "the real one" || e.MsgID != r.Sent.MsgID || e.ReplayOf != s.MsgID || e.Sender.Gid != alice.Gid {
@@ -178,6 +204,57 @@ func TestCrossForgedReplayRefused(t *testing.T) {
 	if got := waitLines(t, out, 2); got[1].Body != "sentinel" {
 		t.Fatalf("full got %q", envBodies(got))
 	}
+}
+
+// On the host that replays: alice@da's message expires in full@dd's
+// broker inbox, so bridge.dlq holds da's copy; db puts a copy of its own
+// there under the same msg id. dd's operator replays db's copy first,
+// then da's: each is its own host's dead letter, delivered once, and
+// db's never stands in for da's; da's own replay of it is then dropped
+// by dd as that same dead letter.
+func TestCrossForgedDeadLetterCopy(t *testing.T) {
+	da, db, dd := threeHosts(t, settings{"inbox-ttl": "2s"})
+	alice, mallory, full := da.join("alice"), db.join("mallory"), dd.join("full")
+	da.resolves("full@dd")
+	dd.stop()
+	s := alice.mustSend(full.Gid, "the real one")
+	if _, err := alice.waitFor(s.MsgID, "dead", 30_000); err != nil {
+		t.Fatal(err)
+	}
+	real := dlqCopy(t, s.MsgID)
+	realSig, _ := base64.StdEncoding.DecodeString(fmt.Sprint(real.Headers["fleet-sig"]))
+	dd.start()
+
+	raw, sig := forgeDeadCopy(t, mallory, full, s.MsgID, "forged copy")
+	r1, err := dd.call("", &api.Request{Op: api.OpReplay, Raw: raw, Sig: sig, SignedBy: "db"})
+	if err != nil || r1.Sent.ReplayOf != s.MsgID || r1.Sent.Again {
+		t.Fatalf("replay of db's copy: %+v %v", sentOf(r1), err)
+	}
+	r2, err := dd.call("", &api.Request{Op: api.OpReplay, Raw: real.Body, Sig: realSig, SignedBy: "da"})
+	if err != nil || r2.Sent.ReplayOf != s.MsgID || r2.Sent.Again || r2.Sent.MsgID == r1.Sent.MsgID {
+		t.Fatalf("replay of da's copy after db's: %+v %v", sentOf(r2), err)
+	}
+	got := full.collect("forged copy", "the real one")
+	if e := got[0].Envelope; e.Sender.Gid != mallory.Gid {
+		t.Fatalf("db's copy reached full as from %+v", e.Sender)
+	}
+	if e := got[1].Envelope; e.MsgID != r2.Sent.MsgID || e.Sender.Gid != alice.Gid {
+		t.Fatalf("da's copy reached full as %+v", e)
+	}
+	r3, err := da.call("", &api.Request{Op: api.OpReplay, MsgID: s.MsgID})
+	if err != nil || r3.Sent.ReplayOf != s.MsgID {
+		t.Fatalf("replay on da: %+v %v", sentOf(r3), err)
+	}
+	dd.waitLog("duplicate msg id: not stored again")
+	full.empty(alice) // once: nothing else came
+}
+
+// sentOf is what a replay's response says was sent, or nil.
+func sentOf(r *api.Response) *api.Sent {
+	if r == nil {
+		return nil
+	}
+	return r.Sent
 }
 
 // dlqCopy is the copy of msgID in bridge.dlq (left there).

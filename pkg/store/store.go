@@ -601,9 +601,13 @@ func (s *Store) ForgetDead(msgIDs []string) (int, error) {
 }
 
 // bReplays remembers each dead letter replayed (fleet-dlq replay): its msg
-// id -> the new envelope, as first made. A second replay sends that same
-// envelope again, which the recipient's dedup by msg id drops: a dead
-// letter is never delivered twice. Created on first use.
+// id and its sender's host ("msgid/host") -> the new envelope, as first
+// made. A second replay sends that same envelope again, which the
+// recipient's dedup by msg id drops: a dead letter is never delivered
+// twice. A bridge.dlq copy that another host signed with the same msg id
+// is that host's dead letter, never this one. Made before the host was
+// in the key, an entry is the msg id alone: it counts for the host its
+// envelope's sender names. Created on first use.
 var bReplays = []byte("replays")
 
 // bReplayed is the recipient's side of replays: the dead letter (its
@@ -640,12 +644,14 @@ func legacyReplayed(rb, recs *wbucket, env *envelope.Envelope) []byte {
 	return first
 }
 
-// Replay returns the envelope a replay of msgID made, or nil.
-func (s *Store) Replay(msgID string) []byte {
+// Replay returns the envelope a replay of msgID, sent from host, made,
+// or nil.
+func (s *Store) Replay(msgID, host string) []byte {
 	var out []byte
 	_ = s.view(func(tx *wtx) error {
 		if b := tx.Bucket(bReplays); b != nil {
-			out = append([]byte(nil), b.Get([]byte(msgID))...)
+			_, v := replayOf(b, msgID, host)
+			out = append([]byte(nil), v...)
 		}
 		return nil
 	})
@@ -655,31 +661,50 @@ func (s *Store) Replay(msgID string) []byte {
 	return out
 }
 
-// PutReplay records that msgID is replayed as raw, unless it already is:
-// then it returns what was recorded before.
-func (s *Store) PutReplay(msgID string, raw []byte) (prev []byte, err error) {
+// PutReplay records that msgID, sent from host, is replayed as raw, unless
+// it already is: then it returns what was recorded before.
+func (s *Store) PutReplay(msgID, host string, raw []byte) (prev []byte, err error) {
 	err = s.update(func(tx *wtx) error {
 		b, err := tx.CreateBucketIfNotExists(bReplays)
 		if err != nil {
 			return err
 		}
-		if v := b.Get([]byte(msgID)); v != nil {
+		if _, v := replayOf(b, msgID, host); v != nil {
 			prev = append([]byte(nil), v...)
 			return nil
 		}
-		return b.Put([]byte(msgID), raw)
+		return b.Put([]byte(msgID+"/"+host), raw)
 	})
 	return prev, err
 }
 
 // DropReplay forgets a replay that did not happen (its recipient is gone).
-func (s *Store) DropReplay(msgID string) error {
+func (s *Store) DropReplay(msgID, host string) error {
 	return s.update(func(tx *wtx) error {
 		if b := tx.Bucket(bReplays); b != nil {
-			return b.Delete([]byte(msgID))
+			if k, v := replayOf(b, msgID, host); v != nil {
+				return b.Delete(k)
+			}
 		}
 		return nil
 	})
+}
+
+// replayOf finds the replay of msgID sent from host: its key and value,
+// or nil.
+func replayOf(b *wbucket, msgID, host string) (key, v []byte) {
+	key = []byte(msgID + "/" + host)
+	if v = b.Get(key); v != nil {
+		return key, v
+	}
+	key = []byte(msgID) // before the host was in the key
+	if v = b.Get(key); v != nil {
+		var env envelope.Envelope
+		if envelope.Unmarshal(v, &env) == nil && env.Sender.Host == host {
+			return key, v
+		}
+	}
+	return nil, nil
 }
 
 // Inflight returns the msg ids whose injection was begun and never ended:

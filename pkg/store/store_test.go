@@ -1048,3 +1048,47 @@ func TestReplayDedupPerSenderHost(t *testing.T) {
 		t.Fatalf("da's dead-2 against its legacy replay: %+v dup=%v err=%v, want the legacy one", rec, dup, err)
 	}
 }
+
+// A dead letter replayed on this host is known by its msg id and its
+// sender's host: another host's dead letter under the same msg id is a
+// replay of its own; one recorded before the host was in the key counts
+// for the host its envelope's sender names.
+func TestReplaysPerSenderHost(t *testing.T) {
+	s, _ := newStore(t)
+	made := func(host, body string) []byte {
+		e := envelope.New(envelope.Send, envelope.Party{Gid: host + ".01a22a93-8b62-7719-997e-dae6eae12382", Host: host}, envelope.Party{Gid: "gid-full"}, body)
+		raw, err := envelope.Encode(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return raw
+	}
+	db, da := made("db", "forged"), made("da", "real")
+	if prev, err := s.PutReplay("dead-1", "db", db); err != nil || prev != nil {
+		t.Fatalf("db's replay: %q %v", prev, err)
+	}
+	if prev, err := s.PutReplay("dead-1", "da", da); err != nil || prev != nil {
+		t.Fatalf("da's replay after db's: %q %v, want none before", prev, err)
+	}
+	if got := s.Replay("dead-1", "da"); string(got) != string(da) {
+		t.Fatalf("da's replay: %q", got)
+	}
+	if prev, _ := s.PutReplay("dead-1", "da", made("da", "again")); string(prev) != string(da) {
+		t.Fatalf("a second replay of da's: prev %q, want the first", prev)
+	}
+	if err := s.DropReplay("dead-1", "db"); err != nil || s.Replay("dead-1", "db") != nil || s.Replay("dead-1", "da") == nil {
+		t.Fatalf("dropping db's replay: %v", err)
+	}
+
+	if err := s.update(func(tx *wtx) error { // before: msg id -> envelope
+		return tx.Bucket(bReplays).Put([]byte("dead-2"), da)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if s.Replay("dead-2", "db") != nil || string(s.Replay("dead-2", "da")) != string(da) {
+		t.Fatal("a replay recorded before the host was in the key: not found for its own host only")
+	}
+	if err := s.DropReplay("dead-2", "da"); err != nil || s.Replay("dead-2", "da") != nil {
+		t.Fatalf("dropping a legacy replay: %v", err)
+	}
+}
