@@ -5,12 +5,14 @@ package gateway
 // (replay_of), at most once, and dead letters are purged.
 //
 // Once: the new envelope is recorded (the store's replays bucket, by the
-// dead letter's msg id) before it is sent, and every later replay of the
-// same dead letter on this host sends that same envelope again — which the
-// recipient's dedup by msg id drops. Across hosts (the sender's host
+// dead letter's msg id and its sender's host) before it is sent, and
+// every later replay of the same dead letter on this host sends that same
+// envelope again — which the recipient's dedup by msg id drops. Across hosts (the sender's host
 // replays its copy, the recipient's host the one in bridge.dlq) the
-// recipient's store takes one replay per original msg id (store.Accept,
-// replay_of). A replay refused for sure (a full inbox, no route, a
+// recipient's store takes one replay per dead letter and recipient
+// (store.ReplayedKey: the original msg id and its sender's host, the host
+// that signs the replay); a claim by another host is never that replay
+// (replayClaim). A replay refused for sure (a full inbox, no route, a
 // recipient gone) is forgotten, and the dead letter stays; one that dies
 // later, like any message, is a dead letter again, with a bounce.
 //
@@ -27,6 +29,7 @@ import (
 
 	"github.com/fleetd/fleet/pkg/api"
 	"github.com/fleetd/fleet/pkg/audit"
+	"github.com/fleetd/fleet/pkg/broker"
 	"github.com/fleetd/fleet/pkg/envelope"
 	"github.com/fleetd/fleet/pkg/fault"
 	"github.com/fleetd/fleet/pkg/ident"
@@ -38,20 +41,29 @@ func (g *Gateway) replay(req *api.Request) (*api.Response, error) {
 	g.replayMu.Lock()
 	defer g.replayMu.Unlock()
 	if len(req.Raw) == 0 {
-		if prev := g.st.Replay(req.MsgID); prev != nil {
+		// a dead letter of this host's store is known by its msg id and
+		// its sender's host, even once replayed (its record stays)
+		d, derr := g.st.DeadLetter(req.MsgID)
+		var env *envelope.Envelope
+		host := ""
+		if derr == nil && len(d.Envelope) > 0 {
+			var err error
+			if env, err = envelope.Decode(d.Envelope, 1<<30); err != nil {
+				return nil, err
+			}
+			host = env.Sender.Host
+		} else {
+			host = recordedSender(g.st, g.cfg.Host, req.MsgID)
+		}
+		if prev := g.st.Replay(req.MsgID, host); prev != nil {
 			return g.resend(prev, req.MsgID)
 		}
-		d, err := g.st.DeadLetter(req.MsgID)
-		if err != nil {
+		if derr != nil {
 			return nil, fault.New(fault.NoRecipient, fault.KindUnknownMessage, "no dead letter %s on this host", req.MsgID).
 				WithHint("list them with: fleet-dlq list")
 		}
-		if len(d.Envelope) == 0 {
+		if env == nil {
 			return nil, fault.New(fault.Data, fault.KindNotReplayable, "dead letter %s kept no message to deliver again", req.MsgID)
-		}
-		env, err := envelope.Decode(d.Envelope, 1<<30)
-		if err != nil {
-			return nil, err
 		}
 		return g.replayEnv(env, req.MsgID)
 	}
@@ -59,14 +71,22 @@ func (g *Gateway) replay(req *api.Request) (*api.Response, error) {
 	if err != nil {
 		return nil, err
 	}
-	if prev := g.st.Replay(env.MsgID); prev != nil {
-		return g.resend(prev, "")
-	}
 	if g.admit == nil {
 		return nil, fault.New(fault.Unavailable, fault.KindBrokerDown, "this gateway runs without a broker: it cannot check a dead letter from bridge.dlq")
 	}
 	if err := g.admit.signed(req.SignedBy, req.Raw, req.Sig, env); err != nil {
 		return nil, fault.New(fault.Refused, fault.KindNotAuthentic, "dead letter %s is not proven: %v", env.MsgID, err)
+	}
+	// proven: its sender's host signed it. A msg id is only what a host
+	// says it is: a copy from another host than the one this host has the
+	// message from is not that message
+	if h := recordedSender(g.st, g.cfg.Host, store.Key(env)); h != "" && h != env.Sender.Host {
+		return nil, fault.New(fault.Refused, fault.KindNotAuthentic,
+			"dead letter %s in bridge.dlq is signed by %s, but this host has message %s from %s: that copy is not it", env.MsgID, env.Sender.Host, env.MsgID, h).
+			WithHint("see both with: fleet-dlq show %s", env.MsgID)
+	}
+	if prev := g.st.Replay(env.MsgID, env.Sender.Host); prev != nil {
+		return g.resend(prev, "")
 	}
 	// a signed copy in bridge.dlq is not proof that the message died: a
 	// host that received it could have put it there. Replayed only when
@@ -106,7 +126,7 @@ func (g *Gateway) replayEnv(orig *envelope.Envelope, deadKey string) (*api.Respo
 	if err != nil {
 		return nil, err
 	}
-	prev, err := g.st.PutReplay(orig.MsgID, raw)
+	prev, err := g.st.PutReplay(orig.MsgID, orig.Sender.Host, raw)
 	if err != nil {
 		return nil, fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "could not record the replay").
 			WithHint("free space in the state folder %s", g.cfg.StateDir)
@@ -118,7 +138,7 @@ func (g *Gateway) replayEnv(orig *envelope.Envelope, deadKey string) (*api.Respo
 	if err != nil {
 		if fault.KindOf(err) == fault.KindUnknownRecipient {
 			// a local recipient that left (a remote one: deliverAgain)
-			if derr := g.st.DropReplay(orig.MsgID); derr != nil {
+			if derr := g.st.DropReplay(orig.MsgID, orig.Sender.Host); derr != nil {
 				g.log.Error("forgetting a replay that did not happen", "msg_id", orig.MsgID, "err", derr)
 			}
 		}
@@ -178,7 +198,7 @@ func (g *Gateway) deliverAgain(env *envelope.Envelope) (string, error) {
 		if derr := g.st.ForgetRecord(env.MsgID); derr != nil {
 			g.log.Error("forgetting a refused replay", "msg_id", env.MsgID, "err", derr)
 		}
-		if derr := g.st.DropReplay(env.ReplayOf); derr != nil {
+		if derr := g.st.DropReplay(env.ReplayOf, env.Sender.Host); derr != nil {
 			g.log.Error("forgetting a refused replay", "replay_of", env.ReplayOf, "err", derr)
 		}
 	}
@@ -205,6 +225,45 @@ func (g *Gateway) resend(raw []byte, deadKey string) (*api.Response, error) {
 	g.replayed(env.ReplayOf, deadKey, env)
 	return &api.Response{Sent: &api.Sent{MsgID: env.MsgID, TraceID: env.TraceID, State: state,
 		Recipient: env.Recipient.String(), Gid: env.Recipient.Gid, ReplayOf: env.ReplayOf, Again: true}}, nil
+}
+
+// replayClaim checks what a replay from the broker says of the dead
+// letter it names against what this host knows of that message. A dead
+// letter is its msg id and its sender's host: the replay keeps the
+// original's sender, whose host signed it (admission), and the
+// recipient's store takes one replay per such pair (store.ReplayedKey).
+// So another host naming the msg id in replay_of never stands in for the
+// real replay; when this host has the message itself (it was taken, or
+// died, here) and another host sent it, the claim is refused to
+// bridge.dlq. A msg id this host never saw is the signing host's word
+// about a message of its own.
+func replayClaim(st *store.Store, self string, env *envelope.Envelope) error {
+	if env.ReplayOf == "" {
+		return nil
+	}
+	if h := recordedSender(st, self, env.ReplayOf, env.ReplayOf+"/"+env.Recipient.Gid); h != "" && h != env.Sender.Host {
+		return broker.Refuse(broker.ReasonWrongHost, "a replay of message %s signed by %q, but this host has it from %q: only its sender's host replays it",
+			env.ReplayOf, env.Sender.Host, h)
+	}
+	return nil
+}
+
+// recordedSender is the host that sent the message of the first of keys
+// this host has a delivery record of, or "" for none. A gid names the
+// host it was made on; one made before gids did is of this host (self):
+// one from another host is never admitted.
+func recordedSender(st *store.Store, self string, keys ...string) string {
+	for _, k := range keys {
+		r, err := st.Record(k)
+		if err != nil || r.Sender == "" {
+			continue
+		}
+		if h := ident.GidHost(r.Sender); h != "" {
+			return h
+		}
+		return self
+	}
+	return ""
 }
 
 // replayed removes the dead letter a replay delivered, and says so.

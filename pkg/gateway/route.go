@@ -339,6 +339,9 @@ func (g *Gateway) intakeBox(env *envelope.Envelope) (*mailbox, error) {
 		// publisher chose: membership is checked here, not believed
 		return nil, broker.Refuse(broker.ReasonNotMember, "a broadcast to %s in the inbox of %s, which is not a member", g, env.Recipient.Gid)
 	}
+	if err := replayClaim(g.st, g.cfg.Host, env); err != nil {
+		return nil, err
+	}
 	return b, nil
 }
 

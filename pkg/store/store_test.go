@@ -1001,3 +1001,94 @@ func TestWriteAfterCloseFails(t *testing.T) {
 		}
 	}
 }
+
+// One replay of a dead letter per recipient, the dead letter named by its
+// msg id and its sender's host: another host's replay of the same msg id
+// is a message of its own and never stands in for the real one; a second
+// replay of the real one (the recipient's host replaying the bridge.dlq
+// copy, the sender's host its own) is a dup. A replay recorded before the
+// key named the host counts only for the host its record shows.
+func TestReplayDedupPerSenderHost(t *testing.T) {
+	s, _ := newStore(t)
+	full := mkEntity(t, s, "full")
+	replay := func(senderGid, host, of string) *envelope.Envelope {
+		e := envelope.New(envelope.Send, envelope.Party{Gid: senderGid, Host: host}, envelope.Party{Gid: full.Gid}, "again")
+		e.ReplayOf = of
+		return e
+	}
+	const alice, mallory = "da.01a22a93-8b62-7719-997e-dae6eae12382", "db.01a22a93-8b62-7719-997e-dae6eae12383"
+	forged := accept(t, s, replay(mallory, "db", "dead-1"))
+	real := accept(t, s, replay(alice, "da", "dead-1"))
+	if forged.MsgID == real.MsgID {
+		t.Fatal("one record for two replays")
+	}
+	rec, dup, err := s.Accept(replay(alice, "da", "dead-1"), t0)
+	if err != nil || !dup || rec.MsgID != real.MsgID {
+		t.Fatalf("a second replay of da's dead-1: %+v dup=%v err=%v, want the first", rec, dup, err)
+	}
+	if got := inbox(t, s, full.Gid); len(got) != 2 {
+		t.Fatalf("full's inbox %v, want the two first replays", got)
+	}
+
+	// before: msg id/recipient -> the first replay's key
+	old := accept(t, s, msg(alice, full.Gid, "taken before the upgrade"))
+	if err := s.update(func(tx *wtx) error {
+		rb, err := tx.CreateBucketIfNotExists(bReplayed)
+		if err != nil {
+			return err
+		}
+		return rb.Put([]byte("dead-2/"+full.Gid), []byte(old.MsgID))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, dup, err := s.Accept(replay(mallory, "db", "dead-2"), t0); err != nil || dup {
+		t.Fatalf("db's dead-2 against da's legacy replay: dup=%v err=%v, want taken", dup, err)
+	}
+	if rec, dup, err := s.Accept(replay(alice, "da", "dead-2"), t0); err != nil || !dup || rec.MsgID != old.MsgID {
+		t.Fatalf("da's dead-2 against its legacy replay: %+v dup=%v err=%v, want the legacy one", rec, dup, err)
+	}
+}
+
+// A dead letter replayed on this host is known by its msg id and its
+// sender's host: another host's dead letter under the same msg id is a
+// replay of its own; one recorded before the host was in the key counts
+// for the host its envelope's sender names.
+func TestReplaysPerSenderHost(t *testing.T) {
+	s, _ := newStore(t)
+	made := func(host, body string) []byte {
+		e := envelope.New(envelope.Send, envelope.Party{Gid: host + ".01a22a93-8b62-7719-997e-dae6eae12382", Host: host}, envelope.Party{Gid: "gid-full"}, body)
+		raw, err := envelope.Encode(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return raw
+	}
+	db, da := made("db", "forged"), made("da", "real")
+	if prev, err := s.PutReplay("dead-1", "db", db); err != nil || prev != nil {
+		t.Fatalf("db's replay: %q %v", prev, err)
+	}
+	if prev, err := s.PutReplay("dead-1", "da", da); err != nil || prev != nil {
+		t.Fatalf("da's replay after db's: %q %v, want none before", prev, err)
+	}
+	if got := s.Replay("dead-1", "da"); string(got) != string(da) {
+		t.Fatalf("da's replay: %q", got)
+	}
+	if prev, _ := s.PutReplay("dead-1", "da", made("da", "again")); string(prev) != string(da) {
+		t.Fatalf("a second replay of da's: prev %q, want the first", prev)
+	}
+	if err := s.DropReplay("dead-1", "db"); err != nil || s.Replay("dead-1", "db") != nil || s.Replay("dead-1", "da") == nil {
+		t.Fatalf("dropping db's replay: %v", err)
+	}
+
+	if err := s.update(func(tx *wtx) error { // before: msg id -> envelope
+		return tx.Bucket(bReplays).Put([]byte("dead-2"), da)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if s.Replay("dead-2", "db") != nil || string(s.Replay("dead-2", "da")) != string(da) {
+		t.Fatal("a replay recorded before the host was in the key: not found for its own host only")
+	}
+	if err := s.DropReplay("dead-2", "da"); err != nil || s.Replay("dead-2", "da") != nil {
+		t.Fatalf("dropping a legacy replay: %v", err)
+	}
+}
