@@ -53,7 +53,15 @@ func forgeReplay(t *testing.T, from, to entity, deadID, body string) string {
 	env := envelope.New(envelope.Send, envelope.Party{Gid: from.Gid, Name: from.Name, Host: from.gw.Host},
 		envelope.Party{Gid: to.Gid, Name: to.Name, Host: to.gw.Host}, body)
 	env.ReplayOf = deadID
-	raw, sig := signAs(t, from.gw, env)
+	publishSigned(t, from.gw, to, env)
+	return env.MsgID
+}
+
+// publishSigned publishes env to to's inbox, signed with from's host key
+// as from's gateway signs what it publishes.
+func publishSigned(t *testing.T, from *testGW, to entity, env *envelope.Envelope) {
+	t.Helper()
+	raw, sig := signAs(t, from, env)
 	conn, err := amqp.Dial(brokerURL(t))
 	if err != nil {
 		t.Fatal(err)
@@ -68,16 +76,50 @@ func forgeReplay(t *testing.T, from, to entity, deadID, body string) string {
 	}
 	dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), broker.ExMsg, to.Gid, true, false, amqp.Publishing{
 		ContentType: "application/json", MessageId: env.MsgID, Type: string(env.Kind), DeliveryMode: amqp.Persistent, Body: raw,
-		Headers: amqp.Table{"fleet-host": from.gw.Host, "fleet-trace-id": env.TraceID,
+		Headers: amqp.Table{"fleet-host": from.Host, "fleet-trace-id": env.TraceID,
 			"fleet-sig": base64.StdEncoding.EncodeToString(sig)},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if ok, err := dc.WaitContext(context.Background()); !ok || err != nil {
-		t.Fatalf("the forged replay was not confirmed: %v", err)
+		t.Fatalf("the forged message was not confirmed: %v", err)
 	}
-	return env.MsgID
+}
+
+// A msg id is its sender's host's only: host db sends full@dd a message
+// of its own under the msg id of alice@da's message that full has. It is
+// refused to bridge.dlq with its reason, not dropped as "already seen";
+// and da's own copy again is still a plain duplicate. (Had db's come
+// first, da's would be refused the same way: kept in bridge.dlq for an
+// operator, never dropped as seen.)
+func TestCrossMsgIDIsItsHostsOnly(t *testing.T) {
+	da, db, dd := threeHosts(t, settings{})
+	alice, mallory, full := da.join("alice"), db.join("mallory"), dd.join("full")
+	da.resolves("full@dd")
+	s := alice.mustSend(full.Gid, "the real one")
+	full.collect("the real one")
+
+	env := envelope.New(envelope.Send, envelope.Party{Gid: mallory.Gid, Name: mallory.Name, Host: "db"},
+		envelope.Party{Gid: full.Gid, Name: full.Name, Host: "dd"}, "squatting")
+	env.MsgID = s.MsgID
+	publishSigned(t, db, full, env)
+	dd.waitLog(`"msg":"message refused: wrong_host; sent to bridge.dlq"`)
+	refusal := dlqCopy(t, s.MsgID)
+	if refusal.Headers["fleet-reason"] != broker.ReasonWrongHost || refusal.Headers["fleet-host"] != "db" ||
+		!strings.Contains(fmt.Sprint(refusal.Headers["fleet-error"]), "a msg id is its sender's host's only") {
+		t.Fatalf("the squatting message in bridge.dlq: %v", refusal.Headers)
+	}
+	if n := dd.logCount("duplicate msg id: not stored again"); n != 0 {
+		t.Errorf("dd dropped %d messages as already seen", n)
+	}
+	// the same message again from its own host: a duplicate, as ever
+	again := envelope.New(envelope.Send, envelope.Party{Gid: alice.Gid, Name: alice.Name, Host: "da"},
+		envelope.Party{Gid: full.Gid, Name: full.Name, Host: "dd"}, "the real one")
+	again.MsgID = s.MsgID
+	publishSigned(t, da, full, again)
+	dd.waitLog("duplicate msg id: not stored again")
+	full.empty(alice)
 }
 
 // signAs encodes env and signs it with g's host key, as g's gateway signs

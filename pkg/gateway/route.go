@@ -342,7 +342,26 @@ func (g *Gateway) intakeBox(env *envelope.Envelope) (*mailbox, error) {
 	if err := replayClaim(g.st, g.cfg.Host, env); err != nil {
 		return nil, err
 	}
+	if err := idClaim(g.st, g.cfg.Host, env); err != nil {
+		return nil, err
+	}
 	return b, nil
+}
+
+// idClaim refuses a message from the broker under a msg id this host
+// already has from another host. A msg id is chosen by its sender, so a
+// host that learnt one (a broadcast member, a trace answer) could send a
+// message of its own under it first and make the real one a duplicate,
+// dropped as seen. Admission proved the signing host is the sender's
+// host: an id is that host's only. The second comes to bridge.dlq with
+// its reason (for an operator to replay), never dropped; the same
+// message again from its own host is still a plain duplicate.
+func idClaim(st *store.Store, self string, env *envelope.Envelope) error {
+	if h := recordedSender(st, self, store.Key(env)); h != "" && h != env.Sender.Host {
+		return broker.Refuse(broker.ReasonWrongHost, "message %s from %q, but this host has a message %s from %q: a msg id is its sender's host's only",
+			env.MsgID, env.Sender.Host, env.MsgID, h)
+	}
+	return nil
 }
 
 // ownCopy reports whether env is this entity's own broadcast back from
