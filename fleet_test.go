@@ -390,7 +390,7 @@ func cmdTmpfs(ts *testscript.TestScript, neg bool, args []string) {
 	}
 	dir := ts.MkAbs(args[0])
 	ts.Check(os.MkdirAll(dir, 0o700))
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+args[1], "tmpfs", dir).CombinedOutput(); err != nil {
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+args[1]+",mode=0700", "tmpfs", dir).CombinedOutput(); err != nil {
 		ts.Fatalf("mounting a tmpfs (needs root): %v\n%s", err, out)
 	}
 	ts.Defer(func() { exec.Command("umount", "-l", dir).Run() })

@@ -241,9 +241,9 @@ func load(lookup Lookup, configPath string, client bool) (*Config, error) {
 	if err := private.Dir(c.StateDir); errors.Is(err, fs.ErrPermission) {
 		return nil, fault.Wrap(fault.Refused, fault.KindNotPrivate, err, "state folder %s is not this user's: it cannot even be looked at", c.StateDir).
 			WithHint("use a folder of your own: --state-dir or FLEET_STATE_DIR")
-	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return nil, err
-	}
+	} else if fe := fault.NotPrivate(err); fe != nil {
+		return nil, fe
+	} // missing, or not a folder: the gateway's to make, or to refuse (73)
 	c.Socket = str("socket", defaultSocket(c.StateDir))
 	_, c.SocketSet = get("socket")
 	c.MaxBody = num("max-body", 1<<20)
