@@ -26,7 +26,9 @@ func NewRecvApp() *cli.App {
 		"messages and prints them as the JSON that CLI reads for that event — context at a turn's start (prompt) and " +
 		"after a tool call (tool), a block of the turn's end while mail waits (stop) — under 9,000 bytes in all; a " +
 		"message is acknowledged only after that was written, and one handed into a conversation (the CLI's " +
-		"session_id) is never handed into it again. It always exits 0, saying a failure on stderr.\n\n" +
+		"session_id) is never handed into it again. It always exits 0, saying a failure on stderr — but for " +
+		"--event wake, Claude Code's asyncRewake hook, which waits in the background while the agent is idle and " +
+		"exits 2 with the framed mail on stderr, waking the agent; it ends with exit 0 when a turn starts.\n\n" +
 		"Each message is framed, the same in every CLI, as another entity's words, never the user's or the system's:\n\n" +
 		"   [fleet message from NAME@HOST · msg ID · KIND]\n" +
 		"   │ the body, each line behind a bar (no control character; U+2028, U+2029 as ⟨U+2028⟩)\n" +
@@ -39,7 +41,7 @@ func NewRecvApp() *cli.App {
 		&cli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "keep streaming messages as they arrive"},
 		&cli.IntFlag{Name: "max", Aliases: []string{"n"}, Usage: "stop after N messages (0: all)"},
 		&cli.StringFlag{Name: "hook", Usage: "run as agent CLI `CLI`'s hook (claude, codex or gemini): hand the waiting messages to its model, framed, in the JSON the CLI reads (hook delivery mode)"},
-		&cli.StringFlag{Name: "event", Usage: "with --hook: the hook's `EVENT`: prompt (turn start), tool (after a tool call) or stop (turn end: keep the agent going while mail waits)"},
+		&cli.StringFlag{Name: "event", Usage: "with --hook: the hook's `EVENT`: prompt (turn start), tool (after a tool call) stop (turn end: keep the agent going while mail waits) or, for claude, wake (an asyncRewake hook: waits while the agent is idle, and exits 2 with the mail on stderr, which wakes it)"},
 	)
 	app.Action = runRecv
 	return app

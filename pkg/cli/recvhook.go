@@ -2,20 +2,26 @@ package cli
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/fleetd/fleet/pkg/api"
+	"github.com/fleetd/fleet/pkg/config"
 	"github.com/fleetd/fleet/pkg/deliver"
 	"github.com/fleetd/fleet/pkg/envelope"
+	"github.com/fleetd/fleet/pkg/fault"
 	"github.com/urfave/cli/v2"
 )
 
@@ -46,6 +52,7 @@ const (
 type hookShape struct {
 	event  string // the CLI's event name, in hookSpecificOutput
 	stop   bool   // an end-of-turn hook: block (or deny) with the reason
+	wake   bool   // an asyncRewake hook: plain text on stderr, exit 2
 	block  string // the stop decision word
 	empty  string // what to print when nothing waits
 	wantIn string // the event name the CLI passes on stdin, "" for any
@@ -56,6 +63,7 @@ var hookShapes = map[string]map[string]hookShape{
 		"prompt": {event: "UserPromptSubmit"},
 		"tool":   {event: "PostToolUse"},
 		"stop":   {stop: true, block: "block"},
+		"wake":   {wake: true},
 	},
 	"codex": {
 		"prompt": {event: "UserPromptSubmit"},
@@ -71,6 +79,9 @@ var hookShapes = map[string]map[string]hookShape{
 
 // hookOutput is the JSON a hook prints for shape s around text.
 func hookOutput(s hookShape, text string) ([]byte, error) {
+	if s.wake {
+		return []byte(text), nil
+	}
 	if s.stop {
 		return json.Marshal(map[string]string{"decision": s.block, "reason": text})
 	}
@@ -95,7 +106,7 @@ func runHook(c *cli.Context) error {
 	}
 	shape, ok := shapes[event]
 	if !ok {
-		return usage("--event must be prompt, tool or stop, not %q", event)
+		return usage("--event for %s must be one of %s, not %q", cliName, strings.Join(slices.Sorted(maps.Keys(shapes)), ", "), event)
 	}
 	if c.IsSet("follow") || c.IsSet("max") {
 		return usage("--hook takes no --follow or --max")
@@ -109,66 +120,168 @@ func runHook(c *cli.Context) error {
 		}
 		return nil // never the agent's turn
 	}
-	s, err := connect(c)
+	cfg, token, err := credential(c)
 	if err != nil {
 		return fail("no fleet messages taken: %v", err)
 	}
-	defer s.client.Close()
-	seen := openSeen(s.cfg.StateDir, in.SessionID)
-	if err := s.client.Send(&api.Request{Op: api.OpRecv, Max: hookBatch, Window: hookBatch, Hook: true}); err != nil {
-		return fail("no fleet messages taken: %v", err)
-	}
-	resp, err := s.client.Read()
-	if err != nil {
-		return fail("no fleet messages taken: %v", err)
-	}
-	if resp.End {
-		if shape.empty != "" {
-			fmt.Fprintln(c.App.Writer, shape.empty)
-		}
-		return nil
-	}
-	frame := func(env *envelope.Envelope) (string, error) { return hookFrame(s.cfg.StateDir, env) }
-	d := pickHook(shape, resp.Batch, seen.has, frame, errw)
-	out := bufio.NewWriter(c.App.Writer)
+	turn := hookState(cfg.StateDir, "hook-turn", in.SessionID)
 	switch {
-	case d.out != nil:
-		out.Write(append(d.out, '\n'))
-	case shape.empty != "":
-		fmt.Fprintln(out, shape.empty)
+	case shape.wake:
+		return runWake(c, cfg, token, in, shape)
+	case event == "prompt":
+		turn.put("busy") // a wake hook of this session stands down
+	case event == "stop":
+		turn.put("idle")
 	}
-	acks, handed := d.acks, d.handed
+	seen := openSeen(cfg.StateDir, in.SessionID)
+	n, err := takeHook(cfg, token, seen, shape, c.App.Writer, errw)
+	if err != nil {
+		return fail("no fleet messages taken: %v", err)
+	}
+	if n == 0 && shape.empty != "" {
+		fmt.Fprintln(c.App.Writer, shape.empty)
+	}
+	return nil
+}
+
+// takeHook takes the waiting messages once and writes those that fit to w
+// in shape, then acknowledges them; it returns how many it wrote. An
+// inbox being drained by another hook of the same agent (they run side
+// by side) is tried again for a moment.
+func takeHook(cfg *config.Config, token string, seen *seenFile, shape hookShape, w, errw io.Writer) (int, error) {
+	var resp *api.Response
+	var cl *api.Client
+	for try := 0; ; try++ {
+		var err error
+		if cl, err = DialGateway(cfg); err != nil {
+			return 0, err
+		}
+		cl.Token = token
+		if err = cl.Send(&api.Request{Op: api.OpRecv, Max: hookBatch, Window: hookBatch, Hook: true}); err == nil {
+			resp, err = cl.Read()
+		}
+		if err == nil {
+			break
+		}
+		cl.Close()
+		if fault.KindOf(err) != fault.KindInboxBusy || try >= 20 {
+			return 0, err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	defer cl.Close()
+	if resp.End {
+		return 0, nil
+	}
+	frame := func(env *envelope.Envelope) (string, error) { return hookFrame(cfg.StateDir, env) }
+	d := pickHook(shape, resp.Batch, seen.has, frame, errw)
+	out := bufio.NewWriter(w)
+	if d.out != nil {
+		out.Write(append(d.out, '\n'))
+	}
 	// written out first, recorded as seen in this conversation, then
 	// acknowledged: a hook that dies before the write leaves them pending
 	if err := out.Flush(); err != nil {
 		fmt.Fprintf(errw, "fleet-recv: writing the messages out failed (not acknowledged: they stay in the inbox): %v\n", err)
-		return nil
+		return 0, nil
 	}
-	if err := seen.add(handed); err != nil {
+	if err := seen.add(d.handed); err != nil {
 		fmt.Fprintf(errw, "fleet-recv: %v\n", err)
 	}
 	if os.Getenv("FLEET_CRASHPOINT") == "recv-before-ack" {
 		syscall.Kill(os.Getpid(), syscall.SIGKILL) // test hook, as fleet-recv's
 	}
-	if len(acks) == 0 {
-		return nil
+	if len(d.acks) == 0 {
+		return len(d.handed), nil
 	}
-	if err := s.client.Send(&api.Request{Op: api.OpAck, Acks: acks}); err != nil {
+	if err := cl.Send(&api.Request{Op: api.OpAck, Acks: d.acks}); err != nil {
 		fmt.Fprintf(errw, "fleet-recv: the acknowledgement did not reach the gateway (the messages come again, and are not shown twice): %v\n", err)
-		return nil
+		return len(d.handed), nil
 	}
 	// the gateway answers End once every acknowledged message is on disk
 	// (or the next batch, when some were left: enough for now)
 	done := make(chan struct{})
 	go func() {
-		s.client.Read()
+		cl.Read()
 		close(done)
 	}()
 	select {
 	case <-done:
 	case <-time.After(3 * time.Second):
 	}
-	return nil
+	return len(d.handed), nil
+}
+
+// runWake is Claude Code's asyncRewake hook (the recipe runs it at a
+// turn's end, in the background): it waits while the agent is idle, and
+// once mail waits it writes the frames to stderr and exits 2, which wakes
+// the agent with them. It stands down (exit 0, nothing said) when a turn
+// starts (the prompt hook marks the session busy), a newer wake hook of
+// the same session starts, or its agent exits. Claude Code ends it at
+// the hook's timeout (the recipe's: an hour); the next turn's end starts
+// another.
+func runWake(c *cli.Context, cfg *config.Config, token string, in hookInput, shape hookShape) error {
+	me := hookState(cfg.StateDir, "hook-wake", in.SessionID)
+	turn := hookState(cfg.StateDir, "hook-turn", in.SessionID)
+	pid, parent := strconv.Itoa(os.Getpid()), os.Getppid()
+	me.put(pid)
+	seen := openSeen(cfg.StateDir, in.SessionID)
+	var buf bytes.Buffer
+	for {
+		select {
+		case <-c.Context.Done():
+			return nil
+		case <-time.After(hookWakePoll):
+		}
+		if me.get() != pid || turn.get() == "busy" || os.Getppid() != parent {
+			return nil // superseded, a turn runs, or the agent is gone
+		}
+		seen = openSeen(cfg.StateDir, in.SessionID) // the other hooks add to it
+		buf.Reset()
+		n, err := takeHook(cfg, token, seen, shape, &buf, c.App.ErrWriter)
+		if err != nil && fault.KindOf(err) != fault.KindNoGateway && fault.KindOf(err) != fault.KindInboxBusy {
+			fmt.Fprintf(c.App.ErrWriter, "fleet-recv: %v\n", err)
+			return nil
+		}
+		if n > 0 {
+			// what the hook wrote is already acknowledged: stderr is the
+			// write Claude Code reads on exit 2
+			c.App.ErrWriter.Write(buf.Bytes())
+			return quietExit(2)
+		}
+	}
+}
+
+// hookWakePoll is how often a wake hook looks for mail.
+var hookWakePoll = time.Second
+
+// stateFile is a small per-session file of the hooks (one word).
+type stateFile string
+
+func hookState(stateDir, dir, session string) stateFile {
+	if session == "" {
+		return ""
+	}
+	return stateFile(filepath.Join(stateDir, dir, hookFileName(session)))
+}
+
+func (f stateFile) put(v string) {
+	if f == "" {
+		return
+	}
+	os.MkdirAll(filepath.Dir(string(f)), 0o700)
+	tmp := string(f) + ".tmp" + strconv.Itoa(os.Getpid())
+	if os.WriteFile(tmp, []byte(v), 0o600) == nil {
+		os.Rename(tmp, string(f))
+	}
+}
+
+func (f stateFile) get() string {
+	if f == "" {
+		return ""
+	}
+	b, _ := os.ReadFile(string(f))
+	return string(b)
 }
 
 // hookDelivery is what one hook hands over: its output (nil: nothing to

@@ -50,6 +50,12 @@ func TestPickHookBudget(t *testing.T) {
 					t.Errorf("%s %s: acks %v are not the oldest in order", cliName, ev, d.acks)
 				}
 			}
+			if shape.wake { // plain text on stderr
+				if !strings.HasPrefix(string(d.out), hookIntro) || !strings.Contains(string(d.out), "more fleet message(s) wait") {
+					t.Errorf("%s %s: %s", cliName, ev, d.out)
+				}
+				continue
+			}
 			var v map[string]any
 			if err := json.Unmarshal(d.out, &v); err != nil {
 				t.Fatalf("%s %s: not JSON: %v", cliName, ev, err)
