@@ -75,7 +75,7 @@ func (g *Gateway) openRecv(c *conn, req *api.Request) (*recvStream, error) {
 	if req.Hook && ent.Mode != "hook" {
 		// a recipe's hook in an agent of a pull or inject entity: its
 		// mail is fleet-recv's or its pane's, not the hook's
-		return nil, fault.New(fault.Refused, fault.KindNotAgent, "%s is a %s entity: its agent's hooks hand it nothing", ent.Name, ent.Mode).
+		return nil, fault.New(fault.Refused, fault.KindNotAgent, "%s is in %s mode: its agent's hooks hand it nothing", ent.Name, ent.Mode).
 			WithHint("for hook delivery: fleet-roster join NAME --mode hook")
 	}
 	if ent.Mode != "pull" && ent.Mode != "hook" {
