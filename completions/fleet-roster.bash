@@ -39,7 +39,7 @@ _fleet_roster() {
     join:--exec|join:--nudge) mapfile -t COMPREPLY < <(compgen -c -- "$cur"); return 0 ;;
     status:--as|whoami:--as) mapfile -t COMPREPLY < <(compgen -W "$(fleet-roster --json 2>/dev/null | sed -n 's/.*"name":"\([^"]*\)".*"host":"\([^"]*\)".*/\1 \1@\2/p')" -- "$cur"); return 0 ;;
     :--host|:--group|list:--host|list:--group|join:--tmux-target|join:--group|join:--program|join:--turns|join:--paste|join:--header|join:--idle-screen|group:--add|group:--remove) COMPREPLY=(); return 0 ;; # free text
-    join:--mode) mapfile -t COMPREPLY < <(compgen -W 'pull inject' -- "$cur"); return 0 ;;
+    join:--mode) mapfile -t COMPREPLY < <(compgen -W 'pull inject hook' -- "$cur"); return 0 ;;
     esac
     if [[ $cur == -* ]]; then
         case $cmd in

@@ -114,13 +114,20 @@ func (s *Server) anthropic(w http.ResponseWriter, r *http.Request) {
 	rec.Turn = len(req.Tools) > 0
 
 	// The user's texts, the last one the prompt; a last user message made
-	// of tool results answers a tool call.
+	// of tool results answers a tool call (system messages after it, such
+	// as a PostToolUse hook's context, aside).
 	toolResult := false
+	lastUser := -1
+	for i, m := range req.Messages {
+		if m.Role == "user" {
+			lastUser = i
+		}
+	}
 	for i, m := range req.Messages {
 		if m.Role != "user" {
 			continue
 		}
-		last := i == len(req.Messages)-1
+		last := i == lastUser
 		var hasText bool
 		for _, blk := range m.blocks() {
 			switch blk.Type {

@@ -115,6 +115,10 @@ type Request struct {
 	Status string `json:"status,omitempty"`
 	Pane   bool   `json:"pane,omitempty"`
 
+	// recv: Hook, an agent CLI's hook takes the mail (fleet-recv --hook),
+	// which only a hook entity's inbox gives it
+	Hook bool `json:"hook,omitempty"`
+
 	// trace (with TimeoutMS)
 	TraceID string `json:"trace_id,omitempty"`
 

@@ -46,6 +46,7 @@ func (r *Request) appendJSON(b []byte) ([]byte, error) {
 	w.strs("remove", r.Remove)
 	w.str("status", r.Status, true)
 	w.bool("pane", r.Pane)
+	w.bool("hook", r.Hook)
 	w.str("trace_id", r.TraceID, true)
 	w.str("msg_id", r.MsgID, true)
 	w.str("until", r.Until, true)

@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -56,6 +57,10 @@ func Main(app *cli.App, args []string) int {
 	}
 	if err == nil {
 		return 0
+	}
+	var q quietExit
+	if errors.As(err, &q) {
+		return int(q)
 	}
 	stderr := app.ErrWriter
 	if stderr == nil {
@@ -103,6 +108,13 @@ func (s *signalContext) catch() {
 		s.cancel()
 	}()
 }
+
+// quietExit ends a command with its code and nothing more said: a hook's
+// exit 2 (fleet-recv --hook claude --event wake), whose text is out
+// already.
+type quietExit int
+
+func (q quietExit) Error() string { return "exit " + strconv.Itoa(int(q)) }
 
 func isFault(err error) bool {
 	var fe *fault.Error

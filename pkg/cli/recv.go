@@ -20,10 +20,28 @@ func NewRecvApp() *cli.App {
 	app.UsageText = "fleet-recv [options]"
 	app.Description = "Writes the caller's waiting messages oldest first — a readable block each on a " +
 		"terminal, JSON Lines otherwise — and acknowledges them once they are written. A message leaves " +
-		"the inbox only when acknowledged: if fleet-recv dies first, the next fleet-recv gets it again."
+		"the inbox only when acknowledged: if fleet-recv dies first, the next fleet-recv gets it again.\n\n" +
+		"With --hook CLI --event EVENT it is an agent CLI's hook for an entity in hook mode (fleet-roster join NAME " +
+		"--mode hook; fleet-roster hooks install CLI wires it): it reads the hook's JSON on stdin, takes the waiting " +
+		"messages and prints them as the JSON that CLI reads for that event — context at a turn's start (prompt) and " +
+		"after a tool call (tool), a block of the turn's end while mail waits (stop) — under 9,000 bytes in all; a " +
+		"message is acknowledged only after that was written, and one handed into a conversation (the CLI's " +
+		"session_id) is never handed into it again. It always exits 0, saying a failure on stderr — but for " +
+		"--event wake, Claude Code's asyncRewake hook, which waits in the background while the agent is idle and " +
+		"exits 2 with the framed mail on stderr, waking the agent; it ends with exit 0 when a turn starts.\n\n" +
+		"Each message is framed, the same in every CLI, as another entity's words, never the user's or the system's:\n\n" +
+		"   [fleet message from NAME@HOST · msg ID · KIND]\n" +
+		"   │ the body, each line behind a bar (no control character; U+2028, U+2029 as ⟨U+2028⟩)\n" +
+		"   [end of fleet message ID · reply: fleet-send --reply-to ID TEXT]\n\n" +
+		"An ASK's header adds \"answer by\" and its deadline (RFC 3339, UTC), its end line the command " +
+		"fleet-send --answer ID TEXT; a REPLY's header adds \"re\" and the message it answers. No line of a body " +
+		"can open or close a frame: only the frame's own lines start with \"[\". A body over 2,000 bytes is not " +
+		"in the frame: a line gives its size and a command that shows it (cat of a 0600 file under the state folder)."
 	app.Flags = append(connFlags(), jsonFlag(), asFlag(),
 		&cli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "keep streaming messages as they arrive"},
 		&cli.IntFlag{Name: "max", Aliases: []string{"n"}, Usage: "stop after N messages (0: all)"},
+		&cli.StringFlag{Name: "hook", Usage: "run as agent CLI `CLI`'s hook (claude, codex or gemini): hand the waiting messages to its model, framed, in the JSON the CLI reads (hook delivery mode)"},
+		&cli.StringFlag{Name: "event", Usage: "with --hook: the hook's `EVENT`: prompt (turn start), tool (after a tool call) stop (turn end: keep the agent going while mail waits) or, for claude, wake (an asyncRewake hook: waits while the agent is idle, and exits 2 with the mail on stderr, which wakes it)"},
 	)
 	app.Action = runRecv
 	return app
@@ -38,6 +56,12 @@ type message struct {
 func runRecv(c *cli.Context) error {
 	if c.NArg() > 0 {
 		return usage("fleet-recv takes no arguments, got %q", c.Args().First())
+	}
+	if c.IsSet("hook") {
+		return runHook(c)
+	}
+	if c.IsSet("event") {
+		return usage("--event is for --hook")
 	}
 	max := c.Int("max")
 	if max < 0 {

@@ -163,11 +163,11 @@ func profiles(file map[string]string) (map[string]*Profile, []error) {
 			bad("launcher %q is not tmux or exec", p.Launcher)
 		}
 		switch p.Mode {
-		case "inject", "pull":
+		case "inject", "pull", "hook":
 		default:
-			bad("mode %q is not inject or pull", p.Mode)
+			bad("mode %q is not inject, pull or hook", p.Mode)
 		}
-		if p.Mode == "pull" && p.Deliver != "" {
+		if p.Mode != "inject" && p.Deliver != "" {
 			bad("deliver is for inject mode")
 		}
 		if (p.Launcher != "tmux" || p.Mode != "inject") && p.Program+p.Turns+p.Paste+p.Header != "" || p.IdleScreen != 0 && p.Launcher != "tmux" {

@@ -49,7 +49,7 @@ func TestBadProfilesAreUsageErrors(t *testing.T) {
 	for _, tc := range []struct{ file, mentions string }{
 		{"profile.a.launcher = tmux", "profile.a: no command"},
 		{"profile.a.command = x\nprofile.a.launcher = docker", `launcher "docker" is not tmux or exec`},
-		{"profile.a.command = x\nprofile.a.mode = push", `mode "push" is not inject or pull`},
+		{"profile.a.command = x\nprofile.a.mode = push", `mode "push" is not inject, pull or hook`},
 		{"profile.a.command = x\nprofile.a.colour = red", "profile.a.colour: not a profile setting"},
 		{"profile.a.command = x\nprofile.a.grace = soon", `profile.a.grace: "soon" is not a duration`},
 		{"profile.a.command = x\nprofile.a.launcher = exec\nprofile.a.mode = inject", "needs profile.a.deliver"},

@@ -24,7 +24,7 @@ var valueKind = map[string]valueHint{
 	"broker-key":  {kind: "file"},
 	"exec":        {kind: "command"},
 	"nudge":       {kind: "command"},
-	"mode":        {words: []string{"pull", "inject"}},
+	"mode":        {words: []string{"pull", "inject", "hook"}},
 	"as":          {kind: "entity"},
 	"to":          {kind: "entity"},
 	"from":        {kind: "entity"},

@@ -304,7 +304,7 @@ func checkControlResult(res *controlResult, host string) error {
 		switch {
 		case s.Host != host:
 			return broker.Refuse(broker.ReasonWrongHost, "host %s answers that it spawned an entity on %s", host, s.Host)
-		case !ident.IsGid(s.Gid) || !nameRE.MatchString(s.Name) || (s.Mode != "inject" && s.Mode != "pull"):
+		case !ident.IsGid(s.Gid) || !nameRE.MatchString(s.Name) || (s.Mode != "inject" && s.Mode != "pull" && s.Mode != "hook"):
 			return bad("spawned entity %q (%q, %q)", s.Name, s.Gid, s.Mode)
 		case ident.GidHost(s.Gid) != host:
 			return broker.Refuse(broker.ReasonWrongHost, "host %s answers that it spawned %s, a gid made on another host", host, s.Gid)

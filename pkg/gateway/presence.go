@@ -546,8 +546,8 @@ func checkRow(r *api.EntityRow) error {
 		return bad("gid %q is not a gid", r.Gid)
 	case !nameRE.MatchString(r.Name):
 		return bad("name %q is not an entity name", r.Name)
-	case r.Mode != "inject" && r.Mode != "pull":
-		return bad("mode %q is not inject or pull", r.Mode)
+	case r.Mode != "inject" && r.Mode != "pull" && r.Mode != "hook":
+		return bad("mode %q is not inject, pull or hook", r.Mode)
 	case !knownStatus(r.Status):
 		return bad("status %q is not one of %s", r.Status, strings.Join(statuses, ", "))
 	case len(r.Groups) > 64:

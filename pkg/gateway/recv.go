@@ -72,7 +72,13 @@ func (g *Gateway) openRecv(c *conn, req *api.Request) (*recvStream, error) {
 		return nil, err
 	}
 	ent := b.snapshot()
-	if ent.Mode != "pull" {
+	if req.Hook && ent.Mode != "hook" {
+		// a recipe's hook in an agent of a pull or inject entity: its
+		// mail is fleet-recv's or its pane's, not the hook's
+		return nil, fault.New(fault.Refused, fault.KindNotAgent, "%s is in %s mode: its agent's hooks hand it nothing", ent.Name, ent.Mode).
+			WithHint("for hook delivery: fleet-roster join NAME --mode hook")
+	}
+	if ent.Mode != "pull" && ent.Mode != "hook" {
 		return nil, fault.New(fault.Usage, fault.KindUsage, "%s is an inject entity: its messages go to %s, not to fleet-recv", ent.Name, g.row(ent, nil).Target)
 	}
 	b.mu.Lock()

@@ -178,7 +178,7 @@ func (g *Gateway) awaitReply(c *conn, b *mailbox, msgID string, w *replyWaiter, 
 	}()
 	t := time.NewTimer(timeout)
 	defer t.Stop()
-	pull := b.snapshot().Mode == "pull"
+	pull := b.snapshot().Mode != "inject" // pull and hook: held for a taker
 	for {
 		var changed <-chan struct{}
 		if pull {

@@ -721,6 +721,12 @@ func checkEntity(e *store.Entity) error {
 		if e.TmuxTarget != "" || e.Exec != "" {
 			return fault.New(fault.Usage, fault.KindUsage, "a pull entity takes no --tmux-target or --exec")
 		}
+	case "hook":
+		// held as for pull; the agent CLI's own hooks take it (fleet-recv
+		// --hook), so the gateway types nothing anywhere
+		if e.TmuxTarget != "" || e.Exec != "" || e.Nudge != "" {
+			return fault.New(fault.Usage, fault.KindUsage, "a hook entity takes no --tmux-target, --exec or --nudge: its agent's hooks run fleet-recv --hook")
+		}
 	case "inject":
 		if (e.TmuxTarget == "") == (e.Exec == "") {
 			return fault.New(fault.Usage, fault.KindUsage, "an inject entity needs exactly one of --tmux-target or --exec")
@@ -729,7 +735,7 @@ func checkEntity(e *store.Entity) error {
 			return fault.New(fault.Usage, fault.KindUsage, "--nudge is for pull entities")
 		}
 	default:
-		return fault.New(fault.Usage, fault.KindUsage, "mode must be pull or inject, not %q", e.Mode)
+		return fault.New(fault.Usage, fault.KindUsage, "mode must be pull, inject or hook, not %q", e.Mode)
 	}
 	return checkPane(e)
 }

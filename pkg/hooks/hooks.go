@@ -75,10 +75,20 @@ func codexHome(home string) string {
 // File is the settings file the recipe goes into.
 func (c *CLI) File(home, project string) string { return c.file(home, project) }
 
-// ours says whether a hook command is fleet-turn's.
+// ours says whether a hook command is fleet's: fleet-turn, or fleet-recv
+// as a hook (hook delivery mode).
 func ours(command string) bool {
 	f := strings.Fields(command)
-	return len(f) > 0 && filepath.Base(f[0]) == "fleet-turn"
+	if len(f) == 0 {
+		return false
+	}
+	switch filepath.Base(f[0]) {
+	case "fleet-turn":
+		return true
+	case "fleet-recv":
+		return slices.Contains(f[1:], "--hook")
+	}
+	return false
 }
 
 // The redaction allow-list entries the Gemini recipe adds that only fleet

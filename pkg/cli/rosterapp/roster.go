@@ -50,7 +50,7 @@ func NewRosterApp() *ucli.App {
 				"and saves it owner-only in the state folder, where --as NAME finds it.",
 			Flags: []ucli.Flag{
 				fleetcli.JSONFlag(),
-				&ucli.StringFlag{Name: "mode", Usage: "pull (held for fleet-recv) or inject (delivered into a pane or command)", Required: true},
+				&ucli.StringFlag{Name: "mode", Usage: "pull (held for fleet-recv), inject (delivered into a pane or command) or hook (held for the agent CLI's own hooks: fleet-recv --hook)", Required: true},
 				&ucli.StringFlag{Name: "tmux-target", Usage: "inject: paste messages into this tmux pane"},
 				&ucli.StringFlag{Name: "exec", Usage: "inject: run this command with the message JSON on stdin; exit 0 means delivered"},
 				&ucli.StringFlag{Name: "nudge", Usage: "pull: run this command, with backoff, while unread messages wait"},
