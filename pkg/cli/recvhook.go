@@ -22,6 +22,7 @@ import (
 	"github.com/fleetd/fleet/pkg/deliver"
 	"github.com/fleetd/fleet/pkg/envelope"
 	"github.com/fleetd/fleet/pkg/fault"
+	"github.com/fleetd/fleet/pkg/private"
 	"github.com/urfave/cli/v2"
 )
 
@@ -270,10 +271,7 @@ func (f stateFile) put(v string) {
 		return
 	}
 	os.MkdirAll(filepath.Dir(string(f)), 0o700)
-	tmp := string(f) + ".tmp" + strconv.Itoa(os.Getpid())
-	if os.WriteFile(tmp, []byte(v), 0o600) == nil {
-		os.Rename(tmp, string(f))
-	}
+	_ = private.WriteFile(string(f), []byte(v), 0o600) // never through a link
 }
 
 func (f stateFile) get() string {
@@ -352,7 +350,7 @@ func hookFrame(stateDir string, env *envelope.Envelope) (string, error) {
 		return "", err
 	}
 	path := filepath.Join(dir, hookFileName(env.MsgID)+".txt")
-	if err := writeSynced(path, []byte(env.Body)); err != nil {
+	if err := private.WriteFile(path, []byte(env.Body), 0o600); err != nil {
 		return "", err
 	}
 	return deliver.FramePointer(env, "cat "+shellQuote(path)), nil
@@ -364,22 +362,6 @@ func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''
 func hookFileName(s string) string {
 	h := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(h[:12])
-}
-
-func writeSynced(path string, b []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }
 
 // readHookInput reads the hook's JSON (bounded); what it cannot parse is
@@ -423,7 +405,7 @@ func (s *seenFile) add(ids []string) error {
 	if err := os.MkdirAll(filepath.Dir(s.path), 0o700); err != nil {
 		return fmt.Errorf("recording the messages as seen: %w", err)
 	}
-	f, err := os.OpenFile(s.path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	f, err := private.OpenFile(s.path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return fmt.Errorf("recording the messages as seen: %w", err)
 	}
