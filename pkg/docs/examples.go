@@ -111,6 +111,12 @@ var examples = map[string][]example{
 			"claude mcp add fleet -- fleet-mcp --as main"},
 		{"The same in an MCP client's JSON configuration, with the credential in the environment:",
 			`{"mcpServers": {"fleet": {"command": "fleet-mcp", "env": {"FLEET_TOKEN": "..."}}}}`},
+		{"Codex: add it, then in its [mcp_servers.fleet] table of ~/.codex/config.toml set default_tools_approval_mode = \"writes\" " +
+			"(the read-only tools, by their annotation, run without a prompt; tools.NAME.approval_mode = \"approve\" for others), " +
+			"tool_timeout_sec above 60 only for waits over 55 seconds, and env_vars = [\"FLEET_SOCKET\"] if the gateway is not at the default place:",
+			"codex mcp add fleet -- fleet-mcp --as main"},
+		{"Gemini CLI (~/.gemini/settings.json), which keeps FLEET_TOKEN from its MCP servers, so --as:",
+			`{"mcpServers": {"fleet": {"command": "fleet-mcp", "args": ["--as", "main"]}}}`},
 		{"List its tools from the command line with the MCP Inspector (from the npm registry):",
 			"npx @modelcontextprotocol/inspector --cli --method tools/list -- fleet-mcp --as main"},
 	},
