@@ -179,9 +179,22 @@ default_tools_approval_mode = "approve"
 }
 
 // Gemini CLI passes an MCP server its environment but for any variable
-// whose name holds TOKEN (KEY, SECRET, ...): --as names the entity.
+// whose name holds TOKEN (KEY, SECRET, ...), unless the entry's env names
+// it: either --as names the entity, or env passes FLEET_TOKEN on.
 func TestMCPGemini(t *testing.T) {
 	gemini := agentBin(t, "gemini")
+	for _, tc := range []struct {
+		name  string
+		entry map[string]any
+	}{
+		{"as", map[string]any{"command": "fleet-mcp", "args": []string{"--as", "main"}}},
+		{"token", map[string]any{"command": "fleet-mcp", "env": map[string]string{"FLEET_TOKEN": "$FLEET_TOKEN"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testMCPGemini(t, gemini, tc.entry) })
+	}
+}
+
+func testMCPGemini(t *testing.T, gemini string, entry map[string]any) {
 	r := newAgentRig(t)
 	dir := filepath.Join(r.home, ".gemini")
 	writeJSONFile(t, filepath.Join(dir, "settings.json"), map[string]any{
@@ -190,7 +203,7 @@ func TestMCPGemini(t *testing.T) {
 		"telemetry":  map[string]any{"enabled": false},
 		"ide":        map[string]any{"enabled": false, "hasSeenNudge": true},
 		"security":   map[string]any{"auth": map[string]any{"selectedType": "gemini-api-key"}},
-		"mcpServers": map[string]any{"fleet": map[string]any{"command": "fleet-mcp", "args": []string{"--as", "main"}}},
+		"mcpServers": map[string]any{"fleet": entry},
 	})
 	writeJSONFile(t, filepath.Join(dir, "trustedFolders.json"), map[string]string{r.work: "TRUST_FOLDER"})
 	run := func(prompt string) {
@@ -199,7 +212,13 @@ func TestMCPGemini(t *testing.T) {
 		defer cancel()
 		cmd := exec.CommandContext(ctx, gemini, "--yolo", "-p", prompt)
 		cmd.Dir = r.work
-		cmd.Env = r.env("GEMINI_API_KEY=stub-key", "GOOGLE_GEMINI_BASE_URL="+r.stub.URL())
+		// main's credential, as a user has it in the environment (main is
+		// joined by mcpSendReceive before the first run)
+		tok, err := os.ReadFile(filepath.Join(r.dir, "h1", "credentials", "main.token"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd.Env = r.env("GEMINI_API_KEY=stub-key", "GOOGLE_GEMINI_BASE_URL="+r.stub.URL(), "FLEET_TOKEN="+strings.TrimSpace(string(tok)))
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("gemini -p: %v\n%s", err, out)

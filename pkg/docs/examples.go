@@ -116,8 +116,8 @@ var examples = map[string][]example{
 			"(the read-only tools, by their annotation, run without a prompt; tools.NAME.approval_mode = \"approve\" for others), " +
 			"tool_timeout_sec above 60 only for waits over 55 seconds, and env_vars = [\"FLEET_SOCKET\", \"FLEET_STATE_DIR\"] if the gateway is not at the default place (Codex passes a server only HOME, PATH, USER, ...):",
 			"codex mcp add fleet -- fleet-mcp --as main"},
-		{"Gemini CLI (~/.gemini/settings.json), which keeps FLEET_TOKEN from its MCP servers, so --as:",
-			`{"mcpServers": {"fleet": {"command": "fleet-mcp", "args": ["--as", "main"]}}}`},
+		{"Gemini CLI (~/.gemini/settings.json), which passes an MCP server no variable named *TOKEN* unless its env names it; or --as:",
+			`{"mcpServers": {"fleet": {"command": "fleet-mcp", "env": {"FLEET_TOKEN": "$FLEET_TOKEN"}}}}`},
 		{"List its tools from the command line with the MCP Inspector (from the npm registry):",
 			"npx @modelcontextprotocol/inspector --cli --method tools/list -- fleet-mcp --as main"},
 	},

@@ -9,18 +9,16 @@ import (
 )
 
 // MCP clients start their servers with only part of their own
-// environment, each its own way (read from the clients' own code, the
-// versions the tests pin: Claude Code 2.1.332, Codex 0.169.0's
-// rmcp-client, Gemini CLI 0.61.0's sanitizeEnvironment, the MCP
-// Inspector 2.12.0):
+// environment, each its own way (the versions the tests pin; the Claude
+// Code, Codex and Inspector cases seen in agent_mcp_test.go and
+// mcp_inspector.txtar, Gemini's read from its sanitizeEnvironment):
 //
 //   - Claude Code passes its environment and the entry's "env".
 //   - Codex passes a few variables (HOME, PATH, USER, ...), then those the
 //     entry names in env_vars and sets in env.
-//   - Gemini CLI drops every variable whose name holds TOKEN, KEY, SECRET,
-//     AUTH, ... — FLEET_TOKEN among them, even as "$FLEET_TOKEN" in the
-//     entry's env — unless security.environmentVariableRedaction.allowed
-//     names it.
+//   - Gemini CLI passes its environment but for every variable whose name
+//     holds TOKEN, KEY, SECRET, AUTH, ... — FLEET_TOKEN among them — unless
+//     the entry's env names it ("FLEET_TOKEN": "$FLEET_TOKEN").
 //   - The MCP Inspector passes HOME, PATH, SHELL, TERM, USER and its -e.
 //
 // So the credential is the variable most often lost, and --as NAME (a
@@ -42,9 +40,8 @@ func envLooked(names ...string) string {
 }
 
 // clientConfigHint says how each client passes the variables vars to
-// fleet-mcp; or, where the client keeps them from it whatever its config
-// says (Gemini CLI and FLEET_TOKEN), the flags that do the same (alt).
-func clientConfigHint(vars []string, alt string) string {
+// fleet-mcp.
+func clientConfigHint(vars []string) string {
 	var env, genv, list []string
 	for _, v := range vars {
 		env = append(env, fmt.Sprintf("%q: \"${%s}\"", v, v))
@@ -52,9 +49,9 @@ func clientConfigHint(vars []string, alt string) string {
 		list = append(list, fmt.Sprintf("%q", v))
 	}
 	gemini := "Gemini CLI (settings.json mcpServers.fleet): \"env\": {" + strings.Join(genv, ", ") + "}"
-	if alt != "" {
-		gemini = "Gemini CLI (settings.json mcpServers.fleet, which drops any variable named *TOKEN* unless " +
-			"security.environmentVariableRedaction.allowed lists it): \"args\": [" + alt + "]"
+	if strings.Contains(strings.Join(vars, " "), "TOKEN") {
+		gemini = "Gemini CLI (settings.json mcpServers.fleet; it passes no variable named *TOKEN* unless asked): \"env\": {" +
+			strings.Join(genv, ", ") + "}"
 	}
 	others := []string{
 		"Claude Code (.mcp.json or --mcp-config): \"env\": {" + strings.Join(env, ", ") + "}",
@@ -74,7 +71,7 @@ func noCredential() error {
 		hint = fmt.Sprintf("FLEET_ENTITY is %q: pass --as %s (its credential file) or FLEET_TOKEN. ", n, n)
 	}
 	hint += "An MCP client may start fleet-mcp without your environment; pass it in the client's config: " +
-		clientConfigHint([]string{"FLEET_TOKEN"}, `"--as", "NAME"`) + "; in any client, args --as NAME works"
+		clientConfigHint([]string{"FLEET_TOKEN"}) + "; in any client, args --as NAME works"
 	return fault.New(fault.Refused, fault.KindNoCredential, "no credential: fleet-mcp serves one entity; looked for --as NAME (not given), %s",
 		envLooked("FLEET_TOKEN", "FLEET_ENTITY")).WithHint("%s", hint)
 }
@@ -89,5 +86,5 @@ func noGateway(err error) error {
 	return fault.New(fault.Unavailable, fault.KindNoGateway, "%s; socket chosen by %s", err.Error(),
 		envLooked("FLEET_SOCKET", "XDG_RUNTIME_DIR", "FLEET_STATE_DIR", "XDG_STATE_HOME", "FLEET_CONFIG")).
 		WithHint("start one with: fleet-gw run; if one runs, the MCP client may have started fleet-mcp without the variables above: "+
-			"%s; in any client, args --socket PATH works", clientConfigHint([]string{"FLEET_SOCKET"}, ""))
+			"%s; in any client, args --socket PATH works", clientConfigHint([]string{"FLEET_SOCKET"}))
 }
