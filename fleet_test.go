@@ -89,6 +89,7 @@ func TestScripts(t *testing.T) {
 			"jsonlines":  cmdJSONLines,
 			"metrics":    cmdMetrics, // metrics_script_test.go
 			"mcp":        cmdMCP,     // mcp_test.go
+			"mcptool":    cmdMCPTool, // mcp_test.go
 		},
 	})
 }

@@ -244,3 +244,29 @@ func printResult(ts *testscript.TestScript, neg bool, what string, res *mcp.Call
 	ts.Check(err)
 	fmt.Fprintln(ts.Stdout(), string(data))
 }
+
+// mcptool FILE TOOL FIELD — print FIELD of the tool named TOOL in FILE, a
+// tools/list result as the MCP Inspector prints it ({"tools": [...]}), as
+// one line of JSON with its keys sorted.
+func cmdMCPTool(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 3 {
+		ts.Fatalf("usage: mcptool FILE TOOL FIELD")
+	}
+	var list struct {
+		Tools []map[string]any `json:"tools"`
+	}
+	ts.Check(json.Unmarshal([]byte(ts.ReadFile(args[0])), &list))
+	for _, t := range list.Tools {
+		if t["name"] == args[1] {
+			v, ok := t[args[2]]
+			if !ok {
+				ts.Fatalf("tool %s has no %s", args[1], args[2])
+			}
+			data, err := json.Marshal(v)
+			ts.Check(err)
+			fmt.Fprintln(ts.Stdout(), string(data))
+			return
+		}
+	}
+	ts.Fatalf("no tool %s in %s", args[1], args[0])
+}

@@ -175,12 +175,31 @@ func (s *Server) anthropic(w http.ResponseWriter, r *http.Request) {
 	}
 	// Only a turn calls the tool: a side request (a title, a topic) about
 	// a marked prompt is answered in text.
-	if p.Tool != "" && !rec.Turn {
-		p.Tool, p.Text = "", s.nextReply()
+	if (p.Tool != "" || p.MCP != "") && !rec.Turn {
+		p.Tool, p.MCP, p.Text = "", "", s.nextReply()
+	}
+	toolName, toolInput := "Bash", map[string]any{"command": p.Tool, "description": "Run the stub's command"}
+	if p.MCP != "" {
+		var names []string
+		for _, t := range req.Tools {
+			var tl struct{ Name string }
+			json.Unmarshal(t, &tl)
+			names = append(names, tl.Name)
+		}
+		if toolName = mcpTool(names, p.MCP); toolName == "" {
+			p.Text = "the stub found no MCP tool " + p.MCP + " among the request's tools"
+		} else {
+			p.Tool, toolInput = p.MCP, p.Args
+		}
+		p.MCP = ""
 	}
 	rec.Status = http.StatusOK
 	if p.Tool != "" {
-		rec.Answer = "tool_use Bash: " + p.Tool
+		in, _ := json.Marshal(toolInput)
+		rec.Answer = "tool_use " + toolName + ": " + string(in)
+		if toolName == "Bash" {
+			rec.Answer = "tool_use Bash: " + p.Tool
+		}
 	} else {
 		rec.Answer = p.Text
 	}
@@ -195,8 +214,7 @@ func (s *Server) anthropic(w http.ResponseWriter, r *http.Request) {
 	stop := "end_turn"
 	if p.Tool != "" {
 		stop = "tool_use"
-		content = []map[string]any{{"type": "tool_use", "id": anthropicID("toolu"), "name": "Bash",
-			"input": map[string]any{"command": p.Tool, "description": "Run the stub's command"}}}
+		content = []map[string]any{{"type": "tool_use", "id": anthropicID("toolu"), "name": toolName, "input": toolInput}}
 	} else {
 		content = []map[string]any{{"type": "text", "text": p.Text}}
 	}
@@ -222,7 +240,7 @@ func (s *Server) anthropic(w http.ResponseWriter, r *http.Request) {
 	blk := content[0]
 	if p.Tool != "" {
 		sse(w, "content_block_start", map[string]any{"type": "content_block_start", "index": 0,
-			"content_block": map[string]any{"type": "tool_use", "id": blk["id"], "name": "Bash", "input": map[string]any{}}})
+			"content_block": map[string]any{"type": "tool_use", "id": blk["id"], "name": toolName, "input": map[string]any{}}})
 		sleep(r, p.Delay)
 		in, _ := json.Marshal(blk["input"])
 		sse(w, "content_block_delta", map[string]any{"type": "content_block_delta", "index": 0,

@@ -167,10 +167,29 @@ func (s *Server) gemini(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var part geminiPart
-	if p.Tool != "" {
+	if p.MCP != "" {
+		var names []string
+		for _, t := range req.Tools {
+			for _, d := range t.FunctionDeclarations {
+				var fd struct{ Name string }
+				json.Unmarshal(d, &fd)
+				names = append(names, fd.Name)
+			}
+		}
+		if name := mcpTool(names, p.MCP); name == "" {
+			p.Text = "the stub found no MCP tool " + p.MCP + " among the request's tools"
+		} else {
+			part.FunctionCall = &geminiCall{Name: name, Args: p.Args}
+			b, _ := json.Marshal(p.Args)
+			rec.Answer, p.Tool = "tool "+name+": "+string(b), p.MCP
+		}
+	}
+	switch {
+	case part.FunctionCall != nil: // the MCP tool's
+	case p.Tool != "":
 		part.FunctionCall = &geminiCall{Name: "run_shell_command", Args: map[string]any{"command": p.Tool}}
 		rec.Answer = "tool: " + p.Tool
-	} else {
+	default:
 		part.Text = p.Text
 		rec.Answer = p.Text
 	}

@@ -31,8 +31,15 @@ import (
 type responsesRequest struct {
 	Model string          `json:"model"`
 	Input json.RawMessage `json:"input"`
+	Tools []openaiTool    `json:"tools"`
+}
+
+// openaiTool is a tool offered to the model: a function, or (Codex's MCP
+// servers) a namespace of functions.
+type openaiTool struct {
+	Type  string `json:"type"`
+	Name  string `json:"name"`
 	Tools []struct {
-		Type string `json:"type"`
 		Name string `json:"name"`
 	} `json:"tools"`
 }
@@ -131,11 +138,38 @@ func (s *Server) openai(w http.ResponseWriter, r *http.Request) {
 		openaiError(w, p.Error, "stub error "+strconv.Itoa(p.Error))
 		return
 	}
-	tool := ""
-	if p.Tool != "" {
+	tool, args, mcp, namespace := "", "", p.MCP != "", ""
+	switch {
+	case mcp:
+		// a namespace's function is offered as NAMESPACE__NAME here, and
+		// called as name NAME in namespace NAMESPACE
+		var names []string
+		inNS := map[string][2]string{}
+		for _, t := range req.Tools {
+			names = append(names, t.Name)
+			for _, f := range t.Tools {
+				full := t.Name + "__" + f.Name
+				names = append(names, full)
+				inNS[full] = [2]string{t.Name, f.Name}
+			}
+		}
+		tool = mcpTool(names, p.MCP)
+		if ns, ok := inNS[tool]; ok {
+			namespace, tool = ns[0], ns[1]
+		}
+		if tool == "" {
+			p.Text = "the stub found no MCP tool " + p.MCP + " among the request's tools"
+		} else {
+			b, _ := json.Marshal(p.Args)
+			p.Tool, args = p.MCP, string(b)
+		}
+		p.MCP = ""
+	case p.Tool != "":
 		tool = shellTool(req.Tools)
 		if tool == "" {
 			p.Text, p.Tool = "the stub found no shell tool to call", ""
+		} else {
+			args = shellArgs(tool, p.Tool)
 		}
 	}
 	n := openaiSeq.Add(1)
@@ -143,8 +177,15 @@ func (s *Server) openai(w http.ResponseWriter, r *http.Request) {
 	var item map[string]any
 	if p.Tool != "" {
 		rec.Answer = "tool " + tool + ": " + p.Tool
+		if mcp {
+			rec.Answer = "tool " + tool + ": " + args
+		}
 		item = map[string]any{"type": "function_call", "id": fmt.Sprintf("fc_stub%d", n), "call_id": fmt.Sprintf("call_stub%d", n),
-			"name": tool, "arguments": shellArgs(tool, p.Tool), "status": "completed"}
+			"name": tool, "arguments": args, "status": "completed"}
+		if namespace != "" {
+			item["namespace"] = namespace
+			rec.Answer = "tool " + namespace + "." + tool + ": " + args
+		}
 	} else {
 		rec.Answer = p.Text
 		item = map[string]any{"type": "message", "id": fmt.Sprintf("msg_stub%d", n), "role": "assistant", "status": "completed",
@@ -198,10 +239,7 @@ func (s *Server) openai(w http.ResponseWriter, r *http.Request) {
 // shellTool is the name of the shell tool among tools: Codex offers one of
 // exec_command (unified exec), shell_command or shell, by model and
 // settings.
-func shellTool(tools []struct {
-	Type string `json:"type"`
-	Name string `json:"name"`
-}) string {
+func shellTool(tools []openaiTool) string {
 	have := map[string]bool{}
 	for _, t := range tools {
 		have[t.Name] = true

@@ -18,6 +18,11 @@
 //	                fleet header in the prompt, as an agent that reads
 //	                "reply: fleet-send --reply-to ID" would write it); once
 //	                the tool's result comes back the model answers in text
+//	STUB:MCP=TOOL JSON  the model calls the MCP tool TOOL (the CLI's name
+//	                for it: mcp__SERVER__TOOL, SERVER__TOOL, mcp_SERVER_TOOL
+//	                or TOOL, whichever the request offers) with the JSON
+//	                object to the end of the line as its arguments ({MSGID}
+//	                as for STUB:TOOL)
 //
 // Otherwise the model answers "stub reply N" (N counts the answers). The
 // stub is no model: nothing it says depends on the text beyond the markers.
@@ -149,13 +154,16 @@ type Plan struct {
 	Error int           // answer with this HTTP status and the vendor's error body
 	Delay time.Duration // wait this long before the answer's last event
 	Tool  string        // call the shell tool with this command
-	Text  string        // else answer this text
+	MCP   string        // or call the MCP tool of this name (the server's)
+	Args  map[string]any
+	Text  string // else answer this text
 }
 
 var (
 	slowRE  = regexp.MustCompile(`STUB:SLOW=([0-9]+)`)
 	errorRE = regexp.MustCompile(`STUB:ERROR=([0-9]{3})`)
 	toolRE  = regexp.MustCompile(`STUB:TOOL=([^\n␊]*)`)
+	mcpRE   = regexp.MustCompile(`STUB:MCP=([A-Za-z0-9_-]+) *([^\n␊]*)`)
 	msgIDRE = regexp.MustCompile(`\[fleet [a-z]+ from \S+ · msg ([0-9a-f-]{36})`)
 )
 
@@ -171,6 +179,19 @@ func (s *Server) plan(prompt string, toolResult bool) Plan {
 		n, _ := strconv.Atoi(m[1])
 		p.Delay = time.Duration(n) * time.Second
 	}
+	if m := mcpRE.FindStringSubmatch(prompt); m != nil && !toolResult {
+		args := strings.TrimSpace(m[2])
+		if id := msgIDRE.FindStringSubmatch(prompt); id != nil {
+			args = strings.ReplaceAll(args, "{MSGID}", id[1])
+		}
+		p.MCP, p.Args = m[1], map[string]any{}
+		if args != "" {
+			if err := json.Unmarshal([]byte(args), &p.Args); err != nil {
+				p.MCP, p.Text = "", "the stub cannot read the arguments of STUB:MCP="+m[1]+": "+err.Error()
+			}
+		}
+		return p
+	}
 	if m := toolRE.FindStringSubmatch(prompt); m != nil && !toolResult {
 		p.Tool = strings.TrimSpace(m[1])
 		if id := msgIDRE.FindStringSubmatch(prompt); id != nil {
@@ -180,6 +201,23 @@ func (s *Server) plan(prompt string, toolResult bool) Plan {
 	}
 	p.Text = s.nextReply()
 	return p
+}
+
+// mcpTool is the name under which a CLI offers the MCP tool tool among
+// names: Claude Code's and Codex's mcp__SERVER__TOOL, SERVER__TOOL,
+// Gemini's mcp_SERVER_TOOL, or the bare name; "" if none.
+func mcpTool(names []string, tool string) string {
+	for _, n := range names {
+		if n == tool || strings.HasSuffix(n, "__"+tool) {
+			return n
+		}
+	}
+	for _, n := range names {
+		if strings.HasPrefix(n, "mcp_") && strings.HasSuffix(n, "_"+tool) && !strings.Contains(strings.TrimSuffix(n, "_"+tool)[4:], "_") {
+			return n
+		}
+	}
+	return ""
 }
 
 // body reads a request's body (bounded) for the log.

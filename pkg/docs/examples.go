@@ -107,10 +107,17 @@ var examples = map[string][]example{
 			"fleet-recv --as bob --follow --json | jq -r .body"},
 	},
 	"fleet-mcp": {
-		{"Give Claude Code the fleet tools as the entity main (registered with fleet-roster join main --mode pull):",
+		{"Give Claude Code the fleet tools as the entity main (registered with fleet-roster join main --mode pull); " +
+			"with ENABLE_TOOL_SEARCH=false in its environment it lists them to the model up front, not through its tool search:",
 			"claude mcp add fleet -- fleet-mcp --as main"},
 		{"The same in an MCP client's JSON configuration, with the credential in the environment:",
 			`{"mcpServers": {"fleet": {"command": "fleet-mcp", "env": {"FLEET_TOKEN": "..."}}}}`},
+		{"Codex: add it, then in its [mcp_servers.fleet] table of ~/.codex/config.toml set default_tools_approval_mode = \"writes\" " +
+			"(the read-only tools, by their annotation, run without a prompt; tools.NAME.approval_mode = \"approve\" for others), " +
+			"tool_timeout_sec above 60 only for waits over 55 seconds, and env_vars = [\"FLEET_SOCKET\", \"FLEET_STATE_DIR\"] if the gateway is not at the default place (Codex passes a server only HOME, PATH, USER, ...):",
+			"codex mcp add fleet -- fleet-mcp --as main"},
+		{"Gemini CLI (~/.gemini/settings.json), which passes an MCP server no variable named *TOKEN* unless its env names it; or --as:",
+			`{"mcpServers": {"fleet": {"command": "fleet-mcp", "env": {"FLEET_TOKEN": "$FLEET_TOKEN"}}}}`},
 		{"List its tools from the command line with the MCP Inspector (from the npm registry):",
 			"npx @modelcontextprotocol/inspector --cli --method tools/list -- fleet-mcp --as main"},
 	},

@@ -1,7 +1,8 @@
 // Package mcpapp is fleet-mcp: an MCP server over stdio for one entity,
 // the chapter's "MCP pull" for mains and orchestrators. Each tool is one
 // of the socket ops the short commands use (send, reply, ask, answer,
-// receive, roster, status, broadcast, whoami), with a schema and a
+// receive, roster, status, broadcast, whoami, spawn, stop, trace), with a
+// title, annotations, a schema with its bounds, and a
 // description an LLM can follow; new mail is surfaced as a resource the
 // server marks updated. It lives apart from pkg/cli so that fleet-send and
 // the other short commands do not link the MCP SDK.
@@ -13,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"regexp"
 	"strings"
 	"time"
 
@@ -27,18 +29,24 @@ import (
 
 // NewMCPApp is fleet-mcp.
 func NewMCPApp() *ucli.App {
-	app := fleetcli.NewApp("fleet-mcp", "an MCP server over stdio for one entity: send, reply, ask, answer, receive, roster, status, broadcast, whoami as tools")
+	app := fleetcli.NewApp("fleet-mcp", "an MCP server over stdio for one entity: send, reply, ask, answer, receive, roster, status, broadcast, whoami, spawn, stop, trace as tools")
 	app.UsageText = "fleet-mcp [--as NAME] [options]"
 	app.Description = "Serves the Model Context Protocol on stdin and stdout for one entity, whose credential " +
 		"comes from FLEET_TOKEN or --as NAME; an MCP client (an agent such as Claude Code) starts it. " +
 		"Every tool is a request to the local gateway, as the short commands make: send (optionally waiting " +
-		"for the reply), wait_reply, reply, ask, answer, receive, roster, status, broadcast, whoami. Tool " +
+		"for the reply), wait_reply, reply, ask, answer, receive, roster, status, broadcast, whoami, spawn, stop, trace. " +
+		"Each tool has a title and annotations (roster, status, whoami and trace are read-only; stop is destructive), " +
+		"and its input schema carries the bounds and defaults the gateway holds it to (a name's pattern, the body " +
+		"limit, the waits); an argument out of bounds is a usage (64) tool error. A blocking call (send with " +
+		"wait_for_reply, wait_reply, ask) waits 45 seconds by default, which ends before the shortest default client " +
+		"tool timeout (Codex's tool_timeout_sec, 60 seconds), with a result or an error that says what to call next. Tool " +
 		"errors carry the kind and exit code the commands would exit with. Output is bounded: receive takes " +
 		"whole messages up to max_messages and max_bytes and acknowledges only what it returns; replies and " +
 		"answers are cut at max_bytes. New mail is surfaced by the resource fleet://inbox, which the server " +
 		"marks updated (to subscribed clients) when its count changes, checked every --poll; every tool result " +
 		"also says how much mail waits. The credential and the gateway are checked before serving: no " +
-		"credential or a refused one exits 77, no gateway 69."
+		"credential or a refused one exits 77, no gateway 69, and the error names the variables looked for and how " +
+		"each MCP client passes them (Gemini CLI passes FLEET_TOKEN only when its entry's env names it)."
 	app.Flags = append(fleetcli.ConnFlags(), fleetcli.AsFlag(),
 		&ucli.DurationFlag{Name: "poll", Value: 2 * time.Second, Usage: "how often to check the inbox for new mail (the fleet://inbox resource)"},
 	)
@@ -59,8 +67,7 @@ func run(c *ucli.Context) error {
 		return err
 	}
 	if token == "" {
-		return fault.New(fault.Refused, fault.KindNoCredential, "no credential: fleet-mcp serves one entity").
-			WithHint("set FLEET_TOKEN, or pass --as NAME for an entity registered on this host")
+		return noCredential()
 	}
 	s := &server{cfg: cfg, token: token}
 	// Checked before serving: an MCP client shows a server that failed to
@@ -109,7 +116,7 @@ type server struct {
 func (s *server) hello() error {
 	cl, err := s.dial()
 	if err != nil {
-		return err
+		return noGateway(err)
 	}
 	defer cl.Close()
 	resp, err := cl.Call(&api.Request{Op: api.OpWhoami})
@@ -141,6 +148,7 @@ func (s *server) instructions() string {
 		"(inbox), and the resource %s changes when new mail comes. An ASK is a live question with a deadline: "+
 		"answer it with answer before it expires. To delegate and wait, use send with wait_for_reply; if it "+
 		"returns outcome ask_arrived, answer that ask, then call wait_reply with the same msg_id. "+
+		"To start or stop other entities use spawn and stop; to see where a flow went, trace with its trace_id. "+
 		"Failed calls say the error kind and exit code, e.g. unknown_recipient (67).",
 		s.me.Name, s.me.Host, inboxURI)
 }
@@ -170,7 +178,21 @@ func mcpHint(err error) string {
 	case strings.Contains(h, "fleet-send --wait-reply"):
 		return "" // said by the tool itself, with wait_reply
 	}
-	return toolHints.Replace(h)
+	h = toolHints.Replace(h)
+	for _, r := range toolHintRes {
+		h = r.re.ReplaceAllString(h, r.to)
+	}
+	return h
+}
+
+// toolHintRes name the control commands' tools in a gateway's hint.
+var toolHintRes = []struct {
+	re *regexp.Regexp
+	to string
+}{
+	{regexp.MustCompile(`fleet-roster --host ([^\s;,)]+)`), "the roster tool (host $1)"},
+	{regexp.MustCompile(`fleet-stop ([^\s;,)]+)`), "the stop tool (target $1)"},
+	{regexp.MustCompile(`fleet-spawn --request-id ([^)\s]+)`), "spawn with request_id $1"},
 }
 
 var toolHints = strings.NewReplacer(

@@ -41,7 +41,10 @@ func (s *server) receive(ctx context.Context, req *mcp.CallToolRequest, in Recei
 		return nil, ReceiveOut{}, toolError(err, "")
 	}
 	out.Left = s.inbox.now()
-	if out.NextBytes > 0 && len(out.Messages) == 0 {
+	switch {
+	case in.WaitSeconds > 0 && len(out.Messages) == 0 && out.NextBytes == 0:
+		out.Note = fmt.Sprintf("no mail came within %ds; call receive again (wait_seconds) to go on waiting", in.WaitSeconds)
+	case out.NextBytes > 0 && len(out.Messages) == 0:
 		out.Note = fmt.Sprintf("the oldest waiting message is %d bytes, over max_bytes %d: call receive with max_bytes %d or more to take it",
 			out.NextBytes, maxB, out.NextBytes)
 	}

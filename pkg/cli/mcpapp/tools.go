@@ -10,7 +10,6 @@ import (
 	"github.com/fleetd/fleet/pkg/envelope"
 	"github.com/fleetd/fleet/pkg/fault"
 	"github.com/fleetd/fleet/pkg/ident"
-	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -23,8 +22,14 @@ const (
 	maxMaxMessages     = 100
 	defaultMaxEntries  = 50
 	maxMaxEntries      = 500
-	defaultWaitSeconds = 60  // send with wait_for_reply, wait_reply
-	defaultAskSeconds  = 120 // ask
+	// A blocking call's default wait ends before the shortest default
+	// tool timeout of the clients that load fleet-mcp (Codex's
+	// tool_timeout_sec, 60 s; Gemini CLI's is 10 min, Claude Code's
+	// MCP_TOOL_TIMEOUT is about 28 hours and its stdio idle limit 30 min),
+	// so the model gets a result that says what to call next rather than
+	// a client-side timeout. Longer waits need the client's limit raised.
+	defaultWaitSeconds = 45  // send with wait_for_reply, wait_reply, ask
+	defaultAskSeconds  = 45  // ask
 	maxWaitSeconds     = 900 // any wait: MCP clients give up on calls long before hours
 	progressEvery      = 5 * time.Second
 )
@@ -83,7 +88,7 @@ type SendIn struct {
 	To             string `json:"to" jsonschema:"the recipient: NAME, NAME@HOST or a gid (see the roster tool)"`
 	Body           string `json:"body" jsonschema:"the text to send (UTF-8, not empty, at most the gateway's body limit)"`
 	WaitForReply   bool   `json:"wait_for_reply,omitempty" jsonschema:"hold the call open until the recipient replies (or an ask to you comes first)"`
-	TimeoutSeconds int    `json:"timeout_seconds,omitempty" jsonschema:"with wait_for_reply: how long to wait, 1 to 900 seconds (default 60)"`
+	TimeoutSeconds int    `json:"timeout_seconds,omitempty" jsonschema:"with wait_for_reply: how long to wait, in seconds; past 55 the client's tool timeout must allow it (Codex: tool_timeout_sec, 60 by default)"`
 	MaxBytes       int    `json:"max_bytes,omitempty" jsonschema:"with wait_for_reply: cut the reply's text at this many bytes (default 32768)"`
 }
 
@@ -102,7 +107,7 @@ type SendOut struct {
 
 type WaitReplyIn struct {
 	MsgID          string `json:"msg_id" jsonschema:"the msg_id of your earlier send whose reply to wait for"`
-	TimeoutSeconds int    `json:"timeout_seconds,omitempty" jsonschema:"how long to wait, 1 to 900 seconds (default 60)"`
+	TimeoutSeconds int    `json:"timeout_seconds,omitempty" jsonschema:"how long to wait, in seconds; past 55 the client's tool timeout must allow it (Codex: tool_timeout_sec, 60 by default)"`
 	MaxBytes       int    `json:"max_bytes,omitempty" jsonschema:"cut the reply's text at this many bytes (default 32768)"`
 }
 
@@ -128,7 +133,7 @@ type SentOut struct {
 type AskIn struct {
 	To             string `json:"to" jsonschema:"who to ask: NAME, NAME@HOST or a gid"`
 	Question       string `json:"question" jsonschema:"the question"`
-	TimeoutSeconds int    `json:"timeout_seconds,omitempty" jsonschema:"the ask's time to live and how long this call waits, 1 to 900 seconds (default 120)"`
+	TimeoutSeconds int    `json:"timeout_seconds,omitempty" jsonschema:"the ask's time to live and how long this call waits, in seconds; past 55 the client's tool timeout must allow it (Codex: tool_timeout_sec, 60 by default)"`
 	About          string `json:"about,omitempty" jsonschema:"a msg_id you sent or received: the ask joins that message's flow (trace)"`
 	MaxBytes       int    `json:"max_bytes,omitempty" jsonschema:"cut the answer's text at this many bytes (default 32768)"`
 }
@@ -203,37 +208,54 @@ type WhoamiOut struct {
 
 func (s *server) addTools() {
 	max := s.gw.MaxBody
-	addTool(s.mcp, &mcp.Tool{Name: "send", Description: "Send a message to an entity (a person, agent or script on any host). " +
+	body := text(1, max)                                                // characters; the gateway counts bytes
+	wait := intRange(1, maxWaitSeconds).withDefault(defaultWaitSeconds) // a held call's wait
+	poll := intRange(0, maxWaitSeconds).withDefault(0)                  // an optional wait
+	cut := intRange(1, max).withDefault(min(defaultMaxBytes, max))      // a text's cut
+	id := text(1, maxID)                                                // msg, ask, trace ids
+	addr := text(1, maxAddress)                                         // NAME, NAME@HOST or gid
+	addTool(s.mcp, toolDef{&mcp.Tool{Name: "send", Annotations: additive("Send a message", false), Description: "Send a message to an entity (a person, agent or script on any host). " +
 		"Returns once it is stored durably at the recipient's gateway. With wait_for_reply, the call stays open " +
 		"until the recipient replies (outcome reply) — or until an ASK to you arrives first (outcome ask_arrived: " +
 		"answer it with answer, then call wait_reply with this msg_id; the reply is not lost meanwhile). " +
-		"On timeout the message stays sent: wait again with wait_reply. A reply's text is cut at max_bytes."}, s.send)
-	addTool(s.mcp, &mcp.Tool{Name: "wait_reply", Description: "Wait again for the reply to a message you sent " +
+		"On timeout the message stays sent: wait again with wait_reply. A reply's text is cut at max_bytes."},
+		map[string]prop{"to": addr, "body": body, "timeout_seconds": wait, "max_bytes": cut}}, s.send)
+	addTool(s.mcp, toolDef{&mcp.Tool{Name: "wait_reply", Annotations: additive("Wait for a reply", false), Description: "Wait again for the reply to a message you sent " +
 		"(after send with wait_for_reply ended with ask_arrived or timed out). Returns the reply (outcome reply), " +
-		"or another ask to you (outcome ask_arrived). A reply that came meanwhile is handed here, once."}, s.waitReply)
-	addTool(s.mcp, &mcp.Tool{Name: "reply", Description: "Reply to a message sent to you: the reply goes to its " +
-		"sender, in the same flow (trace), and ends the sender's wait if it waits."}, s.reply)
-	addTool(s.mcp, &mcp.Tool{Name: "ask", Description: "Ask an entity a live question and wait for its answer " +
-		"(at most timeout_seconds, 900). Asks are never stored: if the time passes, the call fails with timeout (75) " +
-		"and a later answer is refused. The answer's text is cut at max_bytes."}, s.ask)
-	addTool(s.mcp, &mcp.Tool{Name: "answer", Description: "Answer an ASK put to you (receive shows asks first; " +
-		"send with wait_for_reply may return one). Fails with too_late (75) when the asker stopped waiting."}, s.answer)
-	addTool(s.mcp, &mcp.Tool{Name: "receive", Description: fmt.Sprintf("Take mail from your inbox, oldest first "+
+		"or another ask to you (outcome ask_arrived). A reply that came meanwhile is handed here, once."},
+		map[string]prop{"msg_id": id, "timeout_seconds": wait, "max_bytes": cut}}, s.waitReply)
+	addTool(s.mcp, toolDef{&mcp.Tool{Name: "reply", Annotations: additive("Reply to a message", false), Description: "Reply to a message sent to you: the reply goes to its " +
+		"sender, in the same flow (trace), and ends the sender's wait if it waits."},
+		map[string]prop{"msg_id": id, "body": body}}, s.reply)
+	addTool(s.mcp, toolDef{&mcp.Tool{Name: "ask", Annotations: additive("Ask a live question", false), Description: fmt.Sprintf("Ask an entity a live question and wait for its answer "+
+		"(timeout_seconds, default %d, at most %d). Asks are never stored: if the time passes, the call fails with timeout (75) "+
+		"and a later answer is refused. The answer's text is cut at max_bytes.", defaultAskSeconds, maxWaitSeconds)},
+		map[string]prop{"to": addr, "question": body, "timeout_seconds": wait.withDefault(defaultAskSeconds), "about": id, "max_bytes": cut}}, s.ask)
+	addTool(s.mcp, toolDef{&mcp.Tool{Name: "answer", Annotations: additive("Answer an ask", true), Description: "Answer an ASK put to you (receive shows asks first; " +
+		"send with wait_for_reply may return one). Fails with too_late (75) when the asker stopped waiting or it was answered already."},
+		map[string]prop{"ask_id": id, "body": body}}, s.answer)
+	addTool(s.mcp, toolDef{&mcp.Tool{Name: "receive", Annotations: additive("Receive mail", false), Description: fmt.Sprintf("Take mail from your inbox, oldest first "+
 		"(live asks first): at most max_messages (default %d, at most %d) whole messages whose texts add up to at most "+
 		"max_bytes (default %d, at most %d). Only the messages returned leave the inbox; the rest stay, in order, for "+
 		"the next call (left says how many). A message bigger than max_bytes is not taken: its size is in "+
 		"next_message_bytes; call again with a max_bytes that fits it. With wait_seconds, waits for mail when "+
-		"the inbox is empty.", defaultMaxMessages, maxMaxMessages, defaultMaxBytes, max)}, s.receive)
-	addTool(s.mcp, &mcp.Tool{Name: "roster", Description: fmt.Sprintf("List entities on every host: name, host, "+
+		"the inbox is empty.", defaultMaxMessages, maxMaxMessages, min(defaultMaxBytes, max), max)},
+		map[string]prop{"max_messages": intRange(1, maxMaxMessages).withDefault(defaultMaxMessages), "max_bytes": cut, "wait_seconds": poll}}, s.receive)
+	addTool(s.mcp, toolDef{&mcp.Tool{Name: "roster", Annotations: readOnly("List the fleet's entities"), Description: fmt.Sprintf("List entities on every host: name, host, "+
 		"gid, mode, groups, status (idle, busy, waiting, stale, unknown), pending mail. Filters by host, group and "+
 		"name; at most max_entries (default %d, at most %d), with total and omitted saying what was left out.",
-		defaultMaxEntries, maxMaxEntries)}, s.roster)
-	addTool(s.mcp, &mcp.Tool{Name: "status", Description: "The delivery state of a message you sent: accepted, " +
-		"delivered, or dead with the reason; with wait_seconds, waits until it is delivered (timeout (75) if not)."}, s.status)
-	addTool(s.mcp, &mcp.Tool{Name: "broadcast", Description: "Send one message to every entity on every host, " +
-		"or to every member of a group. You do not get your own copy. Replies to it come as ordinary replies."}, s.broadcast)
-	addTool(s.mcp, &mcp.Tool{Name: "whoami", Description: "Who you are on fleet (name, host, gid, groups, status), " +
-		"the gateway's limits, and how much mail waits."}, s.whoami)
+		defaultMaxEntries, maxMaxEntries)},
+		map[string]prop{"host": pattern(hostPattern, 63), "group": pattern(namePattern, 64), "name": pattern(namePattern, 64),
+			"max_entries": intRange(1, maxMaxEntries).withDefault(defaultMaxEntries)}}, s.roster)
+	addTool(s.mcp, toolDef{&mcp.Tool{Name: "status", Annotations: readOnly("Delivery state of a message"), Description: "The delivery state of a message you sent: accepted, " +
+		"delivered, or dead with the reason; with wait_seconds, waits until it is delivered (timeout (75) if not)."},
+		map[string]prop{"msg_id": id, "wait_seconds": poll}}, s.status)
+	addTool(s.mcp, toolDef{&mcp.Tool{Name: "broadcast", Annotations: additive("Broadcast a message", false), Description: "Send one message to every entity on every host, " +
+		"or to every member of a group. You do not get your own copy. Replies to it come as ordinary replies."},
+		map[string]prop{"body": body, "group": pattern(namePattern, 64)}}, s.broadcast)
+	addTool(s.mcp, toolDef{&mcp.Tool{Name: "whoami", Annotations: readOnly("Who am I on fleet"), Description: "Who you are on fleet (name, host, gid, groups, status), " +
+		"the gateway's limits, and how much mail waits."}, nil}, s.whoami)
+	s.addControlTools()
 }
 
 // call makes one request on a connection of its own and returns the
@@ -534,37 +556,4 @@ func (s *server) whoami(ctx context.Context, req *mcp.CallToolRequest, _ WhoamiI
 	e.Target = ""
 	return nil, WhoamiOut{Entity: e, GatewayHost: s.gw.Host, GatewayVersion: s.gw.Version, MaxBody: s.gw.MaxBody,
 		Inbox: Inbox{Messages: e.Pending, Asks: e.Asks}}, nil
-}
-
-// addTool adds a typed tool whose schemas are inferred from In and Out,
-// with one change: the inference writes a slice or pointer field as
-// "null or array/object", which tool-schema dialects with one type per
-// field (OpenAPI's, some model providers') reject or misread. These
-// tools never send null (slices are made empty, pointers are omitted),
-// so the plain type is the honest schema.
-func addTool[In, Out any](s *mcp.Server, t *mcp.Tool, h mcp.ToolHandlerFor[In, Out]) {
-	in, err := jsonschema.For[In](nil)
-	if err != nil {
-		panic(err)
-	}
-	out, err := jsonschema.For[Out](nil)
-	if err != nil {
-		panic(err)
-	}
-	t.InputSchema, t.OutputSchema = notNull(in), notNull(out)
-	mcp.AddTool(s, t, h)
-}
-
-func notNull(s *jsonschema.Schema) *jsonschema.Schema {
-	if s == nil {
-		return nil
-	}
-	if len(s.Types) == 2 && s.Types[0] == "null" {
-		s.Type, s.Types = s.Types[1], nil
-	}
-	for _, p := range s.Properties {
-		notNull(p)
-	}
-	notNull(s.Items)
-	return s
 }
