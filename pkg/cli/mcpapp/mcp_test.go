@@ -226,8 +226,8 @@ func TestArgumentsOutOfBounds(t *testing.T) {
 		{"send", map[string]any{"to": "bob", "body": strings.Repeat("x", 4097)}, "usage (64): body is 4097 characters, over its limit of 4096"},
 		{"send", map[string]any{"to": "bob", "body": ""}, "usage (64): body is empty"},
 		{"send", map[string]any{"to": "bob"}, `usage (64): arguments: required: missing properties: ["body"]`},
-		{"spawn", map[string]any{"name": "no/such"}, `usage (64): name "no/such" does not match ^[A-Za-z][A-Za-z0-9_-]{0,63}$`},
-		{"spawn", map[string]any{"name": "w1", "groups": []any{"ok", "not ok"}}, `usage (64): groups[1] "not ok" does not match`},
+		{"spawn", map[string]any{"name": "no/such"}, `usage (64): name "no/such" is not a valid name (a letter, then up to 63 letters, digits, '-' or '_')`},
+		{"spawn", map[string]any{"name": "w1", "groups": []any{"ok", "not ok"}}, `usage (64): groups[1] "not ok" is not a valid name`},
 		{"trace", map[string]any{"trace_id": "t", "timeout_seconds": 61}, "usage (64): timeout_seconds must be from 1 to 60, not 61"},
 		{"whoami", map[string]any{"extra": 1}, "usage (64): arguments: "},
 	} {

@@ -83,6 +83,10 @@ func (p prop) check(name string, v any) error {
 		if p.maxLen != nil && n > *p.maxLen {
 			return bad("%s is %d characters, over its limit of %d", name, n, *p.maxLen)
 		}
+		if p.pattern == namePattern && !regexp.MustCompile(p.pattern).MatchString(v) {
+			// in words, as the commands say it
+			return bad("%s %q is not a valid name (a letter, then up to 63 letters, digits, '-' or '_')", name, v)
+		}
 		if p.pattern != "" && !regexp.MustCompile(p.pattern).MatchString(v) {
 			return bad("%s %q does not match %s", name, v, p.pattern)
 		}
