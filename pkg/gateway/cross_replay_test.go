@@ -62,15 +62,8 @@ func forgeReplay(t *testing.T, from, to entity, deadID, body string) string {
 func publishSigned(t *testing.T, from *testGW, to entity, env *envelope.Envelope) {
 	t.Helper()
 	raw, sig := signAs(t, from, env)
-	conn, err := amqp.Dial(brokerURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch, done := brokerChannel(t)
+	defer done()
 	if err := ch.Confirm(false); err != nil {
 		t.Fatal(err)
 	}
@@ -120,6 +113,21 @@ func TestCrossMsgIDIsItsHostsOnly(t *testing.T) {
 	publishSigned(t, da, full, again)
 	dd.waitLog("duplicate msg id: not stored again")
 	full.empty(alice)
+}
+
+// brokerChannel is a channel on a connection of the test's own to the
+// private broker; done closes the connection (unacked gets go back).
+func brokerChannel(t *testing.T) (ch *amqp.Channel, done func()) {
+	t.Helper()
+	conn, err := amqp.Dial(brokerURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ch, err = conn.Channel(); err != nil {
+		conn.Close()
+		t.Fatal(err)
+	}
+	return ch, func() { conn.Close() }
 }
 
 // signAs encodes env and signs it with g's host key, as g's gateway signs
@@ -302,15 +310,8 @@ func sentOf(r *api.Response) *api.Sent {
 // dlqCopy is the copy of msgID in bridge.dlq (left there).
 func dlqCopy(t *testing.T, msgID string) amqp.Delivery {
 	t.Helper()
-	conn, err := amqp.Dial(brokerURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch, done := brokerChannel(t)
+	defer done()
 	var seen []string
 	for {
 		d, ok, err := ch.Get(broker.QDLQ, false)

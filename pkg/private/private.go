@@ -24,6 +24,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/fleetd/fleet/pkg/fault"
@@ -99,15 +100,19 @@ func SocketDir(dir string) error {
 // itself: a planted link is an error (ELOOP), whatever it points to.
 func OpenFile(path string, flag int, perm os.FileMode) (*os.File, error) {
 	f, err := os.OpenFile(path, flag|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, perm)
-	if err != nil {
-		if errors.Is(err, syscall.ELOOP) {
-			return nil, fault.New(fault.Refused, fault.KindNotPrivate,
-				"%s is a symbolic link: fleet writes its own files only, never through a link", path).
-				WithHint("remove the link (rm %s) and look at who planted it", path)
-		}
-		return nil, err
+	return f, isLink(err, "", path, "writes")
+}
+
+// isLink words an open refused by O_NOFOLLOW (ELOOP: the file what
+// names at path is a link) as the refusal; any other error is returned
+// as it is.
+func isLink(err error, what, path, verb string) error {
+	if errors.Is(err, syscall.ELOOP) {
+		return fault.New(fault.Refused, fault.KindNotPrivate,
+			"%s is a symbolic link: fleet %s its own files only, never through a link", strings.TrimSpace(what+" "+path), verb).
+			WithHint("remove the link (rm %s) and look at who planted it", path)
 	}
-	return f, nil
+	return err
 }
 
 // WriteFile replaces path with data through a new file of mode perm,
@@ -146,12 +151,7 @@ func WriteFile(path string, data []byte, perm os.FileMode) error {
 func ReadFile(what, path string, secret bool, max int64) ([]byte, error) {
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
 	if err != nil {
-		if errors.Is(err, syscall.ELOOP) {
-			return nil, fault.New(fault.Refused, fault.KindNotPrivate,
-				"%s %s is a symbolic link: fleet reads its own files only, never through a link", what, path).
-				WithHint("remove the link (rm %s) and look at who planted it", path)
-		}
-		return nil, err
+		return nil, isLink(err, what, path, "reads")
 	}
 	defer f.Close()
 	if err := Check(what, f, secret); err != nil {
@@ -165,12 +165,7 @@ func ReadFile(what, path string, secret bool, max int64) ([]byte, error) {
 func CheckFile(what, path string, secret bool) error {
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC|syscall.O_NONBLOCK, 0)
 	if err != nil {
-		if errors.Is(err, syscall.ELOOP) {
-			return fault.New(fault.Refused, fault.KindNotPrivate,
-				"%s %s is a symbolic link: fleet reads its own files only, never through a link", what, path).
-				WithHint("remove the link (rm %s) and look at who planted it", path)
-		}
-		return err
+		return isLink(err, what, path, "reads")
 	}
 	defer f.Close()
 	return Check(what, f, secret)
