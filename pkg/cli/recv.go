@@ -19,7 +19,8 @@ func NewRecvApp() *cli.App {
 	app := newApp("fleet-recv", "drain or follow the caller's inbox (pull delivery)")
 	app.UsageText = "fleet-recv [options]"
 	app.Description = "Writes the caller's waiting messages oldest first — a readable block each on a " +
-		"terminal, JSON Lines otherwise — and acknowledges them once they are written. A message leaves " +
+		"terminal (an ASK's header says by when, in local time with its zone, and the command that answers it), " +
+		"JSON Lines otherwise — and acknowledges them once they are written. A message leaves " +
 		"the inbox only when acknowledged: if fleet-recv dies first, the next fleet-recv gets it again.\n\n" +
 		"With --hook CLI --event EVENT it is an agent CLI's hook for an entity in hook mode (fleet-roster join NAME " +
 		"--mode hook; fleet-roster hooks install CLI wires it): it reads the hook's JSON on stdin, takes the waiting " +
@@ -36,10 +37,10 @@ func NewRecvApp() *cli.App {
 		"An ASK's header adds \"answer by\" and its deadline (RFC 3339, UTC), its end line the command " +
 		"fleet-send --answer ID TEXT; a REPLY's header adds \"re\" and the message it answers. No line of a body " +
 		"can open or close a frame: only the frame's own lines start with \"[\". A body over 2,000 bytes is not " +
-		"in the frame: a line gives its size and the command that shows it, (a body of N bytes, too long for this hook: " +
+		"in the frame: one line gives its size and the command that shows it: (a body of N bytes, too long for this hook: " +
 		"read it with fleet-recv --id MSGID).\n\n" +
-		"With --id MSGID it prints such a message, framed the same way with its body whole (--json: the message's JSON " +
-		"object), from the caller's own copy: the hook kept it in hook-bodies/ under the state folder, in a 0600 file " +
+		"With --id MSGID it prints such a message, framed the same way with its body whole and inert (--json: the " +
+		"message's JSON object, the body byte for byte), from the caller's own copy: the hook kept it in hook-bodies/ under the state folder, in a 0600 file " +
 		"named by an HMAC of the msg id keyed with the entity's credential, so it is read with that credential " +
 		"(FLEET_TOKEN, as the hooks run, or --as NAME) and no other entity's. A copy is kept 7 days; each turn's end " +
 		"(--event stop) removes older ones, and the hooks' per-session records (hook-seen/, hook-turn/, hook-wake/) " +
