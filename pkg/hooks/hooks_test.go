@@ -100,8 +100,9 @@ func TestCodexTrust(t *testing.T) {
 	}
 	cfg := filepath.Join(home, "cx", "config.toml")
 	os.WriteFile(cfg, []byte("model = \"m\"\n\n[projects.\"/p\"]\ntrust_level = \"trusted\"\n"), 0o600)
-	if n, err := codexUntrusted(home, path); err != nil || n != 4 {
-		t.Fatalf("untrusted after install: %d, %v; want 4", n, err)
+	// fleet-turn's four and fleet-recv's three (hook delivery mode)
+	if n, err := codexUntrusted(home, path); err != nil || n != 7 {
+		t.Fatalf("untrusted after install: %d, %v; want 7", n, err)
 	}
 	for range 2 {
 		if err := CodexTrust(home, path); err != nil {
@@ -112,7 +113,7 @@ func TestCodexTrust(t *testing.T) {
 		t.Fatalf("untrusted after CodexTrust: %d, %v", n, err)
 	}
 	b, _ := os.ReadFile(cfg)
-	if strings.Count(string(b), "[hooks.state.") != 4 || !strings.Contains(string(b), "[projects.\"/p\"]\ntrust_level = \"trusted\"") {
+	if strings.Count(string(b), "[hooks.state.") != 7 || !strings.Contains(string(b), "[projects.\"/p\"]\ntrust_level = \"trusted\"") {
 		t.Fatalf("config.toml:\n%s", b)
 	}
 	// the identity Codex hashes, for one handler (as docs/agent-clis/codex.md)
