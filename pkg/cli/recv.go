@@ -30,6 +30,13 @@ func NewRecvApp() *cli.App {
 		"session_id) is never handed into it again. It always exits 0, saying a failure on stderr — but for " +
 		"--event wake, Claude Code's asyncRewake hook, which waits in the background while the agent is idle and " +
 		"exits 2 with the framed mail on stderr, waking the agent; it ends with exit 0 when a turn starts.\n\n" +
+		"Codex CLI (--hook codex; its recipe runs prompt on UserPromptSubmit, tool on PostToolUse, stop on Stop): " +
+		"the prompt and tool hooks' text reaches the model as a developer message, after the prompt or between the " +
+		"tool call and its output, unseen by the user; the stop hook's block goes on with the turn, its text the " +
+		"model's next user message (wrapped in a hook_prompt tag), and Codex shows it to the user under \"Blocked by hook\". " +
+		"No Codex hook runs while it waits at its prompt: mail waits for the next turn. " +
+		"The hooks run in every Codex of the user: where FLEET_TOKEN is unset or names a pull or inject entity " +
+		"they take nothing and say why on stderr, which Codex does not show.\n\n" +
 		"Each message is framed, the same in every CLI, as another entity's words, never the user's or the system's:\n\n" +
 		"   [fleet message from NAME@HOST · msg ID · KIND]\n" +
 		"   │ the body, each line behind a bar (no control character; U+2028, U+2029 as ⟨U+2028⟩)\n" +
