@@ -26,8 +26,12 @@ func TestRenderIsDeterministic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(a) != 3*len(AllApps()) {
-		t.Errorf("%d files, want 3 per app (%d apps)", len(a), len(AllApps()))
+	ps, err := readPages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(a) != 3*len(AllApps())+len(ps) {
+		t.Errorf("%d files, want 3 per app (%d apps) and one per page (%d)", len(a), len(AllApps()), len(ps))
 	}
 	for p, data := range a {
 		if !bytes.Equal(data, b[p]) {
@@ -112,6 +116,14 @@ func TestCheckInvocation(t *testing.T) {
 		{"fleet-recv", "-n 1 -f", ""},
 		{"fleet-recv", "--status x", "no flag --status"},
 		{"fleet-recv", "--as", "needs a value"},
+		{"fleet-gw", "trust list --json", ""},
+		{"fleet-gw", "trust add 'b KEY'", ""},
+		{"fleet-gw", "trust", "fleet-gw trust needs a command"},
+		{"fleet-gw", "trust list --bogus", "fleet-gw trust list has no flag --bogus"},
+		{"fleet-roster", "hooks install claude --project /x --trust", ""},
+		{"fleet-roster", "hooks install claude --watch 1s", "fleet-roster hooks install has no flag --watch"},
+		{"fleet-roster", "hooks doctor claude --watch 60s", ""},
+		{"fleet-gw", "run --host h1  # a comment --bogus", ""},
 	} {
 		words, err := shellWords(tc.line)
 		if err != nil {
@@ -128,11 +140,11 @@ func TestCheckInvocation(t *testing.T) {
 }
 
 func TestShellWords(t *testing.T) {
-	got, err := shellWords(`a 'b c' "d \"e\"" f\ g $(x)`)
+	got, err := shellWords(`a 'b c' "d \"e\"" f\ g $(x) a#b # c --d`)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"a", "b c", `d "e"`, "f g", "$(x)"}
+	want := []string{"a", "b c", `d "e"`, "f g", "$(x)", "a#b"}
 	if strings.Join(got, "|") != strings.Join(want, "|") {
 		t.Errorf("shellWords = %q, want %q", got, want)
 	}

@@ -241,7 +241,7 @@ func TestLocalAskGatewayRestart(t *testing.T) {
 	}
 	g.start()
 	_, err = bob.answer(sent.MsgID, "after the restart")
-	// README: "the gateway restarted — ... fleet-send --answer exits 75";
+	// fleet(7): "the gateway restarted — ... fleet-send --answer exits 75";
 	// the gateway forgot the ask with the restart and says 67 (unknown ask)
 	if c := codeOf(err); c != fault.TempFail && c != fault.NoRecipient {
 		t.Fatalf("an answer to an ask from before the restart: %v", err)
