@@ -222,6 +222,21 @@ func isOurs(g any) bool {
 	return true
 }
 
+// commands is the commands of fleet's hooks in an event's matcher groups.
+func commands(groups any) []string {
+	var out []string
+	gs, _ := groups.([]any)
+	for _, g := range gs {
+		if !isOurs(g) {
+			continue
+		}
+		for _, h := range g.(map[string]any)["hooks"].([]any) {
+			out = append(out, h.(map[string]any)["command"].(string))
+		}
+	}
+	return out
+}
+
 // Install merges c's recipe into its settings file (the user's, or the
 // project's) and returns the file's path. Installing twice changes
 // nothing; a user's own hooks and settings stay.
@@ -307,8 +322,8 @@ func (c *CLI) Remove(home, project string) (string, int, error) {
 type Status struct {
 	CLI       string   `json:"cli"`
 	File      string   `json:"file"`
-	Installed []string `json:"installed"` // the events whose fleet-turn hooks are there
-	Missing   []string `json:"missing"`   // the recipe's events that are not
+	Installed []string `json:"installed"` // the events whose every recipe command is there
+	Missing   []string `json:"missing"`   // the recipe's events that lack one
 	Blockers  []string `json:"blockers"`  // what else stops them, each with what to do
 }
 
@@ -332,8 +347,11 @@ func (c *CLI) Check(home, project string) (*Status, error) {
 	}
 	sort.Strings(events)
 	for _, event := range events {
-		groups, _ := hooks[event].([]any)
-		if slices.ContainsFunc(groups, isOurs) {
+		// installed: every command of the recipe's event is there (an
+		// older recipe's fleet-turn hooks alone are not hook mode's)
+		want, _ := recipe["hooks"].(map[string]any)[event].([]any)
+		have := commands(hooks[event])
+		if !slices.ContainsFunc(commands(want), func(c string) bool { return !slices.Contains(have, c) }) {
 			st.Installed = append(st.Installed, event)
 		} else {
 			st.Missing = append(st.Missing, event)

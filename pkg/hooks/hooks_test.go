@@ -165,3 +165,42 @@ func TestInstallKeepsTheFile(t *testing.T) {
 		t.Error("a second install rewrote the file")
 	}
 }
+
+// Status counts an event installed only when every command of the recipe
+// is there: Gemini settings from the turn-only recipe (fleet-turn, no
+// fleet-recv) lack hook mode's events until the install brings them.
+func TestStatusWantsEveryCommand(t *testing.T) {
+	home := t.TempDir()
+	cl, _ := Find("gemini")
+	path := cl.File(home, "")
+	os.MkdirAll(filepath.Dir(path), 0o700)
+	old := `{"hooks":{
+		"SessionStart":[{"hooks":[{"type":"command","command":"fleet-turn idle","timeout":10000}]}],
+		"BeforeAgent":[{"hooks":[{"type":"command","command":"fleet-turn busy","timeout":10000}]}],
+		"AfterAgent":[{"hooks":[{"type":"command","command":"fleet-turn idle","timeout":10000}]}]}}`
+	if err := os.WriteFile(path, []byte(old), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	st, err := cl.Check(home, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(st.Installed, " "); got != "SessionStart" {
+		t.Errorf("installed %q, want SessionStart", got)
+	}
+	if got := strings.Join(st.Missing, " "); got != "AfterAgent AfterTool BeforeAgent" {
+		t.Errorf("missing %q, want AfterAgent AfterTool BeforeAgent", got)
+	}
+	if _, err := cl.Install(home, ""); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := cl.Check(home, ""); len(st.Missing) != 0 || len(st.Installed) != 4 {
+		t.Errorf("after install: %+v", st)
+	}
+	b, _ := os.ReadFile(path)
+	for _, c := range []string{"fleet-recv --hook gemini --event prompt", "fleet-recv --hook gemini --event tool", "fleet-recv --hook gemini --event stop"} {
+		if strings.Count(string(b), c) != 1 {
+			t.Errorf("%q %d times in the settings, want 1:\n%s", c, strings.Count(string(b), c), b)
+		}
+	}
+}
