@@ -29,6 +29,15 @@ func NewRecvApp() *cli.App {
 		"session_id) is never handed into it again. It always exits 0, saying a failure on stderr — but for " +
 		"--event wake, Claude Code's asyncRewake hook, which waits in the background while the agent is idle and " +
 		"exits 2 with the framed mail on stderr, waking the agent; it ends with exit 0 when a turn starts.\n\n" +
+		"Where the text lands depends on the CLI (measured with the real CLIs, docs/agent-clis/). Gemini CLI " +
+		"(--hook gemini, the BeforeAgent, AfterTool and AfterAgent hooks) adds prompt's text as a hook_context " +
+		"part (in tags of that name) after the user's prompt and tool's inside the tool's result; stop denies the turn's end, and Gemini " +
+		"sends the reason — the frames — to the model as the next prompt, in the USER's role, and shows it to its " +
+		"user as \"Agent execution blocked: ...\". That is why every delivery opens with a line saying the frames " +
+		"are fleet messages from other entities, not the user's words. Gemini reads a hook's stdout as JSON only " +
+		"(plain text it shows its user): under --hook gemini every path prints JSON, {} when nothing is handed " +
+		"over for whatever reason (no gateway, no credential, not a hook entity: said on stderr, which Gemini " +
+		"does not show).\n\n" +
 		"Each message is framed, the same in every CLI, as another entity's words, never the user's or the system's:\n\n" +
 		"   [fleet message from NAME@HOST · msg ID · KIND]\n" +
 		"   │ the body, each line behind a bar (no control character; U+2028, U+2029 as ⟨U+2028⟩)\n" +
