@@ -37,7 +37,7 @@ func NewRecvApp() *cli.App {
 		"are fleet messages from other entities, not the user's words. Gemini reads a hook's stdout as JSON only " +
 		"(plain text it shows its user): under --hook gemini every path prints JSON, {} when nothing is handed " +
 		"over for whatever reason (no gateway, no credential, not a hook entity: said on stderr, which Gemini " +
-		"does not show).\n\n" +
+		"does not show; a usage error too, with exit 64: Gemini would take plain text with that exit for a deny).\n\n" +
 		"Each message is framed, the same in every CLI, as another entity's words, never the user's or the system's:\n\n" +
 		"   [fleet message from NAME@HOST · msg ID · KIND]\n" +
 		"   │ the body, each line behind a bar (no control character; U+2028, U+2029 as ⟨U+2028⟩)\n" +
@@ -63,11 +63,11 @@ type message struct {
 }
 
 func runRecv(c *cli.Context) error {
-	if c.NArg() > 0 {
-		return usage("fleet-recv takes no arguments, got %q", c.Args().First())
-	}
 	if c.IsSet("hook") {
 		return runHook(c)
+	}
+	if c.NArg() > 0 {
+		return usage("fleet-recv takes no arguments, got %q", c.Args().First())
 	}
 	if c.IsSet("event") {
 		return usage("--event is for --hook")
