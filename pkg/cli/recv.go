@@ -37,6 +37,15 @@ func NewRecvApp() *cli.App {
 		"No Codex hook runs while it waits at its prompt: mail waits for the next turn. " +
 		"The hooks run in every Codex of the user: where FLEET_TOKEN is unset or names a pull or inject entity " +
 		"they take nothing and say why on stderr, which Codex does not show.\n\n" +
+		"Where the text lands depends on the CLI (measured with the real CLIs, docs/agent-clis/). Gemini CLI " +
+		"(--hook gemini, the BeforeAgent, AfterTool and AfterAgent hooks) adds prompt's text as a hook_context " +
+		"part (in tags of that name) after the user's prompt and tool's inside the tool's result; stop denies the turn's end, and Gemini " +
+		"sends the reason — the frames — to the model as the next prompt, in the USER's role, and shows it to its " +
+		"user as \"Agent execution blocked: ...\". That is why every delivery opens with a line saying the frames " +
+		"are fleet messages from other entities, not the user's words. Gemini reads a hook's stdout as JSON only " +
+		"(plain text it shows its user): under --hook gemini every path prints JSON, {} when nothing is handed " +
+		"over for whatever reason (no gateway, no credential, not a hook entity: said on stderr, which Gemini " +
+		"does not show; a usage error too, with exit 64: Gemini would take plain text with that exit for a deny).\n\n" +
 		"Each message is framed, the same in every CLI, as another entity's words, never the user's or the system's:\n\n" +
 		"   [fleet message from NAME@HOST · msg ID · KIND]\n" +
 		"   │ the body, each line behind a bar (no control character; U+2028, U+2029 as ⟨U+2028⟩)\n" +
@@ -75,17 +84,17 @@ type message struct {
 }
 
 func runRecv(c *cli.Context) error {
-	if c.NArg() > 0 {
-		return usage("fleet-recv takes no arguments, got %q", c.Args().First())
-	}
-	if c.IsSet("id") {
-		return runShow(c)
-	}
 	if c.IsSet("hook") {
 		return runHook(c)
 	}
+	if c.NArg() > 0 {
+		return usage("fleet-recv takes no arguments, got %q", c.Args().First())
+	}
 	if c.IsSet("event") {
 		return usage("--event is for --hook")
+	}
+	if c.IsSet("id") {
+		return runShow(c)
 	}
 	max := c.Int("max")
 	if max < 0 {
