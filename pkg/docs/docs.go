@@ -5,8 +5,8 @@
 //
 // For every app in cli.Apps it produces, relative to the output folder:
 //
-//	man/NAME.1             the page urfave/cli renders, plus ENVIRONMENT,
-//	                       EXIT STATUS, EXAMPLES and SEE ALSO
+//	man/NAME.1             the page urfave/cli renders, plus COMMAND LINE,
+//	                       ENVIRONMENT, EXIT STATUS, EXAMPLES and SEE ALSO
 //	completions/NAME.bash  a bash `complete -F` function
 //	completions/_NAME      a zsh #compdef function
 //
@@ -136,6 +136,7 @@ func manPage(app *ucli.App, all []string) (string, error) {
 	var b strings.Builder
 	b.WriteString(strings.TrimRight(page, "\n"))
 	b.WriteString("\n\n")
+	writeCommandLine(&b)
 	writeEnvironment(&b, app)
 	writeExitStatus(&b, app)
 	writeExamples(&b, app)
@@ -213,6 +214,13 @@ func configFlag(app *ucli.App, k string) (string, bool) {
 		return "", false
 	}
 	return hasFlag(app, k)
+}
+
+// writeCommandLine is the rule every command reads its line by
+// (cli.CommandLineRule), the same on every page.
+func writeCommandLine(b *strings.Builder) {
+	b.WriteString(".SH COMMAND LINE\n.PP\n")
+	b.WriteString(roffCode(cli.CommandLineRule) + "\n\n")
 }
 
 func writeEnvironment(b *strings.Builder, app *ucli.App) {

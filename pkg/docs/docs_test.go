@@ -2,9 +2,12 @@ package docs
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/fleetd/fleet/pkg/cli"
+	"github.com/fleetd/fleet/pkg/fault"
 	ucli "github.com/urfave/cli/v2"
 )
 
@@ -150,5 +153,39 @@ func TestShellWords(t *testing.T) {
 	}
 	if _, err := shellWords(`'open`); err == nil {
 		t.Error("an unterminated quote is not an error")
+	}
+}
+
+// Every command and subcommand of fleet reads its line by one rule
+// (cli.CommandLineRule): an option of its level after an argument is read
+// as that option, and a word that starts with "-" and is no option is
+// refused (64), whatever the command.
+func TestEveryCommandTakesOptionsAnywhere(t *testing.T) {
+	var walk func(app *ucli.App, path []string, flags []ucli.Flag, cmds []*ucli.Command)
+	walk = func(app *ucli.App, path []string, flags []ucli.Flag, cmds []*ucli.Command) {
+		if len(flags) > 0 {
+			opt := "--" + flags[0].Names()[0]
+			words := []string{opt}
+			if _, ok := flags[0].(*ucli.BoolFlag); !ok {
+				words = append(words, "v")
+			}
+			line := append(append(slices.Clone(path), "arg"), words...)
+			want := append(append(slices.Clone(path), words...), "--", "arg")
+			if got, err := cli.Reorder(app, line); err != nil || !slices.Equal(got, want) {
+				t.Errorf("%q: got %q, %v; want %q", line, got, err, want)
+			}
+			line = append(slices.Clone(path), "arg", "--no-such-option")
+			if _, err := cli.Reorder(app, line); err == nil || fault.CodeOf(err) != fault.Usage ||
+				!strings.Contains(err.Error(), "--no-such-option is not an option of "+strings.Join(path, " ")) {
+				t.Errorf("%q: %v, want a usage error", line, err)
+			}
+		}
+		for _, c := range cmds {
+			walk(app, append(slices.Clone(path), c.Name), c.Flags, c.Subcommands)
+		}
+	}
+	for _, newApp := range AllApps() {
+		app := newApp()
+		walk(app, []string{app.Name}, app.Flags, app.Commands)
 	}
 }
