@@ -112,6 +112,7 @@ func manPage(app *ucli.App, all []string) (string, error) {
 	var b strings.Builder
 	b.WriteString(strings.TrimRight(page, "\n"))
 	b.WriteString("\n\n")
+	writeSections(&b, app)
 	writeEnvironment(&b, app)
 	writeExitStatus(&b, app)
 	writeExamples(&b, app)
