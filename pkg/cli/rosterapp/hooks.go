@@ -13,6 +13,7 @@ import (
 	fleetcli "github.com/fleetd/fleet/pkg/cli"
 	"github.com/fleetd/fleet/pkg/fault"
 	"github.com/fleetd/fleet/pkg/hooks"
+	"github.com/fleetd/fleet/pkg/ident"
 	ucli "github.com/urfave/cli/v2"
 )
 
@@ -237,6 +238,12 @@ func installMCP(c *ucli.Context, cl *hooks.CLI, home, project string) error {
 		fmt.Fprintf(c.App.ErrWriter, "fleet-roster: fleet-mcp --as %s is the MCP server \"fleet\" in %s\n", name, path)
 	} else {
 		fmt.Fprintf(c.App.ErrWriter, "fleet-roster: %s already has fleet-mcp --as %s; nothing changed\n", path, name)
+	}
+	// fleet-mcp --as NAME needs NAME's credential file in the state folder
+	if cfg, err := fleetcli.LoadConfig(c); err == nil {
+		if _, err := ident.Load(cfg.StateDir, name); err != nil {
+			fmt.Fprintf(c.App.ErrWriter, "fleet-roster: note: %v; fleet-mcp --as %s needs it: fleet-roster join %s --mode pull\n", err, name, name)
+		}
 	}
 	st, err := cl.CheckMCP(home, project, name)
 	if err != nil {
