@@ -39,7 +39,7 @@ func hooksCommand() *ucli.Command {
 			},
 			{
 				Name:      "status",
-				Usage:     "which of the recipe's hooks are installed, what keeps them from running, and fleet-mcp's MCP entry (present, missing or differs)",
+				Usage:     "which of the recipe's hooks are installed (an event only with every command of the recipe's), what keeps them from running, and fleet-mcp's MCP entry (present, missing or differs)",
 				ArgsUsage: "[claude|codex|gemini]",
 				Flags:     []ucli.Flag{fleetcli.JSONFlag(), project},
 				Action:    runHooksStatus,
