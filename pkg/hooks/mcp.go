@@ -95,7 +95,7 @@ type MCPStatus struct {
 	File   string   `json:"file"`
 	State  string   `json:"state"`            // present, missing, or differs
 	Entity string   `json:"entity,omitempty"` // the entity it acts as (--as), when it names one
-	Notes  []string `json:"notes"`            // advice: what it cannot set, what the user may want to
+	Notes  []string `json:"notes"`            // advice, for an entry that is there: what the installer does not set
 }
 
 // MCPFile is the file the client reads its MCP servers from: the user's,
@@ -256,6 +256,9 @@ func (c *CLI) CheckMCP(home, project, entity string) (*MCPStatus, error) {
 				st.State = "present"
 			}
 		}
+		if st.State == "missing" {
+			return st, nil // no advice for an entry not wanted
+		}
 		st.Notes = append(st.Notes, "Codex asks before each use of a tool that is not read-only (default_tools_approval_mode = \"writes\") unless you approve tools: fleet-roster hooks install codex --mcp NAME --approve TOOL,... (or all)")
 		return st, nil
 	}
@@ -277,13 +280,14 @@ func (c *CLI) CheckMCP(home, project, entity string) (*MCPStatus, error) {
 			st.State = "present"
 		}
 	}
-	switch c.Name {
-	case "claude":
+	switch {
+	case st.State == "missing": // no advice for an entry not wanted
+	case c.Name == "claude":
 		if !claudeToolSearchOff(home) {
 			st.Notes = append(st.Notes, "Claude Code's tool search (on by default) lists fleet's tools by name only until the model searches for them; "+
 				"to offer them whole, set ENABLE_TOOL_SEARCH=false in the environment or in the \"env\" of ~/.claude/settings.json")
 		}
-	case "gemini":
+	case c.Name == "gemini":
 		st.Notes = append(st.Notes, "Gemini CLI asks before each MCP tool call unless the server is trusted (\"trust\": true in its entry) or you allow it when asked")
 	}
 	return st, nil
