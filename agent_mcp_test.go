@@ -2,6 +2,7 @@ package fleet_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -46,17 +47,14 @@ func TestMCPClaudeCode(t *testing.T) {
 		"customApiKeyResponses": map[string]any{"approved": []string{claudeKey[len(claudeKey)-20:]}, "rejected": []string{}},
 		"projects":              map[string]any{r.work: map[string]any{"hasTrustDialogAccepted": true}},
 	})
-	// as a user writes it: the server by name, the entity by --as (no
-	// variable to lose on the way)
-	cfg := filepath.Join(r.dir, "mcp.json")
-	writeJSONFile(t, cfg, map[string]any{"mcpServers": map[string]any{
-		"fleet": map[string]any{"command": "fleet-mcp", "args": []string{"--as", "main"}}}})
+	// as a user sets it up: the installer writes the user's ~/.claude.json
+	// (mcpServers.fleet: fleet-mcp --as main), keeping what is there
+	mcpInstall(t, r, "claude", nil)
 	run := func(prompt string) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		cmd := exec.CommandContext(ctx, claude, "-p", prompt, "--mcp-config", cfg, "--strict-mcp-config",
-			"--allowedTools", "mcp__fleet")
+		cmd := exec.CommandContext(ctx, claude, "-p", prompt, "--allowedTools", "mcp__fleet")
 		cmd.Dir = r.work
 		cmd.Env = r.env(append(claudeEnv(r), mcpClaudeEnv...)...)
 		out, err := cmd.CombinedOutput()
@@ -66,6 +64,33 @@ func TestMCPClaudeCode(t *testing.T) {
 	}
 
 	mcpSendReceive(t, r, run, "", "mcp__fleet__")
+}
+
+// mcpInstall configures the CLI's MCP client through the installer
+// (fleet-roster hooks install CLI --mcp main, with env added to the rig's
+// and args after), and checks that hooks status sees the entry.
+func mcpInstall(t *testing.T, r *agentRig, cli string, env []string, args ...string) {
+	t.Helper()
+	for _, argv := range [][]string{
+		append([]string{"hooks", "install", cli, "--mcp", "main"}, args...),
+		{"hooks", "status", cli, "--json"},
+	} {
+		cmd := exec.Command(filepath.Join(binDir, "fleet-roster"), argv...)
+		cmd.Env = r.env(env...)
+		var stdout, stderr strings.Builder
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("fleet-roster %s: %v\n%s", strings.Join(argv, " "), err, stderr.String())
+		}
+		if argv[1] == "status" {
+			var st struct {
+				MCP struct{ State, Entity string }
+			}
+			if err := json.Unmarshal([]byte(stdout.String()), &st); err != nil || st.MCP.State != "present" || st.MCP.Entity != "main" {
+				t.Fatalf("hooks status %s after the install: %v\n%s", cli, err, stdout.String())
+			}
+		}
+	}
 }
 
 // mcpSendReceive drives a send and a receive through the CLI's MCP client
@@ -127,8 +152,15 @@ func mcpSendReceive(t *testing.T, r *agentRig, run func(string), also, prefix st
 var mcpClaudeEnv = []string{"ENABLE_TOOL_SEARCH=false"}
 
 // Codex passes an MCP server only a few variables of its own (HOME, PATH,
-// USER, ...): the entry names the gateway's with env_vars, and approves
-// the tools (each one's first use would stop on an approval prompt).
+// USER, ...): the installer's entry names the gateway's with env_vars. A
+// tool that is not read-only needs approval (the entry's
+// default_tools_approval_mode = "writes", by the tools' readOnlyHint)
+// unless the user approved it (--approve TOOLS): the TUI asks; codex exec
+// runs with approval "never" whatever config.toml says, so outside full
+// access it refuses the call ("MCP tool call requires approval, but
+// approval policy is never") — seen here with sandbox_mode =
+// "workspace-write": whoami runs, send does not until it is approved.
+// With full access (the rig's danger-full-access) nothing needs approval.
 func TestMCPCodex(t *testing.T) {
 	codex := agentBin(t, "codex")
 	r := newAgentRig(t)
@@ -149,12 +181,6 @@ stream_max_retries = 0
 
 [projects.%q]
 trust_level = "trusted"
-
-[mcp_servers.fleet]
-command = "fleet-mcp"
-args = ["--as", "main"]
-env_vars = ["FLEET_SOCKET", "FLEET_STATE_DIR"]
-default_tools_approval_mode = "approve"
 `, r.stub.URL()+"/v1", r.work)
 	if err := os.MkdirAll(home, 0o700); err != nil {
 		t.Fatal(err)
@@ -162,11 +188,16 @@ default_tools_approval_mode = "approve"
 	if err := os.WriteFile(filepath.Join(home, "config.toml"), []byte(config), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	run := func(prompt string) {
+	mcpInstall(t, r, "codex", []string{"CODEX_HOME=" + home})
+	if b, _ := os.ReadFile(filepath.Join(home, "config.toml")); !strings.HasPrefix(string(b), config) {
+		t.Fatalf("the installer changed the user's part of config.toml:\n%s", b)
+	}
+	run := func(prompt string, codexArgs ...string) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		cmd := exec.CommandContext(ctx, codex, "exec", "--skip-git-repo-check", prompt)
+		args := append([]string{"exec", "--skip-git-repo-check"}, codexArgs...)
+		cmd := exec.CommandContext(ctx, codex, append(args, prompt)...)
 		cmd.Dir = r.work
 		cmd.Env = r.env("CODEX_HOME="+home, "STUB_API_KEY=stub")
 		out, err := cmd.CombinedOutput()
@@ -175,19 +206,56 @@ default_tools_approval_mode = "approve"
 		}
 	}
 	// Codex offers a server's tools as a namespace of functions
-	mcpSendReceive(t, r, run, `{"type":"namespace","name":"mcp__fleet"`, "")
+	mcpSendReceive(t, r, func(p string) { run(p) }, `{"type":"namespace","name":"mcp__fleet"`, "")
+
+	// the approval the installer set, honoured: a read-only tool runs, a
+	// writing one is not run while it is not approved
+	noFullAccess := []string{"-c", `sandbox_mode="workspace-write"`}
+	from := len(r.stub.Requests())
+	run(`who am I STUB:MCP=whoami {}`, noFullAccess...)
+	mcpToolResult(t, r.stub, from, `"name":"main"`)
+	from = len(r.stub.Requests())
+	run(`tell bob STUB:MCP=send {"to":"bob","body":"not approved"}`, noFullAccess...)
+	res := mcpAnyToolResult(t, r.stub, from)
+	if strings.Contains(res, `"outcome":"sent"`) || !strings.Contains(res, "requires approval") {
+		t.Fatalf("send, not approved: %s", res)
+	}
+	if got := r.fleet("fleet-recv", "--as", "bob", "--json"); got != "" {
+		t.Fatalf("bob got mail the user did not approve: %s", got)
+	}
+	mcpInstall(t, r, "codex", []string{"CODEX_HOME=" + home}, "--approve", "send")
+	from = len(r.stub.Requests())
+	run(`tell bob STUB:MCP=send {"to":"bob","body":"approved"}`, noFullAccess...)
+	mcpToolResult(t, r.stub, from, `"outcome":"sent"`)
+	if got := r.fleet("fleet-recv", "--as", "bob", "--json"); !strings.Contains(got, `"body":"approved"`) {
+		t.Fatalf("bob's inbox after send was approved: %s", got)
+	}
+}
+
+// mcpAnyToolResult is the first tool result the model got since from.
+func mcpAnyToolResult(t *testing.T, stub *stubmodel.Server, from int) string {
+	t.Helper()
+	for _, q := range stub.Requests()[from:] {
+		if q.ToolResult != "" {
+			return q.ToolResult
+		}
+	}
+	t.Fatalf("no tool result reached the model; its requests: %+v", stub.Requests()[from:])
+	return ""
 }
 
 // Gemini CLI passes an MCP server its environment but for any variable
 // whose name holds TOKEN (KEY, SECRET, ...), unless the entry's env names
-// it: either --as names the entity, or env passes FLEET_TOKEN on.
+// it: the installer's entry names the entity with --as, which needs
+// nothing passed; an entry written by hand that passes FLEET_TOKEN on
+// (the README's way for a credential in the environment) works too.
 func TestMCPGemini(t *testing.T) {
 	gemini := agentBin(t, "gemini")
 	for _, tc := range []struct {
 		name  string
-		entry map[string]any
+		entry map[string]any // nil: the installer's
 	}{
-		{"as", map[string]any{"command": "fleet-mcp", "args": []string{"--as", "main"}}},
+		{"installer", nil},
 		{"token", map[string]any{"command": "fleet-mcp", "env": map[string]string{"FLEET_TOKEN": "$FLEET_TOKEN"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) { testMCPGemini(t, gemini, tc.entry) })
@@ -197,14 +265,20 @@ func TestMCPGemini(t *testing.T) {
 func testMCPGemini(t *testing.T, gemini string, entry map[string]any) {
 	r := newAgentRig(t)
 	dir := filepath.Join(r.home, ".gemini")
-	writeJSONFile(t, filepath.Join(dir, "settings.json"), map[string]any{
-		"general":    map[string]any{"enableAutoUpdate": false, "enableAutoUpdateNotification": false},
-		"privacy":    map[string]any{"usageStatisticsEnabled": false},
-		"telemetry":  map[string]any{"enabled": false},
-		"ide":        map[string]any{"enabled": false, "hasSeenNudge": true},
-		"security":   map[string]any{"auth": map[string]any{"selectedType": "gemini-api-key"}},
-		"mcpServers": map[string]any{"fleet": entry},
-	})
+	settings := map[string]any{
+		"general":   map[string]any{"enableAutoUpdate": false, "enableAutoUpdateNotification": false},
+		"privacy":   map[string]any{"usageStatisticsEnabled": false},
+		"telemetry": map[string]any{"enabled": false},
+		"ide":       map[string]any{"enabled": false, "hasSeenNudge": true},
+		"security":  map[string]any{"auth": map[string]any{"selectedType": "gemini-api-key"}},
+	}
+	if entry != nil {
+		settings["mcpServers"] = map[string]any{"fleet": entry}
+	}
+	writeJSONFile(t, filepath.Join(dir, "settings.json"), settings)
+	if entry == nil {
+		mcpInstall(t, r, "gemini", nil)
+	}
 	writeJSONFile(t, filepath.Join(dir, "trustedFolders.json"), map[string]string{r.work: "TRUST_FOLDER"})
 	run := func(prompt string) {
 		t.Helper()
@@ -212,13 +286,17 @@ func testMCPGemini(t *testing.T, gemini string, entry map[string]any) {
 		defer cancel()
 		cmd := exec.CommandContext(ctx, gemini, "--yolo", "-p", prompt)
 		cmd.Dir = r.work
-		// main's credential, as a user has it in the environment (main is
-		// joined by mcpSendReceive before the first run)
-		tok, err := os.ReadFile(filepath.Join(r.dir, "h1", "credentials", "main.token"))
-		if err != nil {
-			t.Fatal(err)
+		env := []string{"GEMINI_API_KEY=stub-key", "GOOGLE_GEMINI_BASE_URL=" + r.stub.URL()}
+		if entry != nil {
+			// main's credential, as a user has it in the environment (main
+			// is joined by mcpSendReceive before the first run)
+			tok, err := os.ReadFile(filepath.Join(r.dir, "h1", "credentials", "main.token"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			env = append(env, "FLEET_TOKEN="+strings.TrimSpace(string(tok)))
 		}
-		cmd.Env = r.env("GEMINI_API_KEY=stub-key", "GOOGLE_GEMINI_BASE_URL="+r.stub.URL(), "FLEET_TOKEN="+strings.TrimSpace(string(tok)))
+		cmd.Env = r.env(env...)
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("gemini -p: %v\n%s", err, out)

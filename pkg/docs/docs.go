@@ -137,6 +137,7 @@ func manPage(app *ucli.App, all []string) (string, error) {
 	b.WriteString(strings.TrimRight(page, "\n"))
 	b.WriteString("\n\n")
 	writeCommandLine(&b)
+	writeSections(&b, app)
 	writeEnvironment(&b, app)
 	writeExitStatus(&b, app)
 	writeExamples(&b, app)

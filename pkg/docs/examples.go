@@ -112,16 +112,15 @@ var examples = map[string][]example{
 			"fleet-recv --id 0190f5a1-7b1c-7d2e-9f00-5d9e0b1f4a68 --json | jq -r .body"},
 	},
 	"fleet-mcp": {
-		{"Give Claude Code the fleet tools as the entity main (registered with fleet-roster join main --mode pull); " +
-			"with ENABLE_TOOL_SEARCH=false in its environment it lists them to the model up front, not through its tool search:",
-			"claude mcp add fleet -- fleet-mcp --as main"},
-		{"The same in an MCP client's JSON configuration, with the credential in the environment:",
-			`{"mcpServers": {"fleet": {"command": "fleet-mcp", "env": {"FLEET_TOKEN": "..."}}}}`},
-		{"Codex: add it, then in its [mcp_servers.fleet] table of ~/.codex/config.toml set default_tools_approval_mode = \"writes\" " +
-			"(the read-only tools, by their annotation, run without a prompt; tools.NAME.approval_mode = \"approve\" for others), " +
-			"tool_timeout_sec above 60 only for waits over 55 seconds, and env_vars = [\"FLEET_SOCKET\", \"FLEET_STATE_DIR\"] if the gateway is not at the default place (Codex passes a server only HOME, PATH, USER, ...):",
-			"codex mcp add fleet -- fleet-mcp --as main"},
-		{"Gemini CLI (~/.gemini/settings.json), which passes an MCP server no variable named *TOKEN* unless its env names it; or --as:",
+		{"Give Claude Code, Codex or Gemini CLI the fleet tools as the entity main (registered with fleet-roster join main --mode pull): " +
+			"the installer writes each CLI's own MCP entry (fleet-roster(1), hooks install --mcp):",
+			"fleet-roster hooks install claude --mcp main\nfleet-roster hooks install codex --mcp main\nfleet-roster hooks install gemini --mcp main"},
+		{"The same for one project, in the folder's .mcp.json (Claude Code), which holds no credential and can be committed:",
+			"fleet-roster hooks install claude --mcp main --project ."},
+		{"Codex: let send and receive run without asking (the read-only tools always do):",
+			"fleet-roster hooks install codex --mcp main --approve send,receive"},
+		{"What an MCP client's JSON configuration holds, by hand, with the credential in the environment instead (Gemini CLI passes " +
+			"no variable named *TOKEN* unless its env names it):",
 			`{"mcpServers": {"fleet": {"command": "fleet-mcp", "env": {"FLEET_TOKEN": "$FLEET_TOKEN"}}}}`},
 		{"List its tools from the command line with the MCP Inspector (from the npm registry):",
 			"npx @modelcontextprotocol/inspector --cli --method tools/list -- fleet-mcp --as main"},
@@ -154,6 +153,10 @@ var examples = map[string][]example{
 			"fleet-roster dead bob"},
 		{"Remove bob; what waits in its inbox is dead-lettered:",
 			"fleet-roster leave bob"},
+		{"Make fleet-mcp an MCP server of Codex, acting as main; then see what status reads:",
+			"fleet-roster hooks install codex --mcp main\nfleet-roster hooks status codex"},
+		{"Take fleet-mcp's entry out of Claude Code's ~/.claude.json again:",
+			"fleet-roster hooks remove claude --mcp"},
 		{"Options of fleet-roster itself go before the command:",
 			"fleet-roster --socket /srv/fleet/gw.sock dead --json"},
 	},
@@ -298,6 +301,14 @@ loop:
 					cands = cmd.Subcommands
 				}
 				if c := findCommand(cands, w); c != nil {
+					cmd, level = c, level+" "+c.Name
+					flags = withFlags(c.Flags, ucli.HelpFlag)
+					set = map[string]bool{}
+					continue
+				}
+			}
+			if cmd != nil && npos == 0 && len(cmd.Subcommands) > 0 { // fleet-roster hooks install
+				if c := findCommand(cmd.Subcommands, w); c != nil {
 					cmd, level = c, level+" "+c.Name
 					flags = withFlags(c.Flags, ucli.HelpFlag)
 					set = map[string]bool{}

@@ -140,6 +140,12 @@ func (s settings) save(path string) error {
 	if err != nil {
 		return err
 	}
+	return writeKeeping(path, b)
+}
+
+// writeKeeping writes b to path as save does: only when it differs, through
+// a symlink, with the file's own mode (0600 for a new one).
+func writeKeeping(path string, b []byte) error {
 	if real, err := filepath.EvalSymlinks(path); err == nil {
 		path = real
 	}
@@ -326,6 +332,10 @@ type Status struct {
 	Installed []string `json:"installed"` // the events that have every command of the recipe's
 	Missing   []string `json:"missing"`   // the recipe's events that lack one (an older install)
 	Blockers  []string `json:"blockers"`  // what else stops them, each with what to do
+	// MCP is fleet-mcp's entry in the CLI's MCP configuration (not part
+	// of the hooks: missing is no blocker); nil where the CLI has none to
+	// check (Codex with a project folder).
+	MCP *MCPStatus `json:"mcp,omitempty"`
 }
 
 // OK says whether nothing is missing and nothing blocks.
@@ -356,6 +366,12 @@ func (c *CLI) Check(home, project string) (*Status, error) {
 		} else {
 			st.Missing = append(st.Missing, event)
 		}
+	}
+	var usage *UsageError
+	if m, err := c.CheckMCP(home, project, ""); err == nil {
+		st.MCP = m
+	} else if !errors.As(err, &usage) {
+		st.MCP = &MCPStatus{State: "unreadable", Notes: []string{err.Error()}}
 	}
 	if len(st.Missing) > 0 {
 		st.Blockers = append(st.Blockers, "not installed: fleet-roster hooks install "+c.Name)

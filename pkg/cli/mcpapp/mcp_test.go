@@ -3,6 +3,8 @@ package mcpapp
 import (
 	"context"
 	"encoding/json"
+	"slices"
+	"sort"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -10,6 +12,7 @@ import (
 	"github.com/fleetd/fleet/pkg/api"
 	"github.com/fleetd/fleet/pkg/envelope"
 	"github.com/fleetd/fleet/pkg/fault"
+	"github.com/fleetd/fleet/pkg/hooks"
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -242,5 +245,22 @@ func TestArgumentsOutOfBounds(t *testing.T) {
 		if !res.IsError || !strings.HasPrefix(text, c.want) {
 			t.Errorf("%s %v: isError %v, %q; want %q", c.tool, c.args, res.IsError, text, c.want)
 		}
+	}
+}
+
+// The installer's list of tools (Codex's per-tool approval takes these
+// names: fleet-roster hooks install codex --mcp NAME --approve TOOLS) is
+// this server's.
+func TestInstallerKnowsTheTools(t *testing.T) {
+	_, tools := listed(t, 1<<20)
+	var names []string
+	for n := range tools {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	want := slices.Clone(hooks.MCPTools)
+	sort.Strings(want)
+	if !slices.Equal(names, want) {
+		t.Fatalf("pkg/hooks.MCPTools %v, the server's tools %v", want, names)
 	}
 }

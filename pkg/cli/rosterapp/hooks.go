@@ -1,7 +1,9 @@
 package rosterapp
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +13,7 @@ import (
 	fleetcli "github.com/fleetd/fleet/pkg/cli"
 	"github.com/fleetd/fleet/pkg/fault"
 	"github.com/fleetd/fleet/pkg/hooks"
+	"github.com/fleetd/fleet/pkg/ident"
 	ucli "github.com/urfave/cli/v2"
 )
 
@@ -21,29 +24,33 @@ func hooksCommand() *ucli.Command {
 	project := &ucli.StringFlag{Name: "project", Usage: "the project folder's settings (DIR/.claude, .codex, .gemini) instead of the user's"}
 	return &ucli.Command{
 		Name:  "hooks",
-		Usage: "install the turn hooks (busy and idle) into Claude Code, Codex CLI or Gemini CLI; status, remove, doctor",
+		Usage: "install the turn hooks (busy and idle), or fleet-mcp as an MCP server, into Claude Code, Codex CLI or Gemini CLI; status, remove, doctor",
 		Subcommands: []*ucli.Command{
 			{
 				Name:      "install",
 				Usage:     "merge fleet-turn's hooks into the CLI's settings (twice changes nothing; the user's own settings stay)",
 				ArgsUsage: "claude|codex|gemini",
 				Flags: []ucli.Flag{fleetcli.JSONFlag(), project,
-					&ucli.BoolFlag{Name: "trust", Usage: "codex: record the hooks as trusted in its config.toml, as its /hooks review does"}},
+					&ucli.BoolFlag{Name: "trust", Usage: "codex: record the hooks as trusted in its config.toml, as its /hooks review does"},
+					&ucli.StringFlag{Name: "mcp", Usage: "instead of the hooks: write the CLI's MCP server entry \"fleet\": fleet-mcp --as `NAME` (the entity's credential file, never a token)"},
+					&ucli.BoolFlag{Name: "force", Usage: "with --mcp: replace an entry named fleet that differs from fleet's"},
+					&ucli.StringFlag{Name: "approve", Usage: "with --mcp, codex: the fleet-mcp `TOOLS` (comma-separated, or all) Codex runs without asking; by default it asks before each tool that is not read-only"}},
 				Action: runHooksInstall,
 			},
 			{
 				Name:      "status",
-				Usage:     "which of the recipe's hooks are installed (an event only with every command of the recipe's), and what keeps them from running",
+				Usage:     "which of the recipe's hooks are installed (an event only with every command of the recipe's), what keeps them from running, and fleet-mcp's MCP entry (present, missing or differs)",
 				ArgsUsage: "[claude|codex|gemini]",
 				Flags:     []ucli.Flag{fleetcli.JSONFlag(), project},
 				Action:    runHooksStatus,
 			},
 			{
 				Name:      "remove",
-				Usage:     "take fleet-turn's hooks out of the CLI's settings (nothing else)",
+				Usage:     "take fleet-turn's hooks out of the CLI's settings (nothing else); with --mcp, fleet-mcp's entry instead",
 				ArgsUsage: "claude|codex|gemini",
-				Flags:     []ucli.Flag{fleetcli.JSONFlag(), project},
-				Action:    runHooksRemove,
+				Flags: []ucli.Flag{fleetcli.JSONFlag(), project,
+					&ucli.BoolFlag{Name: "mcp", Usage: "take out the MCP server entry \"fleet\" when it runs fleet-mcp (nothing else)"}},
+				Action: runHooksRemove,
 			},
 			{
 				Name:      "doctor",
@@ -117,6 +124,12 @@ func runHooksInstall(c *ucli.Context) error {
 		return err
 	}
 	cl := cls[0]
+	if c.IsSet("mcp") {
+		return installMCP(c, cl, home, project)
+	}
+	if c.Bool("force") || c.IsSet("approve") {
+		return fleetcli.Usage("--force and --approve go with --mcp NAME").WithHint("fleet-roster hooks install %s --mcp NAME", cl.Name)
+	}
 	if c.Bool("trust") && cl.Name != "codex" {
 		return fleetcli.Usage("--trust is for codex (the other CLIs need no hook trust)")
 	}
@@ -138,6 +151,9 @@ func runHooksRemove(c *ucli.Context) error {
 	cls, home, project, err := hooksArgs(c, false)
 	if err != nil {
 		return err
+	}
+	if c.Bool("mcp") {
+		return removeMCP(c, cls[0], home, project)
 	}
 	path, n, err := cls[0].Remove(home, project)
 	if err != nil {
@@ -183,7 +199,99 @@ func printStatus(c *ucli.Context, cl *hooks.CLI, home, project string) error {
 	for _, b := range st.Blockers {
 		fmt.Fprintf(w, "  blocked: %s\n", b)
 	}
+	printMCP(w, st.MCP)
 	return nil
+}
+
+func printMCP(w io.Writer, m *hooks.MCPStatus) {
+	if m == nil {
+		return
+	}
+	as := ""
+	if m.Entity != "" {
+		as = " as " + m.Entity
+	}
+	fmt.Fprintf(w, "  mcp: %s%s (%s)\n", m.State, as, m.File)
+	for _, n := range m.Notes {
+		fmt.Fprintf(w, "  note: %s\n", n)
+	}
+}
+
+// installMCP is hooks install --mcp NAME: fleet-mcp's entry in the CLI's
+// MCP configuration, and its status.
+func installMCP(c *ucli.Context, cl *hooks.CLI, home, project string) error {
+	if c.Bool("trust") {
+		return fleetcli.Usage("--trust is for the hooks, not --mcp")
+	}
+	var approve []string
+	for _, t := range strings.Split(c.String("approve"), ",") {
+		if t = strings.TrimSpace(t); t != "" {
+			approve = append(approve, t)
+		}
+	}
+	name := c.String("mcp")
+	path, changed, err := cl.InstallMCP(home, project, hooks.MCPOptions{Entity: name, Approve: approve, Force: c.Bool("force")})
+	if err != nil {
+		return mcpFault(err, cl, name, path)
+	}
+	if changed {
+		fmt.Fprintf(c.App.ErrWriter, "fleet-roster: fleet-mcp --as %s is the MCP server \"fleet\" in %s\n", name, path)
+	} else {
+		fmt.Fprintf(c.App.ErrWriter, "fleet-roster: %s already has fleet-mcp --as %s; nothing changed\n", path, name)
+	}
+	// fleet-mcp --as NAME needs NAME's credential file in the state folder
+	if cfg, err := fleetcli.LoadConfig(c); err == nil {
+		if _, err := ident.Load(cfg.StateDir, name); err != nil {
+			fmt.Fprintf(c.App.ErrWriter, "fleet-roster: note: %v; fleet-mcp --as %s needs it: fleet-roster join %s --mode pull\n", err, name, name)
+		}
+	}
+	st, err := cl.CheckMCP(home, project, name)
+	if err != nil {
+		return mcpFault(err, cl, name, path)
+	}
+	if c.Bool("json") {
+		return fleetcli.PrintJSON(c.App.Writer, map[string]any{"cli": cl.Name, "changed": changed, "mcp": st})
+	}
+	fmt.Fprintf(c.App.Writer, "%s:\n", cl.Name)
+	printMCP(c.App.Writer, st)
+	return nil
+}
+
+func removeMCP(c *ucli.Context, cl *hooks.CLI, home, project string) error {
+	path, removed, err := cl.RemoveMCP(home, project)
+	if err != nil {
+		return mcpFault(err, cl, "", path)
+	}
+	if c.Bool("json") {
+		return fleetcli.PrintJSON(c.App.Writer, map[string]any{"cli": cl.Name, "file": path, "removed": removed})
+	}
+	if removed {
+		fmt.Fprintf(c.App.ErrWriter, "fleet-roster: fleet-mcp's entry removed from %s\n", path)
+	} else {
+		fmt.Fprintf(c.App.ErrWriter, "fleet-roster: no fleet-mcp entry named fleet in %s; nothing changed\n", path)
+	}
+	return nil
+}
+
+// mcpFault is an installer error with its exit code and the next step.
+func mcpFault(err error, cl *hooks.CLI, name, path string) error {
+	var (
+		usage   *hooks.UsageError
+		differs *hooks.DiffersError
+		unedit  *hooks.UneditableError
+	)
+	switch {
+	case errors.As(err, &usage):
+		return fleetcli.Usage("%s", usage.Msg)
+	case errors.As(err, &differs):
+		return fault.New(fault.Refused, fault.KindNameTaken, "%v", err).
+			WithHint("fleet-roster hooks install %s --mcp %s --force replaces it (the rest of the file stays)", cl.Name, name)
+	case errors.As(err, &unedit):
+		return fault.New(fault.Refused, fault.KindBadConfig, "%v", err).WithHint("see fleet-roster(1), hooks")
+	case strings.Contains(err.Error(), "not valid TOML") || strings.Contains(err.Error(), "not a JSON object") || strings.Contains(err.Error(), "is not an object"):
+		return fault.Wrap(fault.Data, fault.KindBadConfig, err, "cannot read the %s MCP configuration", cl.Name).WithHint("fix %s, then run this again", path)
+	}
+	return fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot write the %s MCP configuration %s", cl.Name, path)
 }
 
 // runHooksDoctor is status plus what only a running fleet can show: the
