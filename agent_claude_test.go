@@ -316,7 +316,7 @@ func TestClaudeCode(t *testing.T) {
 		// slow enough that the roster reads busy while the turn runs
 		body := "hello from alice, message one STUB:SLOW=2"
 		id := c.send(t, body)
-		turns := waitTurnsWith(t, r, body, 1)
+		waitTurnsWith(t, r, body, 1)
 		r.waitStatus(c.name, "busy", 10*time.Second)
 		if cmd := paneCommand(r, c.pane); cmd != "claude" {
 			t.Errorf("the pane's command mid-turn is %q, want claude", cmd)
@@ -326,7 +326,7 @@ func TestClaudeCode(t *testing.T) {
 		c.waitState(t, id, "delivered")
 		r.waitScreen(c.pane, claudeReady, 10*time.Second)
 
-		turns = turnsWith(r, body)
+		turns := turnsWith(r, body)
 		if len(turns) != 1 {
 			t.Fatalf("the model saw %d turns with the message, want 1: %+v", len(turns), turns)
 		}
@@ -357,11 +357,11 @@ func TestClaudeCode(t *testing.T) {
 		marker := filepath.Join(r.dir, "claude-tool-marker")
 		body := "please run STUB:TOOL=touch " + marker
 		id := c.send(t, body)
-		turns := waitTurnsWith(t, r, body, 2)
+		waitTurnsWith(t, r, body, 2)
 		c.waitHook(t, "Stop", 2)
 		r.waitStatus(c.name, "idle", 10*time.Second)
 		c.waitState(t, id, "delivered")
-		turns = turnsWith(r, body)
+		turns := turnsWith(r, body)
 		if len(turns) != 2 {
 			t.Fatalf("the model saw %d requests for the tool turn, want 2 (the call, its result): %+v", len(turns), turns)
 		}
@@ -414,13 +414,13 @@ func TestClaudeCode(t *testing.T) {
 		c.r = r
 		body := "this one fails STUB:ERROR=529"
 		id := c.send(t, body)
-		turns := waitTurnsWith(t, r, body, 1)
+		waitTurnsWith(t, r, body, 1)
 		c.waitHook(t, "StopFailure", 1)
 		r.waitStatus(c.name, "idle", 10*time.Second)
 		c.waitState(t, id, "delivered")
 		r.waitScreen(c.pane, `API Error: 529`, 10*time.Second)
 		r.waitScreen(c.pane, claudeReady, 10*time.Second)
-		turns = turnsWith(r, body)
+		turns := turnsWith(r, body)
 		if len(turns) != 1 || turns[0].Status != 529 {
 			t.Errorf("the model saw %+v, want one request answered 529", turns)
 		}

@@ -54,12 +54,11 @@ const (
 
 // hookShape is what one CLI reads from one event's hook.
 type hookShape struct {
-	event  string // the CLI's event name, in hookSpecificOutput
-	stop   bool   // an end-of-turn hook: block (or deny) with the reason
-	wake   bool   // an asyncRewake hook: plain text on stderr, exit 2
-	block  string // the stop decision word
-	empty  string // what to print when nothing waits
-	wantIn string // the event name the CLI passes on stdin, "" for any
+	event string // the CLI's event name, in hookSpecificOutput
+	stop  bool   // an end-of-turn hook: block (or deny) with the reason
+	wake  bool   // an asyncRewake hook: plain text on stderr, exit 2
+	block string // the stop decision word
+	empty string // what to print when nothing waits
 }
 
 var hookShapes = map[string]map[string]hookShape{
@@ -250,7 +249,6 @@ func runWake(c *cli.Context, cfg *config.Config, token string, in hookInput, sha
 	turn := hookState(cfg.StateDir, "hook-turn", in.SessionID)
 	pid, parent := strconv.Itoa(os.Getpid()), os.Getppid()
 	me.put(pid)
-	seen := openSeen(cfg.StateDir, in.SessionID)
 	var buf bytes.Buffer
 	for {
 		select {
@@ -261,7 +259,7 @@ func runWake(c *cli.Context, cfg *config.Config, token string, in hookInput, sha
 		if me.get() != pid || turn.get() == "busy" || os.Getppid() != parent {
 			return nil // superseded, a turn runs, or the agent is gone
 		}
-		seen = openSeen(cfg.StateDir, in.SessionID) // the other hooks add to it
+		seen := openSeen(cfg.StateDir, in.SessionID) // the other hooks add to it
 		buf.Reset()
 		n, err := takeHook(cfg, token, seen, shape, &buf, c.App.ErrWriter)
 		if err != nil && fault.KindOf(err) != fault.KindNoGateway && fault.KindOf(err) != fault.KindInboxBusy {

@@ -78,9 +78,7 @@ func CheckMarkdown(name, src string, apps []*ucli.App) (int, []string) {
 					continue
 				}
 				checked++
-				for _, e := range checkConfigLine(fmt.Sprintf("%s:%d:", name, b.Line+i), line) {
-					errs = append(errs, e)
-				}
+				errs = append(errs, checkConfigLine(fmt.Sprintf("%s:%d:", name, b.Line+i), line)...)
 			}
 		}
 	}
