@@ -186,9 +186,10 @@ func (w *wakes) Run(ctx context.Context, b *mailbox) {
 				w.put(gid, func(s *wakeState) { s.Unanswered, warn, s.Warned = n, !s.Warned, true })
 				if warn {
 					log.Warn("a wake notice's turn took no mail: the agent's hooks did not run fleet-recv --hook (not installed, or not trusted)",
-						"pending", count, "again_in", due.Sub(now).String(),
+						"pending", count,
 						"fix", "install the recipe's hooks and trust them: fleet-roster hooks install codex|gemini --trust (then restart the agent)")
 				}
+				log.Info("wake notice unanswered: typed again later", "unanswered", n, "again_in", due.Sub(now).String())
 			}
 			if now.Before(due) {
 				wait(ctx, changed, due.Sub(now))
