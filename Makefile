@@ -26,13 +26,23 @@ build:
 # stopped after). One package at a time (-p 1): the agent CLIs and the
 # broker outage tests each load this 2-core machine, and the timing of
 # the outage tests is not to be shared.
+#
+# gotestsum (pinned, fetched through the module proxy on first use like
+# staticcheck) runs go test -json: it prints each package's result and the
+# whole output of every failed test, keeps every event in TEST_JSON, and
+# the run ends with the 20 slowest tests and scripts (what the suite's
+# time goes to).
+GOTESTSUM ?= $(GO) run gotest.tools/gotestsum@v1.13.0
+TEST_JSON ?= $(or $(TMPDIR),/tmp)/fleet-test-events.json
 test:
 	scripts/test-deps.sh
 	scripts/rabbitmq-node.sh start
 	scripts/rabbitmq-cluster.sh start
 	FLEET_TEST_BROKER=$$(scripts/rabbitmq-node.sh url) FLEET_TEST_CLUSTER=$$(scripts/rabbitmq-cluster.sh urls) \
-		$(GO) test -p 1 -count=1 -timeout 45m ./...; \
-		status=$$?; scripts/rabbitmq-cluster.sh stop; scripts/rabbitmq-node.sh stop; exit $$status
+		$(GOTESTSUM) --format pkgname-and-test-fails --jsonfile $(TEST_JSON) -- -p 1 -count=1 -timeout 45m ./...; \
+		status=$$?; scripts/rabbitmq-cluster.sh stop; scripts/rabbitmq-node.sh stop; \
+		echo "the 20 slowest tests of this run:"; $(GOTESTSUM) tool slowest --jsonfile $(TEST_JSON) --num 20 --threshold 0s; \
+		exit $$status
 
 # Hygiene gates: gofmt (tracked and new files), go vet, go.mod/go.sum tidy,
 # and staticcheck's default checks. staticcheck is pinned here and fetched

@@ -3,6 +3,7 @@ package fleet_test
 import (
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -123,7 +124,11 @@ func TestClaudeCodeHookMode(t *testing.T) {
 		big := strings.Repeat("0123456789abcdef", 50<<10/16)
 		id := c.send(t, big)
 		c.waitState(t, id, "delivered")
-		want := regexp.MustCompile(regexp.QuoteMeta(jsonText(header(id)+"\n│ (a body of 51200 bytes, too long for this hook: read it with cat '")) + `([^']+)'\)`)
+		// the pointer line, by its prefix; the command after it is
+		// followed as the model would: fleet-recv --id ID (or, before it,
+		// cat 'PATH')
+		want := regexp.MustCompile(regexp.QuoteMeta(jsonText(header(id)+"\n│ (a body of 51200 bytes, too long for this hook: read it with ")) +
+			`(?:fleet-recv --id ([A-Za-z0-9._:-]+)|cat '([^']+)')\)`)
 		var q stubmodel.Request
 		deadline := time.Now().Add(30 * time.Second)
 		for q.Body == "" || !want.MatchString(q.Body) {
@@ -139,8 +144,34 @@ func TestClaudeCodeHookMode(t *testing.T) {
 			t.Fatal("the 50 KiB body went to the model")
 		}
 		m := want.FindStringSubmatch(q.Body)
-		if b, err := os.ReadFile(m[1]); err != nil || string(b) != big {
-			t.Fatalf("the pointer's file %s: %v, %d bytes", m[1], err, len(b))
+		if m[2] != "" {
+			if b, err := os.ReadFile(m[2]); err != nil || string(b) != big {
+				t.Fatalf("the pointer's file %s: %v, %d bytes", m[2], err, len(b))
+			}
+		} else {
+			if m[1] != id {
+				t.Fatalf("the pointer names %q, not %s", m[1], id)
+			}
+			// run as the agent's shell tool would: its credential in
+			// FLEET_TOKEN; the body whole inside its frame, and as JSON
+			show := func(args ...string) string {
+				cmd := exec.Command(filepath.Join(binDir, "fleet-recv"), append([]string{"--id", m[1]}, args...)...)
+				cmd.Env = r.env("FLEET_TOKEN=" + c.token)
+				out, err := cmd.Output()
+				if err != nil {
+					t.Fatalf("fleet-recv --id %s %v: %v", m[1], args, err)
+				}
+				return string(out)
+			}
+			if out, frame := show(), header(id)+"\n│ "+big+"\n[end of fleet message "+id+" · reply: fleet-send --reply-to "+id+" TEXT]\n"; out != frame {
+				t.Errorf("fleet-recv --id printed %d bytes, want the frame with the body whole (%d bytes): %.300s", len(out), len(frame), out)
+			}
+			var msg struct {
+				Type, Body string
+			}
+			if out := show("--json"); json.Unmarshal([]byte(out), &msg) != nil || msg.Type != "message" || msg.Body != big {
+				t.Errorf("fleet-recv --id --json: %.300s", out)
+			}
 		}
 		onceInEach(t, r.stub.Requests(), header(id), 1)
 	})

@@ -18,7 +18,7 @@ _fleet_recv() {
         -*)
             [[ ${COMP_WORDS[i+1]} == = ]] && continue
             case $cmd:$w in
-            :--socket|:--state-dir|:--config|:--as|:--max|:-n|:--hook|:--event) i=$((i + 1)) ;; # skip the flag's value
+            :--socket|:--state-dir|:--config|:--as|:--max|:-n|:--hook|:--id|:--event) i=$((i + 1)) ;; # skip the flag's value
             esac
             ;;
         *)
@@ -32,11 +32,11 @@ _fleet_recv() {
     :--socket|:--config) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return 0 ;;
     :--state-dir) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -d -- "$cur"); return 0 ;;
     :--as) mapfile -t COMPREPLY < <(compgen -W "$(fleet-roster --json 2>/dev/null | sed -n 's/.*"name":"\([^"]*\)".*"host":"\([^"]*\)".*/\1 \1@\2/p')" -- "$cur"); return 0 ;;
-    :--max|:-n|:--hook|:--event) COMPREPLY=(); return 0 ;; # free text
+    :--max|:-n|:--hook|:--id|:--event) COMPREPLY=(); return 0 ;; # free text
     esac
     if [[ $cur == -* ]]; then
         case $cmd in
-        '') mapfile -t COMPREPLY < <(compgen -W '--socket --state-dir --config --json --as --follow -f --max -n --hook --event --help -h --version' -- "$cur") ;;
+        '') mapfile -t COMPREPLY < <(compgen -W '--socket --state-dir --config --json --as --follow -f --max -n --hook --id --event --help -h --version' -- "$cur") ;;
         esac
         return 0
     fi

@@ -103,15 +103,18 @@ func (b *Broker) takePresence(m amqp.Delivery) {
 	q := RosterQueue(b.cfg.Host)
 	env, err := envelope.Decode(m.Body, 1<<20)
 	if err != nil {
-		b.refuse(m, q, nil, asRefusal(err, ReasonMalformed), false)
+		b.refusePresence(m, q, nil, asRefusal(err, ReasonMalformed))
 		return
 	}
 	if env.Kind != envelope.Presence {
-		b.refuse(m, q, env, Refuse(ReasonMisrouted, "kind %s on bridge.roster", env.Kind), false)
+		b.refusePresence(m, q, env, Refuse(ReasonMisrouted, "kind %s on bridge.roster", env.Kind))
 		return
 	}
 	if err := b.authentic(m, env); err != nil {
-		b.refuse(m, q, env, asRefusal(err, ReasonForged), false)
+		// an untrusted or not yet enrolled host, a bad signature: its
+		// presence comes again every interval, so it is held to the
+		// once-a-minute rule like any other refused presence
+		b.refusePresence(m, q, env, asRefusal(err, ReasonForged))
 		return
 	}
 	if b.presence == nil {
@@ -123,11 +126,13 @@ func (b *Broker) takePresence(m amqp.Delivery) {
 	}
 }
 
-// refusePresence refuses a presence message. Presence repeats every
-// interval for every entity, so an untrusted or misconfigured host would
-// put a stream of identical refusals in bridge.dlq and the log: the first
-// of identical refusals (reason, claimed host, error) is logged and copied,
-// repeats within a minute are counted and reported with the next.
+// refusePresence refuses a presence message, whatever the cause (it does
+// not decode, is misrouted, is not authentic, or lies). Presence repeats
+// every interval for every entity, so an untrusted or misconfigured host
+// would put a stream of identical refusals in bridge.dlq and the log: the
+// first of identical refusals (reason, claimed host, error) is logged and
+// copied, repeats within a minute are counted (and in the refusals
+// metric) and reported with the next.
 func (b *Broker) refusePresence(m amqp.Delivery, q string, env *envelope.Envelope, r *Refusal) {
 	host, _ := m.Headers["fleet-host"].(string)
 	key := r.Reason + "|" + host + "|" + r.Err.Error() // the same refusal, again

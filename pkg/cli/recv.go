@@ -19,7 +19,8 @@ func NewRecvApp() *cli.App {
 	app := newApp("fleet-recv", "drain or follow the caller's inbox (pull delivery)")
 	app.UsageText = "fleet-recv [options]"
 	app.Description = "Writes the caller's waiting messages oldest first — a readable block each on a " +
-		"terminal, JSON Lines otherwise — and acknowledges them once they are written. A message leaves " +
+		"terminal (an ASK's header says by when, in local time with its zone, and the command that answers it), " +
+		"JSON Lines otherwise — and acknowledges them once they are written. A message leaves " +
 		"the inbox only when acknowledged: if fleet-recv dies first, the next fleet-recv gets it again.\n\n" +
 		"With --hook CLI --event EVENT it is an agent CLI's hook for an entity in hook mode (fleet-roster join NAME " +
 		"--mode hook; fleet-roster hooks install CLI wires it): it reads the hook's JSON on stdin, takes the waiting " +
@@ -36,12 +37,25 @@ func NewRecvApp() *cli.App {
 		"An ASK's header adds \"answer by\" and its deadline (RFC 3339, UTC), its end line the command " +
 		"fleet-send --answer ID TEXT; a REPLY's header adds \"re\" and the message it answers. No line of a body " +
 		"can open or close a frame: only the frame's own lines start with \"[\". A body over 2,000 bytes is not " +
-		"in the frame: a line gives its size and a command that shows it (cat of a 0600 file under the state folder)."
+		"in the frame: one line gives its size and the command that shows it: (a body of N bytes, too long for this hook: " +
+		"read it with fleet-recv --id MSGID).\n\n" +
+		"With --id MSGID it prints such a message, framed the same way with its body whole and inert (--json: the " +
+		"message's JSON object, the body byte for byte), from the caller's own copy: the hook kept it in hook-bodies/ under the state folder, in a 0600 file " +
+		"named by an HMAC of the msg id keyed with the entity's credential, so it is read with that credential " +
+		"(FLEET_TOKEN, as the hooks run, or --as NAME) and no other entity's. A copy is kept 7 days; each turn's end " +
+		"(--event stop) removes older ones, and the hooks' per-session records (hook-seen/, hook-turn/, hook-wake/) " +
+		"older than 30 days. No gateway is asked. A msg id out of its grammar is exit 64; no copy, exit 67.\n\n" +
+		"A hook killed after writing its output, before the acknowledgement, leaves the message in the inbox, " +
+		"recorded as handed into its conversation: the next hook of that conversation acknowledges it without " +
+		"showing it again. Its CLI may have dropped what the killed hook wrote (Claude Code reads a hook's JSON " +
+		"only when it exits 0), so a hook of another conversation that comes first is handed it too: at least once " +
+		"into some conversation, never twice into one."
 	app.Flags = append(connFlags(), jsonFlag(), asFlag(),
 		&cli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "keep streaming messages as they arrive"},
 		&cli.IntFlag{Name: "max", Aliases: []string{"n"}, Usage: "stop after N messages (0: all)"},
 		&cli.StringFlag{Name: "hook", Usage: "run as agent CLI `CLI`'s hook (claude, codex or gemini): hand the waiting messages to its model, framed, in the JSON the CLI reads (hook delivery mode)"},
-		&cli.StringFlag{Name: "event", Usage: "with --hook: the hook's `EVENT`: prompt (turn start), tool (after a tool call) stop (turn end: keep the agent going while mail waits) or, for claude, wake (an asyncRewake hook: waits while the agent is idle, and exits 2 with the mail on stderr, which wakes it)"},
+		&cli.StringFlag{Name: "id", Usage: "print message `MSGID` whole, from the copy a hook kept of a body too long for it (the pointer line's command)"},
+		&cli.StringFlag{Name: "event", Usage: "with --hook: the hook's `EVENT`: prompt (turn start), tool (after a tool call), stop (turn end: keep the agent going while mail waits) or, for claude, wake (an asyncRewake hook: waits while the agent is idle, and exits 2 with the mail on stderr, which wakes it)"},
 	)
 	app.Action = runRecv
 	return app
@@ -56,6 +70,9 @@ type message struct {
 func runRecv(c *cli.Context) error {
 	if c.NArg() > 0 {
 		return usage("fleet-recv takes no arguments, got %q", c.Args().First())
+	}
+	if c.IsSet("id") {
+		return runShow(c)
 	}
 	if c.IsSet("hook") {
 		return runHook(c)
@@ -124,6 +141,13 @@ func printHuman(w *bufio.Writer, e *envelope.Envelope) error {
 	fmt.Fprintf(w, "── %s from %s · %s · msg %s", e.Kind, e.Sender, e.Created.Local().Format(time.DateTime), e.MsgID)
 	if e.InReplyTo != "" {
 		fmt.Fprintf(w, " · re %s", e.InReplyTo)
+	}
+	if e.Kind == envelope.Ask {
+		// as the frame: by when, and how
+		if !e.Expires.IsZero() {
+			fmt.Fprintf(w, " · answer by %s", e.Expires.Local().Format("2006-01-02 15:04:05 Z07:00"))
+		}
+		fmt.Fprintf(w, " · answer: fleet-send --answer %s TEXT", e.MsgID)
 	}
 	// only on a terminal: no byte of another entity's text may act as an
 	// escape sequence there

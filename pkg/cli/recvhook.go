@@ -3,9 +3,11 @@ package cli
 import (
 	"bufio"
 	"bytes"
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -22,6 +24,7 @@ import (
 	"github.com/fleetd/fleet/pkg/deliver"
 	"github.com/fleetd/fleet/pkg/envelope"
 	"github.com/fleetd/fleet/pkg/fault"
+	"github.com/fleetd/fleet/pkg/ident"
 	"github.com/fleetd/fleet/pkg/private"
 	"github.com/urfave/cli/v2"
 )
@@ -125,6 +128,10 @@ func runHook(c *cli.Context) error {
 	if err != nil {
 		return fail("no fleet messages taken: %v", err)
 	}
+	if event == "stop" {
+		// a turn's end, the quiet moment: after the output, whatever it was
+		defer pruneHooks(cfg.StateDir, errw)
+	}
 	turn := hookState(cfg.StateDir, "hook-turn", in.SessionID)
 	switch {
 	case shape.wake:
@@ -174,8 +181,11 @@ func takeHook(cfg *config.Config, token string, seen *seenFile, shape hookShape,
 	if resp.End {
 		return 0, nil
 	}
-	frame := func(env *envelope.Envelope) (string, error) { return hookFrame(cfg.StateDir, env) }
+	frame := func(env *envelope.Envelope) (string, error) { return hookFrame(cfg.StateDir, token, env) }
 	d := pickHook(shape, resp.Batch, seen.has, frame, errw)
+	if os.Getenv("FLEET_CRASHPOINT") == "recv-before-write" {
+		syscall.Kill(os.Getpid(), syscall.SIGKILL) // test hook: dies having taken, not written
+	}
 	out := bufio.NewWriter(w)
 	if d.out != nil {
 		out.Write(append(d.out, '\n'))
@@ -338,27 +348,124 @@ func hookText(frames []string, left int) string {
 	return text
 }
 
-// hookFrame frames env, or, when its body is over hookBodyMax, writes the
-// body to a file of the entity's own (0600, under the state folder) and
-// frames a pointer to it.
-func hookFrame(stateDir string, env *envelope.Envelope) (string, error) {
+// hookFrame frames env, or, when its body is over hookBodyMax, keeps the
+// message for the entity (keptPath) and frames a pointer to it: the
+// command fleet-recv --id MSGID, which prints it whole.
+func hookFrame(stateDir, token string, env *envelope.Envelope) (string, error) {
 	if len(env.Body) <= hookBodyMax {
 		return deliver.Frame(env), nil
 	}
-	dir := filepath.Join(stateDir, "hook-bodies")
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if !ident.ValidID(env.MsgID) {
+		// the gateway admits no other (ident.IDPattern): never reached
+		return "", fmt.Errorf("msg id %q is not an id", env.MsgID)
+	}
+	path, err := keptPath(stateDir, token, env.MsgID)
+	if err != nil {
 		return "", err
 	}
-	path := filepath.Join(dir, hookFileName(env.MsgID)+".txt")
-	if err := private.WriteFile(path, []byte(env.Body), 0o600); err != nil {
+	if err := private.MakeDir(filepath.Dir(path)); err != nil {
 		return "", err
 	}
-	return deliver.FramePointer(env, "cat "+shellQuote(path)), nil
+	b, err := json.Marshal(message{Type: "message", Envelope: env})
+	if err != nil {
+		return "", err
+	}
+	if err := private.WriteFile(path, b, 0o600); err != nil {
+		return "", err
+	}
+	return deliver.FramePointer(env, "fleet-recv --id "+env.MsgID), nil
+}
+
+// The kept copies of long bodies: hook-bodies/ under the state folder,
+// one 0600 file a message (its JSON object, as fleet-recv --json prints
+// it), kept hookKeep. A file's name is an HMAC of the entity's gid and
+// the msg id keyed with the entity's secret: no byte of a msg id or a
+// body becomes a path, and one entity's copies are named by its own
+// credential alone — another entity of the host, knowing the msg id and
+// the gid, can neither name nor read them with fleet-recv --id.
+const (
+	hookKeep    = 7 * 24 * time.Hour  // hook-bodies/
+	hookRecords = 30 * 24 * time.Hour // hook-seen/, hook-turn/, hook-wake/
+	hookPruneAt = 16384               // entries looked at, a folder a turn's end
+	keptMax     = 64 << 20            // bytes read of a kept copy
+)
+
+// keptPath is where the entity of token keeps msgID's copy.
+func keptPath(stateDir, token, msgID string) (string, error) {
+	gid, secret, err := ident.Parse(token)
+	if err != nil {
+		return "", err
+	}
+	mac := hmac.New(sha256.New, []byte(secret))
+	mac.Write([]byte("fleet hook body\x00" + gid + "\x00" + msgID))
+	return filepath.Join(stateDir, "hook-bodies", hex.EncodeToString(mac.Sum(nil)[:16])+".json"), nil
+}
+
+// pruneHooks removes the kept copies older than hookKeep and the session
+// records older than hookRecords (private.Prune: bounded, never through
+// a link). What fails is said on errw; it never fails the hook.
+func pruneHooks(stateDir string, errw io.Writer) {
+	now := time.Now()
+	for _, p := range []struct {
+		dir  string
+		keep time.Duration
+	}{{"hook-bodies", hookKeep}, {"hook-seen", hookRecords}, {"hook-turn", hookRecords}, {"hook-wake", hookRecords}} {
+		if _, err := private.Prune(filepath.Join(stateDir, p.dir), now.Add(-p.keep), hookPruneAt); err != nil {
+			fmt.Fprintf(errw, "fleet-recv: pruning the hooks' files: %v\n", err)
+		}
+	}
+}
+
+// runShow is fleet-recv --id MSGID: the caller's kept copy of a message a
+// hook handed as a pointer, framed (the body whole, inert), or with
+// --json its JSON object. The copy is looked up by the caller's own
+// credential; no gateway is asked.
+func runShow(c *cli.Context) error {
+	id := c.String("id")
+	for _, f := range []string{"hook", "event", "follow", "max"} {
+		if c.IsSet(f) {
+			return usage("--id takes no --%s", f)
+		}
+	}
+	if !ident.ValidID(id) {
+		return usage("--id %q is not a msg id (a letter or digit, then up to 127 letters, digits, '.', '_', ':' or '-')", id).
+			WithHint("copy the id from the pointer line: (... read it with fleet-recv --id MSGID)")
+	}
+	cfg, token, err := credential(c)
+	if err != nil {
+		return err
+	}
+	if token == "" {
+		return fault.New(fault.Refused, fault.KindNoCredential, "no credential: fleet-recv --id reads the caller's own kept copies").
+			WithHint("run it as the hook did, with FLEET_TOKEN set, or with --as NAME")
+	}
+	path, err := keptPath(cfg.StateDir, token, id)
+	if err != nil {
+		return err
+	}
+	b, err := private.ReadFile("kept message", path, true, keptMax)
+	if errors.Is(err, os.ErrNotExist) {
+		return fault.New(fault.NoRecipient, fault.KindUnknownMessage, "no kept copy of message %s for this entity", id).
+			WithHint("a hook keeps a long body 7 days for the entity it handed it to; fleet-send --status %s shows the message's state", id)
+	}
+	if err != nil {
+		return err
+	}
+	m := message{Envelope: &envelope.Envelope{}}
+	if err := json.Unmarshal(b, &m); err != nil || m.Envelope.MsgID != id {
+		return fault.New(fault.Data, fault.KindBadEnvelope, "the kept copy of message %s (%s) is not that message", id, path).
+			WithHint("remove it: rm %s", shellQuote(path))
+	}
+	if c.Bool("json") {
+		return printJSON(c.App.Writer, m)
+	}
+	_, err = fmt.Fprintln(c.App.Writer, deliver.Frame(m.Envelope))
+	return err
 }
 
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
-// hookFileName is a file name for a msg id or a session id (any bytes).
+// hookFileName is a file name for a session id (any bytes).
 func hookFileName(s string) string {
 	h := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(h[:12])

@@ -32,9 +32,16 @@ func TestFrameExact(t *testing.T) {
 			t.Errorf("Frame(%s) =\n%s\nwant\n%s", c.env.Kind, got, c.want)
 		}
 	}
-	p := FramePointer(frameEnv(envelope.Send, strings.Repeat("x", 51200)), "cat '/s/b.txt'")
-	if want := "[fleet message from alice@h1 · msg m1 · send]\n│ (a body of 51200 bytes, too long for this hook: read it with cat '/s/b.txt')\n[end of fleet message m1 · reply: fleet-send --reply-to m1 TEXT]"; p != want {
+	p := FramePointer(frameEnv(envelope.Send, strings.Repeat("x", 51200)), "fleet-recv --id m1")
+	if want := "[fleet message from alice@h1 · msg m1 · send]\n│ (a body of 51200 bytes, too long for this hook: read it with fleet-recv --id m1)\n[end of fleet message m1 · reply: fleet-send --reply-to m1 TEXT]"; p != want {
 		t.Errorf("FramePointer =\n%s\nwant\n%s", p, want)
+	}
+	// an ASK handed as a pointer keeps its deadline (with its zone: UTC)
+	// and its answer command
+	ask.Body = strings.Repeat("x", 3000)
+	p = FramePointer(ask, "fleet-recv --id m1")
+	if want := "[fleet message from alice@h1 · msg m1 · ask · answer by 2026-12-01T13:30:05Z]\n│ (a body of 3000 bytes, too long for this hook: read it with fleet-recv --id m1)\n[end of fleet message m1 · answer: fleet-send --answer m1 TEXT]"; p != want {
+		t.Errorf("FramePointer(ASK) =\n%s\nwant\n%s", p, want)
 	}
 }
 

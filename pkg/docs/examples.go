@@ -105,6 +105,11 @@ var examples = map[string][]example{
 			"fleet-recv --as bob -n 1"},
 		{"Follow bob's inbox and print each body as it arrives:",
 			"fleet-recv --as bob --follow --json | jq -r .body"},
+		{"Read whole a long message a hook handed as a pointer — (a body of 51200 bytes, too long for this hook: " +
+			"read it with fleet-recv --id MSGID) — with the entity's credential in FLEET_TOKEN as the hooks have it:",
+			"fleet-recv --id 0190f5a1-7b1c-7d2e-9f00-5d9e0b1f4a68"},
+		{"The same message's body, byte for byte:",
+			"fleet-recv --id 0190f5a1-7b1c-7d2e-9f00-5d9e0b1f4a68 --json | jq -r .body"},
 	},
 	"fleet-mcp": {
 		{"Give Claude Code the fleet tools as the entity main (registered with fleet-roster join main --mode pull); " +

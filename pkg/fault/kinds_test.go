@@ -62,9 +62,19 @@ func TestNoBareKinds(t *testing.T) {
 				if call != nil && isFault(call.Fun, "KindOf") && (lit(n.X) || lit(n.Y)) {
 					t.Errorf("%s: a fault kind compared with a bare string", fset.Position(n.Pos()))
 				}
-			case *ast.KeyValueExpr:
-				if k, ok := n.Key.(*ast.Ident); ok && k.Name == "Kind" && lit(n.Value) {
-					t.Logf("%s: Kind: with a string literal (not necessarily a fault)", fset.Position(n.Pos()))
+			case *ast.CompositeLit:
+				// fault.Error{Kind: "..."}: a fault built by hand
+				if n.Type == nil || !isFault(n.Type, "Error") {
+					break
+				}
+				for _, el := range n.Elts {
+					kv, ok := el.(*ast.KeyValueExpr)
+					if !ok {
+						continue
+					}
+					if k, ok := kv.Key.(*ast.Ident); ok && k.Name == "Kind" && lit(kv.Value) {
+						t.Errorf("%s: a fault.Error with its Kind written as a bare string", fset.Position(kv.Pos()))
+					}
 				}
 			}
 			return true

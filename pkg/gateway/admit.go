@@ -58,7 +58,7 @@ const (
 )
 
 // idRE is the grammar of msg ids, trace ids, turn ids and request ids.
-var idRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
+var idRE = regexp.MustCompile(ident.IDPattern)
 
 // admission checks what comes from the broker. It owns the verification
 // memo and the hosts heard but not trusted.

@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"path/filepath"
 	"strings"
@@ -154,9 +155,28 @@ func TestCrossLeastPrivilege(t *testing.T) {
 		}
 		return nil
 	})
-	time.Sleep(300 * time.Millisecond)
-	if got := bob.recv(); len(got) != 0 {
-		t.Fatalf("bob got more: %v", bodies(got))
+	// nothing more: once h2 has heard h1's presence (the heartbeats the
+	// bindings above would copy), a sentinel from alice is the next and
+	// only thing bob gets
+	eventually(t, "h1's presence on h2", func() error {
+		for _, r := range h2.must("", &api.Request{Op: api.OpRoster}).Entities {
+			if r.Name == "alice" {
+				return nil
+			}
+		}
+		return errors.New("not yet")
+	})
+	alice.mustSend(bob.Gid, "sentinel")
+	var more []string
+	eventually(t, "the sentinel", func() error {
+		more = append(more, bodies(bob.recv())...)
+		if len(more) == 0 || more[len(more)-1] != "sentinel" {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	if len(more) != 1 {
+		t.Fatalf("bob got more: %v", more)
 	}
 	// h2's announcements crossed bridge.roster, bound into bridge.dead
 	// above: none reached the operators' queue
@@ -270,11 +290,14 @@ func TestCrossLoginRevoked(t *testing.T) {
 		}
 	}
 	h1.waitLog(`"msg":"the broker refuses this gateway's login`)
-	_, err := alice.send(bob.Gid, "after revocation")
-	faultOf(t, err, fault.Unavailable)
-	time.Sleep(3 * time.Second)
+	// sends while cut off each fail fast (69), and the refusal is still
+	// said once: the sends are the sentinel that time went by with work
+	for i := range 3 {
+		_, err := alice.send(bob.Gid, fmt.Sprintf("after revocation %d", i))
+		faultOf(t, err, fault.Unavailable)
+	}
 	if n := strings.Count(h1.logs.String(), "refuses this gateway's login"); n != 1 {
-		t.Errorf("the refusal logged %d times in 3s, want once", n)
+		t.Errorf("the refusal logged %d times over three refused sends, want once", n)
 	}
 	resp := h1.must("", &api.Request{Op: api.OpRoster})
 	for _, r := range resp.Entities {
@@ -288,6 +311,7 @@ func TestCrossLoginRevoked(t *testing.T) {
 	gw := gateway.New(h1.Cfg, slog.New(slog.NewJSONHandler(logs, nil)))
 	done := make(chan error, 1)
 	go func() { done <- gw.Run(context.Background()) }()
+	var err error
 	select {
 	case <-gw.Ready():
 		t.Fatal("a gateway with a removed login served")

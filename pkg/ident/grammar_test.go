@@ -13,6 +13,7 @@ func TestGrammars(t *testing.T) {
 	hostRE := regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$`)
 	gidRE := regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,62}\.[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
 	nameRE := regexp.MustCompile(NamePattern)
+	idRE := regexp.MustCompile(IDPattern)
 	uuid := "01a22c15-8557-7503-928f-f03d6429f6ed"
 	long := strings.Repeat("a", 62)
 	cases := []string{
@@ -20,6 +21,7 @@ func TestGrammars(t *testing.T) {
 		"h1." + uuid, "h1." + strings.ToUpper(uuid), "h1." + uuid[:35], "h1." + uuid + "0", "." + uuid,
 		"h1.x" + uuid[1:], "h1." + strings.Replace(uuid, "-", "_", 1), "a" + long + "." + uuid, "aa" + long + "." + uuid,
 		"h1..", "h1." + uuid + "\n", "bob", "Bob_2", "b-", "9bob", strings.Repeat("b", 64), strings.Repeat("b", 65), "bob@h1",
+		uuid, "a:b.c_d-e", ":a", ".a", "a/b", "../x", "a b", "a\x00", "x" + strings.Repeat("1", 127), "x" + strings.Repeat("1", 128), "a'b", "a$b",
 	}
 	for _, s := range cases {
 		if got, want := ValidHost(s), hostRE.MatchString(s); got != want {
@@ -30,6 +32,9 @@ func TestGrammars(t *testing.T) {
 		}
 		if got, want := ValidName(s), nameRE.MatchString(s); got != want {
 			t.Errorf("ValidName(%q) = %v, want %v", s, got, want)
+		}
+		if got, want := ValidID(s), idRE.MatchString(s); got != want {
+			t.Errorf("ValidID(%q) = %v, want %v", s, got, want)
 		}
 	}
 }

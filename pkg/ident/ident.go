@@ -116,6 +116,24 @@ func tailOK(s string) bool {
 	return true
 }
 
+// IDPattern is the grammar of a msg id (and of trace, turn and request
+// ids): what the gateway admits from another host. Local ones are UUIDs,
+// which it holds too. No byte outside it is a shell word's.
+const IDPattern = `^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`
+
+// ValidID reports whether s is in IDPattern.
+func ValidID(s string) bool {
+	if len(s) == 0 || len(s) > 128 || !isAlnum(s[0]) {
+		return false
+	}
+	for i := 1; i < len(s); i++ {
+		if c := s[i]; !isAlnum(c) && c != '.' && c != '_' && c != ':' && c != '-' {
+			return false
+		}
+	}
+	return true
+}
+
 // NewGid mints a gid on host.
 func NewGid(host string) string { return host + "." + envelope.NewID() }
 

@@ -26,8 +26,10 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/fleetd/fleet/pkg/fault"
+	"golang.org/x/sys/unix"
 )
 
 // Error is a path refused for its owner or mode: a fault.Refused (77)
@@ -197,4 +199,56 @@ func Check(what string, f *os.File, secret bool) error {
 		return refuse(what, path, st, "may be written by others", "chmod go-w "+path)
 	}
 	return nil
+}
+
+// Prune removes the regular files directly in dir last changed before
+// cutoff, and returns how many it removed. It never works through a link:
+// dir is opened without following one (a link there is refused, as
+// OpenFile refuses one) and must be a folder of this user's; each entry is
+// looked at and removed relative to that open folder, so a folder swapped
+// in meanwhile is not touched, and a link, a folder or anything else
+// inside is left alone. Its work is bounded: at most max entries are
+// looked at. A missing dir is nothing to do.
+func Prune(dir string, cutoff time.Time, max int) (int, error) {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	switch {
+	case errors.Is(err, unix.ENOENT):
+		return 0, nil
+	case errors.Is(err, unix.ELOOP):
+		return 0, isLink(err, "folder", dir, "prunes")
+	case errors.Is(err, unix.ENOTDIR):
+		if fi, lerr := os.Lstat(dir); lerr == nil && fi.Mode()&os.ModeSymlink != 0 {
+			return 0, isLink(unix.ELOOP, "folder", dir, "prunes")
+		}
+		return 0, fault.New(fault.Refused, fault.KindNotPrivate, "%s is not a folder", dir).
+			WithHint("remove it and let fleet make it again")
+	case err != nil:
+		return 0, &os.PathError{Op: "open", Path: dir, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), dir)
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return 0, &os.PathError{Op: "stat", Path: dir, Err: err}
+	}
+	if int(st.Uid) != os.Getuid() {
+		return 0, fault.New(fault.Refused, fault.KindNotPrivate, "folder %s belongs to %s: fleet prunes its own files only", dir, Owner(st.Uid)).
+			WithHint("remove it and let fleet make it again")
+	}
+	names, err := f.Readdirnames(max)
+	if err != nil && err != io.EOF {
+		return 0, &os.PathError{Op: "readdir", Path: dir, Err: err}
+	}
+	removed := 0
+	for _, name := range names {
+		var fst unix.Stat_t
+		if unix.Fstatat(fd, name, &fst, unix.AT_SYMLINK_NOFOLLOW) != nil ||
+			fst.Mode&unix.S_IFMT != unix.S_IFREG || !time.Unix(fst.Mtim.Unix()).Before(cutoff) {
+			continue
+		}
+		if unix.Unlinkat(fd, name, 0) == nil {
+			removed++
+		}
+	}
+	return removed, nil
 }

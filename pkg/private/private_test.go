@@ -2,11 +2,13 @@ package private
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/fleetd/fleet/pkg/fault"
 )
@@ -110,5 +112,74 @@ func TestReadFileModes(t *testing.T) {
 		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
 			t.Errorf("mode %v secret %v: %v, want %q", c.mode, c.secret, err, c.want)
 		}
+	}
+}
+
+// Prune removes old regular files only, never through a link: not the
+// target of a link inside, not the files of a folder a link at dir points
+// to; fresh files stay; a missing folder is nothing to do.
+func TestPrune(t *testing.T) {
+	base := t.TempDir()
+	dir := filepath.Join(base, "d")
+	outside := filepath.Join(base, "outside")
+	for _, d := range []string{dir, outside, filepath.Join(dir, "sub")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old := time.Now().Add(-48 * time.Hour)
+	write := func(path string, when time.Time) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(path, when, when); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(filepath.Join(dir, "old1"), old)
+	write(filepath.Join(dir, ".old.tmp-1"), old)
+	write(filepath.Join(dir, "fresh"), time.Now())
+	write(filepath.Join(dir, "sub", "old-in-sub"), old)
+	write(filepath.Join(outside, "victim"), old)
+	os.Symlink(filepath.Join(outside, "victim"), filepath.Join(dir, "link"))
+	os.Chtimes(filepath.Join(dir, "sub"), old, old)
+
+	n, err := Prune(dir, time.Now().Add(-24*time.Hour), 100)
+	if err != nil || n != 2 {
+		t.Fatalf("Prune: %d removed, %v; want 2", n, err)
+	}
+	for _, gone := range []string{"old1", ".old.tmp-1"} {
+		if _, err := os.Lstat(filepath.Join(dir, gone)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s not removed: %v", gone, err)
+		}
+	}
+	for _, kept := range []string{filepath.Join(dir, "fresh"), filepath.Join(dir, "sub", "old-in-sub"), filepath.Join(dir, "link"), filepath.Join(outside, "victim")} {
+		if _, err := os.Lstat(kept); err != nil {
+			t.Errorf("%s removed: %v", kept, err)
+		}
+	}
+
+	// a link at dir itself: refused, the folder it names untouched
+	link := filepath.Join(base, "linkdir")
+	os.Symlink(outside, link)
+	if n, err := Prune(link, time.Now(), 100); n != 0 || fault.KindOf(err) != fault.KindNotPrivate || !strings.Contains(err.Error(), "symbolic link") {
+		t.Errorf("Prune through a link: %d, %v", n, err)
+	}
+	if _, err := os.Stat(filepath.Join(outside, "victim")); err != nil {
+		t.Errorf("the victim went: %v", err)
+	}
+	if n, err := Prune(filepath.Join(base, "missing"), time.Now(), 100); n != 0 || err != nil {
+		t.Errorf("a missing folder: %d, %v", n, err)
+	}
+
+	// bounded: at most max entries looked at
+	many := filepath.Join(base, "many")
+	os.Mkdir(many, 0o700)
+	for i := 0; i < 10; i++ {
+		write(filepath.Join(many, fmt.Sprint(i)), old)
+	}
+	if n, err := Prune(many, time.Now(), 4); n != 4 || err != nil {
+		t.Errorf("Prune with max 4: %d, %v", n, err)
 	}
 }
