@@ -2,7 +2,9 @@ package gateway
 
 // The last metre: what the gateway knows of the agent in an inject entity's
 // tmux pane beyond what the agent's own turn hooks say, and the rules that
-// keep its mail flowing without ever typing into the wrong program.
+// keep its mail flowing without ever typing into the wrong program. A hook
+// entity joined with its pane is watched by the same rules (wake.go types
+// its wake notice under them).
 //
 // An entity's status (store.Entity.Status, the roster's vocabulary):
 //
