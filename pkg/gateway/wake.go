@@ -134,7 +134,6 @@ func (w *wakes) Run(ctx context.Context, b *mailbox) {
 	}()
 	pane := w.pane()
 	pol := backoff.Policy{Base: w.cfg.NudgeAfter, Max: w.cfg.NudgeMax}
-	bindOld(ctx, b, w.st)
 	var (
 		head string    // the inbox's head when the last notice was typed ("": none typed)
 		due  time.Time // when a notice whose turn took nothing may be typed again
@@ -207,6 +206,16 @@ func (w *wakes) Run(ctx context.Context, b *mailbox) {
 			if !errors.Is(err, errStale) {
 				log.Error("recording the status", "err", err)
 				backoff.Sleep(ctx, time.Second)
+			}
+			continue
+		}
+		b.mu.Lock()
+		draining = b.draining
+		b.mu.Unlock()
+		if again, _ := w.waiting(b, time.Now()); again == 0 || draining {
+			// taken meanwhile (a fleet-recv began): nothing to wake it for
+			if perr := notPasted(b, w.st, errors.New("nothing waits")); perr != nil {
+				log.Error("recording the status", "err", perr)
 			}
 			continue
 		}

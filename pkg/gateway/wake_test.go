@@ -29,6 +29,7 @@ type fakeWakePane struct {
 	dialog   string
 	detached bool
 	agent    func(line string)
+	agents   sync.WaitGroup // the agent's turns still running
 }
 
 func (f *fakeWakePane) record(context.Context, *mailbox, store.Entity) bool {
@@ -55,7 +56,8 @@ func (f *fakeWakePane) typeLine(_ context.Context, ent store.Entity, line string
 	agent := f.agent
 	f.mu.Unlock()
 	if agent != nil {
-		go agent(line)
+		f.agents.Add(1)
+		go func() { defer f.agents.Done(); agent(line) }()
 	}
 	return nil
 }
@@ -162,7 +164,7 @@ func newWakeRig(t *testing.T) *wakeRig {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); r.w.Run(ctx, r.b) }()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(func() { cancel(); <-done; r.pane.agents.Wait() })
 	return r
 }
 
@@ -231,8 +233,12 @@ func TestWakeNoticeOnceAndTaken(t *testing.T) {
 	if got := r.pane.typed(); len(got) != 0 {
 		t.Fatalf("typed with no mail: %q", got)
 	}
+	// (sent while a turn runs: both wait when it ends)
+	r.hook(stBusy)
 	env1 := r.send("first secret body")
 	env2 := r.send("second secret body")
+	r.pane.settle(t, r.b)
+	r.hook(stIdle)
 	got := r.waitLines(1)
 	want := "(typed by fleet, not by your user) 2 fleet message(s) wait: they come with this turn"
 	if got[0] != want {
