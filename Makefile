@@ -71,6 +71,7 @@ demo: build
 
 install: build
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 \
+		$(DESTDIR)$(PREFIX)/share/man/man5 $(DESTDIR)$(PREFIX)/share/man/man7 \
 		$(DESTDIR)$(PREFIX)/share/bash-completion/completions $(DESTDIR)$(PREFIX)/share/zsh/site-functions
 	install -m 0755 $(addprefix bin/,$(CMDS)) $(DESTDIR)$(PREFIX)/bin/
 	# the agent CLIs' turn hook and its recipes (fleet-roster hooks install
@@ -79,6 +80,9 @@ install: build
 	install -d $(DESTDIR)$(PREFIX)/share/fleet/hooks
 	install -m 0644 scripts/hooks/*.json scripts/hooks/*.toml $(DESTDIR)$(PREFIX)/share/fleet/hooks/
 	install -m 0644 man/*.1 $(DESTDIR)$(PREFIX)/share/man/man1/
+	# the config file's page and the concept pages (pkg/docs/pages)
+	install -m 0644 man/*.5 $(DESTDIR)$(PREFIX)/share/man/man5/
+	install -m 0644 man/*.7 $(DESTDIR)$(PREFIX)/share/man/man7/
 	for c in $(CMDS); do \
 		install -m 0644 completions/$$c.bash $(DESTDIR)$(PREFIX)/share/bash-completion/completions/$$c; \
 		install -m 0644 completions/_$$c $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_$$c; \
@@ -94,7 +98,8 @@ install: build
 clean:
 	rm -rf bin dist
 
-# Man pages and completions are generated from the command definitions.
+# Man pages and completions are generated from the command definitions,
+# and the section-5 and -7 pages from pkg/docs/pages/*.md.
 generate:
 	$(GO) run ./scripts/gendocs -out .
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fleetd/fleet/internal/stubmodel"
+	"github.com/fleetd/fleet/pkg/deliver"
 )
 
 // Hook delivery mode with the real Claude Code: the entity is joined
@@ -213,6 +214,9 @@ func TestClaudeCodeHookMode(t *testing.T) {
 		onceInEach(t, r.stub.Requests(), header(id), 2)
 	})
 }
+
+// deliverBar starts every body line of a frame (deliver.FrameBar).
+const deliverBar = deliver.FrameBar
 
 // jsonText is s as it stands inside a JSON string (the request bodies).
 func jsonText(s string) string {

@@ -201,6 +201,11 @@ func TestCodex(t *testing.T) {
 			t.Fatalf("status: %s", st)
 		}
 		r.waitScreen(pane, `stub reply`, 10*time.Second)
+		// the recipe's fleet-recv hooks ran with no FLEET_TOKEN: they say
+		// so on stderr only, which Codex does not show (exit 0)
+		if s := r.screen(pane); regexp.MustCompile(`(?i)hook failed|blocked by hook|fleet-recv`).MatchString(s) {
+			t.Errorf("the hooks showed something:\n%s", s)
+		}
 	})
 
 	t.Run("tool", func(t *testing.T) {

@@ -38,7 +38,7 @@ func geminiSettings(t *testing.T, r *agentRig, events string) {
 		"type": "command", "command": "sh -c 'cat >> " + events + "; echo >> " + events + "'", "timeout": 10000,
 	}}}
 	hooks := map[string][]any{}
-	for _, ev := range []string{"SessionStart", "SessionEnd", "BeforeAgent", "AfterAgent", "Notification"} {
+	for _, ev := range []string{"SessionStart", "SessionEnd", "BeforeAgent", "AfterAgent", "BeforeTool", "AfterTool", "Notification"} {
 		hooks[ev] = append(hooks[ev], record)
 	}
 	security := map[string]any{"auth": map[string]any{"selectedType": "gemini-api-key"}}

@@ -1,7 +1,6 @@
 package fleet_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,7 +9,6 @@ import (
 	"time"
 
 	"github.com/fleetd/fleet/internal/stubmodel"
-	"github.com/fleetd/fleet/pkg/hooks"
 )
 
 // The gateway's wake notice (pkg/gateway/wake.go) with the real Codex and
@@ -31,40 +29,17 @@ func wakeNotice(n int) string {
 	return fmt.Sprintf("%s %d fleet message(s) wait: they come with this turn", wakeMarker, n)
 }
 
-// TEMPORARY, until the prompt hooks of the Codex and Gemini recipes are
-// on main (branches codexhook and geminihook): promptHook adds the hook
-// `fleet-recv --hook CLI --event prompt` to the installed recipe when the
-// recipe does not have it. Once the recipes have it, this does nothing.
-const (
-	codexPromptHook  = "fleet-recv --hook codex --event prompt"
-	geminiPromptHook = "fleet-recv --hook gemini --event prompt"
-)
-
-func addPromptHook(t *testing.T, path, event, command string, timeout int) bool {
+// recipeHas fails the test unless the installed recipe at path runs
+// command (the prompt hook that takes the mail in the notice's turn).
+func recipeHas(t *testing.T, path, command string) {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(string(b), command) {
-		return false // the recipe has it
+	if !strings.Contains(string(b), `"`+command+`"`) {
+		t.Fatalf("the installed recipe %s has no %q:\n%s", path, command, b)
 	}
-	var s map[string]any
-	if err := json.Unmarshal(b, &s); err != nil {
-		t.Fatal(err)
-	}
-	hs, _ := s["hooks"].(map[string]any)
-	if hs == nil {
-		t.Fatalf("%s holds no hooks: %s", path, b)
-	}
-	group := map[string]any{"hooks": []any{map[string]any{"type": "command", "command": command, "timeout": timeout}}}
-	list, _ := hs[event].([]any)
-	hs[event] = append(list, group)
-	out, _ := json.MarshalIndent(s, "", "  ")
-	if err := os.WriteFile(path, out, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return true
 }
 
 // wakeTurn waits for the first turn whose request holds the notice, and
@@ -149,17 +124,8 @@ func checkWoken(t *testing.T, r *agentRig, name, pane, idle string) {
 func TestCodexHookWake(t *testing.T) {
 	codex := agentBin(t, "codex")
 	r := newCodexRig(t, "FLEET_NUDGE_AFTER=2s", "FLEET_NUDGE_MAX=4s")
-	path := filepath.Join(r.codexHome, "hooks.json")
-	if addPromptHook(t, path, "UserPromptSubmit", codexPromptHook, 10) {
-		// Codex runs no hook it has not trusted: trusted as the installer
-		// does (fleet-roster hooks install codex --trust)
-		if err := hooks.CodexTrust(r.home, path); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if st := r.fleet("fleet-roster", "hooks", "status", "codex", "--json"); !strings.Contains(st, `"blockers":[]`) {
-		t.Fatalf("fleet-roster hooks status codex: %s", st)
-	}
+	// the shipped recipe, installed and trusted by newCodexRig
+	recipeHas(t, filepath.Join(r.codexHome, "hooks.json"), "fleet-recv --hook codex --event prompt")
 	r.fleet("fleet-roster", "join", "alice", "--mode", "pull")
 	token := filepath.Join(r.dir, "codey.token")
 	pane, run := r.gatedPane("codey", "FLEET_TOKEN=$(cat "+token+") exec "+codex+" --no-daemon",
@@ -190,7 +156,7 @@ func TestGeminiHookWake(t *testing.T) {
 	r := newAgentRig(t, "FLEET_NUDGE_AFTER=2s", "FLEET_NUDGE_MAX=4s")
 	events := filepath.Join(r.dir, "events.jsonl")
 	geminiSettings(t, r, events)
-	addPromptHook(t, filepath.Join(r.home, ".gemini", "settings.json"), "BeforeAgent", geminiPromptHook, 10000)
+	recipeHas(t, filepath.Join(r.home, ".gemini", "settings.json"), "fleet-recv --hook gemini --event prompt")
 	r.fleet("fleet-roster", "join", "alice", "--mode", "pull")
 	token := filepath.Join(r.dir, "gem.token")
 	env := append(r.env(), "GEMINI_API_KEY=stub-key", "GOOGLE_GEMINI_BASE_URL="+r.stub.URL())

@@ -122,7 +122,7 @@ func mcpSendReceive(t *testing.T, r *agentRig, run func(string), also, prefix st
 }
 
 // mcpClaudeEnv: Claude Code's tool search would offer the MCP tools by
-// name only, until the model looked them up (README, fleet-mcp); off, the
+// name only, until the model looked them up (fleet-agents(7)); off, the
 // request carries them whole.
 var mcpClaudeEnv = []string{"ENABLE_TOOL_SEARCH=false"}
 

@@ -8,7 +8,8 @@ import (
 	"testing"
 )
 
-// make install puts the commands, their man pages and completions, the
+// make install puts the commands, their man pages (and the config file's
+// and concept pages, sections 5 and 7) and completions, the
 // gateway's systemd user units (with the prefix's paths) and the example
 // config in place, and systemd itself accepts the units.
 func TestMakeInstall(t *testing.T) {
@@ -18,6 +19,9 @@ func TestMakeInstall(t *testing.T) {
 	}
 	for _, f := range []string{
 		"bin/fleet-gw", "bin/fleet-send", "share/man/man1/fleet-gw.1",
+		"share/man/man5/fleet-config.5", "share/man/man7/fleet.7", "share/man/man7/fleet-broker.7",
+		"share/man/man7/fleet-security.7", "share/man/man7/fleet-agents.7", "share/man/man7/fleet-metrics.7",
+		"share/man/man7/fleet-json.7",
 		"share/bash-completion/completions/fleet-gw", "share/zsh/site-functions/_fleet-gw",
 		"lib/systemd/user/fleet-gw.service", "lib/systemd/user/fleet-gw-health.service",
 		"lib/systemd/user/fleet-gw-health.timer", "share/doc/fleet/fleet.conf.example",

@@ -117,10 +117,23 @@ func (s *Server) anthropic(w http.ResponseWriter, r *http.Request) {
 	// of tool results answers a tool call (system messages after it, such
 	// as a PostToolUse hook's context, aside).
 	toolResult := false
-	lastUser := -1
+	lastUser, lastAnswer, promptAt := -1, -1, -1
 	for i, m := range req.Messages {
-		if m.Role == "user" {
+		switch m.Role {
+		case "user":
 			lastUser = i
+		case "assistant":
+			lastAnswer = i
+		}
+	}
+	// the texts new in this request (after the model's last answer):
+	// where a hook hands the model a fleet message
+	var fresh []string
+	for _, m := range req.Messages[lastAnswer+1:] {
+		for _, blk := range m.blocks() {
+			if blk.Type == "text" && m.Role != "assistant" {
+				fresh = append(fresh, blk.Text)
+			}
 		}
 	}
 	for i, m := range req.Messages {
@@ -134,7 +147,7 @@ func (s *Server) anthropic(w http.ResponseWriter, r *http.Request) {
 			case "text":
 				rec.Texts = append(rec.Texts, blk.Text)
 				if t := anthropicUserText(blk.Text); t != "" {
-					rec.Prompt, hasText = t, true
+					rec.Prompt, hasText, promptAt = t, true, i
 				}
 			case "tool_result":
 				if last {
@@ -160,7 +173,15 @@ func (s *Server) anthropic(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	p := s.plan(rec.Prompt, toolResult)
+	// a prompt the model answered before (a request after a Stop hook's
+	// block or an idle wake) is not acted on again
+	// block or an idle wake) is not acted on again; its marker comes
+	// before a hook's
+	stale := toolResult || promptAt < lastAnswer
+	p, hooked := s.hookPlan(fresh)
+	if !hooked || (!stale && (toolRE.MatchString(rec.Prompt) || mcpRE.MatchString(rec.Prompt) || errorRE.MatchString(rec.Prompt))) {
+		p = s.plan(rec.Prompt, stale)
+	}
 	if p.Error != 0 {
 		rec.Status = p.Error
 		typ := anthropicErrorTypes[p.Error]

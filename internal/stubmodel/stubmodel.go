@@ -24,6 +24,14 @@
 //	                object to the end of the line as its arguments ({MSGID}
 //	                as for STUB:TOOL)
 //
+// A message handed to the model by an agent CLI's hook (fleet-recv
+// --hook) is not in the prompt but in hook text new in the request (Claude
+// Code: a system message, a system reminder, an idle wake's text): there
+// the stub follows the STUB:TOOL or STUB:MCP marker of the first fleet
+// frame whose body carries one, {MSGID} being that frame's msg id — what
+// an agent that reads the frame's "answer: fleet-send --answer ID TEXT"
+// would do. (Anthropic side only.)
+//
 // Otherwise the model answers "stub reply N" (N counts the answers). The
 // stub is no model: nothing it says depends on the text beyond the markers.
 // scripts/stubmodel runs it as a program.
@@ -167,9 +175,38 @@ var (
 	msgIDRE = regexp.MustCompile(`\[fleet [a-z]+ from \S+ · msg ([0-9a-f-]{36})`)
 )
 
+// frameRE is a fleet frame as fleet-recv --hook writes it (pkg/deliver):
+// its header line, its body lines behind "│ ", and its end line's start.
+// A body line cannot open or close a frame (it starts with the bar).
+var frameRE = regexp.MustCompile(`(?m)^\[fleet message from \S+ · msg ([0-9a-f-]{36}) · [^\n]*\]\n((?:│ [^\n]*\n)*)\[end of fleet message `)
+
+// hookPlan is what the model does with hook text new in a request (texts):
+// the STUB:TOOL or STUB:MCP marker of the first fleet frame whose body
+// carries one, {MSGID} filled with that frame's msg id; false if none does.
+func (s *Server) hookPlan(texts []string) (Plan, bool) {
+	for _, t := range texts {
+		for _, m := range frameRE.FindAllStringSubmatch(t, -1) {
+			if !toolRE.MatchString(m[2]) && !mcpRE.MatchString(m[2]) {
+				continue
+			}
+			return s.planID(m[2], m[1], false), true
+		}
+	}
+	return Plan{}, false
+}
+
 // plan reads the markers of prompt. A request answering a tool call
 // (toolResult) is answered in text: one tool call per marked prompt.
 func (s *Server) plan(prompt string, toolResult bool) Plan {
+	id := ""
+	if m := msgIDRE.FindStringSubmatch(prompt); m != nil {
+		id = m[1]
+	}
+	return s.planID(prompt, id, toolResult)
+}
+
+// planID is plan with {MSGID} standing for id.
+func (s *Server) planID(prompt, id string, toolResult bool) Plan {
 	var p Plan
 	if m := errorRE.FindStringSubmatch(prompt); m != nil && !toolResult {
 		p.Error, _ = strconv.Atoi(m[1])
@@ -181,8 +218,8 @@ func (s *Server) plan(prompt string, toolResult bool) Plan {
 	}
 	if m := mcpRE.FindStringSubmatch(prompt); m != nil && !toolResult {
 		args := strings.TrimSpace(m[2])
-		if id := msgIDRE.FindStringSubmatch(prompt); id != nil {
-			args = strings.ReplaceAll(args, "{MSGID}", id[1])
+		if id != "" {
+			args = strings.ReplaceAll(args, "{MSGID}", id)
 		}
 		p.MCP, p.Args = m[1], map[string]any{}
 		if args != "" {
@@ -194,8 +231,8 @@ func (s *Server) plan(prompt string, toolResult bool) Plan {
 	}
 	if m := toolRE.FindStringSubmatch(prompt); m != nil && !toolResult {
 		p.Tool = strings.TrimSpace(m[1])
-		if id := msgIDRE.FindStringSubmatch(prompt); id != nil {
-			p.Tool = strings.ReplaceAll(p.Tool, "{MSGID}", id[1])
+		if id != "" {
+			p.Tool = strings.ReplaceAll(p.Tool, "{MSGID}", id)
 		}
 		return p
 	}

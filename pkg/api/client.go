@@ -158,7 +158,7 @@ func (c *Client) Call(req *Request) (*Response, error) {
 // reply or answer): only those members of the answer are decoded (any other
 // is dropped). A short command's first answer decoded into the whole
 // Response builds the decoders of every op's fields; on the machine of the
-// README's figures that is ~30 more page faults per process start, at
+// figures in scripts/BENCHMARKS.md that is ~30 more page faults per process start, at
 // about 25 µs each.
 func (c *Client) CallShort(req *Request) (*Response, error) {
 	return c.call(req, c.readShort)

@@ -476,7 +476,7 @@ func (b *Broker) connectTo(ctx context.Context, raw string) (*generation, error)
 			return fail(err)
 		}
 		b.log.Error("control queue exists with other arguments than configured (another inbox-queue-type?): keeping it as it is",
-			"queue", q, "err", ae.Reason, "fix", "queues keep the type they were made with: see README, A broker cluster")
+			"queue", q, "err", ae.Reason, "fix", "queues keep the type they were made with: see man 7 fleet-broker, A BROKER CLUSTER")
 		if ch, err = subConn.Channel(); err != nil {
 			return fail(err)
 		}

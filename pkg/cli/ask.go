@@ -12,9 +12,9 @@ import (
 // NewAskApp is fleet-ask.
 func NewAskApp() *cli.App {
 	app := newApp("fleet-ask", "ask an entity a question and wait for its answer (live only, with a TTL)")
-	takesText(app, func(map[string]bool) int { return 1 }, false) // the askee, then the text
+	takesText(app, func(map[string]bool) int { return 1 }) // the askee, then the text
 	app.UsageText = "fleet-ask [options] NAME|NAME@HOST|GID [TEXT...|-]"
-	app.Description = textRuleDoc + " " + "Asks are live-only: the question lives in memory and on the wire with an expiry, " +
+	app.Description = "Asks are live-only: the question lives in memory and on the wire with an expiry, " +
 		"never in a durable store. fleet-ask blocks until the askee answers (fleet-send --answer ASK_ID) " +
 		"and prints the answer, or exits 75 when the TTL passes. If this process is gone when the " +
 		"answer comes, the answer is never delivered anywhere and the answerer is told TOO_LATE. " +
@@ -28,6 +28,9 @@ func NewAskApp() *cli.App {
 		args := c.Args().Slice()
 		if len(args) == 0 {
 			return usage("no askee").WithHint("fleet-ask NAME QUESTION")
+		}
+		if c.IsSet("ttl") && c.Duration("ttl") <= 0 {
+			return usage("--ttl must be positive, not %v", c.Duration("ttl")).WithHint("fleet-ask --ttl 2m NAME QUESTION")
 		}
 		s, err := connect(c)
 		if err != nil {

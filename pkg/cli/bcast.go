@@ -12,9 +12,9 @@ import (
 // NewBcastApp is fleet-bcast.
 func NewBcastApp() *cli.App {
 	app := newApp("fleet-bcast", "send one message to every entity, or to every member of a group, on every host")
-	takesText(app, func(map[string]bool) int { return 0 }, true) // all text; no recipient, so strict
+	takesText(app, func(map[string]bool) int { return 0 }) // no recipient: all text
 	app.UsageText = "fleet-bcast [options] [--group G] [TEXT...|-]"
-	app.Description = strictTextRuleDoc + " " + "Publishes once with key broadcast.all or broadcast.<group>; the broker copies it into " +
+	app.Description = "Publishes once with key broadcast.all or broadcast.<group>; the broker copies it into " +
 		"every member's inbox and each copy is delivered like any message. Members on this host get " +
 		"theirs even with the broker down (the command then exits 69 and says which part failed). " +
 		"The sender does not get its own broadcast. Prints the msg id and the trace id. " +

@@ -47,13 +47,11 @@ var Apps = []func() *cli.App{NewSendApp, NewRecvApp, NewBcastApp, NewAskApp, New
 // way, and does not start os/signal's watcher at all (signalContext).
 func Main(app *cli.App, args []string) int {
 	ctx := newSignalContext()
-	ordered, stray := reorder(app, args)
-	var err error
-	if stray != "" {
-		err = usage("%s after the text: options go before the text", stray).
-			WithHint("%s [options] %s ... — or, to send it as text, put the text after --", app.Name, stray)
-	} else {
+	ordered, err := reorder(app, args)
+	if err == nil {
 		err = app.RunContext(ctx, ordered)
+	} else {
+		ordered = args
 	}
 	if err == nil {
 		return 0

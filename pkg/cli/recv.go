@@ -30,6 +30,22 @@ func NewRecvApp() *cli.App {
 		"session_id) is never handed into it again. It always exits 0, saying a failure on stderr — but for " +
 		"--event wake, Claude Code's asyncRewake hook, which waits in the background while the agent is idle and " +
 		"exits 2 with the framed mail on stderr, waking the agent; it ends with exit 0 when a turn starts.\n\n" +
+		"Codex CLI (--hook codex; its recipe runs prompt on UserPromptSubmit, tool on PostToolUse, stop on Stop): " +
+		"the prompt and tool hooks' text reaches the model as a developer message, after the prompt or between the " +
+		"tool call and its output, unseen by the user; the stop hook's block goes on with the turn, its text the " +
+		"model's next user message (wrapped in a hook_prompt tag), and Codex shows it to the user under \"Blocked by hook\". " +
+		"No Codex hook runs while it waits at its prompt: mail waits for the next turn. " +
+		"The hooks run in every Codex of the user: where FLEET_TOKEN is unset or names a pull or inject entity " +
+		"they take nothing and say why on stderr, which Codex does not show.\n\n" +
+		"Where the text lands depends on the CLI (measured with the real CLIs, docs/agent-clis/). Gemini CLI " +
+		"(--hook gemini, the BeforeAgent, AfterTool and AfterAgent hooks) adds prompt's text as a hook_context " +
+		"part (in tags of that name) after the user's prompt and tool's inside the tool's result; stop denies the turn's end, and Gemini " +
+		"sends the reason — the frames — to the model as the next prompt, in the USER's role, and shows it to its " +
+		"user as \"Agent execution blocked: ...\". That is why every delivery opens with a line saying the frames " +
+		"are fleet messages from other entities, not the user's words. Gemini reads a hook's stdout as JSON only " +
+		"(plain text it shows its user): under --hook gemini every path prints JSON, {} when nothing is handed " +
+		"over for whatever reason (no gateway, no credential, not a hook entity: said on stderr, which Gemini " +
+		"does not show; a usage error too, with exit 64: Gemini would take plain text with that exit for a deny).\n\n" +
 		"Each message is framed, the same in every CLI, as another entity's words, never the user's or the system's:\n\n" +
 		"   [fleet message from NAME@HOST · msg ID · KIND]\n" +
 		"   │ the body, each line behind a bar (no control character; U+2028, U+2029 as ⟨U+2028⟩)\n" +
@@ -68,17 +84,17 @@ type message struct {
 }
 
 func runRecv(c *cli.Context) error {
-	if c.NArg() > 0 {
-		return usage("fleet-recv takes no arguments, got %q", c.Args().First())
-	}
-	if c.IsSet("id") {
-		return runShow(c)
-	}
 	if c.IsSet("hook") {
 		return runHook(c)
 	}
+	if c.NArg() > 0 {
+		return usage("fleet-recv takes no arguments, got %q", c.Args().First())
+	}
 	if c.IsSet("event") {
 		return usage("--event is for --hook")
+	}
+	if c.IsSet("id") {
+		return runShow(c)
 	}
 	max := c.Int("max")
 	if max < 0 {

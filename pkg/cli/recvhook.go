@@ -102,8 +102,22 @@ type hookInput struct {
 	SessionID string `json:"session_id"`
 }
 
-func runHook(c *cli.Context) error {
+func runHook(c *cli.Context) (err error) {
 	cliName, event := c.String("hook"), c.String("event")
+	if cliName == "gemini" {
+		// Gemini reads a hook's stdout as JSON only, and takes plain text
+		// with an exit other than 0 or 1 for a deny with that text as its
+		// reason (at AfterAgent: a turn that goes on with it, again and
+		// again): a usage error too leaves {} on stdout
+		defer func() {
+			if err != nil {
+				fmt.Fprintln(c.App.Writer, "{}")
+			}
+		}()
+	}
+	if c.NArg() > 0 {
+		return usage("fleet-recv takes no arguments, got %q", c.Args().First())
+	}
 	shapes, ok := hookShapes[cliName]
 	if !ok {
 		return usage("--hook must be claude, codex or gemini, not %q", cliName)

@@ -23,13 +23,13 @@ func NewSendApp() *cli.App {
 			return 0
 		}
 		return 1
-	}, false)
+	})
 	app.UsageText = "fleet-send [options] NAME|NAME@HOST|GID [TEXT...|-]\n" +
 		"fleet-send [options] --reply-to MSGID [TEXT...|-]\n" +
 		"fleet-send [options] --answer ASK_ID [TEXT...|-]\n" +
 		"fleet-send [options] --status MSGID\n" +
 		"fleet-send [options] --wait-reply MSGID"
-	app.Description = textRuleDoc + " " + "Sends TEXT (the arguments joined by spaces; stdin when there are none or TEXT is -) " +
+	app.Description = "Sends TEXT (the arguments joined by spaces; stdin when there are none or TEXT is -) " +
 		"as the caller's entity, whose credential comes from FLEET_TOKEN or --as NAME. " +
 		"Prints the msg id and the trace id once the message is stored durably at its recipient's gateway."
 	app.Flags = append(connFlags(), jsonFlag(), asFlag(),
@@ -46,6 +46,9 @@ func NewSendApp() *cli.App {
 }
 
 func runSend(c *cli.Context) error {
+	if err := checkSend(c); err != nil {
+		return err
+	}
 	if id := c.String("status"); id != "" {
 		return runStatus(c, id)
 	}
@@ -89,6 +92,44 @@ func runSend(c *cli.Context) error {
 	}
 	_, err = fmt.Fprintf(c.App.Writer, "%s %s\n", resp.Sent.MsgID, resp.Sent.TraceID)
 	return err
+}
+
+// checkSend refuses, before anything is sent, an option whose value the
+// command could not carry out and options that contradict each other: a
+// script that retries on an error must never send twice.
+func checkSend(c *cli.Context) error {
+	if c.IsSet("until") && c.String("until") != "delivered" {
+		return usage("--until takes delivered, not %q", c.String("until")).
+			WithHint("fleet-send --until delivered NAME TEXT (or --status MSGID --until delivered)")
+	}
+	if c.IsSet("timeout") && c.Duration("timeout") <= 0 {
+		return usage("--timeout must be positive, not %v", c.Duration("timeout"))
+	}
+	for _, name := range []string{"status", "wait-reply", "reply-to", "answer"} {
+		if c.IsSet(name) && c.String(name) == "" {
+			return usage("--%s needs a message id", name)
+		}
+	}
+	// what each way of calling fleet-send cannot be given
+	for _, r := range []struct {
+		opt  string
+		with []string
+	}{
+		{"status", []string{"reply-to", "answer", "wait", "wait-reply"}},
+		{"wait-reply", []string{"reply-to", "answer", "wait", "until"}},
+		{"reply-to", []string{"answer"}},
+		{"wait", []string{"until"}},
+	} {
+		if !c.IsSet(r.opt) {
+			continue
+		}
+		for _, w := range r.with {
+			if c.IsSet(w) {
+				return usage("--%s and --%s do not go together", r.opt, w).WithHint("see: fleet-send --help")
+			}
+		}
+	}
+	return nil
 }
 
 // readReply waits on the open send for the reply and prints it: the body

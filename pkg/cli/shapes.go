@@ -9,7 +9,7 @@ import (
 	"github.com/fleetd/fleet/pkg/ident"
 )
 
-// The JSON objects the short commands print (README: JSON output). An
+// The JSON objects the short commands print (fleet-json(7)). An
 // entity is always {"gid","name","host"} — in messages (the envelope's
 // sender and recipient), in what a send returns and in a delivery state —
 // and a time is RFC 3339 with its zone.

@@ -14,6 +14,7 @@ import (
 func NewSpawnApp() *cli.App {
 	app := newApp("fleet-spawn", "start an entity on a host through that gateway's launcher, and register it")
 	app.UsageText = "fleet-spawn [options] [--host H] NAME [-- ARGS...]"
+	setWords(app, Words{Lead: func(map[string]bool) int { return 1 }, Noun: "arguments"}) // NAME, then the command's
 	app.Description = "Asks the gateway of host H (this host by default) to start an entity called NAME " +
 		"with the launcher of its profile P (profile.P.* in that gateway's config file): a new tmux window, " +
 		"or a detached command. The entity is registered there as fleet-roster join would, and its command " +

@@ -28,7 +28,7 @@ func TestMistypedFlagIsNamed(t *testing.T) {
 // refused (64) with a hint that shows it after "--".
 func TestDashTextHintsDoubleDash(t *testing.T) {
 	code, stderr := run(t, "fleet-send", "bob", "-v is broken")
-	if code != 64 || !strings.Contains(stderr, `goes after --: fleet-send [options] -- '-v is broken'`) {
+	if code != 64 || !strings.Contains(stderr, `goes after --: fleet-send bob -- '-v is broken' (or comes on stdin: fleet-send bob -)`) {
 		t.Errorf("exit %d, stderr %q", code, stderr)
 	}
 }

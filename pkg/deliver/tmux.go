@@ -3,6 +3,7 @@ package deliver
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -182,6 +183,22 @@ func (t *Tmux) detached(ctx context.Context) *DetachedError {
 	return e
 }
 
+// bufferID names the paste buffers of one delivery: the message and the
+// pane (hashed: both come from outside, and a buffer name must stay
+// quotable), then a random part. tmux's buffers are one namespace per
+// server, and the copies of a broadcast to the panes of one host have one
+// msg id and are pasted at once; a name of the message alone let one
+// copy's paste (-d) delete another's buffer ("no buffer fleet-<id>-line").
+// The random part keeps even two deliveries of one message to one pane
+// apart (a retry racing a paste still under way, two gateways on one
+// tmux server).
+func bufferID(msgID, target string) string {
+	sum := sha256.Sum256([]byte(msgID + "\x00" + target))
+	var r [8]byte
+	rand.Read(r[:]) // never fails (crypto/rand)
+	return hex.EncodeToString(sum[:6]) + "-" + hex.EncodeToString(r[:])
+}
+
 // Deliver pastes the text and submits it.
 func (t *Tmux) Deliver(ctx context.Context, env *envelope.Envelope) error {
 	return t.submit(ctx, env.MsgID, Format(env, t.Header, true), Format(env, t.Header, false))
@@ -203,10 +220,7 @@ func (t *Tmux) submit(ctx context.Context, key, text, oneLine string) error {
 	if t.Program != "" && (!quotable(t.Target) || !ProgramOK(t.Program)) {
 		return fmt.Errorf("pane %q or program %q cannot be checked before a paste", t.Target, t.Program)
 	}
-	// one pair of buffers per message and pane: the copies of a broadcast
-	// to two panes of one host are pasted at once
-	sum := sha256.Sum256([]byte(key + "\x00" + t.Target))
-	id := hex.EncodeToString(sum[:8])
+	id := bufferID(key, t.Target)
 	lines, line := "fleet-"+id+"-text", "fleet-"+id+"-line"
 	drop := func() {
 		_ = tmux(context.Background(), nil, "delete-buffer", "-b", lines)

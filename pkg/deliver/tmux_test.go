@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -177,5 +180,98 @@ func TestIsShell(t *testing.T) {
 		if IsShell(s) {
 			t.Errorf("IsShell(%q) = true", s)
 		}
+	}
+}
+
+// panes starts a private tmux server with n windows whose programs record
+// every byte they read in raw mode (no bracketed paste: Line is pasted),
+// and returns their targets and recordings.
+func panes(t *testing.T, n int) (targets, recs []string) {
+	t.Helper()
+	if _, err := exec.LookPath("tmux"); err != nil {
+		t.Fatal("tmux is required (make test installs it): ", err)
+	}
+	dir := t.TempDir()
+	t.Setenv("TMUX_TMPDIR", dir)
+	t.Setenv("TMUX", "")
+	t.Cleanup(func() { exec.Command("tmux", "kill-server").Run() })
+	for i := 0; i < n; i++ {
+		rec := filepath.Join(dir, "rec"+strconv.Itoa(i))
+		prog := `stty raw -echo; echo ready > ` + rec + `.ready; exec cat > ` + rec
+		args := []string{"-f", "/dev/null", "new-session", "-d", "-s", "t", "-x", "200", "-y", "20", prog}
+		if i > 0 {
+			args = []string{"new-window", "-d", "-t", "t:" + strconv.Itoa(i), prog}
+		}
+		if out, err := exec.Command("tmux", args...).CombinedOutput(); err != nil {
+			t.Fatalf("tmux %s: %v: %s", args[0], err, out)
+		}
+		waitFile(t, rec+".ready", func(b []byte) bool { return len(b) > 0 })
+		targets = append(targets, "t:"+strconv.Itoa(i)+".0")
+		recs = append(recs, rec)
+	}
+	return targets, recs
+}
+
+// The copies of one broadcast reach the panes of one host at once, each
+// pane's in order (the gateway delivers each inbox in its own goroutine):
+// every delivery has buffers of its own, so every paste succeeds at its
+// first attempt, each pane gets each message once, and no buffer is left
+// behind. With buffers named by msg id alone, one copy's paste (-d)
+// deleted the buffer of another ("no buffer fleet-<id>-line").
+func TestTmuxBroadcastCopiesDoNotRace(t *testing.T) {
+	const n, msgs = 4, 10
+	targets, recs := panes(t, n)
+	envs := make([]*envelope.Envelope, msgs)
+	for i := range envs {
+		envs[i] = &envelope.Envelope{
+			Kind: envelope.Broadcast, MsgID: "bc-" + strconv.Itoa(i), Sender: envelope.Party{Name: "main", Host: "h1"},
+			Recipient: envelope.Party{Group: "crew"}, Created: time.Now(), Body: "broadcast " + strconv.Itoa(i) + "\nto the crew",
+		}
+	}
+	errs := make(chan error, n*msgs)
+	var wg sync.WaitGroup
+	for p := range targets {
+		wg.Add(1)
+		go func(target string) {
+			defer wg.Done()
+			x := &Tmux{Target: target, Settle: 10 * time.Millisecond, Paste: PasteLine}
+			for _, env := range envs {
+				if err := x.Deliver(context.Background(), env); err != nil {
+					errs <- fmt.Errorf("%s, %s: %w", target, env.MsgID, err)
+				}
+			}
+		}(targets[p])
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error("a first attempt failed: ", err)
+	}
+	want := ""
+	for _, env := range envs {
+		want += Line(env) + "\r"
+	}
+	for _, rec := range recs {
+		waitFile(t, rec, func(b []byte) bool { return len(b) >= len(want) })
+		time.Sleep(100 * time.Millisecond) // anything more would show
+		got, _ := os.ReadFile(rec)
+		if string(got) != want {
+			t.Errorf("%s got\n%q\nwant\n%q", rec, got, want)
+		}
+	}
+	out, _ := exec.Command("tmux", "list-buffers").CombinedOutput()
+	if strings.Contains(string(out), "fleet-") {
+		t.Errorf("buffers left behind: %s", out)
+	}
+}
+
+// Two deliveries of one message to one pane never share a buffer name.
+func TestBufferIDPerDelivery(t *testing.T) {
+	a, b := bufferID("m-1", "%3"), bufferID("m-1", "%3")
+	if a == b || !quotable("fleet-"+a+"-text") {
+		t.Errorf("bufferID gave %q and %q", a, b)
+	}
+	if c := bufferID("m-1", "%4"); c[:12] == a[:12] {
+		t.Errorf("two panes, one message: %q and %q share the message-and-pane part", a, c)
 	}
 }

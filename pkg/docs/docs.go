@@ -5,15 +5,21 @@
 //
 // For every app in cli.Apps it produces, relative to the output folder:
 //
-//	man/NAME.1             the page urfave/cli renders, plus ENVIRONMENT,
-//	                       EXIT STATUS, EXAMPLES and SEE ALSO
+//	man/NAME.1             the page urfave/cli renders, plus COMMAND LINE,
+//	                       ENVIRONMENT, EXIT STATUS, EXAMPLES and SEE ALSO
 //	completions/NAME.bash  a bash `complete -F` function
 //	completions/_NAME      a zsh #compdef function
+//
+// and for every markdown page under pages/ (the concepts, section 7, and
+// the config file, section 5: see pages.go) man/NAME.7 or man/NAME.5.
+// Every fleet command line in the examples and in the pages' code is held
+// to the definitions: a renamed flag or command fails generation.
 //
 // The output depends only on the definitions: no dates, no versions.
 package docs
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -70,6 +76,24 @@ func Render() (map[string][]byte, error) {
 		files["completions/"+app.Name+".bash"] = []byte(bashCompletion(app))
 		files["completions/_"+app.Name] = []byte(zshCompletion(app))
 	}
+	ps, err := readPages()
+	if err != nil {
+		return nil, err
+	}
+	var lineErrs []string
+	for _, p := range ps {
+		file := p.Name + "." + p.Section
+		_, errs := CheckMarkdown("pages/"+file+".md", string(p.Src), fresh())
+		lineErrs = append(lineErrs, errs...)
+		roff, err := renderPage(p)
+		if err != nil {
+			return nil, err
+		}
+		files["man/"+file] = roff
+	}
+	if len(lineErrs) > 0 {
+		return nil, errors.New("command lines in the pages do not match the command definitions:\n\t" + strings.Join(lineErrs, "\n\t"))
+	}
 	return files, nil
 }
 
@@ -112,6 +136,7 @@ func manPage(app *ucli.App, all []string) (string, error) {
 	var b strings.Builder
 	b.WriteString(strings.TrimRight(page, "\n"))
 	b.WriteString("\n\n")
+	writeCommandLine(&b)
 	writeEnvironment(&b, app)
 	writeExitStatus(&b, app)
 	writeExamples(&b, app)
@@ -189,6 +214,13 @@ func configFlag(app *ucli.App, k string) (string, bool) {
 		return "", false
 	}
 	return hasFlag(app, k)
+}
+
+// writeCommandLine is the rule every command reads its line by
+// (cli.CommandLineRule), the same on every page.
+func writeCommandLine(b *strings.Builder) {
+	b.WriteString(".SH COMMAND LINE\n.PP\n")
+	b.WriteString(roffCode(cli.CommandLineRule) + "\n\n")
 }
 
 func writeEnvironment(b *strings.Builder, app *ucli.App) {
@@ -270,12 +302,32 @@ func writeExamples(b *strings.Builder, app *ucli.App) {
 	b.WriteString("\n")
 }
 
+// seeAlso names the concept pages (pages/) each command's page points to,
+// besides fleet(7) and fleet-config(5), which every one does.
+var seeAlso = map[string][]string{
+	"fleet-gw":     {"fleet-broker(7)", "fleet-security(7)", "fleet-metrics(7)"},
+	"fleet-roster": {"fleet-agents(7)", "fleet-json(7)", "fleet-security(7)"},
+	"fleet-send":   {"fleet-json(7)"},
+	"fleet-ask":    {"fleet-json(7)"},
+	"fleet-bcast":  {"fleet-json(7)"},
+	"fleet-recv":   {"fleet-agents(7)", "fleet-json(7)"},
+	"fleet-mcp":    {"fleet-agents(7)"},
+	"fleet-spawn":  {"fleet-json(7)"},
+	"fleet-stop":   {"fleet-json(7)"},
+	"fleet-trace":  {"fleet-json(7)", "fleet-broker(7)"},
+	"fleet-dlq":    {"fleet-broker(7)", "fleet-json(7)"},
+}
+
 func writeSeeAlso(b *strings.Builder, name string, all []string) {
 	var refs []string
 	for _, n := range all {
 		if n != name {
 			refs = append(refs, "\\fB"+roffCode(n)+"\\fR(1)")
 		}
+	}
+	for _, p := range append([]string{"fleet(7)", "fleet-config(5)"}, seeAlso[name]...) {
+		n, sec, _ := strings.Cut(strings.TrimSuffix(p, ")"), "(")
+		refs = append(refs, "\\fB"+roffCode(n)+"\\fR("+sec+")")
 	}
 	if len(refs) == 0 {
 		return

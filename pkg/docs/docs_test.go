@@ -2,9 +2,12 @@ package docs
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/fleetd/fleet/pkg/cli"
+	"github.com/fleetd/fleet/pkg/fault"
 	ucli "github.com/urfave/cli/v2"
 )
 
@@ -26,8 +29,12 @@ func TestRenderIsDeterministic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(a) != 3*len(AllApps()) {
-		t.Errorf("%d files, want 3 per app (%d apps)", len(a), len(AllApps()))
+	ps, err := readPages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(a) != 3*len(AllApps())+len(ps) {
+		t.Errorf("%d files, want 3 per app (%d apps) and one per page (%d)", len(a), len(AllApps()), len(ps))
 	}
 	for p, data := range a {
 		if !bytes.Equal(data, b[p]) {
@@ -112,6 +119,14 @@ func TestCheckInvocation(t *testing.T) {
 		{"fleet-recv", "-n 1 -f", ""},
 		{"fleet-recv", "--status x", "no flag --status"},
 		{"fleet-recv", "--as", "needs a value"},
+		{"fleet-gw", "trust list --json", ""},
+		{"fleet-gw", "trust add 'b KEY'", ""},
+		{"fleet-gw", "trust", "fleet-gw trust needs a command"},
+		{"fleet-gw", "trust list --bogus", "fleet-gw trust list has no flag --bogus"},
+		{"fleet-roster", "hooks install claude --project /x --trust", ""},
+		{"fleet-roster", "hooks install claude --watch 1s", "fleet-roster hooks install has no flag --watch"},
+		{"fleet-roster", "hooks doctor claude --watch 60s", ""},
+		{"fleet-gw", "run --host h1  # a comment --bogus", ""},
 	} {
 		words, err := shellWords(tc.line)
 		if err != nil {
@@ -128,15 +143,49 @@ func TestCheckInvocation(t *testing.T) {
 }
 
 func TestShellWords(t *testing.T) {
-	got, err := shellWords(`a 'b c' "d \"e\"" f\ g $(x)`)
+	got, err := shellWords(`a 'b c' "d \"e\"" f\ g $(x) a#b # c --d`)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"a", "b c", `d "e"`, "f g", "$(x)"}
+	want := []string{"a", "b c", `d "e"`, "f g", "$(x)", "a#b"}
 	if strings.Join(got, "|") != strings.Join(want, "|") {
 		t.Errorf("shellWords = %q, want %q", got, want)
 	}
 	if _, err := shellWords(`'open`); err == nil {
 		t.Error("an unterminated quote is not an error")
+	}
+}
+
+// Every command and subcommand of fleet reads its line by one rule
+// (cli.CommandLineRule): an option of its level after an argument is read
+// as that option, and a word that starts with "-" and is no option is
+// refused (64), whatever the command.
+func TestEveryCommandTakesOptionsAnywhere(t *testing.T) {
+	var walk func(app *ucli.App, path []string, flags []ucli.Flag, cmds []*ucli.Command)
+	walk = func(app *ucli.App, path []string, flags []ucli.Flag, cmds []*ucli.Command) {
+		if len(flags) > 0 {
+			opt := "--" + flags[0].Names()[0]
+			words := []string{opt}
+			if _, ok := flags[0].(*ucli.BoolFlag); !ok {
+				words = append(words, "v")
+			}
+			line := append(append(slices.Clone(path), "arg"), words...)
+			want := append(append(slices.Clone(path), words...), "--", "arg")
+			if got, err := cli.Reorder(app, line); err != nil || !slices.Equal(got, want) {
+				t.Errorf("%q: got %q, %v; want %q", line, got, err, want)
+			}
+			line = append(slices.Clone(path), "arg", "--no-such-option")
+			if _, err := cli.Reorder(app, line); err == nil || fault.CodeOf(err) != fault.Usage ||
+				!strings.Contains(err.Error(), "--no-such-option is not an option of "+strings.Join(path, " ")) {
+				t.Errorf("%q: %v, want a usage error", line, err)
+			}
+		}
+		for _, c := range cmds {
+			walk(app, append(slices.Clone(path), c.Name), c.Flags, c.Subcommands)
+		}
+	}
+	for _, newApp := range AllApps() {
+		app := newApp()
+		walk(app, []string{app.Name}, app.Flags, app.Commands)
 	}
 }

@@ -170,10 +170,6 @@ func checkExamples(apps []*ucli.App) error {
 	for _, a := range apps {
 		byName[a.Name] = a
 	}
-	known := map[string]bool{}
-	for _, k := range config.Keys {
-		known[k.Name] = true
-	}
 	var errs []string
 	for page, exs := range examples {
 		if byName[page] == nil {
@@ -181,25 +177,13 @@ func checkExamples(apps []*ucli.App) error {
 		}
 		for _, ex := range exs {
 			for _, line := range strings.Split(ex.Cmd, "\n") {
-				if m := configLine.FindStringSubmatch(line); m != nil {
-					if !known[m[1]] && !config.IsProfileKey(m[1]) {
-						errs = append(errs, fmt.Sprintf("%s example %q: no config key %s", page, line, m[1]))
-					}
+				if configLine.MatchString(line) {
+					errs = append(errs, checkConfigLine(page+" example", line)...)
 					continue
 				}
-				words, err := shellWords(line)
-				if err != nil {
-					errs = append(errs, fmt.Sprintf("%s example %q: %v", page, line, err))
-					continue
-				}
-				for i, w := range words {
-					for name, app := range byName {
-						if w == name || strings.HasSuffix(w, "$("+name) {
-							if err := checkInvocation(app, words[i+1:]); err != nil {
-								errs = append(errs, fmt.Sprintf("%s example %q: %v", page, line, err))
-							}
-						}
-					}
+				_, lineErrs := checkCommandLine(byName, line)
+				for _, e := range lineErrs {
+					errs = append(errs, fmt.Sprintf("%s example %q: %s", page, line, e))
 				}
 			}
 		}
@@ -210,6 +194,70 @@ func checkExamples(apps []*ucli.App) error {
 	sort.Strings(errs)
 	return errors.New("examples do not match the command definitions:\n\t" + strings.Join(errs, "\n\t"))
 }
+
+// checkConfigLine holds a "key = value" line to the config keys.
+func checkConfigLine(where, line string) []string {
+	m := configLine.FindStringSubmatch(line)
+	if m == nil {
+		return nil
+	}
+	for _, k := range config.Keys {
+		if k.Name == m[1] {
+			return nil
+		}
+	}
+	if config.IsProfileKey(m[1]) {
+		return nil
+	}
+	return []string{fmt.Sprintf("%s %q: no config key %s", where, line, m[1])}
+}
+
+// checkCommandLine checks every call of a fleet command in one shell line
+// (after a pipe, in $( ), after a prompt or an assignment alike) and says
+// how many it found.
+func checkCommandLine(byName map[string]*ucli.App, line string) (int, []string) {
+	words, err := shellWords(line)
+	if err != nil {
+		return 0, []string{err.Error()}
+	}
+	var errs []string
+	calls := 0
+	for i, w := range words {
+		if !strings.Contains(w, "$(") && !commandPosition(words[:i]) {
+			continue // an argument: journalctl -u fleet-gw
+		}
+		for name, app := range byName {
+			if w == name || strings.HasSuffix(w, "$("+name) {
+				calls++
+				if err := checkInvocation(app, words[i+1:]); err != nil {
+					errs = append(errs, err.Error())
+				}
+			}
+		}
+	}
+	return calls, errs
+}
+
+// commandPosition reports whether the word after before is a command: the
+// first word, one after a shell operator, a prompt ("a$") or variable
+// assignments, or after "--", where a launcher's own options end
+// (claude mcp add fleet -- fleet-mcp ...).
+func commandPosition(before []string) bool {
+	for i := len(before) - 1; i >= 0; i-- {
+		w := before[i]
+		switch {
+		case w == "--" || strings.HasSuffix(w, "$") || isShellOperator(w) || w == "||" || w == "&&":
+			return true
+		case assignment.MatchString(w):
+			continue
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+var assignment = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*=`)
 
 // checkInvocation checks the arguments of one call of app.
 func checkInvocation(app *ucli.App, args []string) error {
@@ -244,9 +292,13 @@ loop:
 				last = last || strings.HasSuffix(args[i], ")")
 			}
 		default:
-			if cmd == nil && npos == 0 && len(app.Commands) > 0 {
-				if c := findCommand(app.Commands, w); c != nil {
-					cmd, level = c, app.Name+" "+c.Name
+			if npos == 0 {
+				cands := app.Commands
+				if cmd != nil {
+					cands = cmd.Subcommands
+				}
+				if c := findCommand(cands, w); c != nil {
+					cmd, level = c, level+" "+c.Name
 					flags = withFlags(c.Flags, ucli.HelpFlag)
 					set = map[string]bool{}
 					continue
@@ -260,6 +312,9 @@ loop:
 	}
 	if cmd == nil && app.Action == nil && len(app.Commands) > 0 {
 		return fmt.Errorf("%s needs a command", app.Name)
+	}
+	if cmd != nil && cmd.Action == nil && len(cmd.Subcommands) > 0 {
+		return fmt.Errorf("%s needs a command", level)
 	}
 	for _, f := range flags {
 		if r, ok := f.(ucli.RequiredFlag); ok && r.IsRequired() && !set[f.Names()[0]] {
@@ -313,8 +368,8 @@ func takesValue(f ucli.Flag) bool {
 }
 
 // shellWords splits a line into words the way sh does for quoting: single
-// quotes, double quotes with backslash escapes, and backslashes. It does
-// no expansion.
+// quotes, double quotes with backslash escapes, and backslashes; a word
+// that begins with # begins a comment. It does no expansion.
 func shellWords(line string) ([]string, error) {
 	var words []string
 	var cur strings.Builder
@@ -322,6 +377,8 @@ func shellWords(line string) ([]string, error) {
 	for i := 0; i < len(line); i++ {
 		ch := line[i]
 		switch {
+		case ch == '#' && !inWord:
+			i = len(line) // a comment, to the end of the line
 		case ch == ' ' || ch == '\t':
 			if inWord {
 				words = append(words, cur.String())

@@ -329,7 +329,7 @@ func (w *agentWatch) next(ctx context.Context, ent store.Entity, now time.Time) 
 	switch status {
 	case stStarting:
 		if now.Sub(since) >= w.cfg.StartBound {
-			return stUnhooked, fmt.Sprintf("no hook from the agent in %v: its turn hooks are not installed, or not trusted (README: Busy and idle from the agent itself)", w.cfg.StartBound)
+			return stUnhooked, fmt.Sprintf("no hook from the agent in %v: its turn hooks are not installed, or not trusted (man 7 fleet-agents: busy and idle from the agent itself)", w.cfg.StartBound)
 		}
 	case stBusy:
 		if now.Sub(since) >= w.cfg.StuckAfter {

@@ -189,6 +189,7 @@ func (a *asks) Prune(now time.Time) {
 // liveAdd puts an ask in an entity's in-memory live queue.
 func (g *Gateway) liveAdd(b *mailbox, env *envelope.Envelope) {
 	if env.Expired(time.Now()) {
+		g.audit.Message("expired", env, 0, "expired before it reached its askee")
 		g.log.Info("ask expired before it reached its askee: dropped", "msg_id", env.MsgID, "trace_id", env.TraceID)
 		return
 	}
@@ -207,20 +208,31 @@ func (g *Gateway) liveAdd(b *mailbox, env *envelope.Envelope) {
 	b.mu.Unlock()
 	g.metrics.Accepted(env.Kind)
 	b.notify()
+	// an ask its askee never took leaves memory when it expires, and the
+	// audit log says so (fleet-trace shows it): never dropped unsaid
+	if env.Expires.IsZero() {
+		return // no expiry: it waits until taken
+	}
+	time.AfterFunc(time.Until(env.Expires), func() {
+		if g.runCtx.Err() == nil && b.liveDone(env.MsgID) {
+			g.audit.Message("expired", env, 0, "expired before its askee took it")
+			g.log.Info("ask expired before its askee took it", "msg_id", env.MsgID, "trace_id", env.TraceID, "entity", env.Recipient.String())
+		}
+	})
 }
 
-// liveHead returns the live asks not yet expired (dropping expired ones).
+// liveHead returns the live asks not yet expired. An expired one stays
+// in the queue, unshown, until its expiry removes it (liveAdd).
 func (b *mailbox) liveHead(now time.Time) []*envelope.Envelope {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	kept := b.live[:0]
+	var kept []*envelope.Envelope
 	for _, e := range b.live {
 		if !e.Expired(now) {
 			kept = append(kept, e)
 		}
 	}
-	b.live = kept
-	return append([]*envelope.Envelope(nil), kept...)
+	return kept
 }
 
 // liveReturn puts back, first in line, an ask taken to be shown that was
@@ -320,7 +332,8 @@ func (g *Gateway) ask(c *conn, req *api.Request) {
 	case ans := <-w.ch:
 		c.reply(&api.Response{OK: true, Batch: []api.Delivery{{Envelope: ans}}})
 	case <-timer.C:
-		c.fail(fault.New(fault.TempFail, fault.KindTimeout, "no answer to ask %s within %v", env.MsgID, ttl))
+		c.fail(fault.New(fault.TempFail, fault.KindTimeout, "no answer to ask %s within %v", env.MsgID, ttl).
+			WithHint("fleet-trace %s shows where the ask stopped (drained or injected: the askee was shown it; expired: it never was)", env.TraceID))
 	case <-gone:
 	case <-g.runCtx.Done():
 		c.fail(fault.New(fault.Unavailable, fault.KindShuttingDown, "the gateway is shutting down"))

@@ -83,15 +83,32 @@ func TestLocalAskAnswered(t *testing.T) {
 	bob.empty(alice)
 }
 
-// An ask whose TTL passes: the asking call ends with 75, the askee is
-// never shown it, and an answer is too late.
+// An ask whose TTL passes: the asking call ends with 75 and a hint to
+// the trace, the askee is never shown it, it leaves memory and the audit
+// log says it expired untaken; an answer is too late.
 func TestLocalAskExpires(t *testing.T) {
 	g := startGW(t, t.TempDir(), "h1", nil)
 	alice, bob := g.join("alice"), g.join("bob")
 	c, sent := alice.ask("bob", "quick?", "", 100)
 	_, err := second(t, c)
-	if fe := faultOf(t, err, fault.TempFail); fe.Kind != fault.KindTimeout || !strings.Contains(fe.Msg, sent.MsgID) {
-		t.Fatalf("timed out: %v (%s)", fe, fe.Kind)
+	if fe := faultOf(t, err, fault.TempFail); fe.Kind != fault.KindTimeout || !strings.Contains(fe.Msg, sent.MsgID) ||
+		!strings.HasPrefix(fe.Hint, "fleet-trace "+sent.TraceID+" ") {
+		t.Fatalf("timed out: %v (%s), hint %q", fe, fe.Kind, fe.Hint)
+	}
+	eventually(t, "the expired ask in the audit log", func() error {
+		resp, err := g.call(alice.Token, &api.Request{Op: api.OpTrace, TraceID: sent.TraceID})
+		if err != nil {
+			return err
+		}
+		for _, h := range resp.Trace.Hops {
+			if h.Event == "expired" && h.MsgID == sent.MsgID && h.Entity == "bob" && h.Reason == "expired before its askee took it" {
+				return nil
+			}
+		}
+		return fault.New(fault.TempFail, "", "hops: %+v", resp.Trace.Hops)
+	})
+	if resp, err := g.call(bob.Token, &api.Request{Op: api.OpWhoami}); err != nil || resp.Entity.Asks != 0 {
+		t.Fatalf("bob's asks waiting after the expiry: %+v %v", resp, err)
 	}
 	bob.empty(alice) // an expired ask is never shown
 	_, err = bob.answer(sent.MsgID, "too slow")
@@ -241,7 +258,7 @@ func TestLocalAskGatewayRestart(t *testing.T) {
 	}
 	g.start()
 	_, err = bob.answer(sent.MsgID, "after the restart")
-	// README: "the gateway restarted — ... fleet-send --answer exits 75";
+	// fleet(7): "the gateway restarted — ... fleet-send --answer exits 75";
 	// the gateway forgot the ask with the restart and says 67 (unknown ask)
 	if c := codeOf(err); c != fault.TempFail && c != fault.NoRecipient {
 		t.Fatalf("an answer to an ask from before the restart: %v", err)

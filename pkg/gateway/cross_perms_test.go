@@ -128,15 +128,15 @@ func TestCrossLeastPrivilege(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := ch0.ExchangeBind(broker.ExMsg, "roster.#", broker.ExRoster, false, nil); err != nil {
-		t.Fatalf("bridge.msg bound to bridge.roster: %v (README says a login may)", err)
+		t.Fatalf("bridge.msg bound to bridge.roster: %v (fleet-broker(7) says a login may)", err)
 	}
 	// and into bridge.dead, bound to bridge.dlq only by two-word keys
 	if err := ch0.ExchangeBind(broker.ExDead, "roster.#", broker.ExRoster, false, nil); err != nil {
-		t.Fatalf("bridge.dead bound to bridge.roster: %v (README says a login may)", err)
+		t.Fatalf("bridge.dead bound to bridge.roster: %v (fleet-broker(7) says a login may)", err)
 	}
 	ch0.Close()
 
-	// What the login still sees (README: Broker logins): a passive declare
+	// What the login still sees (fleet-broker(7): BROKER LOGINS): a passive declare
 	// needs no permission in RabbitMQ, so it tells a queue's existence and
 	// depth — not its content.
 	ch, err := conn.Channel()
@@ -144,7 +144,7 @@ func TestCrossLeastPrivilege(t *testing.T) {
 		t.Fatal(err)
 	}
 	if q, err := ch.QueueDeclarePassive(bobQ, true, false, false, false, nil); err != nil || q.Messages != 1 {
-		t.Errorf("passive declare of bob's inbox: %+v %v (the README says it shows the depth)", q, err)
+		t.Errorf("passive declare of bob's inbox: %+v %v (fleet-broker(7) says it shows the depth)", q, err)
 	}
 	conn.Close()
 

@@ -157,7 +157,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 		g.br.Observe(g.brokerObserver()) // metrics.go
 		if clear, where := broker.InClear(g.cfg.Broker); clear {
 			g.log.Warn("the broker URI is amqp://, not amqps://: task text and every message cross the network to "+where+" in clear, readable by anyone on the path",
-				"fix", "use amqps:// (README: Across hosts)")
+				"fix", "use amqps:// (man 7 fleet-broker: TLS)")
 		}
 		if err := g.setupAuth(); err != nil {
 			g.closeState()

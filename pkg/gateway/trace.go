@@ -477,7 +477,7 @@ var eventOrder = map[string]int{
 	"taken": 3, "retry": 4,
 	"injected": 5, "drained": 5,
 	"answered": 6, "too_late": 6,
-	"receipt": 7, "dead": 8, "bounced": 9,
+	"receipt": 7, "dead": 8, "expired": 8, "bounced": 9,
 }
 
 // sortHops orders hops by time (each host's own clock), ties by the order

@@ -45,8 +45,8 @@ func codexLabel(event string) string {
 	return b.String()
 }
 
-// codexEntries are the trust entries of fleet-turn's hooks in the
-// hooks.json at path, by their place in it.
+// codexEntries are the trust entries of fleet's hooks (fleet-turn and
+// fleet-recv --hook) in the hooks.json at path, by their place in it.
 func codexEntries(path string) ([]codexEntry, error) {
 	abs, err := filepath.Abs(path)
 	if err != nil {
@@ -116,7 +116,7 @@ func codexEntries(path string) ([]codexEntry, error) {
 	return out, nil
 }
 
-// CodexTrustTOML is the config.toml text that trusts fleet-turn's hooks in
+// CodexTrustTOML is the config.toml text that trusts fleet's hooks in
 // the hooks.json at path.
 func CodexTrustTOML(path string) (string, error) {
 	entries, err := codexEntries(path)
@@ -174,7 +174,7 @@ func codexTrusted(home string) (map[string]string, error) {
 	return out, nil
 }
 
-// codexUntrusted counts fleet-turn's hooks in the hooks.json at path that
+// codexUntrusted counts fleet's hooks in the hooks.json at path that
 // Codex's config.toml does not trust as they are.
 func codexUntrusted(home, path string) (int, error) {
 	entries, err := codexEntries(path)
@@ -194,7 +194,7 @@ func codexUntrusted(home, path string) (int, error) {
 	return n, nil
 }
 
-// CodexTrust records in Codex's config.toml that fleet-turn's hooks in
+// CodexTrust records in Codex's config.toml that fleet's hooks in
 // the hooks.json at path are trusted, as Codex's own /hooks review does
 // ("Trust all"): what the user says by asking for it. Entries of these
 // keys written before are replaced; nothing else in the file changes.

@@ -222,6 +222,22 @@ func isOurs(g any) bool {
 	return true
 }
 
+// commands are the commands of the hooks in groups.
+func commands(groups []any) []string {
+	var out []string
+	for _, g := range groups {
+		m, _ := g.(map[string]any)
+		hs, _ := m["hooks"].([]any)
+		for _, h := range hs {
+			hm, _ := h.(map[string]any)
+			if cmd, ok := hm["command"].(string); ok {
+				out = append(out, cmd)
+			}
+		}
+	}
+	return out
+}
+
 // Install merges c's recipe into its settings file (the user's, or the
 // project's) and returns the file's path. Installing twice changes
 // nothing; a user's own hooks and settings stay.
@@ -307,8 +323,8 @@ func (c *CLI) Remove(home, project string) (string, int, error) {
 type Status struct {
 	CLI       string   `json:"cli"`
 	File      string   `json:"file"`
-	Installed []string `json:"installed"` // the events whose fleet-turn hooks are there
-	Missing   []string `json:"missing"`   // the recipe's events that are not
+	Installed []string `json:"installed"` // the events that have every command of the recipe's
+	Missing   []string `json:"missing"`   // the recipe's events that lack one (an older install)
 	Blockers  []string `json:"blockers"`  // what else stops them, each with what to do
 }
 
@@ -333,7 +349,9 @@ func (c *CLI) Check(home, project string) (*Status, error) {
 	sort.Strings(events)
 	for _, event := range events {
 		groups, _ := hooks[event].([]any)
-		if slices.ContainsFunc(groups, isOurs) {
+		have := commands(groups)
+		want := commands(recipe["hooks"].(map[string]any)[event].([]any))
+		if len(want) > 0 && !slices.ContainsFunc(want, func(c string) bool { return !slices.Contains(have, c) }) {
 			st.Installed = append(st.Installed, event)
 		} else {
 			st.Missing = append(st.Missing, event)

@@ -100,8 +100,9 @@ func TestCodexTrust(t *testing.T) {
 	}
 	cfg := filepath.Join(home, "cx", "config.toml")
 	os.WriteFile(cfg, []byte("model = \"m\"\n\n[projects.\"/p\"]\ntrust_level = \"trusted\"\n"), 0o600)
-	if n, err := codexUntrusted(home, path); err != nil || n != 4 {
-		t.Fatalf("untrusted after install: %d, %v; want 4", n, err)
+	// fleet-turn's four and fleet-recv's three (hook delivery mode)
+	if n, err := codexUntrusted(home, path); err != nil || n != 7 {
+		t.Fatalf("untrusted after install: %d, %v; want 7", n, err)
 	}
 	for range 2 {
 		if err := CodexTrust(home, path); err != nil {
@@ -112,7 +113,7 @@ func TestCodexTrust(t *testing.T) {
 		t.Fatalf("untrusted after CodexTrust: %d, %v", n, err)
 	}
 	b, _ := os.ReadFile(cfg)
-	if strings.Count(string(b), "[hooks.state.") != 4 || !strings.Contains(string(b), "[projects.\"/p\"]\ntrust_level = \"trusted\"") {
+	if strings.Count(string(b), "[hooks.state.") != 7 || !strings.Contains(string(b), "[projects.\"/p\"]\ntrust_level = \"trusted\"") {
 		t.Fatalf("config.toml:\n%s", b)
 	}
 	// the identity Codex hashes, for one handler (as docs/agent-clis/codex.md)
@@ -163,5 +164,73 @@ func TestInstallKeepsTheFile(t *testing.T) {
 	}
 	if after, _ := os.Stat(real); !after.ModTime().Equal(before.ModTime()) {
 		t.Error("a second install rewrote the file")
+	}
+}
+
+// An event counts as installed only when every command of the recipe's is
+// there: an install from before hook delivery mode (fleet-turn alone)
+// reads missing where the recipe now also runs fleet-recv, until an
+// install brings the file up to date.
+func TestStatusOlderInstall(t *testing.T) {
+	home := t.TempDir()
+	t.Setenv("CODEX_HOME", "")
+	for _, cl := range CLIs {
+		t.Run(cl.Name, func(t *testing.T) {
+			var recipe map[string]any
+			json.Unmarshal(cl.recipe, &recipe)
+			old := map[string]any{}
+			withRecv := []string{}
+			for event, groups := range recipe["hooks"].(map[string]any) {
+				var kept []any
+				for _, g := range groups.([]any) {
+					var hs []any
+					for _, h := range g.(map[string]any)["hooks"].([]any) {
+						if strings.HasPrefix(h.(map[string]any)["command"].(string), "fleet-recv") {
+							continue
+						}
+						hs = append(hs, h)
+					}
+					if len(hs) < len(g.(map[string]any)["hooks"].([]any)) {
+						withRecv = append(withRecv, event)
+					}
+					if len(hs) > 0 {
+						kept = append(kept, map[string]any{"hooks": hs})
+					}
+				}
+				if len(kept) > 0 {
+					old[event] = kept
+				}
+			}
+			if len(withRecv) == 0 {
+				t.Skip("the recipe runs no fleet-recv")
+			}
+			path := cl.File(home, "")
+			os.MkdirAll(filepath.Dir(path), 0o700)
+			b, _ := json.Marshal(map[string]any{"hooks": old})
+			if err := os.WriteFile(path, b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			st, err := cl.Check(home, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, event := range withRecv {
+				if !slices.Contains(st.Missing, event) || slices.Contains(st.Installed, event) {
+					t.Errorf("%s lacks fleet-recv, yet reads installed: %+v", event, st)
+				}
+			}
+			if _, err := cl.Install(home, ""); err != nil {
+				t.Fatal(err)
+			}
+			if st, _ := cl.Check(home, ""); len(st.Missing) != 0 {
+				t.Errorf("after install: missing %v", st.Missing)
+			}
+			if _, n, err := cl.Remove(home, ""); err != nil || n == 0 {
+				t.Fatalf("Remove: %d, %v", n, err)
+			}
+			if b, _ := os.ReadFile(path); strings.Contains(string(b), "fleet-") {
+				t.Errorf("after remove:\n%s", b)
+			}
+		})
 	}
 }

@@ -77,7 +77,7 @@ func TestOnFlush(t *testing.T) {
 }
 
 // BenchmarkInboxes is one scrape's pass over the inboxes of 10,000
-// entities, half of them holding a message (README, Metrics):
+// entities, half of them holding a message (fleet-metrics(7)):
 // go test -run '^$' -bench Inboxes ./pkg/store/
 func BenchmarkInboxes(b *testing.B) {
 	s, err := Open(filepath.Join(b.TempDir(), "fleet.db"))

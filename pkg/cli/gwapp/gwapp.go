@@ -62,7 +62,7 @@ func NewGatewayApp() *ucli.App {
 				// A gateway's live heap is small and its garbage is per
 				// message: collecting at 4x the live heap instead of 2x
 				// gives about 7% more durable throughput here for a few
-				// MiB of memory (README, Performance). GOGC overrides it.
+				// MiB of memory (scripts/BENCHMARKS.md). GOGC overrides it.
 				debug.SetGCPercent(300)
 			}
 			return gateway.New(cfg, slog.New(h)).Run(c.Context)

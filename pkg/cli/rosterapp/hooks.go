@@ -33,7 +33,7 @@ func hooksCommand() *ucli.Command {
 			},
 			{
 				Name:      "status",
-				Usage:     "which of the recipe's hooks are installed, and what keeps them from running",
+				Usage:     "which of the recipe's hooks are installed (an event only with every command of the recipe's), and what keeps them from running",
 				ArgsUsage: "[claude|codex|gemini]",
 				Flags:     []ucli.Flag{fleetcli.JSONFlag(), project},
 				Action:    runHooksStatus,

@@ -22,7 +22,7 @@ func NewTraceApp() *ucli.App {
 	app.UsageText = "fleet-trace [options] TRACE_ID"
 	app.Description = "Prints what every gateway's audit log holds of one trace: each hop's time, host, entity, " +
 		"kind, msg id, event (accepted, published, confirmed, taken, injected, drained, asked, replied, answered, " +
-		"too_late, receipt, dead, bounced, ...) and the gap since the hop before. The local gateway searches its " +
+		"too_late, expired (an ask its askee never took), receipt, dead, bounced, ...) and the gap since the hop before. The local gateway searches its " +
 		"own audit log (the rotated files too) and, with a broker, asks every host in its trust file over the " +
 		"control plane, waiting at most --timeout for their answers; hosts that did not answer in time are named " +
 		"on stderr and the command exits 75 after printing what came. Hops are ordered by time (each host's own " +
