@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -100,7 +101,7 @@ func checkWoken(t *testing.T, r *agentRig, name, pane, idle string) {
 		t.Errorf("the conversation holds the wake notice %d times, want 1; prompts: %q", n, promptsOf(r.stub.Turns()))
 	}
 	onceInEach(t, r.stub.Turns(), header, 1)
-	if line := r.rosterLine(name); !strings.Contains(line, `"pending":0`) {
+	if line := r.fleet("fleet-roster", "--json"); !regexp.MustCompile(`"name":"` + name + `".*"pending":0`).MatchString(line) {
 		t.Errorf("roster: %s", line)
 	}
 	s := r.screen(pane)
@@ -175,8 +176,12 @@ func TestGeminiHookWake(t *testing.T) {
 	run()
 	r.waitScreen(pane, geminiIdleRE, 60*time.Second)
 	r.waitStatus("gem", "idle", 30*time.Second) // SessionStart → fleet-turn idle
-	if line := r.rosterLine("gem"); !strings.Contains(line, `"program":"node"`) {
-		t.Fatalf("roster: %s", line)
+	// (its program learnt from that hook)
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(r.rosterLine("gem"), `"program":"node"`); {
+		if time.Now().After(deadline) {
+			t.Fatalf("roster: %s", r.rosterLine("gem"))
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	checkWoken(t, r, "gem", pane, geminiIdleRE)
 	var seq []string
