@@ -201,10 +201,26 @@ func bufferID(msgID, target string) string {
 
 // Deliver pastes the text and submits it.
 func (t *Tmux) Deliver(ctx context.Context, env *envelope.Envelope) error {
+	return t.submit(ctx, env.MsgID, Format(env, t.Header, true), Format(env, t.Header, false))
+}
+
+// Type pastes one line of the gateway's own text and submits it, by the
+// same path, checks and single Enter as Deliver: the line is made Inert
+// (no byte of it can act as a key) and pasted only while the pane's
+// program is in front. key names its paste buffers.
+func (t *Tmux) Type(ctx context.Context, key, line string) error {
+	line = Inert(line, false)
+	return t.submit(ctx, "type\x00"+key, line, line)
+}
+
+// submit pastes text (the lines form, for a bracketed paste) or line (the
+// one-line form), as the entity's paste setting and the pane say, then
+// presses Enter. key names the paste buffers.
+func (t *Tmux) submit(ctx context.Context, key, text, oneLine string) error {
 	if t.Program != "" && (!quotable(t.Target) || !ProgramOK(t.Program)) {
 		return fmt.Errorf("pane %q or program %q cannot be checked before a paste", t.Target, t.Program)
 	}
-	id := bufferID(env.MsgID, t.Target)
+	id := bufferID(key, t.Target)
 	lines, line := "fleet-"+id+"-text", "fleet-"+id+"-line"
 	drop := func() {
 		_ = tmux(context.Background(), nil, "delete-buffer", "-b", lines)
@@ -215,12 +231,12 @@ func (t *Tmux) Deliver(ctx context.Context, env *envelope.Envelope) error {
 		mode = PasteLine
 	}
 	if mode != PasteBracketed {
-		if err := tmux(ctx, []byte(Format(env, t.Header, false)), "load-buffer", "-b", line, "-"); err != nil {
+		if err := tmux(ctx, []byte(oneLine), "load-buffer", "-b", line, "-"); err != nil {
 			return err
 		}
 	}
 	if mode != PasteLine {
-		if err := tmux(ctx, []byte(Format(env, t.Header, true)), "load-buffer", "-b", lines, "-"); err != nil {
+		if err := tmux(ctx, []byte(text), "load-buffer", "-b", lines, "-"); err != nil {
 			drop()
 			return err
 		}

@@ -2,7 +2,9 @@ package gateway
 
 // The last metre: what the gateway knows of the agent in an inject entity's
 // tmux pane beyond what the agent's own turn hooks say, and the rules that
-// keep its mail flowing without ever typing into the wrong program.
+// keep its mail flowing without ever typing into the wrong program. A hook
+// entity joined with its pane is watched by the same rules (wake.go types
+// its wake notice under them).
 //
 // An entity's status (store.Entity.Status, the roster's vocabulary):
 //
@@ -36,6 +38,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"regexp"
 	"slices"
@@ -44,6 +47,7 @@ import (
 	"time"
 
 	"github.com/fleetd/fleet/pkg/api"
+	"github.com/fleetd/fleet/pkg/backoff"
 	"github.com/fleetd/fleet/pkg/config"
 	"github.com/fleetd/fleet/pkg/deliver"
 	"github.com/fleetd/fleet/pkg/fault"
@@ -198,7 +202,7 @@ func notPasted(b *mailbox, st *store.Store, err error) error {
 		return perr
 	}
 	// back to idle only from the gateway's own busy: a hook's busy stays
-	if e := b.snapshot(); e.Status == stBusy && e.StatusReason == pastedReason {
+	if e := b.snapshot(); e.Status == stBusy && (e.StatusReason == pastedReason || e.StatusReason == wakeReason) {
 		_, perr := b.putStatusFrom(st, &e, stIdle, "", false, "")
 		if errors.Is(perr, errStale) {
 			return nil
@@ -365,6 +369,32 @@ func (w *agentWatch) next(ctx context.Context, ent store.Entity, now time.Time) 
 		}
 	}
 	return status, reason
+}
+
+// record applies the safety net to ent, b's entity as just read: the
+// status next says it should have now, recorded (and announced) when it
+// differs. It says whether the caller must look again before it acts (a
+// status was recorded, or a hook came meanwhile, or the record failed).
+func (w *agentWatch) record(ctx context.Context, b *mailbox, ent store.Entity, st *store.Store, log *slog.Logger, announce func(gid string)) bool {
+	status, why := w.next(ctx, ent, time.Now())
+	if status == ent.Status && why == ent.StatusReason {
+		return false
+	}
+	if _, err := b.putStatusFrom(st, &ent, status, why, false, ""); errors.Is(err, errStale) {
+		return true // a hook came meanwhile: look again
+	} else if err != nil {
+		log.Error("recording the status", "entity", ent.Name, "err", err)
+		backoff.Sleep(ctx, time.Second)
+		return true
+	}
+	if strings.HasSuffix(why, notTheAgent) {
+		if _, err := b.bindAgent(st, 0); err != nil {
+			log.Error("forgetting the agent's process", "entity", ent.Name, "err", err)
+		}
+	}
+	log.Info("agent "+status, "entity", ent.Name, "reason", why)
+	announce(ent.Gid)
+	return true
 }
 
 // dialogRE finds the first-run and review dialogs of the agent CLIs on a

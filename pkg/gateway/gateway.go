@@ -51,6 +51,7 @@ import (
 //	peers  peers.go       what was heard of the other hosts (the remote roster)
 //	said   presence.go    what this host announced of its own entities
 //	admit  admit.go       what a message from the broker must prove
+//	wake   wake.go        the wake notices typed for hook entities with a pane
 //	br     pkg/broker     the cross-host transport (nil: single-host mode)
 //	metrics pkg/metrics   counted events and the /metrics endpoint (nil: off; metrics.go)
 type Gateway struct {
@@ -71,6 +72,7 @@ type Gateway struct {
 	heardMu  sync.Mutex // one save of peers' last words at a time (presence.go saveHeard)
 	said     *announcer
 	admit    *admission // nil: single-host mode
+	wake     *wakes     // wake.go: set once the store is open
 	records  signal     // a delivery record changed (receipt.go)
 
 	metrics  *metrics.Metrics  // metrics.go; nil: metrics-listen is off
@@ -373,6 +375,7 @@ func (g *Gateway) open() error {
 		return fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot open the audit log in %s", dir)
 	}
 	g.audit = a
+	g.wake = newWakes(g.cfg, st, g.log, a, g.announceEntity)
 	return nil
 }
 

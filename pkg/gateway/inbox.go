@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -162,9 +161,10 @@ func (g *Gateway) addBox(e *store.Entity) *mailbox {
 	if g.onBroker(e.Gid) {
 		g.br.KeepInbox(e.Gid, e.Groups)
 	}
-	if e.Mode != "inject" && e.Nudge == "" {
+	if e.Mode != "inject" && e.Nudge == "" && !wantsWake(e) {
 		// a pull entity without a nudge hook needs no worker: fleet-recv
-		// serves it (one goroutine fewer per entity, at thousands of them)
+		// serves it (one goroutine fewer per entity, at thousands of them),
+		// nor a hook entity without a pane (its agent's hooks take its mail)
 		close(b.done)
 		return b
 	}
@@ -172,9 +172,12 @@ func (g *Gateway) addBox(e *store.Entity) *mailbox {
 	go func() {
 		defer g.workers.Done()
 		defer close(b.done)
-		if e.Mode == "inject" {
+		switch {
+		case e.Mode == "inject":
 			g.injectLoop(ctx, b)
-		} else {
+		case wantsWake(e):
+			g.wake.Run(ctx, b) // wake.go: the wake notice in its pane
+		default:
 			g.nudgeLoop(ctx, b)
 		}
 	}()
@@ -214,26 +217,10 @@ func (g *Gateway) injectLoop(ctx context.Context, b *mailbox) {
 			return
 		}
 		ent := b.snapshot()
-		if ent.TmuxTarget != "" {
-			// the safety net (agent.go): a state that time or the pane
-			// changed is recorded before anything is pasted
-			if st, why := net.next(ctx, ent, time.Now()); st != ent.Status || why != ent.StatusReason {
-				if _, err := b.putStatusFrom(g.st, &ent, st, why, false, ""); errors.Is(err, errStale) {
-					continue // a hook came meanwhile: look again
-				} else if err != nil {
-					g.log.Error("recording the status", "entity", ent.Name, "err", err)
-					backoff.Sleep(ctx, time.Second)
-					continue
-				}
-				if strings.HasSuffix(why, notTheAgent) {
-					if _, err := b.bindAgent(g.st, 0); err != nil {
-						g.log.Error("forgetting the agent's process", "entity", ent.Name, "err", err)
-					}
-				}
-				g.log.Info("agent "+st, "entity", ent.Name, "reason", why)
-				g.announceEntity(ent.Gid)
-				continue
-			}
+		// the safety net (agent.go): a state that time or the pane
+		// changed is recorded before anything is pasted
+		if ent.TmuxTarget != "" && net.record(ctx, b, ent, g.st, g.log, g.announceEntity) {
+			continue
 		}
 		if ent.Status != stIdle {
 			var tick <-chan time.Time

@@ -723,9 +723,13 @@ func checkEntity(e *store.Entity) error {
 		}
 	case "hook":
 		// held as for pull; the agent CLI's own hooks take it (fleet-recv
-		// --hook), so the gateway types nothing anywhere
-		if e.TmuxTarget != "" || e.Exec != "" || e.Nudge != "" {
-			return fault.New(fault.Usage, fault.KindUsage, "a hook entity takes no --tmux-target, --exec or --nudge: its agent's hooks run fleet-recv --hook")
+		// --hook). With a pane, the gateway types a wake notice there
+		// (wake.go) — never a message — when its agent idles with mail
+		if e.Exec != "" || e.Nudge != "" {
+			return fault.New(fault.Usage, fault.KindUsage, "a hook entity takes no --exec or --nudge: its agent's hooks run fleet-recv --hook")
+		}
+		if e.Turns == turnsNone {
+			return fault.New(fault.Usage, fault.KindUsage, "a hook entity's agent runs turn hooks: --turns none is for inject entities")
 		}
 	case "inject":
 		if (e.TmuxTarget == "") == (e.Exec == "") {
@@ -922,7 +926,7 @@ func (g *Gateway) setStatus(pid int32, req *api.Request) (*api.Response, error) 
 	if req.Pane {
 		if b, agent = agentOf(g.reg, int(pid)); b == nil {
 			return nil, fault.New(fault.Refused, fault.KindNotAgent, "this process runs in no inject entity's tmux pane on this host").
-				WithHint("join the pane first: fleet-roster join NAME --mode inject --tmux-target \"$TMUX_PANE\"")
+				WithHint("join the pane first: fleet-roster join NAME --mode inject|hook --tmux-target \"$TMUX_PANE\"")
 		}
 	} else {
 		var err error

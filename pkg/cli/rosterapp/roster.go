@@ -25,7 +25,7 @@ import (
 func NewRosterApp() *ucli.App {
 	app := fleetcli.NewApp("fleet-roster", "list, register and remove this host's entities; set the caller's status")
 	app.UsageText = "fleet-roster [options] [list]\n" +
-		"fleet-roster join NAME --mode pull|inject [--tmux-target T [--program P] [--turns hooks|none] [--paste auto|line|bracketed] [--header before|after|off] | --exec CMD] [--nudge CMD] [--group G ...]\n" +
+		"fleet-roster join NAME --mode pull|inject|hook [--tmux-target T [--program P] [--turns hooks|none] [--paste auto|line|bracketed] [--header before|after|off] | --exec CMD] [--nudge CMD] [--group G ...]\n" +
 		"fleet-roster leave NAME\n" +
 		"fleet-roster status busy|idle [--pane]\n" +
 		"fleet-roster group NAME [--add G ...] [--remove G ...]\n" +
@@ -53,7 +53,7 @@ func NewRosterApp() *ucli.App {
 			Flags: []ucli.Flag{
 				fleetcli.JSONFlag(),
 				&ucli.StringFlag{Name: "mode", Usage: "pull (held for fleet-recv), inject (delivered into a pane or command) or hook (held for the agent CLI's own hooks: fleet-recv --hook)", Required: true},
-				&ucli.StringFlag{Name: "tmux-target", Usage: "inject: paste messages into this tmux pane"},
+				&ucli.StringFlag{Name: "tmux-target", Usage: "inject: paste messages into this tmux pane; hook: the agent's pane, where an idle agent with mail waiting gets a wake notice (a count, never a message)"},
 				&ucli.StringFlag{Name: "exec", Usage: "inject: run this command with the message JSON on stdin; exit 0 means delivered"},
 				&ucli.StringFlag{Name: "nudge", Usage: "pull: run this command, with backoff, while unread messages wait"},
 				&ucli.StringSliceFlag{Name: "group", Usage: "member of group G, named as an entity is; not all, which everyone is in (repeat for more)"},
