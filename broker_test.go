@@ -78,7 +78,20 @@ func setupBroker(env *testscript.Env, name string) error {
 	env.Setenv("BROKER_URL", vhostURL)
 	env.Setenv("FLEET_HEARTBEAT", "2s")
 	if node, err := testnode.Script(); err == nil {
-		env.Setenv("FLEET_RABBITMQCTL", node+" ctl") // for fleet-gw broker-setup
+		// for fleet-gw broker-setup; a script's environment is its own,
+		// so a node other than the default (FLEET_RMQ_NODE, _DIR, _PORT:
+		// a second checkout's run beside another) is named on the line
+		ctl := node + " ctl"
+		var pin []string
+		for _, k := range []string{"FLEET_RMQ_NODE", "FLEET_RMQ_DIR", "FLEET_RMQ_PORT"} {
+			if v := os.Getenv(k); v != "" {
+				pin = append(pin, k+"="+v)
+			}
+		}
+		if len(pin) > 0 {
+			ctl = "env " + strings.Join(pin, " ") + " " + ctl
+		}
+		env.Setenv("FLEET_RABBITMQCTL", ctl)
 	}
 	env.Values["dlq"] = &dlqStash{}
 	env.Values["logins"] = map[string]*url.Userinfo{}
