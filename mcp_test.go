@@ -187,7 +187,7 @@ func cmdMCP(ts *testscript.TestScript, neg bool, args []string) {
 		s.mu.Unlock()
 	case "updated":
 		s := session(args[1])
-		deadline := time.After(15 * time.Second)
+		deadline := time.After(45 * time.Second)
 		for {
 			s.mu.Lock()
 			n, mark := s.updated, s.mark
@@ -198,7 +198,7 @@ func cmdMCP(ts *testscript.TestScript, neg bool, args []string) {
 			select {
 			case <-s.changed:
 			case <-deadline:
-				ts.Fatalf("fleet://inbox was not updated within 15s")
+				ts.Fatalf("fleet://inbox was not updated within 45s")
 			}
 		}
 	case "stop":
