@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fleetd/fleet/pkg/backoff"
@@ -76,6 +77,8 @@ type Broker struct {
 	tried     chan struct{} // closed after the first connection attempt that was not refused the host id
 	triedOnce sync.Once
 	fatal     chan error // the host id stays held by another live gateway
+
+	quiet atomic.Bool // StopConsuming: no inbox is consumed any more
 }
 
 // generation is one pair of connections and everything opened on them.
@@ -521,6 +524,7 @@ func (b *Broker) serve(ctx context.Context, gen *generation) error {
 
 	b.mu.Lock()
 	b.gen = gen
+	quiet := b.quiet.Load()
 	if b.lostOnce {
 		b.reconnected = time.Now()
 		if b.observe.Reconnected != nil {
@@ -529,7 +533,9 @@ func (b *Broker) serve(ctx context.Context, gen *generation) error {
 	}
 	want := make([]string, 0, len(b.inboxes))
 	for gid := range b.inboxes {
-		want = append(want, gid)
+		if !quiet {
+			want = append(want, gid)
+		}
 	}
 	b.mu.Unlock()
 	b.setState(true)
@@ -641,6 +647,31 @@ func closeErr(what string, err *amqp.Error) error {
 		return fmt.Errorf("%s closed", what)
 	}
 	return fmt.Errorf("%s closed: %s", what, err.Error())
+}
+
+// StopConsuming cancels every inbox consumer, now and after any
+// reconnect, and leaves publishing (and the control, roster and deaths
+// consumers) as they are: a gateway stopping takes no new mail, while the
+// work it is finishing still publishes its receipts and answers. What an
+// inbox consumer had received and not taken goes back to its queue.
+func (b *Broker) StopConsuming() {
+	b.quiet.Store(true) // before gen.mu: a consumer starting after this sees it
+	b.mu.Lock()
+	gen := b.gen
+	b.mu.Unlock()
+	if gen == nil {
+		return
+	}
+	gen.mu.Lock()
+	cs := make([]*consumer, 0, len(gen.consumers))
+	for gid, c := range gen.consumers {
+		cs = append(cs, c)
+		delete(gen.consumers, gid)
+	}
+	gen.mu.Unlock()
+	for _, c := range cs {
+		c.stop()
+	}
 }
 
 // AddInbox declares, binds and consumes the inbox of a local entity, and

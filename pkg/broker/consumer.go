@@ -121,6 +121,13 @@ type opened struct {
 // already (nil: the consumer opens it).
 func (b *Broker) startConsumer(gen *generation, gid string, first *opened) {
 	gen.mu.Lock()
+	if b.quiet.Load() { // StopConsuming: the gateway is stopping
+		gen.mu.Unlock()
+		if first != nil {
+			b.cancel(gen, first, b.tag(gid), nil)
+		}
+		return
+	}
 	if gen.ctx.Err() != nil { // a generation that is ending: the next one consumes it
 		gen.mu.Unlock()
 		if first != nil {

@@ -309,7 +309,7 @@ func (g *Gateway) ask(c *conn, req *api.Request) {
 		g.liveAdd(t.box, env)
 	} else {
 		g.audit.Message("published", env, 0, "")
-		if err := g.br.Publish(g.runCtx, rcpt.Gid, env, false); err != nil {
+		if err := g.br.Publish(g.hardCtx, rcpt.Gid, env, false); err != nil {
 			g.audit.Message("not_sent", env, 0, err.Error())
 			c.fail(err)
 			return
@@ -391,7 +391,7 @@ func (g *Gateway) answer(req *api.Request) (*api.Response, error) {
 	g.asks.Answered(ans.MsgID, &sentAnswer{from: me.Gid, host: ask.Sender.Host, ch: w, keep: ask.Expires.Add(askGrace)})
 	defer g.asks.StopWaiting(ans.MsgID)
 	g.audit.Message("published", ans, 0, "")
-	if err := g.br.Publish(g.runCtx, ask.Sender.Gid, ans, false); err != nil {
+	if err := g.br.Publish(g.hardCtx, ask.Sender.Gid, ans, false); err != nil {
 		g.audit.Message("not_sent", ans, 0, err.Error())
 		return nil, err
 	}
@@ -428,11 +428,11 @@ func (g *Gateway) onAnswer(ans *envelope.Envelope) error {
 	} else {
 		n.Body = "too late: the asking turn for ask " + ans.InReplyTo + " is gone; your answer " + ans.MsgID + " was not delivered"
 	}
-	go func() {
-		ctx, cancel := context.WithTimeout(g.runCtx, g.cfg.PublishTimeout)
+	g.side.Go(func() {
+		ctx, cancel := context.WithTimeout(g.hardCtx, g.cfg.PublishTimeout)
 		defer cancel()
 		_ = g.br.Publish(ctx, ans.Sender.Gid, n, false)
-	}()
+	})
 	return nil
 }
 

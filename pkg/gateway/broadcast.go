@@ -48,7 +48,9 @@ func (g *Gateway) broadcast(req *api.Request) (*api.Response, error) {
 	if g.br != nil {
 		pubErr = make(chan error, 1)
 		g.audit.Message("published", env, 0, "")
-		go func() { pubErr <- g.br.Publish(g.runCtx, "broadcast."+group, env, true) }()
+		if !g.side.Go(func() { pubErr <- g.br.Publish(g.hardCtx, "broadcast."+group, env, true) }) {
+			pubErr <- fault.New(fault.Unavailable, fault.KindBrokerDown, "the gateway is stopping: not published")
+		}
 	}
 	var wg sync.WaitGroup
 	var mu sync.Mutex

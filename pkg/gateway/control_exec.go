@@ -47,7 +47,7 @@ func (g *Gateway) onControl(env *envelope.Envelope) error {
 	}
 	ans := envelope.New(kind, envelope.Party{Host: g.cfg.Host}, env.Sender, string(data))
 	ans.TraceID, ans.InReplyTo, ans.Expires = env.TraceID, env.MsgID, env.Expires
-	err = g.br.Publish(g.runCtx, env.Sender.Gid, ans, true)
+	err = g.br.Publish(g.hardCtx, env.Sender.Gid, ans, true)
 	switch {
 	case err == nil:
 		return nil

@@ -199,7 +199,7 @@ func (g *Gateway) request(kind envelope.Kind, host, id string, body any, from st
 	env.Expires = time.Now().Add(timeout).UTC() // never carried out after the caller gave up
 	w := g.ctl.wait(id, from.Gid, host)
 	defer g.ctl.unwait(id, w)
-	if err := g.br.PublishControl(g.runCtx, host, env); err != nil {
+	if err := g.br.PublishControl(g.hardCtx, host, env); err != nil {
 		return nil, err
 	}
 	g.audit.Message("control_sent", env, 0, "")

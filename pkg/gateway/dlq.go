@@ -187,7 +187,7 @@ func (g *Gateway) deliverAgain(env *envelope.Envelope) (string, error) {
 			WithHint("free space in the state folder %s", g.cfg.StateDir)
 	}
 	g.audit.Message("published", env, 0, "replay of "+env.ReplayOf)
-	err := g.br.Publish(g.runCtx, env.Recipient.Gid, env, true)
+	err := g.br.Publish(g.hardCtx, env.Recipient.Gid, env, true)
 	switch kind := fault.KindOf(err); {
 	case err == nil:
 		g.audit.Message("confirmed", env, 0, "")

@@ -84,6 +84,11 @@ type Gateway struct {
 	ln      net.Listener
 	conns   sync.WaitGroup
 	workers sync.WaitGroup
+	side    tasks // tasks.go: receipts, notices, publishes started on the side of the work
+
+	brCtx  context.Context // the broker's life: cancelled after the drain, when what it produced was published
+	stopBr context.CancelFunc
+	brDone chan struct{} // closed when the broker's Run returned
 
 	runCtx   context.Context // cancelled when shutdown starts: take no new work
 	stopRun  context.CancelFunc
@@ -132,6 +137,16 @@ func (g *Gateway) Run(ctx context.Context) error {
 	}
 	g.runCtx, g.stopRun = context.WithCancel(context.Background())
 	g.hardCtx, g.stopHard = context.WithCancel(context.Background())
+	g.brCtx, g.stopBr = context.WithCancel(context.Background())
+	g.brDone = make(chan struct{})
+	close(g.brDone) // no broker: nothing to wait for
+	// stopping before serving: nothing is in flight, the broker goes too
+	abort := func() {
+		g.stopRun()
+		g.stopBr()
+		<-g.brDone
+		g.workers.Wait()
+	}
 
 	if err := g.recoverInflight(); err != nil {
 		g.closeState()
@@ -172,36 +187,34 @@ func (g *Gateway) Run(ctx context.Context) error {
 		// served until the broker has given this host id to us (or cannot
 		// be reached: then the claim is made when it can, and a lost claim
 		// stops the gateway).
-		g.workers.Add(1)
+		// the broker outlives the drain (shutdown): what the work in
+		// flight produces is published and confirmed before it closes
+		g.brDone = make(chan struct{})
 		go func() {
-			defer g.workers.Done()
-			g.br.Run(g.runCtx)
+			defer close(g.brDone)
+			g.br.Run(g.brCtx)
 		}()
 		select {
 		case <-g.br.Tried():
 		case err := <-g.br.Fatal():
 			g.hostTaken = true // say nothing on the broker on this host id's behalf
 			g.log.Error("not serving", "err", err)
-			g.stopRun()
-			g.workers.Wait()
+			abort()
 			g.closeState()
 			return err
 		case <-ctx.Done():
-			g.stopRun()
-			g.workers.Wait()
+			abort()
 			g.closeState()
 			return nil
 		}
 	}
 	if err := g.loadEntities(); err != nil {
-		g.stopRun()
-		g.workers.Wait()
+		abort()
 		g.closeState()
 		return err
 	}
 	if err := g.listen(); err != nil {
-		g.stopRun()
-		g.workers.Wait()
+		abort()
 		g.closeState()
 		return err
 	}
@@ -236,8 +249,46 @@ func (g *Gateway) Run(ctx context.Context) error {
 	return err
 }
 
+// shutdown stops the gateway in the order that loses nothing the work in
+// flight produces:
+//
+//  1. no new work: the socket stops accepting, runCtx is cancelled (the
+//     delivery loops stop after the delivery they are in), and the broker
+//     stops consuming inboxes (what it had not handed over goes back);
+//  2. the drain: in-flight deliveries, client requests and the side tasks
+//     they start (receipts, answers, TOO_LATE, bounces) finish and are
+//     published and confirmed, within the drain bound; past it, hardCtx
+//     aborts them;
+//  3. the leaving notice, the last word on the broker;
+//  4. the broker's channels and connections close, then the store.
 func (g *Gateway) shutdown() {
 	g.log.Info("gateway stopping: draining in-flight work", "bound", g.cfg.DrainTimeout.String())
+	g.stopRun()
+	if g.ln != nil {
+		g.ln.Close()
+	}
+	if g.br != nil {
+		g.br.StopConsuming()
+	}
+	drained := make(chan struct{})
+	go func() {
+		g.workers.Wait()
+		g.conns.Wait()
+		_ = g.side.Wait(g.hardCtx) // what the work started on its side: published
+		close(drained)
+	}()
+	select {
+	case <-drained:
+	case <-time.After(g.cfg.DrainTimeout):
+		g.log.Warn("drain bound passed: aborting in-flight work")
+		g.stopHard()
+		select {
+		case <-drained:
+		case <-time.After(2 * time.Second):
+			g.log.Error("in-flight work did not stop; closing anyway")
+		}
+	}
+	g.side.Close() // a timer firing from now on starts nothing
 	if g.br != nil && !g.hostTaken {
 		if g.presenceQuit != nil {
 			// no snapshot may follow the leaving notice (one in flight
@@ -250,28 +301,13 @@ func (g *Gateway) shutdown() {
 		}
 		g.announceLeaving() // other hosts drop us now, not after the TTL
 	}
-	g.stopRun()
-	if g.ln != nil {
-		g.ln.Close()
-	}
-	done := make(chan struct{})
-	go func() {
-		g.workers.Wait()
-		g.conns.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(g.cfg.DrainTimeout):
-		g.log.Warn("drain bound passed: aborting in-flight work")
-		g.stopHard()
-		select {
-		case <-done:
-		case <-time.After(2 * time.Second):
-			g.log.Error("in-flight work did not stop; closing anyway")
-		}
-	}
 	g.stopHard()
+	g.stopBr()
+	select {
+	case <-g.brDone:
+	case <-time.After(g.cfg.PublishTimeout + 2*time.Second):
+		g.log.Error("the broker connection did not close; closing anyway")
+	}
 	_ = os.Remove(g.cfg.Socket)
 	_ = os.Remove(config.SocketRecord(g.cfg.StateDir))
 	g.closeState()

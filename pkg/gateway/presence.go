@@ -134,7 +134,7 @@ func (g *Gateway) announceEntity(gid string) {
 	if g.br == nil {
 		return
 	}
-	go g.notice(gid)
+	g.side.Go(func() { g.notice(gid) })
 }
 
 // announceGone tells the other hosts at once that an entity left.

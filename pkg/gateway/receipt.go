@@ -128,8 +128,8 @@ func (g *Gateway) sendReceipts(envs []*envelope.Envelope, state, reason string, 
 		envelope.Party{Gid: first.Recipient.Gid, Name: first.Recipient.Name, Host: g.cfg.Host},
 		envelope.Party{Gid: first.Sender.Gid, Name: first.Sender.Name, Host: first.Sender.Host}, string(body))
 	r.TraceID, r.InReplyTo = first.TraceID, first.MsgID
-	go func() {
-		err := g.br.Publish(g.runCtx, first.Sender.Gid, r, false)
+	g.side.Go(func() {
+		err := g.br.Publish(g.hardCtx, first.Sender.Gid, r, false)
 		if err == nil {
 			return
 		}
@@ -145,7 +145,7 @@ func (g *Gateway) sendReceipts(envs []*envelope.Envelope, state, reason string, 
 		if len(rest) > 0 {
 			g.sendReceipts(rest, state, reason, attempts)
 		}
-	}()
+	})
 }
 
 // onReceipt moves local outbound records forward. A receipt is believed

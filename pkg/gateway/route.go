@@ -238,7 +238,7 @@ func (g *Gateway) publish(env *envelope.Envelope) error {
 	// sender hears once both are done.
 	recorded := g.st.RecordOutboundStart(env, now)
 	g.audit.Message("published", env, 0, "")
-	err := g.br.Publish(g.runCtx, env.Recipient.Gid, env, true)
+	err := g.br.Publish(g.hardCtx, env.Recipient.Gid, env, true)
 	if rerr := recorded(); rerr != nil && err == nil {
 		// sent and confirmed: said as it is (a retry would send it twice)
 		log.Error("message sent, but its record could not be written: its status will be unknown here", "err", rerr,

@@ -866,7 +866,7 @@ func (g *Gateway) unregister(gid, name string) (int, error) {
 	if err := g.st.DeleteLaunched(gid); err != nil { // spawned: how it was started (control.go)
 		g.log.Warn("forgetting how an entity was launched", "entity", name, "gid", gid, "err", err)
 	}
-	go g.announceGone(gid)
+	g.side.Go(func() { g.announceGone(gid) })
 	g.audit.Write(audit.Line{Event: "left", Entity: name, Recipient: gid})
 	g.log.Info("entity left", "entity", name, "gid", gid, "dead_lettered", n)
 	return n, nil

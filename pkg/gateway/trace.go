@@ -206,7 +206,7 @@ func (g *Gateway) trace(req *api.Request) (*api.Response, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := g.br.PublishQuery(g.runCtx, h, env); err != nil {
+			if err := g.br.PublishQuery(g.hardCtx, h, env); err != nil {
 				mu.Lock()
 				th.State, th.Detail = api.TraceUnreachable, err.Error()
 				mu.Unlock()
@@ -372,7 +372,7 @@ func (g *Gateway) onTraceQuery(env *envelope.Envelope) error {
 		body := fitAnswer(ans)
 		res := envelope.New(envelope.TraceResult, envelope.Party{Host: g.cfg.Host}, env.Sender, string(body))
 		res.TraceID, res.InReplyTo, res.Expires = env.TraceID, env.MsgID, env.Expires
-		if err := g.br.Publish(g.runCtx, env.Sender.Gid, res, false); err != nil {
+		if err := g.br.Publish(g.hardCtx, env.Sender.Gid, res, false); err != nil {
 			log.Warn("trace answer not sent", "trace_id", q.TraceID, "err", err)
 			return
 		}
