@@ -124,10 +124,14 @@ func hostLogin(ts *testscript.TestScript, host string) *url.Userinfo {
 	base, err := url.Parse(ts.Getenv("BROKER_URL"))
 	ts.Check(err)
 	base.User = nil
-	node, err := testnode.Script()
-	ts.Check(err)
+	ctl := ts.Getenv("FLEET_RABBITMQCTL") // names a non-default node (setup above)
+	if ctl == "" {
+		node, err := testnode.Script()
+		ts.Check(err)
+		ctl = node + " ctl"
+	}
 	cmd := exec.Command(filepath.Join(binDir, "fleet-gw"), "broker-setup", "--broker", base.String(), "--host", host,
-		"--rabbitmqctl", node+" ctl")
+		"--rabbitmqctl", ctl)
 	cmd.Env = scriptEnv(ts)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
