@@ -97,7 +97,8 @@ type Request struct {
 
 	// ask / answer
 	TurnID   string `json:"turn_id,omitempty"`
-	AnswerTo string `json:"answer_to,omitempty"` // send: answer the ask with this msg id
+	AnswerTo string `json:"answer_to,omitempty"`     // send: answer the ask with this msg id
+	WaitHost bool   `json:"wait_for_host,omitempty"` // ask: wait even if the askee's host reads stale or gone
 
 	// spawn (with Name, Groups, TimeoutMS) / stop (with TimeoutMS)
 	Host      string   `json:"host,omitempty"`       // spawn: the target host ("" = this one)
@@ -244,6 +245,20 @@ type GatewayStatus struct {
 	OldestPending time.Time `json:"oldest_pending,omitzero"`
 	// Healthy is false while a configured broker is not connected
 	Healthy bool `json:"healthy"`
+	// Peers are the other hosts: those this host trusts and those heard
+	Peers []PeerStatus `json:"peers"`
+}
+
+// PeerStatus is another host as this gateway sees it. State is "live",
+// "stale" (not heard for two of its presence intervals), "gone" (stopped,
+// or not heard within the presence TTL), "unknown" (not heard since this
+// gateway started, or the broker is cut off) or "untrusted" (heard, but
+// not in this host's trust file).
+type PeerStatus struct {
+	Host      string    `json:"host"`
+	Trusted   bool      `json:"trusted"`
+	LastHeard time.Time `json:"last_heard,omitzero"`
+	State     string    `json:"state"`
 }
 
 // Spawned is an entity a launcher started (fleet-spawn's answer).
@@ -302,6 +317,7 @@ type Sent struct {
 	Gid       string `json:"recipient_gid"`
 	ReplayOf  string `json:"replay_of,omitempty"` // a replay: the dead letter it delivers again
 	Again     bool   `json:"again,omitempty"`     // a replay made before, sent again (the recipient drops a copy it has)
+	Warning   string `json:"warning,omitempty"`   // accepted, but the recipient's host reads stale or gone
 }
 
 // Record is a message's delivery state as the sender may see it.

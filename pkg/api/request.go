@@ -37,6 +37,7 @@ func (r *Request) appendJSON(b []byte) ([]byte, error) {
 	w.str("group", r.Group, true)
 	w.str("turn_id", r.TurnID, true)
 	w.str("answer_to", r.AnswerTo, true)
+	w.bool("wait_for_host", r.WaitHost)
 	w.str("host", r.Host, true)
 	w.str("profile", r.Profile, true)
 	w.strs("args", r.Args)

@@ -16,13 +16,15 @@ func NewAskApp() *cli.App {
 	app.UsageText = "fleet-ask [options] NAME|NAME@HOST|GID [TEXT...|-]"
 	app.Description = "Asks are live-only: the question lives in memory and on the wire with an expiry, " +
 		"never in a durable store. fleet-ask blocks until the askee answers (fleet-send --answer ASK_ID) " +
-		"and prints the answer, or exits 75 when the TTL passes. If this process is gone when the " +
+		"and prints the answer, or exits 75 when the TTL passes. An ask to an entity whose host reads stale or gone " +
+		"(fleet-gw status lists the peers) fails at once with exit 69, kind host_gone, unless --wait-for-host. If this process is gone when the " +
 		"answer comes, the answer is never delivered anywhere and the answerer is told TOO_LATE. " +
 		"The asking turn is FLEET_TURN_ID (or --turn), else a fresh id."
 	app.Flags = append(connFlags(), jsonFlag(), asFlag(),
 		&cli.DurationFlag{Name: "ttl", Usage: "how long to wait for the answer (default: the gateway's ask-ttl, 10m)"},
 		&cli.StringFlag{Name: "turn", Usage: "the asking turn's id (default: env FLEET_TURN_ID, else a fresh one)"},
 		&cli.StringFlag{Name: "about", Usage: "the ask belongs to the flow of message MSG_ID (one you sent or received): it carries its trace id"},
+		&cli.BoolFlag{Name: "wait-for-host", Usage: "ask even if the askee's host reads stale or gone, and wait the TTL for it (without: exit 69 at once, kind host_gone)"},
 	)
 	app.Action = func(c *cli.Context) error {
 		args := c.Args().Slice()
@@ -47,7 +49,7 @@ func NewAskApp() *cli.App {
 		}
 		ttl := c.Duration("ttl")
 		resp, err := s.client.Call(&api.Request{Op: api.OpAsk, To: args[0], Body: body, TurnID: turn, TimeoutMS: ttl.Milliseconds(),
-			ReplyTo: c.String("about")})
+			ReplyTo: c.String("about"), WaitHost: c.Bool("wait-for-host")})
 		if err != nil {
 			return err
 		}

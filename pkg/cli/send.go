@@ -80,12 +80,15 @@ func runSend(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	if w := resp.Sent.Warning; w != "" && (wait || c.String("until") != "") {
+		fmt.Fprintf(c.App.ErrWriter, "fleet-send: warning: %s\n", w)
+	}
 	if wait {
 		return readReply(c, s, resp.Sent, timeout)
 	}
 	if until := c.String("until"); until != "" {
 		fmt.Fprintf(c.App.ErrWriter, "fleet-send: sent %s (trace %s)\n", resp.Sent.MsgID, resp.Sent.TraceID)
-		return waitUntil(c, s, resp.Sent.MsgID, until)
+		return waitUntil(c, s, resp.Sent.MsgID, until, resp.Sent.Warning)
 	}
 	if c.Bool("json") {
 		return printJSON(c.App.Writer, sentOut(resp.Sent))
@@ -250,7 +253,7 @@ func runStatus(c *cli.Context, id string) error {
 	}
 	defer s.client.Close()
 	if until := c.String("until"); until != "" {
-		return waitUntil(c, s, id, until)
+		return waitUntil(c, s, id, until, "")
 	}
 	resp, err := s.client.Call(&api.Request{Op: api.OpLookup, MsgID: id})
 	if err != nil {
@@ -260,8 +263,8 @@ func runStatus(c *cli.Context, id string) error {
 }
 
 // waitUntil blocks until message id reaches state, showing on a terminal
-// what it waits for.
-func waitUntil(c *cli.Context, s *session, id, state string) error {
+// what it waits for; warning (the send's) goes into --json.
+func waitUntil(c *cli.Context, s *session, id, state, warning string) error {
 	if state != "delivered" {
 		return usage("--until takes delivered, not %q", state)
 	}
@@ -273,12 +276,16 @@ func waitUntil(c *cli.Context, s *session, id, state string) error {
 	if err != nil {
 		return err
 	}
-	return printRecord(c, resp.Record)
+	return printRecord(c, resp.Record, warning)
 }
 
-func printRecord(c *cli.Context, r *api.Record) error {
+func printRecord(c *cli.Context, r *api.Record, warning ...string) error {
 	if c.Bool("json") {
-		return printJSON(c.App.Writer, recordOut(r))
+		out := recordOut(r)
+		if len(warning) > 0 {
+			out.Warning = warning[0]
+		}
+		return printJSON(c.App.Writer, out)
 	}
 	line := fmt.Sprintf("%s %s to %s, %d attempt(s)", r.MsgID, r.State, r.Recipient, r.Attempts)
 	if r.Reason != "" {

@@ -58,10 +58,11 @@ type sentJSON struct {
 	TraceID   string `json:"trace_id"`
 	State     string `json:"state"`
 	Recipient *Party `json:"recipient"`
+	Warning   string `json:"warning,omitempty"` // the recipient's host reads stale or gone: the broker holds it
 }
 
 func sentOut(s *api.Sent) sentJSON {
-	return sentJSON{MsgID: s.MsgID, TraceID: s.TraceID, State: s.State, Recipient: partyOf(s.Gid, s.Recipient)}
+	return sentJSON{MsgID: s.MsgID, TraceID: s.TraceID, State: s.State, Recipient: partyOf(s.Gid, s.Recipient), Warning: s.Warning}
 }
 
 // recordJSON is a message's delivery state (fleet-send --status, --until).
@@ -75,6 +76,7 @@ type recordJSON struct {
 	Reason    string    `json:"reason,omitempty"`
 	Accepted  time.Time `json:"accepted"`
 	Done      time.Time `json:"done,omitzero"`
+	Warning   string    `json:"warning,omitempty"` // fleet-send --until: the recipient's host read stale or gone when sent
 }
 
 func recordOut(r *api.Record) recordJSON {

@@ -265,7 +265,7 @@ var exitCodes = []struct {
 	{fault.Usage, "Usage error: bad flags or arguments, an invalid setting or config file, an invalid or already registered name."},
 	{fault.Data, "Data error: an empty, non-UTF-8 or oversized message body, a bad envelope or frame, or a protocol mismatch."},
 	{fault.NoRecipient, "No such recipient, message or entity; fleet-trace: no host that answered saw the trace id."},
-	{fault.Unavailable, "Unavailable: no gateway is running on the socket, the gateway was lost, or it is shutting down."},
+	{fault.Unavailable, "Unavailable: no gateway is running on the socket, the gateway was lost, or it is shutting down; fleet-ask: the askee's host reads stale or gone (kind host_gone; --wait-for-host asks anyway)."},
 	{fault.Software, "Internal error: a bug in fleet."},
 	{fault.LaunchFailed, "Launch failed (fleet-spawn, fleet-stop): the launcher of the target host could not start the entity's command, the command died at once (its output is in the message), or its process could not be stopped."},
 	{fault.CantCreate, "Cannot create: the state folder, the socket or the output cannot be created or written."},

@@ -162,6 +162,7 @@ const (
 	KindNotAuthentic       Kind = "not_authentic"        // a dead letter to replay whose signature does not prove its sender
 	KindNotReplayable      Kind = "not_replayable"       // a dead letter this host may not or cannot deliver again
 	KindNotPrivate         Kind = "not_private"          // a state folder, file or socket that is not this user's alone, or a link
+	KindHostGone           Kind = "host_gone"            // the recipient's host reads stale or gone: an ask could not be answered
 )
 
 // Kinds is the closed set.
@@ -177,7 +178,7 @@ func init() {
 		KindGatewayLocked, KindHostTaken, KindTimeout, KindBrokerTimeout, KindBrokerRefused,
 		KindInboxFull, KindInboxBusy, KindTooLate, KindTooManyConnections,
 		KindBadCredential, KindNoCredential, KindNotAgent, KindHooksBlocked, KindSandboxed, KindPeer, KindBrokerLogin, KindAskArrived,
-		KindNotAuthentic, KindNotReplayable, KindNotPrivate,
+		KindNotAuthentic, KindNotReplayable, KindNotPrivate, KindHostGone,
 	} {
 		Kinds[k] = true
 	}

@@ -277,6 +277,16 @@ func (g *Gateway) ask(c *conn, req *api.Request) {
 		c.fail(err)
 		return
 	}
+	if t.box == nil && g.br != nil && !req.WaitHost {
+		// An ask lives only its TTL: to a host that reads stale or gone
+		// it would wait all of it for nothing. Said at once instead.
+		state, heard := g.peers.HostState(t.host, time.Now(), g.br.Connected(), g.cfg.PresenceTTL)
+		if away := hostAway(t.host, state, heard, time.Now()); away != "" {
+			c.fail(fault.New(fault.Unavailable, fault.KindHostGone, "%s: no answer can come from %s", away, t.name).
+				WithHint("fleet-ask --wait-for-host asks anyway (it waits its TTL); or check fleet-gw on %s (fleet-gw status lists the peers)", t.host))
+			return
+		}
+	}
 	sender := from.snapshot()
 	rcpt := envelope.Party{Gid: t.gid, Name: t.name, Host: t.host}
 	if t.box != nil {

@@ -1,8 +1,10 @@
 package gateway
 
 import (
+	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -35,7 +37,7 @@ type peerView struct {
 	known  map[string]*knownRow           // gid -> its last word
 	onHost map[string]map[string]struct{} // host -> the gids known on it (at most maxSnapshotRows)
 	dirty  map[string]bool                // gids whose known row changed since the last save
-	gone   map[string]bool                // hosts that left or were dropped since this gateway started
+	gone   map[string]time.Time           // hosts that left or were dropped since this gateway started -> when last heard
 }
 
 // knownRow is what is remembered of a remote entity: who and where, not
@@ -48,7 +50,7 @@ type knownRow struct {
 func newPeerView(interval time.Duration, log *slog.Logger) *peerView {
 	return &peerView{peers: map[string]*peer{}, streams: map[string]*stream{}, left: map[string]int64{},
 		legacy: map[string]bool{}, interval: interval, log: log,
-		known: map[string]*knownRow{}, onHost: map[string]map[string]struct{}{}, dirty: map[string]bool{}, gone: map[string]bool{}}
+		known: map[string]*knownRow{}, onHost: map[string]map[string]struct{}{}, dirty: map[string]bool{}, gone: map[string]time.Time{}}
 }
 
 // Remember loads the rows saved before this gateway started.
@@ -109,7 +111,7 @@ func (v *peerView) forgetLocked(gid string) {
 // seenLocked saves when host was last heard on its known rows: it left the
 // view, and that time is what its rows will show. v.mu is held.
 func (v *peerView) seenLocked(host string, at time.Time) {
-	v.gone[host] = true
+	v.gone[host] = at
 	if at.IsZero() {
 		return
 	}
@@ -485,7 +487,7 @@ func (v *peerView) Rows(now time.Time, connected bool, ttl time.Duration, truste
 		r := k.row
 		r.Groups = slices.Clone(r.Groups)
 		r.Status = "unknown"
-		if connected && v.gone[r.Host] {
+		if _, gone := v.gone[r.Host]; connected && gone {
 			r.Status = "gone"
 		}
 		if !k.seen.IsZero() {
@@ -494,4 +496,99 @@ func (v *peerView) Rows(now time.Time, connected bool, ttl time.Duration, truste
 		out = append(out, r)
 	}
 	return out
+}
+
+// How a host reads in the peers' view (HostState, fleet-gw status).
+const (
+	hostLive      = "live"      // heard within two of its intervals
+	hostStale     = "stale"     // not heard for two of its intervals
+	hostGone      = "gone"      // stopped, or not heard within the presence TTL
+	hostUnknown   = "unknown"   // not heard since this gateway started, or the broker is cut off
+	hostUntrusted = "untrusted" // heard, but not in this host's trust file
+)
+
+// HostState is how host reads at now — live, stale, gone or unknown
+// (while cut off from the broker, connected false, every host is) — and
+// when it was last heard (zero: not since this gateway started). A host
+// not heard within ttl (or three of its intervals, if longer) reads gone
+// before Rows drops it from the view.
+func (v *peerView) HostState(host string, now time.Time, connected bool, ttl time.Duration) (string, time.Time) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.hostLocked(host, now, connected, ttl)
+}
+
+// hostLocked is HostState; v.mu is held.
+func (v *peerView) hostLocked(host string, now time.Time, connected bool, ttl time.Duration) (string, time.Time) {
+	if p := v.peers[host]; p != nil {
+		switch age := now.Sub(p.heard); {
+		case p.heard.IsZero() || !connected: // only learned of from a control answer
+			return hostUnknown, p.heard
+		case age > max(ttl, 3*p.interval):
+			return hostGone, p.heard
+		case age > 2*p.interval:
+			return hostStale, p.heard
+		default:
+			return hostLive, p.heard
+		}
+	}
+	if at, gone := v.gone[host]; gone && connected {
+		return hostGone, at
+	}
+	return hostUnknown, v.gone[host]
+}
+
+// Peers lists the other hosts, sorted: the trusted ones (from the trust
+// file, this host left out) and every host in the view or gone from it,
+// each with its state; a host heard but not trusted reads untrusted.
+func (v *peerView) Peers(now time.Time, connected bool, ttl time.Duration, trusted []string, untrusted []api.EntityRow) []api.PeerStatus {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	byHost := map[string]*api.PeerStatus{}
+	add := func(host string, isTrusted bool) {
+		if byHost[host] != nil {
+			return
+		}
+		state, heard := v.hostLocked(host, now, connected, ttl)
+		if !isTrusted {
+			state = hostUntrusted
+		}
+		byHost[host] = &api.PeerStatus{Host: host, Trusted: isTrusted, State: state, LastHeard: heard.UTC()}
+		if heard.IsZero() {
+			byHost[host].LastHeard = time.Time{}
+		}
+	}
+	for _, h := range trusted {
+		add(h, true)
+	}
+	for h := range v.peers {
+		add(h, false)
+	}
+	for h := range v.gone {
+		add(h, false)
+	}
+	for _, r := range untrusted {
+		if byHost[r.Host] == nil {
+			byHost[r.Host] = &api.PeerStatus{Host: r.Host, State: hostUntrusted, LastHeard: r.LastSeen.UTC()}
+		}
+	}
+	out := make([]api.PeerStatus, 0, len(byHost))
+	for _, p := range byHost {
+		out = append(out, *p)
+	}
+	slices.SortFunc(out, func(a, b api.PeerStatus) int { return strings.Compare(a.Host, b.Host) })
+	return out
+}
+
+// hostAway says that host reads stale or gone, since when (""
+// otherwise): what an ask fails with and a send warns of.
+func hostAway(host, state string, heard, now time.Time) string {
+	if state != hostStale && state != hostGone {
+		return ""
+	}
+	if heard.IsZero() {
+		return fmt.Sprintf("host %s is %s: not heard since this gateway started", host, state)
+	}
+	return fmt.Sprintf("host %s is %s: last heard %s ago (%s)", host, state,
+		now.Sub(heard).Round(time.Second), heard.UTC().Format(time.RFC3339))
 }

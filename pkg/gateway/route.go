@@ -209,6 +209,7 @@ func (g *Gateway) sendWith(req *api.Request, before func(*envelope.Envelope)) (*
 		before(env)
 	}
 	state := store.Accepted
+	warning := ""
 	if t.box != nil {
 		rec, err := g.accept(env)
 		if err != nil {
@@ -217,10 +218,17 @@ func (g *Gateway) sendWith(req *api.Request, before func(*envelope.Envelope)) (*
 		state = rec.State
 	} else if err := g.publish(env); err != nil {
 		return nil, err
+	} else {
+		// the broker holds it for the host's return; the sender hears
+		// at once that a reply or a delivery may be long in coming
+		hs, heard := g.peers.HostState(rcpt.Host, time.Now(), g.br.Connected(), g.cfg.PresenceTTL)
+		if away := hostAway(rcpt.Host, hs, heard, time.Now()); away != "" {
+			warning = away + ": the broker holds the message until it is back"
+		}
 	}
 	return &api.Response{Sent: &api.Sent{
 		MsgID: env.MsgID, TraceID: env.TraceID, State: state,
-		Recipient: env.Recipient.String(), Gid: rcpt.Gid,
+		Recipient: env.Recipient.String(), Gid: rcpt.Gid, Warning: warning,
 	}}, nil
 }
 

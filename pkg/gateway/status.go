@@ -23,8 +23,19 @@ func (g *Gateway) gatewayStatus() (*api.Response, error) {
 		st.Broker.Since = st.Broker.Since.UTC()
 	}
 	st.Healthy = st.Broker.State == "none" || st.Broker.State == "connected"
+	st.Peers = []api.PeerStatus{}
 	if g.admit != nil {
-		st.Trusted = g.admit.file.Count()
+		keys, _ := g.admit.file.Keys()
+		st.Trusted = len(keys)
+		if g.br != nil {
+			var hosts []string
+			for h := range keys {
+				if h != g.cfg.Host {
+					hosts = append(hosts, h)
+				}
+			}
+			st.Peers = g.peers.Peers(time.Now(), g.br.Connected(), g.cfg.PresenceTTL, hosts, g.admit.untrustedRows())
+		}
 	}
 	rows, err := g.localRows()
 	if err != nil {

@@ -18,8 +18,9 @@ func statusCommand(app *ucli.App) *ucli.Command {
 		Name:  "status",
 		Usage: "ask the running gateway how it is: exit 0 healthy, 69 no gateway, 75 degraded (its broker not connected)",
 		Description: "Prints the gateway's version, host id, uptime, broker state (connected, blocked, connecting, " +
-			"down, or none in single-host mode; since when, and why), trusted hosts, entities, messages pending " +
-			"and dead, and when the oldest pending message was sent. Exit 0 when healthy, 69 when no gateway " +
+			"down, or none in single-host mode; since when, and why), trusted hosts, the peers (each other host " +
+			"this one trusts or hears: trusted or not, when last heard, and live, stale, gone, unknown or " +
+			"untrusted), entities, messages pending and dead, and when the oldest pending message was sent. Exit 0 when healthy, 69 when no gateway " +
 			"answers on the socket, 75 when it runs degraded (a broker is configured but not connected).",
 		UsageText:       "fleet-gw status [--json]",
 		HideHelpCommand: true,
@@ -71,6 +72,17 @@ func statusCommand(app *ucli.App) *ucli.Command {
 				}
 				fmt.Fprintf(w, "broker    %s\n", broker)
 				fmt.Fprintf(w, "trusted   %d hosts\n", st.Trusted)
+				for _, p := range st.Peers {
+					heard := "never heard since this gateway started"
+					if !p.LastHeard.IsZero() {
+						heard = fmt.Sprintf("last heard %s (%s ago)", p.LastHeard.Format(time.RFC3339), time.Since(p.LastHeard).Round(time.Second))
+					}
+					trusted := "trusted"
+					if !p.Trusted {
+						trusted = "not trusted"
+					}
+					fmt.Fprintf(w, "peer      %s %s, %s, %s\n", p.Host, p.State, trusted, heard)
+				}
 				fmt.Fprintf(w, "entities  %d, %d messages pending, %d dead\n", st.Entities, st.Pending, st.Dead)
 				if !st.OldestPending.IsZero() {
 					fmt.Fprintf(w, "oldest    pending message sent %s\n", since(st.OldestPending)[len(" since "):])
