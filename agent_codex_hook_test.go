@@ -46,15 +46,7 @@ func TestCodexHookMode(t *testing.T) {
 		r := c.sub(t)
 		id := r.sendID("cx", "sent while the agent is idle")
 		ids = append(ids, id)
-		time.Sleep(2 * time.Second)
-		if st := r.msgState(id); st != "accepted" {
-			t.Fatalf("with no hook run the message reads %s, want accepted (pending)", st)
-		}
-		for _, q := range r.stub.Requests() {
-			if strings.Contains(q.Body, id) {
-				t.Fatal("the model saw the message with no hook run")
-			}
-		}
+		stillPending(t, r, id)
 		p := "a turn of its own"
 		c.prompt(t, p)
 		q := r.turnWith(p, 30*time.Second)

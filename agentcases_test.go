@@ -207,3 +207,18 @@ func exitedGetsNothing(t *testing.T, r *agentRig, pane, entity, shown string) {
 		t.Errorf("the message was typed into the shell:\n%s", s)
 	}
 }
+
+// stillPending: a message sent while no hook of the agent runs is, after
+// a while, still accepted (pending) and in none of the model's requests.
+func stillPending(t *testing.T, r *agentRig, id string) {
+	t.Helper()
+	time.Sleep(2 * time.Second)
+	if st := r.msgState(id); st != "accepted" {
+		t.Fatalf("with no hook run the message reads %s, want accepted (pending)", st)
+	}
+	for _, q := range r.stub.Requests() {
+		if strings.Contains(q.Body, id) {
+			t.Fatal("the model saw the message with no hook run")
+		}
+	}
+}
