@@ -27,33 +27,10 @@ func TestClaudeCodeHookMode(t *testing.T) {
 	rig.fleet("fleet-roster", "join", "alice", "--mode", "pull")
 	c := &claudeRun{r: rig, name: "hooked", hooks: filepath.Join(rig.dir, "claude-hooks.jsonl")}
 	claudeConfig(t, rig, c.hooks)
-	c.pane = rig.pane(c.name, "bash --norc --noprofile -i", claudeEnv(rig)...)
-	rig.waitScreen(c.pane, claudeShell, 10*time.Second)
-	shell := rig.tmux("display", "-p", "-t", c.pane, "#{pane_pid}")
-	t.Cleanup(func() { endClaude(rig, c.pane, shell) })
 	out := rig.fleet("fleet-roster", "join", c.name, "--mode", "hook")
 	c.token = strings.Fields(out)[0]
-	rig.tmux("send-keys", "-t", c.pane, "-l", "FLEET_TOKEN="+c.token+" claude")
-	rig.tmux("send-keys", "-t", c.pane, "Enter")
-	rig.waitScreen(c.pane, claudeReady, 30*time.Second)
-	c.waitHook(t, "SessionStart", 1)
-
-	// prompt types a prompt into Claude Code, as its user would
-	prompt := func(r *agentRig, text string) {
-		r.waitScreen(c.pane, claudeReady, 20*time.Second)
-		r.tmux("send-keys", "-t", c.pane, "-l", text)
-		time.Sleep(200 * time.Millisecond)
-		r.tmux("send-keys", "-t", c.pane, "Enter")
-	}
-	count := func(name string) int {
-		n := 0
-		for _, h := range c.hookNames(t) {
-			if h == name {
-				n++
-			}
-		}
-		return n
-	}
+	c.startInPane(t)
+	count := func(event string) int { return c.hookCount(t, event) }
 	header := func(id string) string { return "[fleet message from alice@h1 · msg " + id + " · send]" }
 
 	// before the first turn's end no wake hook runs: a message sent now
@@ -65,7 +42,7 @@ func TestClaudeCodeHookMode(t *testing.T) {
 		id := c.send(t, "sent while the agent is idle")
 		stillPending(t, r, id)
 		p := "a turn of its own"
-		prompt(r, p)
+		c.prompt(p)
 		q := r.turnWith(p, 30*time.Second)
 		if n := strings.Count(q.Body, jsonText(header(id)+"\n│ sent while the agent is idle\n")); n != 1 {
 			t.Errorf("the turn's request holds the message %d times, want 1:\n%s", n, q.Body)
@@ -79,7 +56,7 @@ func TestClaudeCodeHookMode(t *testing.T) {
 		c.r = r
 		stops := count("Stop")
 		p := "run a slow tool STUB:TOOL=sleep 3"
-		prompt(r, p)
+		c.prompt(p)
 		c.waitHook(t, "PreToolUse", count("PreToolUse")+1)
 		body := "mid-turn mail, line one\nline two"
 		id := c.send(t, body)
@@ -176,7 +153,7 @@ func TestClaudeCodeHookMode(t *testing.T) {
 		c.r = r
 		stops := count("Stop")
 		p := "a slow answer STUB:SLOW=4"
-		prompt(r, p)
+		c.prompt(p)
 		r.waitScreen(c.pane, `esc to interrupt`, 10*time.Second)
 		c.waitHook(t, "UserPromptSubmit", count("UserPromptSubmit"))
 		time.Sleep(500 * time.Millisecond)

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/fleetd/fleet/internal/stubmodel"
-	"github.com/fleetd/fleet/internal/testnode"
 )
 
 // An ASK across two gateways, answered by the real Claude Code in hook
@@ -23,22 +22,7 @@ import (
 // expires: the asker is told so, and the record says where it stopped.
 func TestClaudeCodeHookAskAcrossHosts(t *testing.T) {
 	agentBin(t, "claude")
-	brokerLock.RLock()
-	defer brokerLock.RUnlock()
-	url, drop, err := testnode.Vhost("t-go-agent-hookask")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer drop()
-	login := func(host string) string {
-		u, err := testnode.Login(url, host)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return "FLEET_BROKER=" + u
-	}
-	rig := newAgentRig(t, login("h1"), "FLEET_PRESENCE_INTERVAL=300ms")
-	h2 := newTestGW(t, rig.dir, "h2", login("h2"), "FLEET_PRESENCE_INTERVAL=300ms")
+	rig, h2 := twoHostRig(t, "t-go-agent-hookask")
 	t.Cleanup(func() {
 		if t.Failed() {
 			b, _ := os.ReadFile(h2.log())
@@ -48,7 +32,6 @@ func TestClaudeCodeHookAskAcrossHosts(t *testing.T) {
 			t.Logf("h2's log (its end):\n%s", b)
 		}
 	})
-	enrolGWs(t, rig.gw, h2)
 	bossTok := h2.join("boss")
 	boss := func(args ...string) *exec.Cmd {
 		cmd := exec.Command(filepath.Join(binDir, args[0]), args[1:]...)
@@ -211,29 +194,9 @@ func TestClaudeCodeHookAskAcrossHosts(t *testing.T) {
 	// Claude Code starts with the entity's credential; a first turn of
 	// its own runs the recipe's hooks — the expired ask is not handed —
 	// and its end starts the wake hook
-	c.pane = rig.pane(c.name, "bash --norc --noprofile -i", claudeEnv(rig)...)
-	rig.waitScreen(c.pane, claudeShell, 10*time.Second)
-	shell := rig.tmux("display", "-p", "-t", c.pane, "#{pane_pid}")
-	t.Cleanup(func() { endClaude(rig, c.pane, shell) })
-	rig.tmux("send-keys", "-t", c.pane, "-l", "FLEET_TOKEN="+c.token+" claude")
-	rig.tmux("send-keys", "-t", c.pane, "Enter")
-	rig.waitScreen(c.pane, claudeReady, 30*time.Second)
-	c.waitHook(t, "SessionStart", 1)
-	prompt := func(text string) {
-		rig.waitScreen(c.pane, claudeReady, 20*time.Second)
-		rig.tmux("send-keys", "-t", c.pane, "-l", text)
-		time.Sleep(200 * time.Millisecond)
-		rig.tmux("send-keys", "-t", c.pane, "Enter")
-	}
-	count := func(name string) int {
-		n := 0
-		for _, h := range c.hookNames(t) {
-			if h == name {
-				n++
-			}
-		}
-		return n
-	}
+	c.startInPane(t)
+	prompt := c.prompt
+	count := func(event string) int { return c.hookCount(t, event) }
 	prompt("a first turn of its own")
 	c.waitHook(t, "Stop", 1)
 	rig.waitScreen(c.pane, claudeReady, 20*time.Second)

@@ -523,20 +523,19 @@ func containsSeq(names []string, want ...string) bool {
 	return i == len(want)
 }
 
-// The agent answers through its own tool call: a message from boss on
-// host h2 (fleet-send --wait, across the broker) is pasted into Claude
-// Code on h1; the model's Bash call runs `fleet-send --reply-to ID ...`
-// with the entity's credential, and the reply reaches boss's open send on
-// h2 — the whole U1 loop through a real agent CLI and a real broker.
-func TestClaudeCodeReplyAcrossHosts(t *testing.T) {
-	agentBin(t, "claude")
+// twoHostRig is an agent rig on host h1 and a second gateway h2, each
+// with its own login on a fresh vhost of the private broker node, trusting
+// each other, presence every 300 ms. The vhost goes when the test ends,
+// after the gateways.
+func twoHostRig(t *testing.T, vhost string) (*agentRig, *testGW) {
+	t.Helper()
 	brokerLock.RLock()
-	defer brokerLock.RUnlock()
-	url, drop, err := testnode.Vhost("t-go-agent-reply")
+	t.Cleanup(brokerLock.RUnlock)
+	url, drop, err := testnode.Vhost(vhost)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer drop()
+	t.Cleanup(drop)
 	login := func(host string) string {
 		u, err := testnode.Login(url, host)
 		if err != nil {
@@ -547,6 +546,52 @@ func TestClaudeCodeReplyAcrossHosts(t *testing.T) {
 	rig := newAgentRig(t, login("h1"), "FLEET_PRESENCE_INTERVAL=300ms")
 	h2 := newTestGW(t, rig.dir, "h2", login("h2"), "FLEET_PRESENCE_INTERVAL=300ms")
 	enrolGWs(t, rig.gw, h2)
+	return rig, h2
+}
+
+// startInPane starts Claude Code with c's credential in a new pane's
+// shell, as its user would, and waits for its prompt and its first
+// SessionStart hook; the pane's processes end with the test.
+func (c *claudeRun) startInPane(t *testing.T) {
+	t.Helper()
+	r := c.r
+	c.pane = r.pane(c.name, "bash --norc --noprofile -i", claudeEnv(r)...)
+	r.waitScreen(c.pane, claudeShell, 10*time.Second)
+	shell := r.tmux("display", "-p", "-t", c.pane, "#{pane_pid}")
+	t.Cleanup(func() { endClaude(r, c.pane, shell) })
+	r.tmux("send-keys", "-t", c.pane, "-l", "FLEET_TOKEN="+c.token+" claude")
+	r.tmux("send-keys", "-t", c.pane, "Enter")
+	r.waitScreen(c.pane, claudeReady, 30*time.Second)
+	c.waitHook(t, "SessionStart", 1)
+}
+
+// prompt types a prompt into Claude Code, as its user would.
+func (c *claudeRun) prompt(text string) {
+	c.r.waitScreen(c.pane, claudeReady, 20*time.Second)
+	c.r.tmux("send-keys", "-t", c.pane, "-l", text)
+	time.Sleep(200 * time.Millisecond)
+	c.r.tmux("send-keys", "-t", c.pane, "Enter")
+}
+
+// hookCount is how many times Claude Code has run its hooks for event.
+func (c *claudeRun) hookCount(t *testing.T, event string) int {
+	n := 0
+	for _, h := range c.hookNames(t) {
+		if h == event {
+			n++
+		}
+	}
+	return n
+}
+
+// The agent answers through its own tool call: a message from boss on
+// host h2 (fleet-send --wait, across the broker) is pasted into Claude
+// Code on h1; the model's Bash call runs `fleet-send --reply-to ID ...`
+// with the entity's credential, and the reply reaches boss's open send on
+// h2 — the whole U1 loop through a real agent CLI and a real broker.
+func TestClaudeCodeReplyAcrossHosts(t *testing.T) {
+	agentBin(t, "claude")
+	rig, h2 := twoHostRig(t, "t-go-agent-reply")
 	bossTok := h2.join("boss")
 	c := startClaude(t, rig, "claude")
 	rig.waitStatus(c.name, "idle", 10*time.Second)
@@ -557,6 +602,7 @@ func TestClaudeCodeReplyAcrossHosts(t *testing.T) {
 	wait.Env = append(h2.env, "FLEET_TOKEN="+bossTok, "PATH="+binDir+":"+os.Getenv("PATH"))
 	var out, errOut strings.Builder
 	wait.Stdout, wait.Stderr = &out, &errOut
+	var err error
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		// h2 hears of claude@h1 within a presence interval or two
