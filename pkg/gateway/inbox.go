@@ -211,7 +211,7 @@ func (g *Gateway) injectLoop(ctx context.Context, b *mailbox) {
 	pol := backoff.Policy{Base: g.cfg.RetryBase, Max: g.cfg.RetryMax, Jitter: true}
 	net := &agentWatch{cfg: g.cfg}
 	bindOld(ctx, b, g.st) // an entity from before panes were bound
-	held := ""               // the head last logged as held while not idle
+	held := ""            // the head last logged as held while not idle
 	for {
 		changed := b.watch()
 		if ctx.Err() != nil {
