@@ -28,6 +28,7 @@ import (
 
 	"github.com/fleetd/fleet/pkg/cli"
 	"github.com/fleetd/fleet/pkg/cli/dlqapp"
+	"github.com/fleetd/fleet/pkg/cli/examples"
 	"github.com/fleetd/fleet/pkg/cli/gwapp"
 	"github.com/fleetd/fleet/pkg/cli/mcpapp"
 	"github.com/fleetd/fleet/pkg/cli/rosterapp"
@@ -288,7 +289,7 @@ func writeExitStatus(b *strings.Builder, app *ucli.App) {
 }
 
 func writeExamples(b *strings.Builder, app *ucli.App) {
-	exs := examples[app.Name]
+	exs := examples.For(app.Name)
 	if len(exs) == 0 {
 		return
 	}
