@@ -114,6 +114,7 @@ func NewRosterApp() *ucli.App {
 			Flags:     []ucli.Flag{fleetcli.JSONFlag()},
 			Action:    runDead,
 		},
+		completeCommand(),
 	}
 	for _, cmd := range app.Commands {
 		// every subcommand takes the connection flags too, wherever they
