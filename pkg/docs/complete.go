@@ -240,15 +240,6 @@ func argWords(args string) []string {
 	return nil
 }
 
-// names is every name of the commands: what a shell accepts as one.
-func names(cmds []*ucli.Command) []string {
-	var out []string
-	for _, c := range cmds {
-		out = append(out, c.Names()...)
-	}
-	return out
-}
-
 // firstNames is the first name of every command: what a shell offers.
 func firstNames(cmds []*ucli.Command) []string {
 	var out []string
