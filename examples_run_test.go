@@ -37,6 +37,7 @@ func TestExamplesRun(t *testing.T) {
 	for _, c := range []struct{ page, has string }{
 		{"fleet-roster", "export FLEET_TOKEN=$(fleet-roster join alice --mode pull)"},
 		{"fleet-roster", "fleet-roster join carol --mode pull --nudge"},
+		{"fleet-roster", "fleet-roster whoami --as alice"},
 		{"fleet-send", "fleet-send --as alice bob - < report.txt"},
 		{"fleet-send", `fleet-send --as alice --status "$id"`},
 		{"fleet-recv", "fleet-recv --as bob -n 1"},

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 
@@ -107,8 +108,8 @@ type errString string
 func (e errString) Error() string { return string(e) }
 
 // TestHelpShowsExamples: every command's --help ends with the EXAMPLES of
-// its man page, from the same table; a command's own help shows those
-// that call it, and no other.
+// its man page, from the same table; a command's own help (every one
+// has some) shows those that call it, and no other.
 func TestHelpShowsExamples(t *testing.T) {
 	files, err := Render()
 	if err != nil {
@@ -142,6 +143,23 @@ func TestHelpShowsExamples(t *testing.T) {
 				}
 			}
 		}
+	}
+	// every command's and subcommand's own --help has examples too
+	for _, newApp := range AllApps() {
+		var walk func(path []string, cmds []*ucli.Command)
+		walk = func(path []string, cmds []*ucli.Command) {
+			for _, c := range cmds {
+				if c.Hidden {
+					continue
+				}
+				p := append(slices.Clone(path), c.Name)
+				if text := help(newApp, append(p, "--help")...); !strings.Contains(text, "\nEXAMPLES:\n") {
+					t.Errorf("%s %s --help: no EXAMPLES", newApp().Name, strings.Join(p, " "))
+				}
+				walk(p, c.Subcommands)
+			}
+		}
+		walk(nil, newApp().Commands)
 	}
 	byName := map[string]func() *ucli.App{}
 	for _, newApp := range AllApps() {

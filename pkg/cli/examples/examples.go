@@ -154,6 +154,8 @@ func all() map[string][]Example {
 		"fleet-roster": {
 			{"List this host's entities: a table on a terminal, JSON Lines otherwise:",
 				"fleet-roster"},
+			{"Only the entities of host build2 that are in group ops, as JSON Lines:",
+				"fleet-roster list --host build2 --group ops --json"},
 			{"Register a pull entity and give this shell its credential, which is shown only once:",
 				"export FLEET_TOKEN=$(fleet-roster join alice --mode pull)"},
 			{"Register an entity whose messages are pasted into pane 1.0 of tmux session work, as a member of group ops:",
@@ -165,12 +167,19 @@ func all() map[string][]Example {
 			{"Hold inject deliveries to bob while it is busy, then let them through:",
 				"fleet-roster status --as bob busy\n" +
 					"fleet-roster status --as bob idle"},
+			{"The caller's own row, as alice, whose credential fleet-roster join saved:",
+				"fleet-roster whoami --as alice"},
+			{"Put bob in group reviewers and take him out of ops; his inbox is rebound at once:",
+				"fleet-roster group bob --add reviewers --remove ops"},
 			{"Show the dead letters addressed to bob, with the reason each died:",
 				"fleet-roster dead bob"},
 			{"Remove bob; what waits in its inbox is dead-lettered:",
 				"fleet-roster leave bob"},
 			{"Make fleet-mcp an MCP server of Codex, acting as main; then see what status reads:",
 				"fleet-roster hooks install codex --mcp main\nfleet-roster hooks status codex"},
+			{"In the agent's tmux pane, after hooks install claude: prove the loop live, " +
+				"submitting a prompt in the agent within the minute (busy, then idle, through its real hooks):",
+				"fleet-roster hooks doctor claude --watch 60s"},
 			{"Take fleet-mcp's entry out of Claude Code's ~/.claude.json again:",
 				"fleet-roster hooks remove claude --mcp"},
 			{"Options of fleet-roster itself go before the command:",
