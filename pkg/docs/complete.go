@@ -52,12 +52,16 @@ var appValueKind = map[string]string{
 	"fleet-gw:host": "",
 }
 
-// argKind overrides what a level's first argument is, "APP LEVEL"; by
-// default an enumeration ("busy|idle") gives its words and NAME an entity.
-var argKind = map[string]string{
-	"fleet-roster join":     "",               // a new name
-	"fleet-gw trust.add":    "untrusted-host", // a host heard of but not yet trusted
-	"fleet-gw trust.remove": "trusted-host",
+// argKind overrides what a level's first argument is, "APP LEVEL", and
+// whether more arguments follow it; by default an enumeration
+// ("busy|idle") gives its words and NAME an entity.
+var argKind = map[string]struct {
+	kind string
+	more bool
+}{
+	"fleet-roster join":     {"", false},              // a new name
+	"fleet-gw trust.add":    {"untrusted-host", true}, // a host heard of but not yet trusted, then its KEY
+	"fleet-gw trust.remove": {"trusted-host", false},
 }
 
 // dynamic is, for each kind of value only the running fleet knows, the
@@ -198,7 +202,7 @@ func visible(cmds []*ucli.Command) []*ucli.Command {
 // arguments follow it.
 func argHint(app, id, args string) (valueHint, bool) {
 	if k, ok := argKind[app+" "+id]; ok {
-		return valueHint{kind: k}, k != ""
+		return valueHint{kind: k.kind}, k.more
 	}
 	if words := argWords(args); words != nil {
 		return valueHint{words: words}, false
