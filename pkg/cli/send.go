@@ -32,11 +32,13 @@ func NewSendApp() *cli.App {
 	app.Description = "Sends TEXT (the arguments joined by spaces; stdin when there are none or TEXT is -) " +
 		"as the caller's entity, whose credential comes from FLEET_TOKEN or --as NAME. " +
 		"Prints the msg id and the trace id once the message is stored durably at its recipient's gateway."
+	until := Choice("until", "after sending (or with --status), wait until the message is STATE (delivered); exit 75 if not within --timeout", "", "delivered")
+	until.Hint = "fleet-send --until delivered NAME TEXT (or --status MSGID --until delivered)"
 	app.Flags = append(connFlags(), jsonFlag(), asFlag(),
 		&cli.StringFlag{Name: "reply-to", Usage: "send a REPLY to the sender of message MSGID, in its trace"},
 		&cli.StringFlag{Name: "id", Usage: "send as message MSGID instead of a fresh id: a retry of a send whose outcome was unknown (exit 74) is then sent at most once"},
 		&cli.StringFlag{Name: "status", Usage: "print the delivery state of message MSGID instead of sending"},
-		&cli.StringFlag{Name: "until", Usage: "after sending (or with --status), wait until the message is STATE (delivered); exit 75 if not within --timeout"},
+		until,
 		&cli.StringFlag{Name: "answer", Usage: "answer the ask ASK_ID (exit 75 TOO_LATE if its turn is gone)"},
 		&cli.BoolFlag{Name: "wait", Usage: "hold the send open and print the recipient's reply (exit 75 if none within --timeout); an ask to you arriving first is printed instead (exit 10): answer it, then --wait-reply"},
 		&cli.StringFlag{Name: "wait-reply", Usage: "wait again for the reply to your message MSGID (after --wait ended with an ask, exit 10, or timed out)"},
@@ -113,10 +115,6 @@ func runSend(c *cli.Context) error {
 // command could not carry out and options that contradict each other: a
 // script that retries on an error must never send twice.
 func checkSend(c *cli.Context) error {
-	if c.IsSet("until") && c.String("until") != "delivered" {
-		return usage("--until takes delivered, not %q", c.String("until")).
-			WithHint("fleet-send --until delivered NAME TEXT (or --status MSGID --until delivered)")
-	}
 	if c.IsSet("timeout") && c.Duration("timeout") <= 0 {
 		return usage("--timeout must be positive, not %v", c.Duration("timeout"))
 	}

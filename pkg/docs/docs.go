@@ -9,6 +9,7 @@
 //	                       ENVIRONMENT, EXIT STATUS, EXAMPLES and SEE ALSO
 //	completions/NAME.bash  a bash `complete -F` function
 //	completions/_NAME      a zsh #compdef function
+//	completions/NAME.fish  fish complete lines
 //
 // and for every markdown page under pages/ (the concepts, section 7, and
 // the config file, section 5: see pages.go) man/NAME.7 or man/NAME.5.
@@ -28,6 +29,7 @@ import (
 
 	"github.com/fleetd/fleet/pkg/cli"
 	"github.com/fleetd/fleet/pkg/cli/dlqapp"
+	"github.com/fleetd/fleet/pkg/cli/examples"
 	"github.com/fleetd/fleet/pkg/cli/gwapp"
 	"github.com/fleetd/fleet/pkg/cli/mcpapp"
 	"github.com/fleetd/fleet/pkg/cli/rosterapp"
@@ -75,6 +77,7 @@ func Render() (map[string][]byte, error) {
 	for _, app := range fresh() {
 		files["completions/"+app.Name+".bash"] = []byte(bashCompletion(app))
 		files["completions/_"+app.Name] = []byte(zshCompletion(app))
+		files["completions/"+app.Name+".fish"] = []byte(fishCompletion(app))
 	}
 	ps, err := readPages()
 	if err != nil {
@@ -289,7 +292,7 @@ func writeExitStatus(b *strings.Builder, app *ucli.App) {
 }
 
 func writeExamples(b *strings.Builder, app *ucli.App) {
-	exs := examples[app.Name]
+	exs := examples.For(app.Name)
 	if len(exs) == 0 {
 		return
 	}

@@ -242,10 +242,13 @@ func report(c *ucli.Context, v any, line string) error {
 func gwFlags() []ucli.Flag {
 	var flags []ucli.Flag
 	for _, k := range config.Keys {
-		flags = append(flags, &ucli.StringFlag{
-			Name:  k.Name,
-			Usage: k.Usage + " (env " + k.Env + "; default " + k.Default + ")",
-		})
+		usage := k.Usage + " (env " + k.Env + "; default " + k.Default + ")"
+		if choices, ok := config.Choices[k.Name]; ok {
+			// no default of its own: the config supplies it
+			flags = append(flags, cli.Choice(k.Name, usage, "", choices...))
+			continue
+		}
+		flags = append(flags, &ucli.StringFlag{Name: k.Name, Usage: usage})
 	}
 	return append(flags, &ucli.StringFlag{Name: "config", Usage: "config file (env FLEET_CONFIG)"})
 }

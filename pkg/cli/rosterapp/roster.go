@@ -52,15 +52,15 @@ func NewRosterApp() *ucli.App {
 				"and saves it owner-only in the state folder, where --as NAME finds it.",
 			Flags: []ucli.Flag{
 				fleetcli.JSONFlag(),
-				&ucli.StringFlag{Name: "mode", Usage: "pull (held for fleet-recv), inject (delivered into a pane or command) or hook (held for the agent CLI's own hooks: fleet-recv --hook)", Required: true},
+				required(fleetcli.Choice("mode", "pull (held for fleet-recv), inject (delivered into a pane or command) or hook (held for the agent CLI's own hooks: fleet-recv --hook)", "", "pull", "inject", "hook")),
 				&ucli.StringFlag{Name: "tmux-target", Usage: "inject: paste messages into this tmux pane; hook: the agent's pane, where an idle agent with mail waiting gets a wake notice (a count, never a message)"},
 				&ucli.StringFlag{Name: "exec", Usage: "inject: run this command with the message JSON on stdin; exit 0 means delivered"},
 				&ucli.StringFlag{Name: "nudge", Usage: "pull: run this command, with backoff, while unread messages wait"},
 				&ucli.StringSliceFlag{Name: "group", Usage: "member of group G, named as an entity is; not all, which everyone is in (repeat for more)"},
 				&ucli.StringFlag{Name: "program", Usage: "tmux: the program a paste needs in the pane's foreground (default: what runs there now, or, a shell, what runs at the agent's first hook)"},
-				&ucli.StringFlag{Name: "turns", Usage: "tmux: hooks (busy and idle from the agent's turn hooks; starting until the first) or none (a program without turns)", Value: "hooks"},
-				&ucli.StringFlag{Name: "paste", Usage: "tmux: auto (lines when tmux says the program enabled bracketed paste), line (one line, newlines shown as ␊) or bracketed (lines, for Claude Code, Codex, Gemini CLI, IPython)", Value: "auto"},
-				&ucli.StringFlag{Name: "header", Usage: "tmux: the sender's header line before the body, after it, or off", Value: "before"},
+				fleetcli.Choice("turns", "tmux: hooks (busy and idle from the agent's turn hooks; starting until the first) or none (a program without turns)", "hooks", "hooks", "none"),
+				fleetcli.Choice("paste", "tmux: auto (lines when tmux says the program enabled bracketed paste), line (one line, newlines shown as ␊) or bracketed (lines, for Claude Code, Codex, Gemini CLI, IPython)", "auto", "auto", "line", "bracketed"),
+				fleetcli.Choice("header", "tmux: the sender's header line before the body, after it, or off", "before", "before", "after", "off"),
 				&ucli.DurationFlag{Name: "idle-screen", Usage: "tmux: a stuck agent whose screen stands still this long reads idle (0: never)"},
 			},
 			Action: runJoin,
@@ -114,6 +114,7 @@ func NewRosterApp() *ucli.App {
 			Flags:     []ucli.Flag{fleetcli.JSONFlag()},
 			Action:    runDead,
 		},
+		completeCommand(),
 	}
 	for _, cmd := range app.Commands {
 		// every subcommand takes the connection flags too, wherever they
@@ -123,6 +124,12 @@ func NewRosterApp() *ucli.App {
 		cmd.OnUsageError = app.OnUsageError
 	}
 	return app
+}
+
+// required makes f a required flag.
+func required(f *fleetcli.ChoiceFlag) *fleetcli.ChoiceFlag {
+	f.Required = true
+	return f
 }
 
 func listFlags() []ucli.Flag {
