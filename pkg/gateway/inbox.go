@@ -475,10 +475,13 @@ func (g *Gateway) nudgeLoop(ctx context.Context, b *mailbox) {
 		}
 		pending := g.st.Pending(ent.Gid) // counted only when a nudge fires
 		n++
+		now := b.snapshot() // detached (follow.go): nobody reads it, and why
 		err := deliver.Run(ctx, ent.Nudge, g.cfg.ExecTimeout, bytes.NewReader(nil), []string{
 			"FLEET_ENTITY=" + ent.Name,
 			"FLEET_PENDING=" + strconv.Itoa(pending),
 			"FLEET_NUDGE=" + strconv.Itoa(n),
+			"FLEET_STATUS=" + now.Status,
+			"FLEET_STATUS_REASON=" + now.StatusReason,
 		})
 		if err != nil {
 			g.log.Warn("nudge hook failed", "entity", ent.Name, "err", err)
