@@ -27,6 +27,7 @@ import (
 	"errors"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -52,6 +53,10 @@ func reasonProcGone(info launch.Info) string {
 		return "its tmux pane " + info.Pane + " is gone (the process fleet-spawn started)"
 	}
 	return "its process (process group " + strconv.Itoa(info.Pid) + ", started by fleet-spawn) exited"
+}
+
+func procReason(r string) bool {
+	return strings.HasPrefix(r, "its process (") || strings.HasPrefix(r, "its tmux pane ")
 }
 
 // followers is the part. One lock; the mailboxes' status is changed only
@@ -191,12 +196,13 @@ func (f *followers) Drained(b *mailbox) {
 }
 
 // setLocked records b's status: idle only from detached (a status the
-// entity's own hooks set stays), detached over anything but detached.
+// entity's own hooks set stays), detached over anything but a detached
+// whose process is gone (for good: the more telling reason).
 func (f *followers) setLocked(b *mailbox, status, reason string) {
 	ent := b.snapshot()
 	switch {
 	case status == stIdle && ent.Status != stDetached,
-		status == stDetached && ent.Status == stDetached:
+		status == stDetached && ent.Status == stDetached && (ent.StatusReason == reason || procReason(ent.StatusReason)):
 		return
 	}
 	if _, err := b.putStatusFrom(f.st, &ent, status, reason, false, ""); err != nil {

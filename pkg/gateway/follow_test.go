@@ -211,3 +211,17 @@ func TestFollowersOnlyPull(t *testing.T) {
 		t.Fatal("an inject entity is watched")
 	}
 }
+
+// A follower that ends after the process is found gone leaves the more
+// telling reason in place.
+func TestFollowersProcessReasonStays(t *testing.T) {
+	r := newFollowRig(t)
+	b := r.entity("w", false)
+	r.run()
+	r.f.Opened(b)
+	r.f.Spawned(b, launch.Info{Launcher: launch.Exec, Pid: 105}) // not up
+	reason := "its process (process group 105, started by fleet-spawn) exited"
+	r.want(b, stDetached, reason)
+	r.f.Closed(b, false)
+	r.want(b, stDetached, reason)
+}

@@ -290,6 +290,8 @@ func (s *recvStream) hand(batch []api.Delivery, seqs map[string]uint64) bool {
 		s.c.fail(fault.New(fault.Data, fault.KindProtocol, "want ack, got %q", ack.Op))
 		return false
 	}
+	// test hook: the client has written the batch out; nothing is recorded
+	s.g.crashAt("recv-before-commit")
 	if !s.settle() { // at most one acknowledgement in flight
 		return false
 	}
