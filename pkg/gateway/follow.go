@@ -206,8 +206,8 @@ func (f *followers) setLocked(b *mailbox, status, reason string) {
 		return
 	}
 	if _, err := b.putStatusFrom(f.st, &ent, status, reason, false, ""); err != nil {
-		if errors.Is(err, errStale) {
-			return // a hook of the entity's said otherwise meanwhile
+		if errors.Is(err, errStale) || errors.Is(err, store.ErrNotFound) {
+			return // a hook of the entity's said otherwise meanwhile, or it left
 		}
 		f.log.Error("recording the status", "entity", ent.Name, "status", status, "err", err)
 		return
