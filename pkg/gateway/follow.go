@@ -143,14 +143,8 @@ func (f *followers) Opened(b *mailbox) {
 	defer f.mu.Unlock()
 	f.open[ent.Gid] = true
 	delete(f.due, ent.Gid)
-	if !ent.Follows {
-		if _, err := f.st.UpdateEntity(ent.Gid, func(e *store.Entity) error { e.Follows = true; return nil }); err != nil {
-			f.log.Error("recording that a follower reads the entity", "entity", ent.Name, "err", err)
-		} else {
-			b.mu.Lock()
-			b.ent.Follows = true
-			b.mu.Unlock()
-		}
+	if err := b.putFollows(f.st, true); err != nil {
+		f.log.Error("recording that a follower reads the entity", "entity", ent.Name, "err", err)
 	}
 	f.setLocked(b, stIdle, "")
 }
@@ -181,14 +175,8 @@ func (f *followers) Drained(b *mailbox) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	delete(f.due, ent.Gid)
-	if ent.Follows {
-		if _, err := f.st.UpdateEntity(ent.Gid, func(e *store.Entity) error { e.Follows = false; return nil }); err != nil {
-			f.log.Error("recording that no follower reads the entity", "entity", ent.Name, "err", err)
-		} else {
-			b.mu.Lock()
-			b.ent.Follows = false
-			b.mu.Unlock()
-		}
+	if err := b.putFollows(f.st, false); err != nil && !errors.Is(err, store.ErrNotFound) {
+		f.log.Error("recording that no follower reads the entity", "entity", ent.Name, "err", err)
 	}
 	if ent.Status == stDetached && (ent.StatusReason == reasonFollowEnded || ent.StatusReason == reasonFollowAbsent) {
 		f.setLocked(b, stIdle, "")

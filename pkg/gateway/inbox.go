@@ -109,6 +109,26 @@ func (b *mailbox) bindAgent(st *store.Store, pid int) (*store.Entity, error) {
 	return ne, nil
 }
 
+// putFollows records, durably, whether a follower reads the entity
+// (store.Entity.Follows; follow.go), when that changes.
+func (b *mailbox) putFollows(st *store.Store, on bool) error {
+	e := b.snapshot()
+	if e.Follows == on {
+		return nil
+	}
+	ne, err := st.UpdateEntity(e.Gid, func(x *store.Entity) error {
+		x.Follows = on
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	b.mu.Lock()
+	b.ent.Follows = ne.Follows
+	b.mu.Unlock()
+	return nil
+}
+
 // busySince says whether the agent's busy hook was heard after t.
 func (b *mailbox) busySince(t time.Time) bool {
 	b.mu.Lock()
