@@ -36,7 +36,7 @@ _fleet_recv() {
     esac
     if [[ $cur == -* ]]; then
         case $cmd in
-        '') mapfile -t COMPREPLY < <(compgen -W '--socket --state-dir --config --json --as --follow -f --max -n --hook --id --event --help -h --version' -- "$cur") ;;
+        '') mapfile -t COMPREPLY < <(compgen -W '--socket --state-dir --config --json --as --follow -f --max -n --no-reconnect --hook --id --event --help -h --version' -- "$cur") ;;
         esac
         return 0
     fi

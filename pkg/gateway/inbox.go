@@ -109,6 +109,26 @@ func (b *mailbox) bindAgent(st *store.Store, pid int) (*store.Entity, error) {
 	return ne, nil
 }
 
+// putFollows records, durably, whether a follower reads the entity
+// (store.Entity.Follows; follow.go), when that changes.
+func (b *mailbox) putFollows(st *store.Store, on bool) error {
+	e := b.snapshot()
+	if e.Follows == on {
+		return nil
+	}
+	ne, err := st.UpdateEntity(e.Gid, func(x *store.Entity) error {
+		x.Follows = on
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	b.mu.Lock()
+	b.ent.Follows = ne.Follows
+	b.mu.Unlock()
+	return nil
+}
+
 // busySince says whether the agent's busy hook was heard after t.
 func (b *mailbox) busySince(t time.Time) bool {
 	b.mu.Lock()
@@ -483,10 +503,13 @@ func (g *Gateway) nudgeLoop(ctx context.Context, b *mailbox) {
 		}
 		pending := g.st.Pending(ent.Gid) // counted only when a nudge fires
 		n++
+		now := b.snapshot() // detached (follow.go): nobody reads it, and why
 		err := deliver.Run(ctx, ent.Nudge, g.cfg.ExecTimeout, bytes.NewReader(nil), []string{
 			"FLEET_ENTITY=" + ent.Name,
 			"FLEET_PENDING=" + strconv.Itoa(pending),
 			"FLEET_NUDGE=" + strconv.Itoa(n),
+			"FLEET_STATUS=" + now.Status,
+			"FLEET_STATUS_REASON=" + now.StatusReason,
 		})
 		if err != nil {
 			g.log.Warn("nudge hook failed", "entity", ent.Name, "err", err)

@@ -75,6 +75,10 @@ type Entity struct {
 	// must be that process, not only a program of the same name
 	AgentPID   int    `json:"agent_pid,omitempty"`
 	AgentStart uint64 `json:"agent_start,omitempty"`
+	// Follows: a pull entity read by a follower (fleet-recv --follow, no
+	// --max), set when one opens and cleared by a plain drain: after a
+	// restart of the gateway, one must come back (pkg/gateway/follow.go)
+	Follows bool `json:"follows,omitempty"`
 	// Status is idle or busy (from the agent's hooks or a paste), or one
 	// of the safety net's: starting, stuck, detached, unhooked.
 	Status       string    `json:"status"`

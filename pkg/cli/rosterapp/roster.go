@@ -55,7 +55,7 @@ func NewRosterApp() *ucli.App {
 				required(fleetcli.Choice("mode", "pull (held for fleet-recv), inject (delivered into a pane or command) or hook (held for the agent CLI's own hooks: fleet-recv --hook)", "", "pull", "inject", "hook")),
 				&ucli.StringFlag{Name: "tmux-target", Usage: "inject: paste messages into this tmux pane; hook: the agent's pane, where an idle agent with mail waiting gets a wake notice (a count, never a message)"},
 				&ucli.StringFlag{Name: "exec", Usage: "inject: run this command with the message JSON on stdin; exit 0 means delivered"},
-				&ucli.StringFlag{Name: "nudge", Usage: "pull: run this command, with backoff, while unread messages wait"},
+				&ucli.StringFlag{Name: "nudge", Usage: "pull: run this command, with backoff, while unread messages wait and no fleet-recv reads them (env FLEET_ENTITY, FLEET_PENDING, FLEET_NUDGE, FLEET_STATUS, FLEET_STATUS_REASON)"},
 				&ucli.StringSliceFlag{Name: "group", Usage: "member of group G, named as an entity is; not all, which everyone is in (repeat for more)"},
 				&ucli.StringFlag{Name: "program", Usage: "tmux: the program a paste needs in the pane's foreground (default: what runs there now, or, a shell, what runs at the agent's first hook)"},
 				fleetcli.Choice("turns", "tmux: hooks (busy and idle from the agent's turn hooks; starting until the first) or none (a program without turns)", "hooks", "hooks", "none"),
@@ -81,7 +81,9 @@ func NewRosterApp() *ucli.App {
 				"the gateway's safety net: starting (joined, or its program came back: nothing is pasted until the agent's first hook), " +
 				"stuck (busy for stuck-after with no hook; with --idle-screen, idle is read from a still screen), " +
 				"unhooked (starting for start-bound with no hook: its hooks are missing or not trusted), " +
-				"detached (the pane does not run the entity's program: nothing is typed, mail is held). " +
+				"detached (the pane does not run the entity's program: nothing is typed, mail is held; for a pull entity, " +
+				"nobody reads it: its fleet-recv --follow ended, none came back within 10s of the gateway's start, or the " +
+				"process fleet-spawn started for it is gone — mail is held and its nudge fires, until a fleet-recv reads it). " +
 				"--json gives the reason as status_reason. Remote rows also read stale, unknown, gone or untrusted.",
 			Flags: []ucli.Flag{fleetcli.JSONFlag(), fleetcli.AsFlag(),
 				&ucli.BoolFlag{Name: "pane", Usage: "the caller is the agent in an inject entity's tmux pane, found by its process (no credential; what fleet-turn uses inside tmux)"}},
