@@ -24,7 +24,7 @@ _fleet_gw() {
         *)
             if [[ -z $cmd ]] && (( npos == 0 )); then
                 case $w in
-                run|key|status|trust|broker-setup) cmd=$w; continue ;;
+                run|key|status|trust|cert|operator|broker-setup) cmd=$w; continue ;;
                 esac
             fi
             npos=$((npos + 1)) ;;
@@ -48,12 +48,14 @@ _fleet_gw() {
         key) mapfile -t COMPREPLY < <(compgen -W '--host --state-dir --socket --max-body --delivery-attempts --retry-base --retry-max --nudge-after --nudge-max --settle-delay --exec-timeout --start-bound --stuck-after --confirm-within --dedup-window --dead-retention --drain-timeout --max-connections --frame-timeout --audit-max-size --audit-files --metrics-listen --uncertain --broker --broker-ca --broker-cert --broker-key --heartbeat --inbox-max-length --inbox-queue-type --inbox-ttl --publish-timeout --trust-file --ask-ttl --presence-interval --presence-ttl --config --help -h' -- "$cur") ;;
         status) mapfile -t COMPREPLY < <(compgen -W '--host --state-dir --socket --max-body --delivery-attempts --retry-base --retry-max --nudge-after --nudge-max --settle-delay --exec-timeout --start-bound --stuck-after --confirm-within --dedup-window --dead-retention --drain-timeout --max-connections --frame-timeout --audit-max-size --audit-files --metrics-listen --uncertain --broker --broker-ca --broker-cert --broker-key --heartbeat --inbox-max-length --inbox-queue-type --inbox-ttl --publish-timeout --trust-file --ask-ttl --presence-interval --presence-ttl --config --json --help -h' -- "$cur") ;;
         trust) mapfile -t COMPREPLY < <(compgen -W '--help -h' -- "$cur") ;;
+        cert) mapfile -t COMPREPLY < <(compgen -W '--help -h' -- "$cur") ;;
+        operator) mapfile -t COMPREPLY < <(compgen -W '--help -h' -- "$cur") ;;
         broker-setup) mapfile -t COMPREPLY < <(compgen -W '--broker --host --operator --remove --dry-run --queue-type --output --rabbitmqctl --help -h' -- "$cur") ;;
         esac
         return 0
     fi
     case $cmd in
-        '') (( npos == 0 )) && mapfile -t COMPREPLY < <(compgen -W 'run key status trust broker-setup' -- "$cur") ;;
+        '') (( npos == 0 )) && mapfile -t COMPREPLY < <(compgen -W 'run key status trust cert operator broker-setup' -- "$cur") ;;
     esac
     return 0
 }

@@ -163,6 +163,7 @@ const (
 	KindNotReplayable      Kind = "not_replayable"       // a dead letter this host may not or cannot deliver again
 	KindNotPrivate         Kind = "not_private"          // a state folder, file or socket that is not this user's alone, or a link
 	KindHostGone           Kind = "host_gone"            // the recipient's host reads stale or gone: an ask could not be answered
+	KindBadCert            Kind = "bad_certificate"      // an enrolment request, host certificate or revocation list that does not read or verify
 )
 
 // Kinds is the closed set.
@@ -178,7 +179,7 @@ func init() {
 		KindGatewayLocked, KindHostTaken, KindTimeout, KindBrokerTimeout, KindBrokerRefused,
 		KindInboxFull, KindInboxBusy, KindTooLate, KindTooManyConnections,
 		KindBadCredential, KindNoCredential, KindNotAgent, KindHooksBlocked, KindSandboxed, KindPeer, KindBrokerLogin, KindAskArrived,
-		KindNotAuthentic, KindNotReplayable, KindNotPrivate, KindHostGone,
+		KindNotAuthentic, KindNotReplayable, KindNotPrivate, KindHostGone, KindBadCert,
 	} {
 		Kinds[k] = true
 	}
