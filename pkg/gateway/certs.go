@@ -86,6 +86,7 @@ func (c *certs) Refresh() {
 	}
 	mine, err := trust.ReadHostCert(c.dir)
 	lists, errs := trust.LoadRevocations(c.dir)
+	ops := c.file.Operators()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch {
@@ -110,11 +111,19 @@ func (c *certs) Refresh() {
 				"operator_key", trust.KeyID(mine.OperatorKey()), "not_after", mine.NotAfter.UTC())
 		})
 	}
+	if c.mine != nil {
+		if why := c.mine.Current(time.Now()); why != "" {
+			c.once("mine current", why, func() {
+				c.log.Error("this host's certificate is "+why+": the other hosts refuse it",
+					"serial", c.mine.Serial, "fix", "fleet-gw cert request, certified again, then fleet-gw cert install")
+			})
+		}
+	}
 	for _, err := range errs {
-		c.once("list "+err.Error(), "", func() { c.log.Warn("a kept revocation list is unreadable: ignored", "err", err) })
+		c.once("list "+err.Error(), "1", func() { c.log.Warn("a kept revocation list is unreadable: ignored", "err", err) })
 	}
 	for _, r := range lists {
-		c.takeLocked(r, "the state folder")
+		c.takeLocked(r, "the state folder", ops)
 	}
 }
 
@@ -149,10 +158,10 @@ func (c *certs) Present() (cert string, lists []string) {
 	return cert, lists
 }
 
-// invalid says why cert does not admit its host now ("" when it does).
-// Under c.mu.
-func (c *certs) invalidLocked(cert *trust.Cert, now time.Time) string {
-	if _, ok := c.file.Operators()[cert.Operator]; !ok {
+// invalidLocked says why cert does not admit its host now ("" when it
+// does), with ops the operators the trust file holds. Under c.mu.
+func (c *certs) invalidLocked(cert *trust.Cert, now time.Time, ops map[string]string) string {
+	if _, ok := ops[cert.Operator]; !ok {
 		return "its operator key " + trust.KeyID(cert.OperatorKey()) + " is not in the trust file " + c.file.Path()
 	}
 	body, sig := cert.Signed()
@@ -187,19 +196,20 @@ func (c *certs) Key(host, presented string, now time.Time) (ed25519.PublicKey, *
 			return nil, nil, broker.Refuse(broker.ReasonWrongHost, "host %q presents a certificate of host %q", host, cert.Host)
 		}
 	}
+	ops := c.file.Operators()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	kept := c.peers[host]
 	if cert == nil {
 		cert = kept
-	} else if kept != nil && kept.Serial != cert.Serial && kept.Issued.After(cert.Issued) && c.invalidLocked(kept, now) == "" {
+	} else if kept != nil && kept.Serial != cert.Serial && kept.Issued.After(cert.Issued) && c.invalidLocked(kept, now, ops) == "" {
 		return nil, nil, broker.Refuse(broker.ReasonUntrusted, "host %q presents certificate %s, superseded by its newer certificate %s",
 			host, cert.Serial, kept.Serial)
 	}
 	if cert == nil {
 		return nil, nil, nil
 	}
-	if why := c.invalidLocked(cert, now); why != "" {
+	if why := c.invalidLocked(cert, now, ops); why != "" {
 		return nil, nil, broker.Refuse(broker.ReasonUntrusted, "host %q is not in the trust file %s and its certificate %s does not admit it: %s",
 			host, c.file.Path(), cert.Serial, why)
 	}
@@ -232,10 +242,11 @@ func (c *certs) Trusted(host string, now time.Time) bool {
 	if c == nil {
 		return false
 	}
+	ops := c.file.Operators()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	cert := c.peers[host]
-	return cert != nil && c.invalidLocked(cert, now) == ""
+	return cert != nil && c.invalidLocked(cert, now, ops) == ""
 }
 
 // Hosts are the hosts admitted now by their kept certificates, sorted.
@@ -243,11 +254,12 @@ func (c *certs) Hosts(now time.Time) []string {
 	if c == nil {
 		return nil
 	}
+	ops := c.file.Operators()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var out []string
 	for h, cert := range c.peers {
-		if h != c.host && c.invalidLocked(cert, now) == "" {
+		if h != c.host && c.invalidLocked(cert, now, ops) == "" {
 			out = append(out, h)
 		}
 	}
@@ -265,6 +277,7 @@ func (c *certs) Hear(lists []string, from string) {
 	if len(lists) > maxListsCarried {
 		lists = lists[:maxListsCarried]
 	}
+	ops := c.file.Operators()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, raw := range lists {
@@ -275,17 +288,17 @@ func (c *certs) Hear(lists []string, from string) {
 			})
 			continue
 		}
-		c.takeLocked(r, from)
+		c.takeLocked(r, from, ops)
 	}
 }
 
 // takeLocked takes r if it is newer than the list held of its operator,
 // that operator is trusted and signed it. Under c.mu.
-func (c *certs) takeLocked(r *trust.Revocations, from string) {
+func (c *certs) takeLocked(r *trust.Revocations, from string, ops map[string]string) {
 	if old := c.lists[r.Operator]; old != nil && old.Serial >= r.Serial {
 		return
 	}
-	name, ok := c.file.Operators()[r.Operator]
+	name, ok := ops[r.Operator]
 	if !ok {
 		return // another operator's: not this gateway's business
 	}
