@@ -312,6 +312,11 @@ func certCommand(app *ucli.App) *ucli.Command {
 				if err != nil {
 					return badObject(err, "ask the operator to certify this host's request: fleet-gw cert request")
 				}
+				if cfg, err := cli.LoadConfig(c); err == nil {
+					if _, ok := trust.Open(cfg.TrustFile).Operators()[cert.Operator]; !ok {
+						fmt.Fprintf(c.App.ErrWriter, "fleet-gw: warning: the trust file %s does not hold this certificate's operator: the hosts it certifies are not admitted here; add the operator's line: fleet-gw trust add 'operator NAME KEY'\n", cfg.TrustFile)
+					}
+				}
 				return report(c, certJSON(cert), fmt.Sprintf("%s: certified by operator key %s (%s) until %s; the gateway presents it within one presence interval",
 					host, trust.KeyID(cert.OperatorKey()), cert.Operator, cert.NotAfter.Format(time.RFC3339)))
 			},
