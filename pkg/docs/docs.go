@@ -266,7 +266,7 @@ var exitCodes = []struct {
 	{fault.OK, "Success."},
 	{fault.AskArrived, "Not a failure (fleet-send --wait, --wait-reply): an ask to you came before the reply and is printed; answer it with fleet-send --answer, then wait again with fleet-send --wait-reply."},
 	{fault.Usage, "Usage error: bad flags or arguments, an invalid setting or config file, an invalid or already registered name."},
-	{fault.Data, "Data error: an empty, non-UTF-8 or oversized message body, a bad envelope or frame, or a protocol mismatch."},
+	{fault.Data, "Data error: an empty, non-UTF-8 or oversized message body, a bad envelope or frame, or a protocol mismatch; fleet-gw cert and operator: an enrolment request, certificate or revocation list that does not read or fit (kind bad_certificate)."},
 	{fault.NoRecipient, "No such recipient, message or entity; fleet-trace: no host that answered saw the trace id."},
 	{fault.Unavailable, "Unavailable: no gateway is running on the socket, the gateway was lost, or it is shutting down; fleet-ask: the askee's host reads stale or gone (kind host_gone; --wait-for-host asks anyway)."},
 	{fault.Software, "Internal error: a bug in fleet."},
@@ -274,7 +274,7 @@ var exitCodes = []struct {
 	{fault.CantCreate, "Cannot create: the state folder, the socket or the output cannot be created or written."},
 	{fault.OutcomeUnknown, "Outcome unknown: the message may or may not have been sent (the broker connection was lost before it confirmed the message, or the command lost its gateway mid-send). The error names the msg id; fleet-send --status MSG_ID tells once it is known, and fleet-send --id MSG_ID retries it as the same message, sent at most once."},
 	{fault.TempFail, "Try again: timed out, an inbox is busy (another fleet-recv drains it) or full, or another gateway holds the state folder or socket; fleet-trace: a host did not answer in time (what came is printed, the silent hosts are named)."},
-	{fault.Refused, "Refused: a missing, malformed or invalid credential, or a peer of another user; fleet-gw: the broker refused its login."},
+	{fault.Refused, "Refused: a missing, malformed or invalid credential, or a peer of another user; fleet-gw: the broker refused its login, an operator key in a gateway state folder, or a revocation list not signed by a trusted operator."},
 }
 
 func writeExitStatus(b *strings.Builder, app *ucli.App) {

@@ -168,6 +168,7 @@ const (
 	KindNotPrivate         Kind = "not_private"          // a state folder, file or socket that is not this user's alone, or a link
 	KindHostGone           Kind = "host_gone"            // the recipient's host reads stale or gone: an ask could not be answered
 	KindOutcomeUnknown     Kind = "outcome_unknown"      // sent or not is unknown (a confirm lost with the connection, the gateway lost mid-send)
+	KindBadCert            Kind = "bad_certificate"      // an enrolment request, host certificate or revocation list that does not read or verify
 )
 
 // Kinds is the closed set.
@@ -183,7 +184,7 @@ func init() {
 		KindGatewayLocked, KindHostTaken, KindTimeout, KindBrokerTimeout, KindBrokerRefused,
 		KindInboxFull, KindInboxBusy, KindTooLate, KindTooManyConnections,
 		KindBadCredential, KindNoCredential, KindNotAgent, KindHooksBlocked, KindSandboxed, KindPeer, KindBrokerLogin, KindAskArrived,
-		KindNotAuthentic, KindNotReplayable, KindNotPrivate, KindHostGone, KindOutcomeUnknown,
+		KindNotAuthentic, KindNotReplayable, KindNotPrivate, KindHostGone, KindOutcomeUnknown, KindBadCert,
 	} {
 		Kinds[k] = true
 	}

@@ -212,7 +212,7 @@ func runList(c *ucli.Context) error {
 func printRoster(c *ucli.Context, rows []api.EntityRow) error {
 	for _, r := range rows {
 		if r.Status == "untrusted" { // a host heard but not in the trust file
-			fmt.Fprintf(c.App.ErrWriter, "fleet-roster: hint: host %s is not trusted here: on %s run `fleet-gw key`, then here: fleet-gw trust add %s KEY\n",
+			fmt.Fprintf(c.App.ErrWriter, "fleet-roster: hint: host %s is not trusted here: on %s run `fleet-gw key`, then here: fleet-gw trust add %s KEY (or certify it: man 7 fleet-security)\n",
 				r.Host, r.Host, r.Host)
 		}
 	}
