@@ -86,21 +86,24 @@ func (g *Gateway) resolve(to string) (target, error) {
 // than the settle window ago and has not yet heard since then every
 // trusted host the name could be on (75). Otherwise — or for a name of
 // this host (exact), or on a host not in the trust file (never heard) — it
-// is nil and the name is unknown (67). A name known before — heard, kept
+// is nil and the name is unknown (67). Trusted hosts are those of the
+// trust file's lines and the certified ones (admit.go). A name known before — heard, kept
 // across a restart — never gets here: it resolves to its last gid and the
 // broker decides.
 func (g *Gateway) unsettled(to, host string) error {
 	if g.br == nil || host == g.cfg.Host {
 		return nil
 	}
-	keys, _ := g.admit.file.Keys()
 	var hosts []string // the trusted hosts the name could be on
-	for h := range keys {
-		if h != g.cfg.Host && (host == "" || h == host) {
+	for _, h := range g.admit.trustedHosts() {
+		if host == "" || h == host {
 			hosts = append(hosts, h)
 		}
 	}
-	if len(hosts) == 0 {
+	// with an operator trusted, a host certified but not heard yet may
+	// hold it too: no list of hosts says the roster is complete
+	open := len(g.admit.file.Operators()) > 0 && (host == "" || !slices.Contains(hosts, host))
+	if len(hosts) == 0 && !open {
 		return nil // no host it could be on is trusted: nothing of it can be heard
 	}
 	state, _, _, since := g.br.State()
@@ -110,7 +113,7 @@ func (g *Gateway) unsettled(to, host string) error {
 			WithHint("local sends keep working; try again once the broker is back (fleet-gw status)")
 	}
 	wait := rosterSettle(g.cfg.PresenceInterval) - time.Since(since)
-	if wait <= 0 || g.peers.HeardAllSince(hosts, since) {
+	if wait <= 0 || (!open && g.peers.HeardAllSince(hosts, since)) {
 		return nil
 	}
 	return fault.New(fault.TempFail, fault.KindRosterSettling,
