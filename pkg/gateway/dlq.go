@@ -173,6 +173,13 @@ func (g *Gateway) replayable(env *envelope.Envelope) error {
 // it; its state as a send reports it.
 func (g *Gateway) deliverAgain(env *envelope.Envelope) (string, error) {
 	if g.box(env.Recipient.Gid) != nil {
+		if err := g.caps.Room(env); err != nil {
+			// refused, as by a full broker inbox below: no new dead letter
+			if derr := g.st.DropReplay(env.ReplayOf, env.Sender.Host); derr != nil {
+				g.log.Error("forgetting a refused replay", "replay_of", env.ReplayOf, "err", derr)
+			}
+			return "", err
+		}
 		rec, err := g.accept(env)
 		if err != nil {
 			return "", err

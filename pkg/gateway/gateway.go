@@ -29,6 +29,7 @@ import (
 	"github.com/fleetd/fleet/pkg/audit"
 	"github.com/fleetd/fleet/pkg/broker"
 	"github.com/fleetd/fleet/pkg/config"
+	"github.com/fleetd/fleet/pkg/envelope"
 	"github.com/fleetd/fleet/pkg/fault"
 	"github.com/fleetd/fleet/pkg/ident"
 	"github.com/fleetd/fleet/pkg/metrics"
@@ -52,6 +53,7 @@ import (
 //	said   presence.go    what this host announced of its own entities
 //	admit  admit.go       what a message from the broker must prove
 //	wake   wake.go        the wake notices typed for hook entities with a pane
+//	caps   inboxcap.go    local inboxes held to inbox-max-length and inbox-ttl
 //	br     pkg/broker     the cross-host transport (nil: single-host mode)
 //	metrics pkg/metrics   counted events and the /metrics endpoint (nil: off; metrics.go)
 type Gateway struct {
@@ -74,6 +76,7 @@ type Gateway struct {
 	admit    *admission // nil: single-host mode
 	wake     *wakes     // wake.go: set once the store is open
 	follow   *followers // follow.go: who reads the pull entities; set once the store is open
+	caps     *inboxCaps // inboxcap.go: set once the store is open
 	records  signal     // a delivery record changed (receipt.go)
 
 	metrics  *metrics.Metrics  // metrics.go; nil: metrics-listen is off
@@ -225,6 +228,11 @@ func (g *Gateway) Run(ctx context.Context) error {
 	go func() {
 		defer g.workers.Done()
 		g.follow.Run(g.runCtx) // follow.go
+	}()
+	g.workers.Add(1)
+	go func() {
+		defer g.workers.Done()
+		g.caps.Run(g.runCtx) // inboxcap.go: mail past inbox-ttl dies
 	}()
 	var fatal <-chan error
 	if g.br != nil {
@@ -419,6 +427,17 @@ func (g *Gateway) open() error {
 	g.audit = a
 	g.wake = newWakes(g.cfg, st, g.log, a, g.announceEntity)
 	g.follow = newFollowers(st, g.log, g.announceEntity)
+	g.caps = newInboxCaps(st, g.cfg.InboxMaxLength, g.cfg.InboxTTL, g.log, a, g.metrics, capHooks{
+		held: func(gid, key string) bool {
+			b := g.reg.Get(gid)
+			return b == nil || b.handing() || g.rdv.Claimed(key)
+		},
+		bounce: func(env *envelope.Envelope, reason string) {
+			g.notifyRecords()
+			g.bounce(env.MsgID, env.TraceID, env.Sender.Gid, env.Recipient.String(), reason)
+		},
+		dead: func(env *envelope.Envelope, reason string) { g.kill(env, reason, -1) },
+	})
 	return nil
 }
 

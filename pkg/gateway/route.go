@@ -233,6 +233,13 @@ func (g *Gateway) sendWith(req *api.Request, before func(*envelope.Envelope)) (*
 	if kind == envelope.Reply {
 		g.audit.Message("replied", env, 0, "to "+req.ReplyTo)
 	}
+	if t.box != nil {
+		// a full local inbox refuses it, as a full broker inbox does
+		// (inboxcap.go): dead here, a bounce, 75 for the call
+		if err := g.caps.Refuse(env); err != nil {
+			return nil, err
+		}
+	}
 	if before != nil {
 		before(env)
 	}
@@ -390,9 +397,9 @@ func (g *Gateway) takeRemote(env *envelope.Envelope) error {
 	if g.ownCopy(env, b) {
 		return nil // our own broadcast, back from the broker
 	}
-	rec, err := g.accept(env)
+	recs, dups, err := g.acceptAll([]*envelope.Envelope{env})
 	if err == nil {
-		g.expireTaken(env, rec)
+		g.expireTaken(env, recs[0], dups[0])
 	}
 	return err
 }
@@ -451,17 +458,22 @@ func (g *Gateway) ownCopy(env *envelope.Envelope, b *mailbox) bool {
 
 // expireTaken dead-letters a message just taken in that has expired: per-
 // message TTL acts only at a queue's head, so an expired message that
-// waited behind live ones is never delivered.
-func (g *Gateway) expireTaken(env *envelope.Envelope, rec *store.Record) {
+// waited behind live ones is never delivered. One that is new here and
+// took its inbox past inbox-max-length dies too (inboxcap.go).
+func (g *Gateway) expireTaken(env *envelope.Envelope, rec *store.Record, dup bool) {
 	if rec.State == store.Accepted && env.Expired(time.Now()) {
 		g.kill(env, "expired before delivery", 0)
+		return
+	}
+	if !dup {
+		g.caps.Trim(env, rec)
 	}
 }
 
 // accept stores env in its local recipient's inbox (dedup by msg id) and
 // wakes the recipient's delivery.
 func (g *Gateway) accept(env *envelope.Envelope) (*store.Record, error) {
-	recs, err := g.acceptAll([]*envelope.Envelope{env})
+	recs, _, err := g.acceptAll([]*envelope.Envelope{env})
 	if err != nil {
 		return nil, err
 	}
@@ -470,8 +482,8 @@ func (g *Gateway) accept(env *envelope.Envelope) (*store.Record, error) {
 
 // acceptAll is accept for several messages, in order, in one store
 // operation (one log record, one flush): all are stored (or known
-// duplicates), or, with an error, none is.
-func (g *Gateway) acceptAll(envs []*envelope.Envelope) ([]*store.Record, error) {
+// duplicates: dups[i]), or, with an error, none is.
+func (g *Gateway) acceptAll(envs []*envelope.Envelope) ([]*store.Record, []bool, error) {
 	ws := make([]*replyWaiter, len(envs))
 	for i, env := range envs {
 		ws[i] = g.rdv.Claim(env) // a reply an open send waits for
@@ -491,10 +503,10 @@ func (g *Gateway) acceptAll(envs []*envelope.Envelope) ([]*store.Record, error) 
 	}
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
-			return nil, fault.New(fault.NoRecipient, fault.KindUnknownRecipient, "no recipient %s", envs[0].Recipient)
+			return nil, nil, fault.New(fault.NoRecipient, fault.KindUnknownRecipient, "no recipient %s", envs[0].Recipient)
 		}
 		g.log.Error("storing a message", "msg_id", envs[0].MsgID, "trace_id", envs[0].TraceID, "messages", len(envs), "err", err)
-		return nil, fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "could not store the message").
+		return nil, nil, fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "could not store the message").
 			WithHint("free space in the state folder %s; nothing accepted before is lost", g.cfg.StateDir)
 	}
 	var woken *mailbox
@@ -515,7 +527,7 @@ func (g *Gateway) acceptAll(envs []*envelope.Envelope) ([]*store.Record, error) 
 			woken = b
 		}
 	}
-	return recs, nil
+	return recs, dups, nil
 }
 
 func (g *Gateway) apiRecord(r *store.Record) api.Record {
