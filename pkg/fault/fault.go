@@ -163,6 +163,7 @@ const (
 	KindNotReplayable      Kind = "not_replayable"       // a dead letter this host may not or cannot deliver again
 	KindNotPrivate         Kind = "not_private"          // a state folder, file or socket that is not this user's alone, or a link
 	KindHostGone           Kind = "host_gone"            // the recipient's host reads stale or gone: an ask could not be answered
+	KindUntrustedHost      Kind = "untrusted_host"       // a name only a host this gateway does not trust announces, or NAME@HOST of such a host
 )
 
 // Kinds is the closed set.
@@ -178,7 +179,7 @@ func init() {
 		KindGatewayLocked, KindHostTaken, KindTimeout, KindBrokerTimeout, KindBrokerRefused,
 		KindInboxFull, KindInboxBusy, KindTooLate, KindTooManyConnections,
 		KindBadCredential, KindNoCredential, KindNotAgent, KindHooksBlocked, KindSandboxed, KindPeer, KindBrokerLogin, KindAskArrived,
-		KindNotAuthentic, KindNotReplayable, KindNotPrivate, KindHostGone,
+		KindNotAuthentic, KindNotReplayable, KindNotPrivate, KindHostGone, KindUntrustedHost,
 	} {
 		Kinds[k] = true
 	}
