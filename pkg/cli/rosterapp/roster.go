@@ -49,7 +49,9 @@ func NewRosterApp() *ucli.App {
 			Usage:     "register an entity on this host and issue its credential (shown once)",
 			ArgsUsage: "NAME",
 			Description: "Prints the credential on stdout (export it as FLEET_TOKEN in the entity's environment) " +
-				"and saves it owner-only in the state folder, where --as NAME finds it.",
+				"and saves it owner-only in the state folder, where --as NAME finds it. " +
+				"A name is one entity across the hosts this gateway trusts: one another trusted host has is refused " +
+				"(exit 64, naming NAME@HOST; fleet-broker(7), ONE NAME, ONE ENTITY).",
 			Flags: []ucli.Flag{
 				fleetcli.JSONFlag(),
 				&ucli.StringFlag{Name: "mode", Usage: "pull (held for fleet-recv), inject (delivered into a pane or command) or hook (held for the agent CLI's own hooks: fleet-recv --hook)", Required: true},
