@@ -72,10 +72,12 @@ demo: build
 install: build
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 \
 		$(DESTDIR)$(PREFIX)/share/man/man5 $(DESTDIR)$(PREFIX)/share/man/man7 \
-		$(DESTDIR)$(PREFIX)/share/bash-completion/completions $(DESTDIR)$(PREFIX)/share/zsh/site-functions
+		$(DESTDIR)$(PREFIX)/share/bash-completion/completions $(DESTDIR)$(PREFIX)/share/zsh/site-functions \
+		$(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d
 	install -m 0755 $(addprefix bin/,$(CMDS)) $(DESTDIR)$(PREFIX)/bin/
-	# the agent CLIs' turn hook and its recipes (fleet-roster hooks install
-	# merges the same recipes, built in, into each CLI's settings)
+	# the agent CLIs' turn hook, in PREFIX/bin, and its recipes, in
+	# PREFIX/share/fleet/hooks (fleet-roster hooks install merges the same
+	# recipes, built in, into each CLI's settings; fleet-agents(7))
 	install -m 0755 scripts/hooks/fleet-turn $(DESTDIR)$(PREFIX)/bin/
 	install -d $(DESTDIR)$(PREFIX)/share/fleet/hooks
 	install -m 0644 scripts/hooks/*.json scripts/hooks/*.toml $(DESTDIR)$(PREFIX)/share/fleet/hooks/
@@ -86,6 +88,7 @@ install: build
 	for c in $(CMDS); do \
 		install -m 0644 completions/$$c.bash $(DESTDIR)$(PREFIX)/share/bash-completion/completions/$$c; \
 		install -m 0644 completions/_$$c $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_$$c; \
+		install -m 0644 completions/$$c.fish $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/$$c.fish; \
 	done
 	# the gateway as a systemd user service, its health check, an example config
 	install -d $(DESTDIR)$(PREFIX)/lib/systemd/user $(DESTDIR)$(PREFIX)/share/doc/fleet

@@ -31,8 +31,8 @@ _fleet_ask() {
     case $cmd:$prev in
     :--socket|:--config) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return 0 ;;
     :--state-dir) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -d -- "$cur"); return 0 ;;
-    :--as) mapfile -t COMPREPLY < <(compgen -W "$(fleet-roster --json 2>/dev/null | sed -n 's/.*"name":"\([^"]*\)".*"host":"\([^"]*\)".*/\1 \1@\2/p')" -- "$cur"); return 0 ;;
-    :--ttl|:--turn|:--about) COMPREPLY=(); return 0 ;; # free text
+    :--as) mapfile -t COMPREPLY < <(compgen -W "$(fleet-roster __complete entities 2>/dev/null)" -- "$cur"); return 0 ;;
+    :--ttl|:--turn|:--about) COMPREPLY=(); return 0 ;;
     esac
     if [[ $cur == -* ]]; then
         case $cmd in
@@ -41,7 +41,7 @@ _fleet_ask() {
         return 0
     fi
     case $cmd in
-        '') (( npos == 0 )) && mapfile -t COMPREPLY < <(compgen -W "$(fleet-roster --json 2>/dev/null | sed -n 's/.*"name":"\([^"]*\)".*"host":"\([^"]*\)".*/\1 \1@\2/p')" -- "$cur") ;;
+    '') (( npos == 0 )) && mapfile -t COMPREPLY < <(compgen -W "$(fleet-roster __complete entities 2>/dev/null)" -- "$cur") ;;
     esac
     return 0
 }

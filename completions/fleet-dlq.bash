@@ -22,9 +22,12 @@ _fleet_dlq() {
             esac
             ;;
         *)
-            if [[ -z $cmd ]] && (( npos == 0 )); then
-                case $w in
-                list|show|replay|purge) cmd=$w; continue ;;
+            if (( npos == 0 )); then
+                case $cmd:$w in
+                :list) cmd=list; continue ;;
+                :show) cmd=show; continue ;;
+                :replay) cmd=replay; continue ;;
+                :purge) cmd=purge; continue ;;
                 esac
             fi
             npos=$((npos + 1)) ;;
@@ -36,8 +39,9 @@ _fleet_dlq() {
     case $cmd:$prev in
     :--socket|:--config|:--broker-ca|list:--socket|list:--config|list:--broker-ca|show:--socket|show:--config|show:--broker-ca|replay:--socket|replay:--config|replay:--broker-ca|purge:--socket|purge:--config|purge:--broker-ca) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return 0 ;;
     :--state-dir|list:--state-dir|show:--state-dir|replay:--state-dir|purge:--state-dir) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -d -- "$cur"); return 0 ;;
-    :--to|:--from|list:--to|list:--from|replay:--to|replay:--from|purge:--to|purge:--from) mapfile -t COMPREPLY < <(compgen -W "$(fleet-roster --json 2>/dev/null | sed -n 's/.*"name":"\([^"]*\)".*"host":"\([^"]*\)".*/\1 \1@\2/p')" -- "$cur"); return 0 ;;
-    :--broker|:--reason|:--since|:--host|list:--reason|list:--since|list:--host|list:--broker|show:--broker|replay:--reason|replay:--since|replay:--host|replay:--broker|purge:--reason|purge:--since|purge:--host|purge:--broker) COMPREPLY=(); return 0 ;; # free text
+    :--broker|:--reason|:--since|list:--reason|list:--since|list:--broker|show:--broker|replay:--reason|replay:--since|replay:--broker|purge:--reason|purge:--since|purge:--broker) COMPREPLY=(); return 0 ;;
+    :--to|:--from|list:--to|list:--from|replay:--to|replay:--from|purge:--to|purge:--from) mapfile -t COMPREPLY < <(compgen -W "$(fleet-roster __complete entities 2>/dev/null)" -- "$cur"); return 0 ;;
+    :--host|list:--host|replay:--host|purge:--host) mapfile -t COMPREPLY < <(compgen -W "$(fleet-roster __complete hosts 2>/dev/null)" -- "$cur"); return 0 ;;
     esac
     if [[ $cur == -* ]]; then
         case $cmd in
@@ -50,7 +54,7 @@ _fleet_dlq() {
         return 0
     fi
     case $cmd in
-        '') (( npos == 0 )) && mapfile -t COMPREPLY < <(compgen -W 'list show replay purge' -- "$cur") ;;
+    '') (( npos == 0 )) && mapfile -t COMPREPLY < <(compgen -W 'list show replay purge' -- "$cur") ;;
     esac
     return 0
 }

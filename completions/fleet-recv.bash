@@ -31,12 +31,12 @@ _fleet_recv() {
     case $cmd:$prev in
     :--socket|:--config) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return 0 ;;
     :--state-dir) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -d -- "$cur"); return 0 ;;
-    :--as) mapfile -t COMPREPLY < <(compgen -W "$(fleet-roster --json 2>/dev/null | sed -n 's/.*"name":"\([^"]*\)".*"host":"\([^"]*\)".*/\1 \1@\2/p')" -- "$cur"); return 0 ;;
-    :--max|:-n|:--hook|:--id|:--event) COMPREPLY=(); return 0 ;; # free text
+    :--as) mapfile -t COMPREPLY < <(compgen -W "$(fleet-roster __complete entities 2>/dev/null)" -- "$cur"); return 0 ;;
+    :--max|:-n|:--hook|:--id|:--event) COMPREPLY=(); return 0 ;;
     esac
     if [[ $cur == -* ]]; then
         case $cmd in
-        '') mapfile -t COMPREPLY < <(compgen -W '--socket --state-dir --config --json --as --follow -f --max -n --hook --id --event --help -h --version' -- "$cur") ;;
+        '') mapfile -t COMPREPLY < <(compgen -W '--socket --state-dir --config --json --as --follow -f --max -n --no-reconnect --hook --id --event --help -h --version' -- "$cur") ;;
         esac
         return 0
     fi

@@ -18,13 +18,24 @@ _fleet_roster() {
         -*)
             [[ ${COMP_WORDS[i+1]} == = ]] && continue
             case $cmd:$w in
-            :--socket|:--state-dir|:--config|:--host|:--group|list:--host|list:--group|list:--socket|list:--state-dir|list:--config|join:--mode|join:--tmux-target|join:--exec|join:--nudge|join:--group|join:--program|join:--turns|join:--paste|join:--header|join:--idle-screen|join:--socket|join:--state-dir|join:--config|leave:--socket|leave:--state-dir|leave:--config|status:--as|status:--socket|status:--state-dir|status:--config|whoami:--as|whoami:--socket|whoami:--state-dir|whoami:--config|group:--add|group:--remove|group:--socket|group:--state-dir|group:--config|hooks:--socket|hooks:--state-dir|hooks:--config|dead:--socket|dead:--state-dir|dead:--config) i=$((i + 1)) ;; # skip the flag's value
+            :--socket|:--state-dir|:--config|:--host|:--group|list:--host|list:--group|list:--socket|list:--state-dir|list:--config|join:--mode|join:--tmux-target|join:--exec|join:--nudge|join:--group|join:--program|join:--turns|join:--paste|join:--header|join:--idle-screen|join:--socket|join:--state-dir|join:--config|leave:--socket|leave:--state-dir|leave:--config|status:--as|status:--socket|status:--state-dir|status:--config|whoami:--as|whoami:--socket|whoami:--state-dir|whoami:--config|group:--add|group:--remove|group:--socket|group:--state-dir|group:--config|hooks:--socket|hooks:--state-dir|hooks:--config|hooks.install:--project|hooks.install:--mcp|hooks.install:--approve|hooks.status:--project|hooks.remove:--project|hooks.doctor:--project|hooks.doctor:--entity|hooks.doctor:--watch|hooks.doctor:--socket|hooks.doctor:--state-dir|hooks.doctor:--config|dead:--socket|dead:--state-dir|dead:--config) i=$((i + 1)) ;; # skip the flag's value
             esac
             ;;
         *)
-            if [[ -z $cmd ]] && (( npos == 0 )); then
-                case $w in
-                list|join|leave|status|whoami|group|hooks|dead) cmd=$w; continue ;;
+            if (( npos == 0 )); then
+                case $cmd:$w in
+                :list) cmd=list; continue ;;
+                :join) cmd=join; continue ;;
+                :leave) cmd=leave; continue ;;
+                :status) cmd=status; continue ;;
+                :whoami) cmd=whoami; continue ;;
+                :group) cmd=group; continue ;;
+                :hooks) cmd=hooks; continue ;;
+                :dead) cmd=dead; continue ;;
+                hooks:install) cmd=hooks.install; continue ;;
+                hooks:status) cmd=hooks.status; continue ;;
+                hooks:remove) cmd=hooks.remove; continue ;;
+                hooks:doctor) cmd=hooks.doctor; continue ;;
                 esac
             fi
             npos=$((npos + 1)) ;;
@@ -34,12 +45,17 @@ _fleet_roster() {
     '<'|'>'|'>>') compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return 0 ;;
     esac
     case $cmd:$prev in
-    :--socket|:--config|list:--socket|list:--config|join:--socket|join:--config|leave:--socket|leave:--config|status:--socket|status:--config|whoami:--socket|whoami:--config|group:--socket|group:--config|hooks:--socket|hooks:--config|dead:--socket|dead:--config) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return 0 ;;
-    :--state-dir|list:--state-dir|join:--state-dir|leave:--state-dir|status:--state-dir|whoami:--state-dir|group:--state-dir|hooks:--state-dir|dead:--state-dir) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -d -- "$cur"); return 0 ;;
-    join:--exec|join:--nudge) mapfile -t COMPREPLY < <(compgen -c -- "$cur"); return 0 ;;
-    status:--as|whoami:--as) mapfile -t COMPREPLY < <(compgen -W "$(fleet-roster --json 2>/dev/null | sed -n 's/.*"name":"\([^"]*\)".*"host":"\([^"]*\)".*/\1 \1@\2/p')" -- "$cur"); return 0 ;;
-    :--host|:--group|list:--host|list:--group|join:--tmux-target|join:--group|join:--program|join:--turns|join:--paste|join:--header|join:--idle-screen|group:--add|group:--remove) COMPREPLY=(); return 0 ;; # free text
+    :--socket|:--config|list:--socket|list:--config|join:--socket|join:--config|leave:--socket|leave:--config|status:--socket|status:--config|whoami:--socket|whoami:--config|group:--socket|group:--config|hooks:--socket|hooks:--config|hooks.doctor:--socket|hooks.doctor:--config|dead:--socket|dead:--config) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return 0 ;;
+    :--state-dir|list:--state-dir|join:--state-dir|leave:--state-dir|status:--state-dir|whoami:--state-dir|group:--state-dir|hooks:--state-dir|hooks.install:--project|hooks.status:--project|hooks.remove:--project|hooks.doctor:--project|hooks.doctor:--state-dir|dead:--state-dir) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -d -- "$cur"); return 0 ;;
+    :--host|list:--host) mapfile -t COMPREPLY < <(compgen -W "$(fleet-roster __complete hosts 2>/dev/null)" -- "$cur"); return 0 ;;
+    :--group|list:--group|join:--group|group:--add|group:--remove) mapfile -t COMPREPLY < <(compgen -W "$(fleet-roster __complete groups 2>/dev/null)" -- "$cur"); return 0 ;;
     join:--mode) mapfile -t COMPREPLY < <(compgen -W 'pull inject hook' -- "$cur"); return 0 ;;
+    join:--tmux-target|join:--program|join:--idle-screen|hooks.install:--approve|hooks.doctor:--watch) COMPREPLY=(); return 0 ;;
+    join:--exec|join:--nudge) mapfile -t COMPREPLY < <(compgen -c -- "$cur"); return 0 ;;
+    join:--turns) mapfile -t COMPREPLY < <(compgen -W 'hooks none' -- "$cur"); return 0 ;;
+    join:--paste) mapfile -t COMPREPLY < <(compgen -W 'auto line bracketed' -- "$cur"); return 0 ;;
+    join:--header) mapfile -t COMPREPLY < <(compgen -W 'before after off' -- "$cur"); return 0 ;;
+    status:--as|whoami:--as|hooks.install:--mcp|hooks.doctor:--entity) mapfile -t COMPREPLY < <(compgen -W "$(fleet-roster __complete entities 2>/dev/null)" -- "$cur"); return 0 ;;
     esac
     if [[ $cur == -* ]]; then
         case $cmd in
@@ -51,17 +67,25 @@ _fleet_roster() {
         whoami) mapfile -t COMPREPLY < <(compgen -W '--json --as --socket --state-dir --config --help -h' -- "$cur") ;;
         group) mapfile -t COMPREPLY < <(compgen -W '--json --add --remove --socket --state-dir --config --help -h' -- "$cur") ;;
         hooks) mapfile -t COMPREPLY < <(compgen -W '--socket --state-dir --config --help -h' -- "$cur") ;;
+        hooks.install) mapfile -t COMPREPLY < <(compgen -W '--json --project --trust --mcp --force --approve --help -h' -- "$cur") ;;
+        hooks.status) mapfile -t COMPREPLY < <(compgen -W '--json --project --help -h' -- "$cur") ;;
+        hooks.remove) mapfile -t COMPREPLY < <(compgen -W '--json --project --mcp --help -h' -- "$cur") ;;
+        hooks.doctor) mapfile -t COMPREPLY < <(compgen -W '--json --project --entity --watch --socket --state-dir --config --help -h' -- "$cur") ;;
         dead) mapfile -t COMPREPLY < <(compgen -W '--json --socket --state-dir --config --help -h' -- "$cur") ;;
         esac
         return 0
     fi
     case $cmd in
-        '') (( npos == 0 )) && mapfile -t COMPREPLY < <(compgen -W 'list join leave status whoami group hooks dead' -- "$cur") ;;
-        join) (( npos == 0 )) && mapfile -t COMPREPLY < <(compgen -W "$(fleet-roster --json 2>/dev/null | sed -n 's/.*"name":"\([^"]*\)".*"host":"\([^"]*\)".*/\1 \1@\2/p')" -- "$cur") ;;
-        leave) (( npos == 0 )) && mapfile -t COMPREPLY < <(compgen -W "$(fleet-roster --json 2>/dev/null | sed -n 's/.*"name":"\([^"]*\)".*"host":"\([^"]*\)".*/\1 \1@\2/p')" -- "$cur") ;;
-        status) (( npos == 0 )) && mapfile -t COMPREPLY < <(compgen -W 'busy idle' -- "$cur") ;;
-        group) (( npos == 0 )) && mapfile -t COMPREPLY < <(compgen -W "$(fleet-roster --json 2>/dev/null | sed -n 's/.*"name":"\([^"]*\)".*"host":"\([^"]*\)".*/\1 \1@\2/p')" -- "$cur") ;;
-        dead) (( npos == 0 )) && mapfile -t COMPREPLY < <(compgen -W "$(fleet-roster --json 2>/dev/null | sed -n 's/.*"name":"\([^"]*\)".*"host":"\([^"]*\)".*/\1 \1@\2/p')" -- "$cur") ;;
+    '') (( npos == 0 )) && mapfile -t COMPREPLY < <(compgen -W 'list join leave status whoami group hooks dead' -- "$cur") ;;
+    leave) (( npos == 0 )) && mapfile -t COMPREPLY < <(compgen -W "$(fleet-roster __complete entities 2>/dev/null)" -- "$cur") ;;
+    status) (( npos == 0 )) && mapfile -t COMPREPLY < <(compgen -W 'busy idle' -- "$cur") ;;
+    group) (( npos == 0 )) && mapfile -t COMPREPLY < <(compgen -W "$(fleet-roster __complete entities 2>/dev/null)" -- "$cur") ;;
+    hooks) (( npos == 0 )) && mapfile -t COMPREPLY < <(compgen -W 'install status remove doctor' -- "$cur") ;;
+    hooks.install) (( npos == 0 )) && mapfile -t COMPREPLY < <(compgen -W 'claude codex gemini' -- "$cur") ;;
+    hooks.status) (( npos == 0 )) && mapfile -t COMPREPLY < <(compgen -W 'claude codex gemini' -- "$cur") ;;
+    hooks.remove) (( npos == 0 )) && mapfile -t COMPREPLY < <(compgen -W 'claude codex gemini' -- "$cur") ;;
+    hooks.doctor) (( npos == 0 )) && mapfile -t COMPREPLY < <(compgen -W 'claude codex gemini' -- "$cur") ;;
+    dead) (( npos == 0 )) && mapfile -t COMPREPLY < <(compgen -W "$(fleet-roster __complete entities 2>/dev/null)" -- "$cur") ;;
     esac
     return 0
 }

@@ -31,8 +31,11 @@ _fleet_spawn() {
     case $cmd:$prev in
     :--socket|:--config) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return 0 ;;
     :--state-dir) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -d -- "$cur"); return 0 ;;
-    :--as) mapfile -t COMPREPLY < <(compgen -W "$(fleet-roster --json 2>/dev/null | sed -n 's/.*"name":"\([^"]*\)".*"host":"\([^"]*\)".*/\1 \1@\2/p')" -- "$cur"); return 0 ;;
-    :--host|:--profile|:--group|:--timeout|:--request-id) COMPREPLY=(); return 0 ;; # free text
+    :--as) mapfile -t COMPREPLY < <(compgen -W "$(fleet-roster __complete entities 2>/dev/null)" -- "$cur"); return 0 ;;
+    :--host) mapfile -t COMPREPLY < <(compgen -W "$(fleet-roster __complete hosts 2>/dev/null)" -- "$cur"); return 0 ;;
+    :--profile) mapfile -t COMPREPLY < <(compgen -W "$(fleet-roster __complete profiles 2>/dev/null)" -- "$cur"); return 0 ;;
+    :--group) mapfile -t COMPREPLY < <(compgen -W "$(fleet-roster __complete groups 2>/dev/null)" -- "$cur"); return 0 ;;
+    :--timeout|:--request-id) COMPREPLY=(); return 0 ;;
     esac
     if [[ $cur == -* ]]; then
         case $cmd in

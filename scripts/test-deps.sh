@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the tests need when it is missing: tmux (the real terminal
-# for inject tests), ipython3 (a real bracketed-paste REPL), openssl and
+# for inject tests), ipython3 (a real bracketed-paste REPL), fish and zsh
+# (the shell completions run in them), openssl and
 # setpriv (RabbitMQ itself is installed by scripts/rabbitmq-node.sh), node
 # and npm, and from the npm registry, pinned, into FLEET_TEST_NPM (default
 # ~/.cache/fleet-npm): the MCP Inspector (a real MCP client for fleet-mcp's
@@ -16,6 +17,9 @@ command -v setpriv >/dev/null 2>&1 || missing+=(util-linux) # the other-user soc
 command -v ipython3 >/dev/null 2>&1 || missing+=(ipython3)  # a real bracketed-paste REPL (inject_repl.txtar)
 command -v node >/dev/null 2>&1 || missing+=(nodejs)         # the MCP Inspector runs on node
 command -v npm >/dev/null 2>&1 || missing+=(npm)
+command -v fish >/dev/null 2>&1 || missing+=(fish)           # the fish completions, run in a real fish (completion.txtar, TestMakeInstall)
+command -v zsh >/dev/null 2>&1 || missing+=(zsh)             # the zsh completions parse
+[ -f /usr/share/bash-completion/bash_completion ] || missing+=(bash-completion) # its loader finds the installed completions (TestMakeInstall)
 
 # the npm packages the tests use, each at its pinned version
 npm_pins=(

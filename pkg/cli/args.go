@@ -77,6 +77,27 @@ func reorder(app *cli.App, args []string) ([]string, error) {
 		// typed, that flag last
 		return args, nil
 	}
+	out, _, err := readLine(app, args)
+	return out, err
+}
+
+// commandPath names the subcommands args call, as Main reads the line
+// ("hooks", "install" for fleet-roster hooks install codex); nil for the
+// app itself or a line the rule refuses.
+func commandPath(app *cli.App, args []string) []string {
+	_, levels, err := readLine(app, args)
+	if err != nil {
+		return nil
+	}
+	var path []string
+	for _, lv := range levels[1:] {
+		path = append(path, lv.name)
+	}
+	return path
+}
+
+// readLine is reorder, and the levels the line names.
+func readLine(app *cli.App, args []string) ([]string, []*level, error) {
 	levels := []*level{{name: app.Name, flags: app.Flags, top: true, out: []string{args[0]}}}
 	commands := app.Commands
 	seen := map[string]bool{}
@@ -136,17 +157,17 @@ func reorder(app *cli.App, args []string) ([]string, error) {
 		out = append(out, lv.out...)
 	}
 	if stray >= 0 {
-		return nil, strayError(app, levels, out, pos, stray, after, seen)
+		return nil, nil, strayError(app, levels, out, pos, stray, after, seen)
 	}
 	if len(pending) > 0 && !seen["help"] && !seen["h"] {
-		return nil, usage("%s needs a value", pending[0].tok).WithHint("see: %s --help", levelName(levels))
+		return nil, nil, usage("%s needs a value", pending[0].tok).WithHint("see: %s --help", levelName(levels))
 	}
 	if len(pos) > 0 || dashed {
 		out = append(out, "--")
 		out = append(out, pos...)
 		out = append(out, after...)
 	}
-	return out, nil
+	return out, levels, nil
 }
 
 // optionName is the name a word would be an option by: "--as=x" → "as".

@@ -49,6 +49,9 @@ func Main(app *cli.App, args []string) int {
 	ctx := newSignalContext()
 	ordered, err := reorder(app, args)
 	if err == nil {
+		if wantsHelp(app, ordered) {
+			attachExamples(app)
+		}
 		err = app.RunContext(ctx, ordered)
 	} else {
 		ordered = args

@@ -4,10 +4,13 @@ import (
 	"bufio"
 	"fmt"
 	"os"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/fleetd/fleet/pkg/api"
+	"github.com/fleetd/fleet/pkg/backoff"
+	"github.com/fleetd/fleet/pkg/config"
 	"github.com/fleetd/fleet/pkg/deliver"
 	"github.com/fleetd/fleet/pkg/envelope"
 	"github.com/fleetd/fleet/pkg/fault"
@@ -22,6 +25,16 @@ func NewRecvApp() *cli.App {
 		"terminal (an ASK's header says by when, in local time with its zone, and the command that answers it), " +
 		"JSON Lines otherwise — and acknowledges them once they are written. A message leaves " +
 		"the inbox only when acknowledged: if fleet-recv dies first, the next fleet-recv gets it again.\n\n" +
+		"With --follow and no --max it is the entity's follower, a worker's loop, and it rides out a restart of the " +
+		"gateway, a clean stop or a crash: it says on stderr, in one line, that the gateway went away and why, dials " +
+		"it again every 2 seconds at most for as long as it takes, and says when it follows again. Nothing is lost " +
+		"and nothing is shown twice: a message written out whose acknowledgement the gateway had not recorded when " +
+		"it went away comes again, and is acknowledged again without being written out. What waiting will not mend " +
+		"ends it as any failure does: a credential refused (77: the entity left), the inbox taken by another " +
+		"fleet-recv (75), output that cannot be written (73). --no-reconnect exits 69 instead; so does --follow with " +
+		"--max. The gateway remembers the follower: once it ends (or none comes back within 10 seconds of the " +
+		"gateway's start), the entity reads detached in fleet-roster, and its nudge hook fires while mail waits, " +
+		"until a follower or a plain fleet-recv reads it again.\n\n" +
 		"With --hook CLI --event EVENT it is an agent CLI's hook for an entity in hook mode (fleet-roster join NAME " +
 		"--mode hook; fleet-roster hooks install CLI wires it): it reads the hook's JSON on stdin, takes the waiting " +
 		"messages and prints them as the JSON that CLI reads for that event — context at a turn's start (prompt) and " +
@@ -69,6 +82,7 @@ func NewRecvApp() *cli.App {
 	app.Flags = append(connFlags(), jsonFlag(), asFlag(),
 		&cli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "keep streaming messages as they arrive"},
 		&cli.IntFlag{Name: "max", Aliases: []string{"n"}, Usage: "stop after N messages (0: all)"},
+		&cli.BoolFlag{Name: "no-reconnect", Usage: "with --follow: exit 69 when the gateway stops or is lost, instead of waiting for it and following again"},
 		&cli.StringFlag{Name: "hook", Usage: "run as agent CLI `CLI`'s hook (claude, codex or gemini): hand the waiting messages to its model, framed, in the JSON the CLI reads (hook delivery mode)"},
 		&cli.StringFlag{Name: "id", Usage: "print message `MSGID` whole, from the copy a hook kept of a body too long for it (the pointer line's command)"},
 		&cli.StringFlag{Name: "event", Usage: "with --hook: the hook's `EVENT`: prompt (turn start), tool (after a tool call), stop (turn end: keep the agent going while mail waits) or, for claude, wake (an asyncRewake hook: waits while the agent is idle, and exits 2 with the mail on stderr, which wakes it)"},
@@ -100,28 +114,104 @@ func runRecv(c *cli.Context) error {
 	if max < 0 {
 		return usage("--max must be 0 or more")
 	}
+	follow := c.Bool("follow")
+	if c.Bool("no-reconnect") && !follow {
+		return usage("--no-reconnect is for --follow")
+	}
 	s, err := connect(c)
 	if err != nil {
 		return err
 	}
-	defer s.client.Close()
-	asJSON := c.Bool("json") || !isTerminal(os.Stdout)
-	out := bufio.NewWriterSize(c.App.Writer, 64<<10)
-
+	r := &reader{
+		c: c, out: bufio.NewWriterSize(c.App.Writer, 64<<10), asJSON: c.Bool("json") || !isTerminal(os.Stdout),
+		shown: newRecent(shownKept), cl: s.client,
+	}
+	defer r.close()
 	// Ctrl-C on --follow: close the connection; unacknowledged mail stays.
 	go func() {
 		<-c.Context.Done()
-		s.client.Close()
+		r.close()
 	}()
-	if err := s.client.Send(&api.Request{Op: api.OpRecv, Max: max, Follow: c.Bool("follow")}); err != nil {
-		return err
-	}
+	req := &api.Request{Op: api.OpRecv, Max: max, Follow: follow}
+	// a follower (--follow, no --max) rides out the gateway's restarts
+	rides := follow && max == 0 && !c.Bool("no-reconnect")
 	for {
-		resp, err := s.client.Read()
-		if err != nil {
+		err := r.stream(req)
+		if c.Context.Err() != nil {
+			return nil
+		}
+		if err == nil || !rides || !comesBack(err) {
+			return err
+		}
+		if err := r.reconnect(s.cfg, s.client.Token, err); err != nil {
 			if c.Context.Err() != nil {
 				return nil
 			}
+			return err
+		}
+	}
+}
+
+// shownKept is how many msg ids a follower remembers having written out:
+// more than the two batches (of at most 256) whose acknowledgement a
+// gateway that died may not have recorded.
+const shownKept = 4096
+
+// reader writes out one fleet-recv's messages and acknowledges them, on
+// one connection at a time.
+type reader struct {
+	c      *cli.Context
+	out    *bufio.Writer
+	asJSON bool
+	// shown: written out and acknowledged, maybe on a connection that was
+	// then lost. The gateway may not have recorded the acknowledgement:
+	// one handed again is acknowledged again, not shown twice.
+	shown *recent
+
+	mu     sync.Mutex
+	cl     *api.Client
+	closed bool
+}
+
+// client is the current connection.
+func (r *reader) client() *api.Client {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.cl
+}
+
+// close closes the current connection, and any made after.
+func (r *reader) close() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.closed = true
+	if r.cl != nil {
+		r.cl.Close()
+	}
+}
+
+// use makes cl the current connection (false: closed meanwhile).
+func (r *reader) use(cl *api.Client) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		cl.Close()
+		return false
+	}
+	r.cl = cl
+	return true
+}
+
+// stream runs one recv stream on the current connection: nil when the
+// gateway ends it (--max reached, or the inbox drained).
+func (r *reader) stream(req *api.Request) error {
+	cl := r.client()
+	if err := cl.Send(req); err != nil {
+		return err
+	}
+	for {
+		resp, err := cl.Read()
+		if err != nil {
 			return err
 		}
 		if resp.End {
@@ -129,28 +219,100 @@ func runRecv(c *cli.Context) error {
 		}
 		acks := make([]string, 0, len(resp.Batch))
 		for _, d := range resp.Batch {
-			if asJSON {
-				err = printJSON(out, message{Type: "message", Envelope: d.Envelope})
+			id := d.Envelope.MsgID
+			acks = append(acks, id)
+			if r.shown.has(id) {
+				continue // shown before the gateway was lost: acknowledged again only
+			}
+			if r.asJSON {
+				err = printJSON(r.out, message{Type: "message", Envelope: d.Envelope})
 			} else {
-				err = printHuman(out, d.Envelope)
+				err = printHuman(r.out, d.Envelope)
 			}
 			if err != nil {
 				return fault.Wrap(fault.CantCreate, fault.KindOutput, err, "writing the message out")
 			}
-			acks = append(acks, d.Envelope.MsgID)
 		}
 		// Written out first, acknowledged after.
-		if err := out.Flush(); err != nil {
+		if err := r.out.Flush(); err != nil {
 			return fault.Wrap(fault.CantCreate, fault.KindOutput, err, "writing messages out (not acknowledged: they stay in the inbox)")
+		}
+		for _, id := range acks {
+			r.shown.add(id)
 		}
 		if os.Getenv("FLEET_CRASHPOINT") == "recv-before-ack" {
 			// test hook: die like kill -9 between writing and acknowledging
 			syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		}
-		if err := s.client.Send(&api.Request{Op: api.OpAck, Acks: acks}); err != nil {
+		if err := cl.Send(&api.Request{Op: api.OpAck, Acks: acks}); err != nil {
 			return err
 		}
 	}
+}
+
+// comesBack says whether err is the gateway going away (stopping, lost,
+// not there), or cutting this connection for others: a follower waits
+// for it and goes on. Anything else — a credential refused (77), the
+// inbox taken by another fleet-recv (75), the output (73) — ends it.
+func comesBack(err error) bool {
+	switch fault.CodeOf(err) {
+	case fault.Unavailable:
+		return true
+	case fault.TempFail:
+		return fault.KindOf(err) == fault.KindTooManyConnections
+	}
+	return false
+}
+
+// reconnect says on stderr that the gateway went away (why), dials it
+// again with backoff until it answers, and says so. An error that will
+// not pass by waiting ends it.
+func (r *reader) reconnect(cfg *config.Config, token string, why error) error {
+	name := r.c.App.Name
+	fmt.Fprintf(r.c.App.ErrWriter, "%s: the gateway went away (%s): following again once it is back (--no-reconnect exits instead)\n", name, why)
+	r.client().Close()
+	pol := backoff.Policy{Base: 100 * time.Millisecond, Max: 2 * time.Second, Jitter: true}
+	for n := 1; ; n++ {
+		backoff.Sleep(r.c.Context, pol.Delay(n))
+		if err := r.c.Context.Err(); err != nil {
+			return err
+		}
+		cl, err := DialGateway(cfg)
+		if err == nil {
+			cl.Token = token
+			if !r.use(cl) {
+				return r.c.Context.Err()
+			}
+			fmt.Fprintf(r.c.App.ErrWriter, "%s: the gateway is back (pid %d): following again\n", name, cl.Hello.Pid)
+			return nil
+		}
+		if !comesBack(err) {
+			return err
+		}
+	}
+}
+
+// recent is a bounded set of msg ids: the newest n added.
+type recent struct {
+	ids  map[string]bool
+	ring []string
+	next int
+}
+
+func newRecent(n int) *recent { return &recent{ids: make(map[string]bool, n), ring: make([]string, n)} }
+
+func (s *recent) has(id string) bool { return s.ids[id] }
+
+func (s *recent) add(id string) {
+	if s.ids[id] {
+		return
+	}
+	if old := s.ring[s.next]; old != "" {
+		delete(s.ids, old)
+	}
+	s.ring[s.next] = id
+	s.ids[id] = true
+	s.next = (s.next + 1) % len(s.ring)
 }
 
 func printHuman(w *bufio.Writer, e *envelope.Envelope) error {

@@ -20,6 +20,9 @@ func NewSpawnApp() *cli.App {
 		"or a detached command. The entity is registered there as fleet-roster join would, and its command " +
 		"runs with FLEET_TOKEN, FLEET_ENTITY and FLEET_SOCKET set; ARGS reach the command as \"$@\". " +
 		"Waits for the answer and prints the new entity's gid. " +
+		"A pull entity's command is a worker that reads its mail with fleet-recv --follow, which rides out " +
+		"restarts of the gateway; once the command's process is gone the entity reads detached in fleet-roster, " +
+		"and the profile's nudge hook (profile.P.nudge), if it has one, runs while its mail waits. " +
 		"The caller is an entity (FLEET_TOKEN or --as NAME). Each request is carried out once: " +
 		"sent again with the same --request-id, it answers with the same gid and starts nothing."
 	app.Flags = append(connFlags(), jsonFlag(), asFlag(),

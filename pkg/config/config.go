@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -76,6 +77,14 @@ type Config struct {
 // help text. The CLI builds its flags from this table, the docs list it.
 type Key struct {
 	Name, Env, Usage, Default string
+}
+
+// Choices are the values of the settings that take one of a fixed set:
+// the config check reads them here, and so do fleet-gw's flags and, from
+// those, the shell completions.
+var Choices = map[string][]string{
+	"uncertain":        {"hold", "reinject"},
+	"inbox-queue-type": {"classic", "quorum"},
 }
 
 // Keys is every setting, in the order the docs list them.
@@ -288,8 +297,8 @@ func load(lookup Lookup, configPath string, client bool) (*Config, error) {
 	c.InboxMaxLength = num("inbox-max-length", 10000)
 	c.InboxTTL = dur("inbox-ttl", 7*24*time.Hour)
 	c.InboxQueueType = str("inbox-queue-type", "classic")
-	if c.InboxQueueType != "classic" && c.InboxQueueType != "quorum" {
-		errs = append(errs, fmt.Errorf("inbox-queue-type: %q is not classic or quorum", c.InboxQueueType))
+	if !slices.Contains(Choices["inbox-queue-type"], c.InboxQueueType) {
+		errs = append(errs, fmt.Errorf("inbox-queue-type: %q is not %s", c.InboxQueueType, strings.Join(Choices["inbox-queue-type"], " or ")))
 	}
 	c.PublishTimeout = dur("publish-timeout", 5*time.Second)
 	c.TrustFile = str("trust-file", filepath.Join(c.StateDir, "trust"))
@@ -315,8 +324,8 @@ func load(lookup Lookup, configPath string, client bool) (*Config, error) {
 	if c.InboxTTL > c.DedupWindow {
 		errs = append(errs, fmt.Errorf("inbox-ttl (%v) is longer than dedup-window (%v): a message could outlive its dedup record", c.InboxTTL, c.DedupWindow))
 	}
-	if c.Uncertain != "hold" && c.Uncertain != "reinject" {
-		errs = append(errs, fmt.Errorf("uncertain: %q is not hold or reinject", c.Uncertain))
+	if !slices.Contains(Choices["uncertain"], c.Uncertain) {
+		errs = append(errs, fmt.Errorf("uncertain: %q is not %s", c.Uncertain, strings.Join(Choices["uncertain"], " or ")))
 	}
 	if !trust.HostRE.MatchString(c.Host) {
 		errs = append(errs, fmt.Errorf("host: %q is not a usable host id (a letter or digit, then up to 62 letters, digits, '-' or '_')", c.Host))

@@ -34,6 +34,7 @@ type Profile struct {
 	Session  string
 	Dir      string
 	Deliver  string
+	Nudge    string // pull: the entity's nudge hook (fleet-roster join --nudge)
 	Grace    time.Duration
 	// tmux + inject: the agent in the pane (fleet-roster join --program ...)
 	Program, Turns, Paste, Header string
@@ -41,7 +42,7 @@ type Profile struct {
 }
 
 // ProfileFields are the keys a profile takes.
-var ProfileFields = []string{"command", "launcher", "mode", "session", "dir", "deliver", "grace",
+var ProfileFields = []string{"command", "launcher", "mode", "session", "dir", "deliver", "nudge", "grace",
 	"program", "turns", "paste", "header", "idle-screen"}
 
 // profileName is compiled on first use: every short command loads the
@@ -112,6 +113,8 @@ func profiles(file map[string]string) (map[string]*Profile, []error) {
 			p.Dir = v
 		case "deliver":
 			p.Deliver = v
+		case "nudge":
+			p.Nudge = v
 		case "program":
 			p.Program = v
 		case "turns":
@@ -169,6 +172,9 @@ func profiles(file map[string]string) (map[string]*Profile, []error) {
 		}
 		if p.Mode != "inject" && p.Deliver != "" {
 			bad("deliver is for inject mode")
+		}
+		if p.Mode != "pull" && p.Nudge != "" {
+			bad("nudge is for pull mode")
 		}
 		if (p.Launcher != "tmux" || p.Mode != "inject") && p.Program+p.Turns+p.Paste+p.Header != "" || p.IdleScreen != 0 && p.Launcher != "tmux" {
 			bad("program, turns, paste, header and idle-screen are for a tmux entity in inject mode")

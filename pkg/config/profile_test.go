@@ -15,6 +15,7 @@ profile.job.launcher = exec
 profile.job.command = "./worker.sh \"$@\""
 profile.job.dir = /srv/jobs
 profile.job.grace = 2s
+profile.job.nudge = ./respawn.sh
 profile.hook.launcher = exec
 profile.hook.mode = inject
 profile.hook.command = sleep 1000
@@ -33,7 +34,8 @@ profile.hook.deliver = cat >> inbox.jsonl
 		t.Errorf("claude = %+v; want tmux, inject (the defaults), session agents, grace 500ms", cl)
 	}
 	job := c.Profiles["job"]
-	if job.Launcher != "exec" || job.Mode != "pull" || job.Dir != "/srv/jobs" || job.Grace != 2*time.Second || job.Command != `./worker.sh "$@"` {
+	if job.Launcher != "exec" || job.Mode != "pull" || job.Dir != "/srv/jobs" || job.Grace != 2*time.Second || job.Command != `./worker.sh "$@"` ||
+		job.Nudge != "./respawn.sh" {
 		t.Errorf("job = %+v; want exec, pull (its default), the quoted command unquoted", job)
 	}
 	if h := c.Profiles["hook"]; h.Mode != "inject" || h.Deliver != "cat >> inbox.jsonl" {
@@ -54,6 +56,7 @@ func TestBadProfilesAreUsageErrors(t *testing.T) {
 		{"profile.a.command = x\nprofile.a.grace = soon", `profile.a.grace: "soon" is not a duration`},
 		{"profile.a.command = x\nprofile.a.launcher = exec\nprofile.a.mode = inject", "needs profile.a.deliver"},
 		{"profile.a.command = x\nprofile.a.deliver = cat", "deliver is for the exec launcher"},
+		{"profile.a.command = x\nprofile.a.nudge = x", "nudge is for pull mode"},
 		{"profile.a.command = x\nprofile.a.session = a:b", "may not hold"},
 		{"profile.9a.command = x", "profile.9a.command: not a profile setting"},
 		{"profile.command = x", "profile.command: not a profile setting"},

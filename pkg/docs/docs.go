@@ -9,6 +9,7 @@
 //	                       ENVIRONMENT, EXIT STATUS, EXAMPLES and SEE ALSO
 //	completions/NAME.bash  a bash `complete -F` function
 //	completions/_NAME      a zsh #compdef function
+//	completions/NAME.fish  fish complete lines
 //
 // and for every markdown page under pages/ (the concepts, section 7, and
 // the config file, section 5: see pages.go) man/NAME.7 or man/NAME.5.
@@ -28,6 +29,7 @@ import (
 
 	"github.com/fleetd/fleet/pkg/cli"
 	"github.com/fleetd/fleet/pkg/cli/dlqapp"
+	"github.com/fleetd/fleet/pkg/cli/examples"
 	"github.com/fleetd/fleet/pkg/cli/gwapp"
 	"github.com/fleetd/fleet/pkg/cli/mcpapp"
 	"github.com/fleetd/fleet/pkg/cli/rosterapp"
@@ -75,6 +77,7 @@ func Render() (map[string][]byte, error) {
 	for _, app := range fresh() {
 		files["completions/"+app.Name+".bash"] = []byte(bashCompletion(app))
 		files["completions/_"+app.Name] = []byte(zshCompletion(app))
+		files["completions/"+app.Name+".fish"] = []byte(fishCompletion(app))
 	}
 	ps, err := readPages()
 	if err != nil {
@@ -263,14 +266,15 @@ var exitCodes = []struct {
 	{fault.OK, "Success."},
 	{fault.AskArrived, "Not a failure (fleet-send --wait, --wait-reply): an ask to you came before the reply and is printed; answer it with fleet-send --answer, then wait again with fleet-send --wait-reply."},
 	{fault.Usage, "Usage error: bad flags or arguments, an invalid setting or config file, an invalid name, or a name already registered here or on another trusted host (kind name_taken)."},
-	{fault.Data, "Data error: an empty, non-UTF-8 or oversized message body, a bad envelope or frame, or a protocol mismatch."},
+	{fault.Data, "Data error: an empty, non-UTF-8 or oversized message body, a bad envelope or frame, or a protocol mismatch; fleet-gw cert and operator: an enrolment request, certificate or revocation list that does not read or fit (kind bad_certificate)."},
 	{fault.NoRecipient, "No such recipient, message or entity; a name only a host this gateway does not trust announces, or NAME@HOST of such a host (kind untrusted_host); fleet-trace: no host that answered saw the trace id."},
 	{fault.Unavailable, "Unavailable: no gateway is running on the socket, the gateway was lost, or it is shutting down; fleet-ask: the askee's host reads stale or gone (kind host_gone; --wait-for-host asks anyway)."},
 	{fault.Software, "Internal error: a bug in fleet."},
 	{fault.LaunchFailed, "Launch failed (fleet-spawn, fleet-stop): the launcher of the target host could not start the entity's command, the command died at once (its output is in the message), or its process could not be stopped."},
 	{fault.CantCreate, "Cannot create: the state folder, the socket or the output cannot be created or written."},
+	{fault.OutcomeUnknown, "Outcome unknown: the message may or may not have been sent (the broker connection was lost before it confirmed the message, or the command lost its gateway mid-send). The error names the msg id; fleet-send --status MSG_ID tells once it is known, and fleet-send --id MSG_ID retries it as the same message, sent at most once."},
 	{fault.TempFail, "Try again: timed out, an inbox is busy (another fleet-recv drains it) or full, or another gateway holds the state folder or socket; fleet-trace: a host did not answer in time (what came is printed, the silent hosts are named)."},
-	{fault.Refused, "Refused: a missing, malformed or invalid credential, or a peer of another user; fleet-gw: the broker refused its login."},
+	{fault.Refused, "Refused: a missing, malformed or invalid credential, or a peer of another user; fleet-gw: the broker refused its login, an operator key in a gateway state folder, or a revocation list not signed by a trusted operator."},
 }
 
 func writeExitStatus(b *strings.Builder, app *ucli.App) {
@@ -288,7 +292,7 @@ func writeExitStatus(b *strings.Builder, app *ucli.App) {
 }
 
 func writeExamples(b *strings.Builder, app *ucli.App) {
-	exs := examples[app.Name]
+	exs := examples.For(app.Name)
 	if len(exs) == 0 {
 		return
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/fleetd/fleet/pkg/cli"
+	"github.com/fleetd/fleet/pkg/cli/rosterapp"
 	"github.com/fleetd/fleet/pkg/fault"
 	ucli "github.com/urfave/cli/v2"
 )
@@ -33,8 +34,8 @@ func TestRenderIsDeterministic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(a) != 3*len(AllApps())+len(ps) {
-		t.Errorf("%d files, want 3 per app (%d apps) and one per page (%d)", len(a), len(AllApps()), len(ps))
+	if len(a) != 4*len(AllApps())+len(ps) {
+		t.Errorf("%d files, want 4 per app (%d apps) and one per page (%d)", len(a), len(AllApps()), len(ps))
 	}
 	for p, data := range a {
 		if !bytes.Equal(data, b[p]) {
@@ -97,6 +98,55 @@ func TestCompletionsOfferCommandsAndFlags(t *testing.T) {
 	}
 	if !strings.Contains(string(files["completions/fleet-recv.bash"]), "--follow -f --max -n") {
 		t.Error("fleet-recv: bash does not offer --follow/-f and --max/-n")
+	}
+	fish := string(files["completions/fleet-roster.fish"])
+	for _, c := range []string{"join", "leave", "status", "dead", "list"} {
+		if !strings.Contains(fish, "-a '"+c+"' -d ") {
+			t.Errorf("fleet-roster fish completion does not offer %s", c)
+		}
+	}
+	if strings.Contains(bash+zsh+fish, rosterapp.CompleteCommand+" ") && strings.Contains(bash+zsh+fish, "'"+rosterapp.CompleteCommand+":") {
+		t.Error("the hidden completion command is offered as a command")
+	}
+}
+
+// TestCompletionsOfferChoices: every choice flag's values, as its
+// definition lists them, are what bash, zsh and fish offer for it.
+func TestCompletionsOfferChoices(t *testing.T) {
+	files, err := Render()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	var walk func(app string, flags []ucli.Flag, cmds []*ucli.Command)
+	walk = func(app string, flags []ucli.Flag, cmds []*ucli.Command) {
+		for _, f := range flags {
+			c, ok := f.(*cli.ChoiceFlag)
+			if !ok {
+				continue
+			}
+			n++
+			words := strings.Join(c.Choices, " ")
+			if !strings.Contains(string(files["completions/"+app+".bash"]), "compgen -W '"+words+"'") {
+				t.Errorf("%s.bash: --%s does not offer %s", app, c.Name, words)
+			}
+			if !strings.Contains(string(files["completions/_"+app]), "]:"+c.Name+":("+words+")'") {
+				t.Errorf("_%s: --%s does not offer %s", app, c.Name, words)
+			}
+			if !strings.Contains(string(files["completions/"+app+".fish"]), "-l "+c.Name+" -x -a '"+words+"'") {
+				t.Errorf("%s.fish: --%s does not offer %s", app, c.Name, words)
+			}
+		}
+		for _, c := range cmds {
+			walk(app, c.Flags, c.Subcommands)
+		}
+	}
+	for _, newApp := range AllApps() {
+		app := newApp()
+		walk(app.Name, app.Flags, app.Commands)
+	}
+	if n < 5 {
+		t.Errorf("%d choice flags found; want --until, --mode, --turns, --paste, --header and more", n)
 	}
 }
 

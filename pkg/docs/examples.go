@@ -7,160 +7,10 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/fleetd/fleet/pkg/cli/examples"
 	"github.com/fleetd/fleet/pkg/config"
 	ucli "github.com/urfave/cli/v2"
 )
-
-// example is one entry of a man page's EXAMPLES: what it does, and the
-// lines to type (or, for a config file, its contents).
-type example struct {
-	Text string
-	Cmd  string
-}
-
-// examples per command. checkExamples holds every fleet command line here
-// to the definitions, so a renamed flag or command fails generation.
-var examples = map[string][]example{
-	"fleet-gw": {
-		{"Run this host's gateway with the default state folder and socket. " +
-			"It logs to stderr: text on a terminal, JSON lines otherwise.",
-			"fleet-gw run"},
-		{"Across hosts, trust each other's signatures: collect every host's line into each host's trust file " +
-			"(the default is STATE_DIR/trust; a running gateway rereads it when it changes):",
-			"fleet-gw key >> /srv/fleet/trust"},
-		{"Keep the state and the socket in chosen places. Every other command then needs the same " +
-			"socket, and the same state folder to use --as:",
-			"fleet-gw run --state-dir /srv/fleet --socket /srv/fleet/gw.sock\n" +
-				"export FLEET_SOCKET=/srv/fleet/gw.sock FLEET_STATE_DIR=/srv/fleet\n" +
-				"fleet-roster"},
-		{"Dead-letter an undeliverable message after three attempts at most ten seconds apart, and inject " +
-			"again a message whose injection a crash cut short (it may then arrive twice):",
-			"fleet-gw run --delivery-attempts 3 --retry-max 10s --uncertain reinject"},
-		{"A config file holds the same settings, and any other key listed under ENVIRONMENT; flags and FLEET_* variables override it:",
-			"# ~/.config/fleet/config\n" +
-				"host = build1\n" +
-				"delivery-attempts = 3\n" +
-				"retry-max = 10s\n" +
-				"uncertain = reinject"},
-	},
-	"fleet-send": {
-		{"Send a message as the entity whose credential is in FLEET_TOKEN. " +
-			"It prints the msg id and the trace id once the message is stored:",
-			"fleet-send bob 'the build is green'"},
-		{"Send a file as alice, whose credential fleet-roster join saved in the state folder:",
-			"fleet-send --as alice bob - < report.txt"},
-		{"Keep the msg id, then ask for the message's delivery state:",
-			"id=$(fleet-send --as alice bob 'deploy at 17:00?' | cut -d' ' -f1)\n" +
-				"fleet-send --as alice --status \"$id\""},
-		{"Reply to a message received with fleet-recv; the reply goes to its sender, in the same trace:",
-			"fleet-send --as bob --reply-to 3f2a9c4e-8b1d-4e6f-a7c2-5d9e0b1f4a68 'deployed, all green'"},
-		{"Send the tail of a build log, and get the result as JSON:",
-			"make test 2>&1 | tail -n 20 | fleet-send --as ci --json alice"},
-	},
-	"fleet-ask": {
-		{"Ask main a question from inside a turn and wait up to two minutes for the answer:",
-			"fleet-ask --as worker1 --ttl 2m main 'may I force-push to feature/x?'"},
-		{"Answer it, as main, with the ask id that fleet-recv showed:",
-			"fleet-send --as main --answer ASK_ID 'yes, go ahead'"},
-	},
-	"fleet-bcast": {
-		{"Tell every entity on every host, as main:",
-			"fleet-bcast --as main 'everyone: stop and report status'"},
-		{"Tell only the members of group reviewers, the text from stdin:",
-			"git log -1 --format=%s | fleet-bcast --as main --group reviewers -"},
-		{"Add bob to group reviewers; broadcasts published from now on reach him:",
-			"fleet-roster group bob --add reviewers"},
-	},
-	"fleet-spawn": {
-		{"Start an agent called reviewer1 on host build2, with the default profile of that host's gateway, " +
-			"as main. It prints the new entity's gid once the agent runs there, registered:",
-			"fleet-spawn --as main --host build2 reviewer1"},
-		{"The profiles are in the config file of the target host's fleet-gw: here a tmux window running claude " +
-			"(messages are pasted into it), and a detached job whose messages wait for fleet-recv:",
-			"# ~/.config/fleet/config on build2\n" +
-				"profile.default.command = claude\n" +
-				"profile.job.launcher = exec\n" +
-				"profile.job.command = ./worker.sh \"$@\""},
-		{"Start a job in group ci with arguments, as JSON. Sent again with the same request id, it starts " +
-			"nothing new and answers with the same gid:",
-			"fleet-spawn --as main --host build2 --profile job --group ci --request-id nightly-42 --json job7 -- --since yesterday"},
-	},
-	"fleet-stop": {
-		{"Stop reviewer1 wherever it runs, as main: its tmux window closes, and what waits in its inbox is dead-lettered:",
-			"fleet-stop --as main reviewer1"},
-		{"Stop job7 of host build2 and get the outcome as JSON:",
-			"fleet-stop --as main --json job7@build2"},
-	},
-	"fleet-trace": {
-		{"Follow a message you sent across the fleet, as alice: every host's hops of its trace, in order " +
-			"(fleet-send prints MSG_ID TRACE_ID):",
-			"fleet-trace --as alice 0190f5a1-7b1c-7d2e-9f00-5d9e0b1f4a68"},
-		{"The same as JSON Lines, waiting up to 20 seconds for slow hosts, and only the hops of one host:",
-			"fleet-trace --as alice --json --timeout 20s 0190f5a1-7b1c-7d2e-9f00-5d9e0b1f4a68 | jq -c 'select(.type == \"hop\" and .host == \"build2\")'"},
-	},
-	"fleet-recv": {
-		{"Drain the inbox of the entity whose credential is in FLEET_TOKEN:",
-			"fleet-recv"},
-		{"Take only the oldest waiting message, as bob:",
-			"fleet-recv --as bob -n 1"},
-		{"Follow bob's inbox and print each body as it arrives:",
-			"fleet-recv --as bob --follow --json | jq -r .body"},
-		{"Read whole a long message a hook handed as a pointer — (a body of 51200 bytes, too long for this hook: " +
-			"read it with fleet-recv --id MSGID) — with the entity's credential in FLEET_TOKEN as the hooks have it:",
-			"fleet-recv --id 0190f5a1-7b1c-7d2e-9f00-5d9e0b1f4a68"},
-		{"The same message's body, byte for byte:",
-			"fleet-recv --id 0190f5a1-7b1c-7d2e-9f00-5d9e0b1f4a68 --json | jq -r .body"},
-	},
-	"fleet-mcp": {
-		{"Give Claude Code, Codex or Gemini CLI the fleet tools as the entity main (registered with fleet-roster join main --mode pull): " +
-			"the installer writes each CLI's own MCP entry (fleet-roster(1), hooks install --mcp):",
-			"fleet-roster hooks install claude --mcp main\nfleet-roster hooks install codex --mcp main\nfleet-roster hooks install gemini --mcp main"},
-		{"The same for one project, in the folder's .mcp.json (Claude Code), which holds no credential and can be committed:",
-			"fleet-roster hooks install claude --mcp main --project ."},
-		{"Codex: let send and receive run without asking (the read-only tools always do):",
-			"fleet-roster hooks install codex --mcp main --approve send,receive"},
-		{"What an MCP client's JSON configuration holds, by hand, with the credential in the environment instead (Gemini CLI passes " +
-			"no variable named *TOKEN* unless its env names it):",
-			`{"mcpServers": {"fleet": {"command": "fleet-mcp", "env": {"FLEET_TOKEN": "$FLEET_TOKEN"}}}}`},
-		{"List its tools from the command line with the MCP Inspector (from the npm registry):",
-			"npx @modelcontextprotocol/inspector --cli --method tools/list -- fleet-mcp --as main"},
-	},
-	"fleet-dlq": {
-		{"List this host's dead letters, and with an operator's broker login those in bridge.dlq too:",
-			"fleet-dlq list\nFLEET_DLQ_BROKER=amqps://fleet-op-ops%40fleet:PASS@broker:5671/fleet fleet-dlq list"},
-		{"Only those that expired in the broker in the last hour, as JSON Lines:",
-			"fleet-dlq list --reason expired --since 1h --json"},
-		{"Show one whole: the message with its body, its headers and its death history:",
-			"fleet-dlq show 3f2a9c4e-8b1d-4e6f-a7c2-5d9e0b1f4a68"},
-		{"Deliver again, once, everything that died for bob; then remove what is left for him:",
-			"fleet-dlq replay --to bob\nfleet-dlq purge --to bob"},
-	},
-	"fleet-roster": {
-		{"List this host's entities: a table on a terminal, JSON Lines otherwise:",
-			"fleet-roster"},
-		{"Register a pull entity and give this shell its credential, which is shown only once:",
-			"export FLEET_TOKEN=$(fleet-roster join alice --mode pull)"},
-		{"Register an entity whose messages are pasted into pane 1.0 of tmux session work, as a member of group ops:",
-			"fleet-roster join bob --mode inject --tmux-target work:1.0 --group ops"},
-		{"Register an entity whose messages go, as JSON on stdin, to a command; exit 0 means delivered:",
-			"fleet-roster join ci --mode inject --exec 'jq -r .body >> \"$HOME/ci-inbox.log\"'"},
-		{"Register a pull entity that gets a desktop notification, with backoff, while messages wait:",
-			"fleet-roster join carol --mode pull --nudge 'notify-send fleet \"$FLEET_PENDING message(s) for $FLEET_ENTITY\"'"},
-		{"Hold inject deliveries to bob while it is busy, then let them through:",
-			"fleet-roster status --as bob busy\n" +
-				"fleet-roster status --as bob idle"},
-		{"Show the dead letters addressed to bob, with the reason each died:",
-			"fleet-roster dead bob"},
-		{"Remove bob; what waits in its inbox is dead-lettered:",
-			"fleet-roster leave bob"},
-		{"Make fleet-mcp an MCP server of Codex, acting as main; then see what status reads:",
-			"fleet-roster hooks install codex --mcp main\nfleet-roster hooks status codex"},
-		{"Take fleet-mcp's entry out of Claude Code's ~/.claude.json again:",
-			"fleet-roster hooks remove claude --mcp"},
-		{"Options of fleet-roster itself go before the command:",
-			"fleet-roster --socket /srv/fleet/gw.sock dead --json"},
-	},
-}
 
 var configLine = regexp.MustCompile(`^([a-z][a-zA-Z0-9._-]*) = `)
 
@@ -174,7 +24,8 @@ func checkExamples(apps []*ucli.App) error {
 		byName[a.Name] = a
 	}
 	var errs []string
-	for page, exs := range examples {
+	for _, page := range examples.Names() {
+		exs := examples.For(page)
 		if byName[page] == nil {
 			errs = append(errs, fmt.Sprintf("examples for %s, which is not in cli.Apps", page))
 		}
@@ -219,48 +70,32 @@ func checkConfigLine(where, line string) []string {
 // (after a pipe, in $( ), after a prompt or an assignment alike) and says
 // how many it found.
 func checkCommandLine(byName map[string]*ucli.App, line string) (int, []string) {
-	words, err := shellWords(line)
-	if err != nil {
-		return 0, []string{err.Error()}
+	names := make([]string, 0, len(byName))
+	for n := range byName {
+		names = append(names, n)
 	}
+	sort.Strings(names)
 	var errs []string
 	calls := 0
-	for i, w := range words {
-		if !strings.Contains(w, "$(") && !commandPosition(words[:i]) {
-			continue // an argument: journalctl -u fleet-gw
+	for _, name := range names {
+		cs, err := examples.Calls(line, name)
+		if err != nil {
+			return 0, []string{err.Error()}
 		}
-		for name, app := range byName {
-			if w == name || strings.HasSuffix(w, "$("+name) {
-				calls++
-				if err := checkInvocation(app, words[i+1:]); err != nil {
-					errs = append(errs, err.Error())
-				}
+		for _, args := range cs {
+			calls++
+			if err := checkInvocation(byName[name], args); err != nil {
+				errs = append(errs, err.Error())
 			}
 		}
 	}
 	return calls, errs
 }
 
-// commandPosition reports whether the word after before is a command: the
-// first word, one after a shell operator, a prompt ("a$") or variable
-// assignments, or after "--", where a launcher's own options end
-// (claude mcp add fleet -- fleet-mcp ...).
-func commandPosition(before []string) bool {
-	for i := len(before) - 1; i >= 0; i-- {
-		w := before[i]
-		switch {
-		case w == "--" || strings.HasSuffix(w, "$") || isShellOperator(w) || w == "||" || w == "&&":
-			return true
-		case assignment.MatchString(w):
-			continue
-		default:
-			return false
-		}
-	}
-	return true
-}
+// shellWords is examples.Words, for the pages' code lines.
+func shellWords(line string) ([]string, error) { return examples.Words(line) }
 
-var assignment = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*=`)
+func isShellOperator(w string) bool { return examples.IsShellOperator(w) }
 
 // checkInvocation checks the arguments of one call of app.
 func checkInvocation(app *ucli.App, args []string) error {
@@ -346,15 +181,6 @@ func withFlags(flags []ucli.Flag, more ...ucli.Flag) []ucli.Flag {
 	return out
 }
 
-func isShellOperator(w string) bool {
-	for _, op := range []string{"|", "&", ";", "<", ">", "2>"} {
-		if strings.HasPrefix(w, op) {
-			return true
-		}
-	}
-	return false
-}
-
 func lookupFlag(flags []ucli.Flag, name string) ucli.Flag {
 	for _, f := range flags {
 		if f != nil && containsName(f, name) {
@@ -376,57 +202,4 @@ func findCommand(cmds []*ucli.Command, name string) *ucli.Command {
 func takesValue(f ucli.Flag) bool {
 	d, ok := f.(ucli.DocGenerationFlag)
 	return ok && d.TakesValue()
-}
-
-// shellWords splits a line into words the way sh does for quoting: single
-// quotes, double quotes with backslash escapes, and backslashes; a word
-// that begins with # begins a comment. It does no expansion.
-func shellWords(line string) ([]string, error) {
-	var words []string
-	var cur strings.Builder
-	inWord := false
-	for i := 0; i < len(line); i++ {
-		ch := line[i]
-		switch {
-		case ch == '#' && !inWord:
-			i = len(line) // a comment, to the end of the line
-		case ch == ' ' || ch == '\t':
-			if inWord {
-				words = append(words, cur.String())
-				cur.Reset()
-				inWord = false
-			}
-		case ch == '\'':
-			j := strings.IndexByte(line[i+1:], '\'')
-			if j < 0 {
-				return nil, errors.New("unterminated single quote")
-			}
-			cur.WriteString(line[i+1 : i+1+j])
-			i += j + 1
-			inWord = true
-		case ch == '"':
-			i++
-			for ; i < len(line) && line[i] != '"'; i++ {
-				if line[i] == '\\' && i+1 < len(line) {
-					i++
-				}
-				cur.WriteByte(line[i])
-			}
-			if i >= len(line) {
-				return nil, errors.New("unterminated double quote")
-			}
-			inWord = true
-		case ch == '\\' && i+1 < len(line):
-			i++
-			cur.WriteByte(line[i])
-			inWord = true
-		default:
-			cur.WriteByte(ch)
-			inWord = true
-		}
-	}
-	if inWord {
-		words = append(words, cur.String())
-	}
-	return words, nil
 }

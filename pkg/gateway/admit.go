@@ -9,8 +9,9 @@ package gateway
 //
 //  1. its fields fit the same grammar as local ones (ids, names, hosts,
 //     groups): nothing malformed reaches a log line, a store key or a pane;
-//  2. it is signed (fleet-host, fleet-sig) by this host or by a host in
-//     the trust file — no trust file, or an empty one, admits no other
+//  2. it is signed (fleet-host, fleet-sig) by this host, by a host in
+//     the trust file, or by a host certified by an operator in the trust
+//     file (certs.go) — no trust file, or an empty one, admits no other
 //     host at all;
 //  3. the sender it names lives on the signing host: the envelope says so,
 //     and so does the sender's gid, which names the host it was made on;
@@ -66,6 +67,7 @@ type admission struct {
 	host        string // this host
 	own         ed25519.PublicKey
 	file        *trust.File
+	certs       *certs // the operator-certified hosts (nil: none, in tests)
 	memo        *verified
 	dedupWindow time.Duration
 	presenceTTL time.Duration
@@ -80,9 +82,10 @@ func (g *Gateway) setupAuth() error {
 	if err != nil {
 		return err
 	}
+	own, file, memo := priv.Public().(ed25519.PublicKey), trust.Open(g.cfg.TrustFile), newVerified(1024)
 	g.admit = &admission{
-		host: g.cfg.Host, own: priv.Public().(ed25519.PublicKey), file: trust.Open(g.cfg.TrustFile),
-		memo:        newVerified(1024),
+		host: g.cfg.Host, own: own, file: file, memo: memo,
+		certs:       newCerts(g.cfg.StateDir, g.cfg.Host, own, file, memo, g.log),
 		dedupWindow: g.cfg.DedupWindow, presenceTTL: g.cfg.PresenceTTL,
 		untrusted: map[string]time.Time{},
 	}
@@ -91,6 +94,8 @@ func (g *Gateway) setupAuth() error {
 	case err != nil:
 		g.log.Error("the trust file is unreadable: no other host is admitted",
 			"trust_file", g.cfg.TrustFile, "err", err, "fix", "fleet-gw trust list shows what is wrong; fleet-gw trust add HOST KEY rewrites it")
+	case len(keys) == 0 && len(file.Operators()) > 0:
+		g.log.Info("trusted operators: the hosts they certify are admitted", "operators", len(file.Operators()), "trust_file", g.cfg.TrustFile)
 	case len(keys) == 0:
 		g.log.Warn("no host is trusted: messages from other hosts are refused (closed by default)",
 			"trust_file", g.cfg.TrustFile, "fix", "on each other host run `fleet-gw key`, then here: fleet-gw trust add HOST KEY")
@@ -120,11 +125,18 @@ func (a *admission) signed(host string, body, sig []byte, env *envelope.Envelope
 		return broker.Refuse(broker.ReasonUnsigned, "no fleet-host or fleet-sig header")
 	}
 	pub := a.own
+	var cert *trust.Cert // a certificate to keep once the signature proved it
 	if host != a.host {
 		k, ok := a.file.Key(host)
 		if !ok {
-			return broker.Refuse(broker.ReasonUntrusted, "host %q is not in the trust file %s (add it with: fleet-gw trust add %s KEY)",
-				host, a.file.Path(), host)
+			var err error
+			if k, cert, err = a.certs.Key(host, presentedCert(env), time.Now()); err != nil {
+				return err
+			}
+			if k == nil {
+				return broker.Refuse(broker.ReasonUntrusted, "host %q is not in the trust file %s (add it with: fleet-gw trust add %s KEY)",
+					host, a.file.Path(), host)
+			}
 		}
 		pub = k
 	}
@@ -137,6 +149,9 @@ func (a *admission) signed(host string, body, sig []byte, env *envelope.Envelope
 	if env.Sender.Gid != "" && ident.GidHost(env.Sender.Gid) != host {
 		// a gid names the host it was made on: no other host speaks for it
 		return broker.Refuse(broker.ReasonWrongHost, "sender %s was made on %q, but %q signed it", env.Sender.Gid, ident.GidHost(env.Sender.Gid), host)
+	}
+	if cert != nil {
+		a.certs.Keep(cert)
 	}
 	return nil
 }
@@ -268,7 +283,7 @@ func (a *admission) untrustedRows() []api.EntityRow {
 	defer a.mu.Unlock()
 	var out []api.EntityRow
 	for host, at := range a.untrusted {
-		if _, ok := a.file.Key(host); ok || time.Since(at) > a.presenceTTL {
+		if a.trusted(host) || time.Since(at) > a.presenceTTL {
 			delete(a.untrusted, host)
 			continue
 		}
@@ -278,26 +293,56 @@ func (a *admission) untrustedRows() []api.EntityRow {
 	return out
 }
 
-// trusted reports whether messages from host are admitted now.
+// trusted reports whether messages from host are admitted now: by its
+// line in the trust file, or by its operator certificate.
 func (a *admission) trusted(host string) bool {
 	if a == nil || host == a.host {
 		return true
 	}
 	_, ok := a.file.Key(host)
-	return ok
+	return ok || a.certs.Trusted(host, time.Now())
 }
 
-// trustedNow is trusted over one reading of the trust file, for asking
-// about many hosts at once (a roster of kept rows).
+// trustedNow is trusted over one reading of the trust file and the
+// certificates, for asking about many hosts at once (a roster of rows).
 func (a *admission) trustedNow() func(host string) bool {
 	if a == nil {
 		return func(string) bool { return true }
 	}
 	keys, _ := a.file.Keys()
+	certified := map[string]bool{}
+	for _, h := range a.certs.Hosts(time.Now()) {
+		certified[h] = true
+	}
 	return func(host string) bool {
 		_, ok := keys[host]
-		return ok || host == a.host
+		return ok || certified[host] || host == a.host
 	}
+}
+
+// trustedHosts are the other hosts admitted now, sorted: those with a
+// line in the trust file and those certified by a trusted operator.
+func (a *admission) trustedHosts() []string {
+	if a == nil {
+		return nil
+	}
+	keys, _ := a.file.Keys() // unreadable: no line admits anyone
+	seen := map[string]bool{}
+	var out []string
+	for h := range keys {
+		if h != a.host && !seen[h] {
+			seen[h] = true
+			out = append(out, h)
+		}
+	}
+	for _, h := range a.certs.Hosts(time.Now()) {
+		if !seen[h] {
+			seen[h] = true
+			out = append(out, h)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // verified remembers the (key, bytes, signature) triples that verified,
@@ -345,4 +390,13 @@ func (v *verified) check(pub ed25519.PublicKey, body, sig []byte) bool {
 		v.next = (v.next + 1) % len(v.order)
 	}
 	return true
+}
+
+// certified is the part that knows the operator-certified hosts (nil, and
+// so certifying no one, without a broker).
+func (a *admission) certified() *certs {
+	if a == nil {
+		return nil
+	}
+	return a.certs
 }

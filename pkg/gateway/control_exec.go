@@ -171,7 +171,7 @@ func (g *Gateway) spawnNow(env *envelope.Envelope, b spawnBody, log *slog.Logger
 		return failed(id, fault.New(fault.Usage, fault.KindUnknownProfile, "host %s has no profile %q (it has: %s)", g.cfg.Host, b.Profile, have).
 			WithHint("define profile.%s.command in the config file of fleet-gw on %s", b.Profile, g.cfg.Host))
 	}
-	e := &store.Entity{Name: b.Name, Mode: p.Mode, Groups: b.Groups}
+	e := &store.Entity{Name: b.Name, Mode: p.Mode, Groups: b.Groups, Nudge: p.Nudge}
 	check := *e // validated before anything starts; the pane is not known yet
 	if p.Mode == "inject" {
 		if p.Launcher == launch.Tmux {
@@ -246,6 +246,9 @@ func (g *Gateway) spawnNow(env *envelope.Envelope, b spawnBody, log *slog.Logger
 		}
 		_ = launch.Stop(g.hardCtx, proc.Info)
 		return launchFailed(err)
+	}
+	if bx := g.box(gid); bx != nil {
+		g.follow.Spawned(bx, proc.Info) // a pull entity reads detached once its process is gone
 	}
 	g.audit.Write(audit.Line{Event: "spawned", TraceID: env.TraceID, MsgID: id, Sender: env.Sender.Gid, Entity: b.Name, Recipient: gid})
 	log.Info("entity spawned", "gid", gid, "launcher", p.Launcher, "process", proc.Info.String(), "requester", env.Sender.String())

@@ -75,6 +75,7 @@ type Gateway struct {
 	admit    *admission // nil: single-host mode
 	names    *nameBook  // names.go
 	wake     *wakes     // wake.go: set once the store is open
+	follow   *followers // follow.go: who reads the pull entities; set once the store is open
 	records  signal     // a delivery record changed (receipt.go)
 
 	metrics  *metrics.Metrics  // metrics.go; nil: metrics-listen is off
@@ -225,6 +226,11 @@ func (g *Gateway) Run(ctx context.Context) error {
 	}
 	g.workers.Add(1)
 	go g.janitor()
+	g.workers.Add(1)
+	go func() {
+		defer g.workers.Done()
+		g.follow.Run(g.runCtx) // follow.go
+	}()
 	var fatal <-chan error
 	if g.br != nil {
 		g.presenceQuit, g.presenceDone = make(chan struct{}), make(chan struct{})
@@ -417,6 +423,7 @@ func (g *Gateway) open() error {
 	}
 	g.audit = a
 	g.wake = newWakes(g.cfg, st, g.log, a, g.announceEntity)
+	g.follow = newFollowers(st, g.log, g.announceEntity)
 	return nil
 }
 
@@ -463,7 +470,11 @@ func (g *Gateway) loadEntities() error {
 		if ident.GidHost(e.Gid) != g.cfg.Host {
 			foreign = append(foreign, e.Name)
 		}
-		g.addBox(e)
+		b := g.addBox(e)
+		if e.Mode == "pull" {
+			raw, _ := g.st.Launched(e.Gid) // spawned: its process is watched
+			g.follow.Load(b, raw)
+		}
 	}
 	if len(foreign) > 0 {
 		g.log.Error("entities whose gid does not name this host (made before gids named their host): not on the broker, and their credentials are refused",

@@ -109,6 +109,26 @@ func (b *mailbox) bindAgent(st *store.Store, pid int) (*store.Entity, error) {
 	return ne, nil
 }
 
+// putFollows records, durably, whether a follower reads the entity
+// (store.Entity.Follows; follow.go), when that changes.
+func (b *mailbox) putFollows(st *store.Store, on bool) error {
+	e := b.snapshot()
+	if e.Follows == on {
+		return nil
+	}
+	ne, err := st.UpdateEntity(e.Gid, func(x *store.Entity) error {
+		x.Follows = on
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	b.mu.Lock()
+	b.ent.Follows = ne.Follows
+	b.mu.Unlock()
+	return nil
+}
+
 // busySince says whether the agent's busy hook was heard after t.
 func (b *mailbox) busySince(t time.Time) bool {
 	b.mu.Lock()
@@ -211,6 +231,7 @@ func (g *Gateway) injectLoop(ctx context.Context, b *mailbox) {
 	pol := backoff.Policy{Base: g.cfg.RetryBase, Max: g.cfg.RetryMax, Jitter: true}
 	net := &agentWatch{cfg: g.cfg}
 	bindOld(ctx, b, g.st) // an entity from before panes were bound
+	held := ""            // the head last logged as held while not idle
 	for {
 		changed := b.watch()
 		if ctx.Err() != nil {
@@ -223,6 +244,13 @@ func (g *Gateway) injectLoop(ctx context.Context, b *mailbox) {
 			continue
 		}
 		if ent.Status != stIdle {
+			// said once per head: what waits, and why (a test's sentinel
+			// that the gateway saw the message and chose not to paste)
+			if items, _ := g.st.Head(ent.Gid, 0, 1); len(items) > 0 && items[0].Env.MsgID != held {
+				held = items[0].Env.MsgID
+				g.log.Info("held: the agent is not idle", "entity", ent.Name, "status", ent.Status,
+					"msg_id", held, "trace_id", items[0].Env.TraceID)
+			}
 			var tick <-chan time.Time
 			var t *time.Timer
 			if watched(ent) {
@@ -475,10 +503,13 @@ func (g *Gateway) nudgeLoop(ctx context.Context, b *mailbox) {
 		}
 		pending := g.st.Pending(ent.Gid) // counted only when a nudge fires
 		n++
+		now := b.snapshot() // detached (follow.go): nobody reads it, and why
 		err := deliver.Run(ctx, ent.Nudge, g.cfg.ExecTimeout, bytes.NewReader(nil), []string{
 			"FLEET_ENTITY=" + ent.Name,
 			"FLEET_PENDING=" + strconv.Itoa(pending),
 			"FLEET_NUDGE=" + strconv.Itoa(n),
+			"FLEET_STATUS=" + now.Status,
+			"FLEET_STATUS_REASON=" + now.StatusReason,
 		})
 		if err != nil {
 			g.log.Warn("nudge hook failed", "entity", ent.Name, "err", err)

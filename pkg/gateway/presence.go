@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"encoding/json"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -70,6 +71,12 @@ type presenceBody struct {
 	Snapshot   *snapshotPage   `json:"snapshot,omitempty"`
 	Change     *presenceChange `json:"change,omitempty"`
 	Leaving    bool            `json:"leaving,omitempty"`
+	// Cert is the host's operator certificate, on every presence message
+	// of a certified host; Revoked the operators' revocation lists the
+	// host holds, on the first page of each snapshot (certs.go). Older
+	// gateways ignore both.
+	Cert    string   `json:"cert,omitempty"`
+	Revoked []string `json:"revoked,omitempty"`
 	// what gateways before snapshots sent, one message per entity:
 	// recognised only to be ignored (see Mixed versions above)
 	Entity json.RawMessage `json:"entity,omitempty"`
@@ -296,6 +303,7 @@ func (g *Gateway) presenceLoop() {
 // receiver that missed it waits for the next snapshot.
 func (g *Gateway) sendPresence(what string, b presenceBody) (confirmed func() error, err error) {
 	b.Host, b.IntervalMS, b.Prev = g.cfg.Host, g.cfg.PresenceInterval.Milliseconds(), g.said.prev
+	b.Cert, _ = g.admit.certified().Present()
 	body, err := json.Marshal(b)
 	if err != nil {
 		return nil, err
@@ -313,6 +321,8 @@ func (g *Gateway) sendPresence(what string, b presenceBody) (confirmed func() er
 // fit; the pages are written one after another and their confirms awaited
 // together, so a big snapshot takes a moment, not a round trip a page.
 func (g *Gateway) announce() {
+	g.admit.certified().Refresh() // a certificate installed, a revocation list imported
+	_, lists := g.admit.certified().Present()
 	a := g.said
 	a.out.Lock()
 	rows, err := g.localRows()
@@ -352,7 +362,11 @@ func (g *Gateway) announce() {
 				pages[j].ID = seq
 			}
 		}
-		confirmed, err := g.sendPresence("snapshot", presenceBody{Seq: seq, Snapshot: &pages[i]})
+		b := presenceBody{Seq: seq, Snapshot: &pages[i]}
+		if i == 0 {
+			b.Revoked = lists
+		}
+		confirmed, err := g.sendPresence("snapshot", b)
 		if err != nil {
 			g.log.Debug("presence snapshot not announced", "page", i, "pages", len(pages), "err", err)
 			break // the rest could not complete it
@@ -439,6 +453,9 @@ func (g *Gateway) foldPresence(env *envelope.Envelope) error {
 	}
 	if b.Host == g.cfg.Host {
 		return nil // the local view is exact
+	}
+	if len(b.Revoked) > 0 { // revocations spread with any admitted host's snapshots
+		g.admit.certified().Hear(b.Revoked, b.Host)
 	}
 	now := time.Now()
 	seq := b.Seq
@@ -571,7 +588,11 @@ func checkRow(r *api.EntityRow) error {
 // remoteRows returns the other hosts' entities with their presence status,
 // and the hosts heard but not trusted.
 func (g *Gateway) remoteRows() []api.EntityRow {
-	out := g.peers.Rows(time.Now(), g.br != nil && g.br.Connected(), g.cfg.PresenceTTL, g.admit.trustedNow())
+	trusted := g.admit.trustedNow()
+	out := g.peers.Rows(time.Now(), g.br != nil && g.br.Connected(), g.cfg.PresenceTTL, trusted)
+	// a host no longer trusted (its line removed, its certificate revoked
+	// or expired) is gone from the roster at once, not when its rows age out
+	out = slices.DeleteFunc(out, func(r api.EntityRow) bool { return !trusted(r.Host) })
 	out = append(out, g.admit.untrustedRows()...)
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Name != out[j].Name {

@@ -39,9 +39,13 @@ type recvStream struct {
 	b      *mailbox
 	ent    store.Entity
 	follow bool
-	window int // messages per batch
-	left   int // messages still wanted (--max); 0: no limit
-	log    *slog.Logger
+	// follower: --follow with no --max on a pull entity, a worker's
+	// loop; the followers part knows when one opens and ends (follow.go)
+	follower bool
+	ended    bool // End is being sent: the drain reached the inbox's end or --max
+	window   int  // messages per batch
+	left     int  // messages still wanted (--max); 0: no limit
+	log      *slog.Logger
 
 	// frames from the client arrive on a channel, so that a follow stream
 	// can wait for mail and notice a client that went away at once
@@ -89,12 +93,16 @@ func (g *Gateway) openRecv(c *conn, req *api.Request) (*recvStream, error) {
 	}
 	b.draining = true
 	b.mu.Unlock()
+	follower := req.Follow && req.Max <= 0 && ent.Mode == "pull"
+	if follower {
+		g.follow.Opened(b)
+	}
 	b.notify() // the nudge loop stands down while someone drains
 	window := req.Window
 	if window <= 0 || window > defaultWindow {
 		window = defaultWindow
 	}
-	s := &recvStream{g: g, c: c, b: b, ent: ent, follow: req.Follow, window: window, left: max(req.Max, 0),
+	s := &recvStream{g: g, c: c, b: b, ent: ent, follow: req.Follow, follower: follower, window: window, left: max(req.Max, 0),
 		log: g.log.With("entity", ent.Name), frames: make(chan *api.Request), readErr: make(chan error, 1), gone: make(chan struct{})}
 	go s.readFrames()
 	return s, nil
@@ -108,6 +116,13 @@ func (s *recvStream) close() {
 	}
 	s.closed = true
 	close(s.gone)
+	// before the lease is given back: a follower that opens next is seen after
+	switch {
+	case s.follower:
+		s.g.follow.Closed(s.b, s.g.runCtx.Err() != nil)
+	case s.ended && !s.follow:
+		s.g.follow.Drained(s.b)
+	}
 	s.b.mu.Lock()
 	s.b.draining = false
 	s.b.drains++
@@ -117,6 +132,7 @@ func (s *recvStream) close() {
 
 // end releases the inbox, then tells the client there is no more.
 func (s *recvStream) end() {
+	s.ended = true
 	s.close()
 	s.c.reply(&api.Response{OK: true, End: true})
 }
@@ -274,6 +290,8 @@ func (s *recvStream) hand(batch []api.Delivery, seqs map[string]uint64) bool {
 		s.c.fail(fault.New(fault.Data, fault.KindProtocol, "want ack, got %q", ack.Op))
 		return false
 	}
+	// test hook: the client has written the batch out; nothing is recorded
+	s.g.crashAt("recv-before-commit")
 	if !s.settle() { // at most one acknowledgement in flight
 		return false
 	}
@@ -293,14 +311,22 @@ func (s *recvStream) hand(batch []api.Delivery, seqs map[string]uint64) bool {
 }
 
 // enough ends the stream once --max messages were acknowledged, or the
-// gateway stops: every acknowledgement on disk, then End.
+// gateway stops: every acknowledgement on disk, then End — or, for a
+// follow stream the stop cut short, shutting_down (as one waiting for
+// mail gets): a follower then knows to come back, not that it is done.
 func (s *recvStream) enough() bool {
 	if s.left >= 0 && s.g.runCtx.Err() == nil {
 		return false
 	}
-	if s.settle() {
-		s.end()
+	if !s.settle() {
+		return true
 	}
+	if s.follow && s.left >= 0 {
+		s.close()
+		s.c.reply(&api.Response{Error: api.FromFault(fault.New(fault.Unavailable, fault.KindShuttingDown, "the gateway is shutting down"))})
+		return true
+	}
+	s.end()
 	return true
 }
 

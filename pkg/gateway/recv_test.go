@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -269,4 +270,44 @@ func TestLocalRecvBackToBack(t *testing.T) {
 			}
 		}
 	}
+}
+
+// A follower (--follow, no --max) that ends while the gateway runs leaves
+// its entity detached; one that opens makes it idle; the gateway's stop
+// does not, and a plain drain makes it idle. A bounded follow (--max) is
+// no follower.
+func TestLocalFollowerDetached(t *testing.T) {
+	g := startGW(t, t.TempDir(), "h1", nil)
+	bob := g.join("bob")
+	status := func(want, reason string) {
+		t.Helper()
+		eventually(t, "bob reads "+want, func() error {
+			r, _ := g.rosterRow("bob")
+			if r.Status != want || r.StatusReason != reason {
+				return fmt.Errorf("bob reads %s (%s)", r.Status, r.StatusReason)
+			}
+			return nil
+		})
+	}
+	c := holds(t, bob, api.Request{Follow: true, Max: 1})
+	c.Close()
+	bob.take(0)
+	status("idle", "")
+	c = holds(t, bob, api.Request{Follow: true})
+	status("idle", "")
+	c.Close()
+	status("detached", "its fleet-recv --follow ended")
+	c = holds(t, bob, api.Request{Follow: true})
+	status("idle", "")
+	g.stop()
+	if _, err := c.Read(); fault.KindOf(err) != fault.KindShuttingDown {
+		t.Fatalf("follower at the stop: %v", err)
+	}
+	g.start()
+	status("idle", "") // due back within the grace
+	c = holds(t, bob, api.Request{Follow: true})
+	c.Close()
+	status("detached", "its fleet-recv --follow ended")
+	bob.take(0)
+	status("idle", "")
 }

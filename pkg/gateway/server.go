@@ -866,6 +866,7 @@ func (g *Gateway) unregister(gid, name string) (int, error) {
 		}
 	}
 	g.removeBox(gid)
+	g.follow.Forget(gid)
 	// what waits is dead-lettered: each sender hears why (bounce or receipt)
 	waiting, _ := g.st.Head(gid, 0, 1<<30)
 	n, err := g.st.DeleteEntity(gid, "recipient left the fleet")

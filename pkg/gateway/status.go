@@ -26,14 +26,12 @@ func (g *Gateway) gatewayStatus() (*api.Response, error) {
 	st.Peers = []api.PeerStatus{}
 	if g.admit != nil {
 		keys, _ := g.admit.file.Keys()
-		st.Trusted = len(keys)
+		hosts := g.admit.trustedHosts() // lines and certificates
+		st.Trusted = len(hosts)
+		if _, self := keys[g.cfg.Host]; self {
+			st.Trusted++ // a line for this host itself counts, as it always did
+		}
 		if g.br != nil {
-			var hosts []string
-			for h := range keys {
-				if h != g.cfg.Host {
-					hosts = append(hosts, h)
-				}
-			}
 			st.Peers = g.peers.Peers(time.Now(), g.br.Connected(), g.cfg.PresenceTTL, hosts, g.admit.untrustedRows())
 		}
 	}

@@ -458,3 +458,84 @@ func stopGroup(pid int, started uint64) error {
 	}
 	return &Error{Err: fmt.Errorf("process group %d did not end after SIGKILL", pid)}
 }
+
+// Alive reports whether what info describes still runs: the exec
+// command's process group has a live (not zombie) process, or the tmux
+// pane is there and not dead. When that cannot be told (tmux itself
+// fails, no pid recorded), it says true: a process is never declared
+// gone on a guess.
+func Alive(ctx context.Context, info Info) bool {
+	switch info.Launcher {
+	case Exec:
+		if info.Pid <= 1 {
+			return true
+		}
+		state, start, ok := procState(info.Pid)
+		switch {
+		case ok && info.Started != 0 && start != info.Started:
+			// pid is another process now: ours and its whole group are
+			// gone (Linux reuses no pid while a group of that id lives)
+			return false
+		case ok && state != 'Z':
+			return true
+		}
+		if err := syscall.Kill(-info.Pid, 0); errors.Is(err, syscall.ESRCH) {
+			return false
+		}
+		// the leader is gone or a zombie: a child may live on in its group
+		return groupLives(info.Pid)
+	case Tmux:
+		out, err := tmuxOut(ctx, "display-message", "-p", "-t", info.Pane, "#{pane_id} #{pane_dead}")
+		if err != nil {
+			return !gone(err)
+		}
+		id, dead, _ := strings.Cut(strings.TrimSpace(out), " ")
+		return id == info.Pane && dead != "1"
+	}
+	return true
+}
+
+// procState returns the state letter and start time of pid, from
+// /proc/PID/stat.
+func procState(pid int) (state byte, start uint64, ok bool) {
+	f, ok := statFields(pid)
+	if !ok || len(f) < 20 || f[0] == "" {
+		return 0, 0, false
+	}
+	start, _ = strconv.ParseUint(f[19], 10, 64)
+	return f[0][0], start, true
+}
+
+// statFields are the fields of /proc/PID/stat after the command name:
+// state, ppid, pgrp, ...
+func statFields(pid int) ([]string, bool) {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return nil, false
+	}
+	// the command name (field 2) is in parentheses and may hold spaces
+	i := bytes.LastIndexByte(data, ')')
+	if i < 0 {
+		return nil, false
+	}
+	return strings.Fields(string(data[i+1:])), true
+}
+
+// groupLives says whether a process of group pgid lives (not a zombie).
+func groupLives(pgid int) bool {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return true
+	}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		f, ok := statFields(pid)
+		if ok && len(f) > 2 && f[2] == strconv.Itoa(pgid) && f[0] != "Z" {
+			return true
+		}
+	}
+	return false
+}

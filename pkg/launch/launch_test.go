@@ -213,3 +213,55 @@ func TestMissingFolderIsALaunchFailure(t *testing.T) {
 		t.Errorf("Start = %v, want a missing folder refused", err)
 	}
 }
+
+// Alive follows an exec command's process group: up while any process of
+// it lives, gone once none does (a zombie leader counts for nothing).
+func TestAliveExec(t *testing.T) {
+	start := func(script string) (*exec.Cmd, Info) {
+		cmd := exec.Command("/bin/sh", "-c", script)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); cmd.Wait() })
+		return cmd, Info{Launcher: Exec, Pid: cmd.Process.Pid, Started: procStart(cmd.Process.Pid)}
+	}
+	ctx := context.Background()
+
+	cmd, info := start("exec sleep 60")
+	if !Alive(ctx, info) {
+		t.Fatal("a running command reads gone")
+	}
+	syscall.Kill(cmd.Process.Pid, syscall.SIGKILL)
+	// not reaped yet: a zombie is not alive
+	waitFor(t, "the killed leader reads gone while a zombie", func() bool { return !Alive(ctx, info) })
+	cmd.Wait()
+	if Alive(ctx, info) {
+		t.Fatal("a reaped command reads alive")
+	}
+
+	// the leader exits, a child lives on in its group
+	cmd, info = start("sleep 60 & echo started; exit 0")
+	cmd.Wait()
+	if !Alive(ctx, info) {
+		t.Fatal("a group whose child lives on reads gone")
+	}
+	syscall.Kill(-info.Pid, syscall.SIGKILL)
+	waitFor(t, "the group reads gone once its child died", func() bool { return !Alive(ctx, info) })
+
+	// a pid reused by another process: gone
+	if Alive(ctx, Info{Launcher: Exec, Pid: os.Getpid(), Started: procStart(os.Getpid()) + 1}) {
+		t.Fatal("a pid with another start time reads alive")
+	}
+}
+
+func waitFor(t *testing.T, what string, f func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !f() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within 10s: %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -4,7 +4,9 @@
 // line `fleet-gw key` prints on each host). The gateway signs everything
 // it publishes with its key and admits from the broker only what a host
 // in its trust file signed. No trust file, or an empty one, admits no
-// other host: closed by default.
+// other host: closed by default. The file may also hold operator lines
+// ("operator NAME KEY"): a host certified by a trusted operator is
+// admitted without a line of its own (opcert.go).
 //
 // The file is edited with `fleet-gw trust add|remove|list`, atomically
 // (a new file renamed over the old), and a running gateway sees every
@@ -70,19 +72,54 @@ func Line(host string, pub ed25519.PublicKey) string {
 	return host + " " + base64.StdEncoding.EncodeToString(pub)
 }
 
-// Entry is one trusted host.
+// Entry is one trusted host, or one trusted operator (opcert.go): a host
+// entry has Host, an operator entry Operator (its name).
 type Entry struct {
-	Host string `json:"host"`
-	Key  string `json:"key"` // base64, as in the file
+	Host     string `json:"host,omitempty"`
+	Key      string `json:"key"` // base64, as in the file
+	Operator string `json:"operator,omitempty"`
 }
 
-// ParseLine reads "HOST KEY" (the output of `fleet-gw key`).
+// String is the entry's line in the file.
+func (e Entry) String() string {
+	if e.Operator != "" {
+		return "operator " + e.Operator + " " + e.Key
+	}
+	return e.Host + " " + e.Key
+}
+
+// ParseLine reads "HOST KEY" (the output of `fleet-gw key`) or "operator
+// NAME KEY" (the output of `fleet-gw operator init`).
 func ParseLine(line string) (Entry, error) {
 	f := strings.Fields(line)
+	if len(f) == 3 && f[0] == "operator" {
+		return CheckOperator(f[1], f[2])
+	}
 	if len(f) != 2 {
-		return Entry{}, fmt.Errorf("%q is not a trust line (HOST KEY, as fleet-gw key prints it)", line)
+		return Entry{}, fmt.Errorf("%q is not a trust line (HOST KEY, as fleet-gw key prints it, or operator NAME KEY)", line)
 	}
 	return Check(f[0], f[1])
+}
+
+// CheckOperator validates an operator name and a base64 Ed25519 key.
+func CheckOperator(name, key string) (Entry, error) {
+	if !HostRE.MatchString(name) {
+		return Entry{}, fmt.Errorf("%q is not an operator name (letters, digits, '-', '_'; at most 63)", name)
+	}
+	pub, err := base64.StdEncoding.DecodeString(key)
+	if err != nil || len(pub) != ed25519.PublicKeySize {
+		return Entry{}, fmt.Errorf("%q is not an operator public key (44 characters of base64, as fleet-gw operator init prints it)", key)
+	}
+	return Entry{Operator: name, Key: key}, nil
+}
+
+// id is what an entry replaces in the file: the host's line, or the
+// operator's of that name.
+func (e Entry) id() string {
+	if e.Operator != "" {
+		return "operator " + e.Operator
+	}
+	return e.Host
 }
 
 // Check validates a host id and a base64 Ed25519 public key.
@@ -128,7 +165,7 @@ func Read(path string) ([]Entry, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s:%d: %v", path, n, err)
 		}
-		byHost[e.Host] = e
+		byHost[e.id()] = e
 	}
 	if err := sc.Err(); err != nil {
 		return nil, err
@@ -137,8 +174,18 @@ func Read(path string) ([]Entry, error) {
 	for _, e := range byHost {
 		out = append(out, e)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Host < out[j].Host })
+	sortEntries(out)
 	return out, nil
+}
+
+// sortEntries puts hosts first, in host order, then operators by name.
+func sortEntries(es []Entry) {
+	sort.Slice(es, func(i, j int) bool {
+		if (es[i].Operator == "") != (es[j].Operator == "") {
+			return es[i].Operator == ""
+		}
+		return es[i].id() < es[j].id()
+	})
 }
 
 // write replaces the file with entries, atomically, owner-only.
@@ -150,20 +197,20 @@ func write(path string, entries []Entry) error {
 	b.WriteString("# fleet trust file: hosts whose signed messages this gateway admits.\n")
 	b.WriteString("# Edit with: fleet-gw trust add HOST KEY | fleet-gw trust remove HOST\n")
 	for _, e := range entries {
-		b.WriteString(e.Host + " " + e.Key + "\n")
+		b.WriteString(e.String() + "\n")
 	}
 	return private.WriteFile(path, []byte(b.String()), 0o600)
 }
 
-// Add trusts e.Host with e.Key, replacing a key it had. It reports whether
-// the file changed.
+// Add trusts e.Host (or operator e.Operator) with e.Key, replacing a key
+// it had. It reports whether the file changed.
 func Add(path string, e Entry) (bool, error) {
 	entries, err := Read(path)
 	if err != nil {
 		return false, err
 	}
 	for i, x := range entries {
-		if x.Host == e.Host {
+		if x.id() == e.id() {
 			if x.Key == e.Key {
 				return false, nil
 			}
@@ -172,18 +219,24 @@ func Add(path string, e Entry) (bool, error) {
 		}
 	}
 	entries = append(entries, e)
-	sort.Slice(entries, func(i, j int) bool { return entries[i].Host < entries[j].Host })
+	sortEntries(entries)
 	return true, write(path, entries)
 }
 
 // Remove distrusts host. It reports whether host was trusted.
-func Remove(path, host string) (bool, error) {
+func Remove(path, host string) (bool, error) { return remove(path, host) }
+
+// RemoveOperator distrusts the operator called name: the hosts it
+// certified are refused from then on. It reports whether it was trusted.
+func RemoveOperator(path, name string) (bool, error) { return remove(path, "operator "+name) }
+
+func remove(path, id string) (bool, error) {
 	entries, err := Read(path)
 	if err != nil {
 		return false, err
 	}
 	for i, x := range entries {
-		if x.Host == host {
+		if x.id() == id {
 			return true, write(path, append(entries[:i], entries[i+1:]...))
 		}
 	}
@@ -199,7 +252,8 @@ type File struct {
 	mu    sync.Mutex
 	id    fileID
 	keys  map[string]ed25519.PublicKey
-	err   error // the last read's error: a broken file trusts no one
+	ops   map[string]string // base64 key -> name: the operators trusted
+	err   error             // the last read's error: a broken file trusts no one
 	found bool
 }
 
@@ -222,7 +276,7 @@ func (f *File) Keys() (map[string]ed25519.PublicKey, error) {
 	defer f.mu.Unlock()
 	var st syscall.Stat_t
 	if err := syscall.Stat(f.path, &st); err != nil {
-		f.keys, f.err, f.found, f.id = nil, nil, false, fileID{}
+		f.keys, f.ops, f.err, f.found, f.id = nil, nil, nil, false, fileID{}
 		if !errors.Is(err, syscall.ENOENT) {
 			f.err = err
 		}
@@ -235,15 +289,29 @@ func (f *File) Keys() (map[string]ed25519.PublicKey, error) {
 	}
 	entries, err := Read(f.path)
 	keys := make(map[string]ed25519.PublicKey, len(entries))
+	ops := map[string]string{}
 	for _, e := range entries {
+		if e.Operator != "" {
+			ops[e.Key] = e.Operator
+			continue
+		}
 		pub, _ := base64.StdEncoding.DecodeString(e.Key)
 		keys[e.Host] = pub
 	}
 	if err != nil {
-		keys = nil
+		keys, ops = nil, nil
 	}
-	f.keys, f.err, f.found, f.id = keys, err, true, id
+	f.keys, f.ops, f.err, f.found, f.id = keys, ops, err, true, id
 	return keys, err
+}
+
+// Operators returns the operators trusted as the file says now: base64
+// public key -> name.
+func (f *File) Operators() map[string]string {
+	f.Keys() // reread if it changed
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.ops
 }
 
 // Key returns host's key, if the file trusts host.

@@ -42,7 +42,7 @@ func brokerSetupCommand(app *ucli.App) *ucli.Command {
 			&ucli.StringFlag{Name: "operator", Usage: "make an operator's login fleet-op-NAME instead"},
 			&ucli.BoolFlag{Name: "remove", Usage: "delete the login and close its connections"},
 			&ucli.BoolFlag{Name: "dry-run", Usage: "print the rabbitmqctl commands, run nothing"},
-			&ucli.StringFlag{Name: "queue-type", Value: "classic", Usage: "bridge.dlq's queue type: classic, or quorum on a cluster (as the gateways' inbox-queue-type)"},
+			cli.Choice("queue-type", "bridge.dlq's queue type: classic, or quorum on a cluster (as the gateways' inbox-queue-type)", "classic", "classic", "quorum"),
 			&ucli.StringFlag{Name: "output", Usage: "write the URI to this file (mode 0600) instead of stdout"},
 			&ucli.StringFlag{Name: "rabbitmqctl", Value: "rabbitmqctl", EnvVars: []string{"FLEET_RABBITMQCTL"},
 				Usage: "how to run rabbitmqctl: a command and its leading arguments, split at spaces (e.g. \"sudo rabbitmqctl -n rabbit@broker\")"},
@@ -82,10 +82,7 @@ func brokerSetupCommand(app *ucli.App) *ucli.Command {
 			if len(ctl) == 0 {
 				return cli.Usage("--rabbitmqctl is empty")
 			}
-			qt := c.String("queue-type")
-			if qt != "classic" && qt != "quorum" {
-				return cli.Usage("--queue-type %q is not classic or quorum", qt)
-			}
+			qt := c.String("queue-type") // one of its choices: the parser checked
 			p := broker.Provisioner{Ctl: ctl, QueueType: qt}
 			w := c.App.Writer
 			if c.Bool("remove") {

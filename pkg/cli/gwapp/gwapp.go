@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"strings"
 
 	"log/slog"
 	"os"
@@ -89,7 +90,7 @@ func NewGatewayApp() *ucli.App {
 			_, err = fmt.Fprintln(c.App.Writer, trust.Line(cfg.Host, priv.Public().(ed25519.PublicKey)))
 			return err
 		},
-	}, statusCommand(app), trustCommand(app), brokerSetupCommand(app)}
+	}, statusCommand(app), trustCommand(app), certCommand(app), operatorCommand(app), brokerSetupCommand(app)}
 	return app
 }
 
@@ -119,7 +120,7 @@ func trustCommand(app *ucli.App) *ucli.Command {
 		OnUsageError:    app.OnUsageError,
 		Subcommands: []*ucli.Command{{
 			Name:         "list",
-			Usage:        "print the trusted hosts (HOST KEY per line; JSON Lines with --json)",
+			Usage:        "print the trusted hosts (HOST KEY per line) and operators (operator NAME KEY); JSON Lines with --json",
 			UsageText:    "fleet-gw trust list [--json]",
 			OnUsageError: app.OnUsageError,
 			Flags:        flags(),
@@ -143,7 +144,7 @@ func trustCommand(app *ucli.App) *ucli.Command {
 					if c.Bool("json") {
 						err = cli.PrintJSON(c.App.Writer, e)
 					} else {
-						_, err = fmt.Fprintln(c.App.Writer, e.Host, e.Key)
+						_, err = fmt.Fprintln(c.App.Writer, e.String())
 					}
 					if err != nil {
 						return err
@@ -156,8 +157,8 @@ func trustCommand(app *ucli.App) *ucli.Command {
 			},
 		}, {
 			Name:         "add",
-			Usage:        "trust HOST's key (the line fleet-gw key prints on HOST); replaces a key HOST had",
-			UsageText:    "fleet-gw trust add HOST KEY | fleet-gw trust add 'HOST KEY'",
+			Usage:        "trust HOST's key (the line fleet-gw key prints on HOST), or an operator's (operator NAME KEY); replaces a key it had",
+			UsageText:    "fleet-gw trust add HOST KEY | fleet-gw trust add 'HOST KEY' | fleet-gw trust add 'operator NAME KEY'",
 			OnUsageError: app.OnUsageError,
 			Flags:        flags(),
 			Action: func(c *ucli.Context) error {
@@ -168,6 +169,8 @@ func trustCommand(app *ucli.App) *ucli.Command {
 					e, err = trust.ParseLine(c.Args().First())
 				case 2:
 					e, err = trust.Check(c.Args().Get(0), c.Args().Get(1))
+				case 3:
+					e, err = trust.ParseLine(strings.Join(c.Args().Slice(), " "))
 				default:
 					return cli.Usage("fleet-gw trust add takes HOST KEY (or the line fleet-gw key prints)").
 						WithHint("on the other host run: fleet-gw key")
@@ -194,17 +197,40 @@ func trustCommand(app *ucli.App) *ucli.Command {
 				if !changed {
 					what = "already trusted"
 				}
+				if e.Operator != "" {
+					return report(c, map[string]any{"operator": e.Operator, "key": e.Key, "changed": changed},
+						fmt.Sprintf("operator %s: %s: the hosts it certifies are admitted", e.Operator, what))
+				}
 				return report(c, map[string]any{"host": e.Host, "key": e.Key, "changed": changed}, fmt.Sprintf("%s: %s", e.Host, what))
 			},
 		}, {
 			Name:         "remove",
-			Usage:        "stop trusting HOST: its messages are refused from now on, queued ones included",
-			UsageText:    "fleet-gw trust remove HOST",
+			Usage:        "stop trusting HOST (or operator NAME, and so the hosts it certified): refused from now on, queued messages included",
+			UsageText:    "fleet-gw trust remove HOST | fleet-gw trust remove operator NAME",
 			OnUsageError: app.OnUsageError,
 			Flags:        flags(),
 			Action: func(c *ucli.Context) error {
+				if c.NArg() == 2 && c.Args().First() == "operator" {
+					name := c.Args().Get(1)
+					path, err := file(c)
+					if err != nil {
+						return err
+					}
+					was, err := trust.RemoveOperator(path, name)
+					if fe := fault.NotPrivate(err); fe != nil {
+						return fe
+					}
+					if err != nil {
+						return cantWrite(path, err)
+					}
+					if !was {
+						return fault.New(fault.NoRecipient, fault.KindUnknownHost, "operator %s is not in the trust file %s", name, path).
+							WithHint("list the trusted hosts and operators with: fleet-gw trust list")
+					}
+					return report(c, map[string]any{"operator": name, "removed": true}, "operator "+name+": no longer trusted")
+				}
 				if c.NArg() != 1 {
-					return cli.Usage("fleet-gw trust remove takes one HOST")
+					return cli.Usage("fleet-gw trust remove takes one HOST (or: operator NAME)")
 				}
 				host := c.Args().First()
 				path, err := file(c)
@@ -242,10 +268,13 @@ func report(c *ucli.Context, v any, line string) error {
 func gwFlags() []ucli.Flag {
 	var flags []ucli.Flag
 	for _, k := range config.Keys {
-		flags = append(flags, &ucli.StringFlag{
-			Name:  k.Name,
-			Usage: k.Usage + " (env " + k.Env + "; default " + k.Default + ")",
-		})
+		usage := k.Usage + " (env " + k.Env + "; default " + k.Default + ")"
+		if choices, ok := config.Choices[k.Name]; ok {
+			// no default of its own: the config supplies it
+			flags = append(flags, cli.Choice(k.Name, usage, "", choices...))
+			continue
+		}
+		flags = append(flags, &ucli.StringFlag{Name: k.Name, Usage: usage})
 	}
 	return append(flags, &ucli.StringFlag{Name: "config", Usage: "config file (env FLEET_CONFIG)"})
 }

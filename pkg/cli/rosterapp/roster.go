@@ -54,15 +54,15 @@ func NewRosterApp() *ucli.App {
 				"(exit 64, naming NAME@HOST; fleet-broker(7), ONE NAME, ONE ENTITY).",
 			Flags: []ucli.Flag{
 				fleetcli.JSONFlag(),
-				&ucli.StringFlag{Name: "mode", Usage: "pull (held for fleet-recv), inject (delivered into a pane or command) or hook (held for the agent CLI's own hooks: fleet-recv --hook)", Required: true},
+				required(fleetcli.Choice("mode", "pull (held for fleet-recv), inject (delivered into a pane or command) or hook (held for the agent CLI's own hooks: fleet-recv --hook)", "", "pull", "inject", "hook")),
 				&ucli.StringFlag{Name: "tmux-target", Usage: "inject: paste messages into this tmux pane; hook: the agent's pane, where an idle agent with mail waiting gets a wake notice (a count, never a message)"},
 				&ucli.StringFlag{Name: "exec", Usage: "inject: run this command with the message JSON on stdin; exit 0 means delivered"},
-				&ucli.StringFlag{Name: "nudge", Usage: "pull: run this command, with backoff, while unread messages wait"},
+				&ucli.StringFlag{Name: "nudge", Usage: "pull: run this command, with backoff, while unread messages wait and no fleet-recv reads them (env FLEET_ENTITY, FLEET_PENDING, FLEET_NUDGE, FLEET_STATUS, FLEET_STATUS_REASON)"},
 				&ucli.StringSliceFlag{Name: "group", Usage: "member of group G, named as an entity is; not all, which everyone is in (repeat for more)"},
 				&ucli.StringFlag{Name: "program", Usage: "tmux: the program a paste needs in the pane's foreground (default: what runs there now, or, a shell, what runs at the agent's first hook)"},
-				&ucli.StringFlag{Name: "turns", Usage: "tmux: hooks (busy and idle from the agent's turn hooks; starting until the first) or none (a program without turns)", Value: "hooks"},
-				&ucli.StringFlag{Name: "paste", Usage: "tmux: auto (lines when tmux says the program enabled bracketed paste), line (one line, newlines shown as ␊) or bracketed (lines, for Claude Code, Codex, Gemini CLI, IPython)", Value: "auto"},
-				&ucli.StringFlag{Name: "header", Usage: "tmux: the sender's header line before the body, after it, or off", Value: "before"},
+				fleetcli.Choice("turns", "tmux: hooks (busy and idle from the agent's turn hooks; starting until the first) or none (a program without turns)", "hooks", "hooks", "none"),
+				fleetcli.Choice("paste", "tmux: auto (lines when tmux says the program enabled bracketed paste), line (one line, newlines shown as ␊) or bracketed (lines, for Claude Code, Codex, Gemini CLI, IPython)", "auto", "auto", "line", "bracketed"),
+				fleetcli.Choice("header", "tmux: the sender's header line before the body, after it, or off", "before", "before", "after", "off"),
 				&ucli.DurationFlag{Name: "idle-screen", Usage: "tmux: a stuck agent whose screen stands still this long reads idle (0: never)"},
 			},
 			Action: runJoin,
@@ -83,7 +83,9 @@ func NewRosterApp() *ucli.App {
 				"the gateway's safety net: starting (joined, or its program came back: nothing is pasted until the agent's first hook), " +
 				"stuck (busy for stuck-after with no hook; with --idle-screen, idle is read from a still screen), " +
 				"unhooked (starting for start-bound with no hook: its hooks are missing or not trusted), " +
-				"detached (the pane does not run the entity's program: nothing is typed, mail is held). " +
+				"detached (the pane does not run the entity's program: nothing is typed, mail is held; for a pull entity, " +
+				"nobody reads it: its fleet-recv --follow ended, none came back within 10s of the gateway's start, or the " +
+				"process fleet-spawn started for it is gone — mail is held and its nudge fires, until a fleet-recv reads it). " +
 				"--json gives the reason as status_reason. Remote rows also read stale, unknown, gone or untrusted.",
 			Flags: []ucli.Flag{fleetcli.JSONFlag(), fleetcli.AsFlag(),
 				&ucli.BoolFlag{Name: "pane", Usage: "the caller is the agent in an inject entity's tmux pane, found by its process (no credential; what fleet-turn uses inside tmux)"}},
@@ -116,6 +118,7 @@ func NewRosterApp() *ucli.App {
 			Flags:     []ucli.Flag{fleetcli.JSONFlag()},
 			Action:    runDead,
 		},
+		completeCommand(),
 	}
 	for _, cmd := range app.Commands {
 		// every subcommand takes the connection flags too, wherever they
@@ -125,6 +128,12 @@ func NewRosterApp() *ucli.App {
 		cmd.OnUsageError = app.OnUsageError
 	}
 	return app
+}
+
+// required makes f a required flag.
+func required(f *fleetcli.ChoiceFlag) *fleetcli.ChoiceFlag {
+	f.Required = true
+	return f
 }
 
 func listFlags() []ucli.Flag {
@@ -205,7 +214,7 @@ func runList(c *ucli.Context) error {
 func printRoster(c *ucli.Context, rows []api.EntityRow) error {
 	for _, r := range rows {
 		if r.Status == "untrusted" { // a host heard but not in the trust file
-			fmt.Fprintf(c.App.ErrWriter, "fleet-roster: hint: host %s is not trusted here: on %s run `fleet-gw key`, then here: fleet-gw trust add %s KEY\n",
+			fmt.Fprintf(c.App.ErrWriter, "fleet-roster: hint: host %s is not trusted here: on %s run `fleet-gw key`, then here: fleet-gw trust add %s KEY (or certify it: man 7 fleet-security)\n",
 				r.Host, r.Host, r.Host)
 		}
 	}
