@@ -128,7 +128,7 @@ func (n *nameBook) Free(name string, remote []api.EntityRow, away func(host stri
 			e = fault.New(fault.Usage, fault.KindNameTaken,
 				"%s is already an entity of host %s (%s@%s), which keeps its name and inbox while away (%s): a name is one entity across the hosts this gateway trusts",
 				name, h.Host, name, h.Host, a)
-			return e.WithHint("choose another name; if host %s is retired for good, stop trusting it: fleet-gw trust remove %s", h.Host, h.Host)
+			return e.WithHint("choose another name; if host %s is retired for good, stop trusting it: fleet-gw trust remove %s (or, certified, revoke it: fleet-gw operator revoke)", h.Host, h.Host)
 		}
 	}
 	return e.WithHint("choose another name; message that one as %s@%s", name, h.Host)
