@@ -305,7 +305,8 @@ type EntityRow struct {
 	Asks         int       `json:"asks_waiting,omitempty"` // whoami only: live asks waiting to be shown
 	Dead         int       `json:"dead"`
 	LastDelivery time.Time `json:"last_delivery,omitzero"`
-	LastSeen     time.Time `json:"last_seen,omitzero"` // remote rows: when their host was last heard
+	LastSeen     time.Time `json:"last_seen,omitzero"`    // remote rows: when their host was last heard
+	NameHolder   string    `json:"name_holder,omitempty"` // roster: the name is on more than one trusted host, and means this NAME@HOST (the first to join)
 }
 
 // Sent is the outcome of an accepted send.

@@ -52,6 +52,7 @@ import (
 //	peers  peers.go       what was heard of the other hosts (the remote roster)
 //	said   presence.go    what this host announced of its own entities
 //	admit  admit.go       what a message from the broker must prove
+//	names  names.go       a name is one entity: conflicts told, untrusted hosts' names
 //	wake   wake.go        the wake notices typed for hook entities with a pane
 //	caps   inboxcap.go    local inboxes held to inbox-max-length and inbox-ttl
 //	br     pkg/broker     the cross-host transport (nil: single-host mode)
@@ -74,6 +75,7 @@ type Gateway struct {
 	heardMu  sync.Mutex // one save of peers' last words at a time (presence.go saveHeard)
 	said     *announcer
 	admit    *admission // nil: single-host mode
+	names    *nameBook  // names.go
 	wake     *wakes     // wake.go: set once the store is open
 	follow   *followers // follow.go: who reads the pull entities; set once the store is open
 	caps     *inboxCaps // inboxcap.go: set once the store is open
@@ -118,6 +120,7 @@ func New(cfg *config.Config, log *slog.Logger) *Gateway {
 		traceSem: make(chan struct{}, traceSearches),
 		peers:    newPeerView(cfg.PresenceInterval, log.With("host", cfg.Host)),
 		said:     newAnnouncer(),
+		names:    newNameBook(log.With("host", cfg.Host), cfg.PresenceTTL),
 		reg:      newRegistry(),
 		crash:    os.Getenv("FLEET_CRASHPOINT"),
 		asks:     newAsks(),
@@ -173,6 +176,8 @@ func (g *Gateway) Run(ctx context.Context) error {
 		}, g.log, g.takeBroker) // control.go: control answers, then takeRemote
 		g.br.OnBatch(g.takeBrokerBatch) // intake.go: what an inbox's consumer had waiting, runs of mail stored at once
 		g.br.OnPresence(g.onPresence)
+		// names.go: what an untrusted host announces is named in a 67, never believed
+		g.br.OnUntrustedPresence(g.names.Heard)
 		g.br.Observe(g.brokerObserver()) // metrics.go
 		if clear, where := broker.InClear(g.cfg.Broker); clear {
 			g.log.Warn("the broker URI is amqp://, not amqps://: task text and every message cross the network to "+where+" in clear, readable by anyone on the path",

@@ -23,13 +23,15 @@ type target struct {
 	box        *mailbox
 	gid        string // remote
 	name, host string // remote, when resolved through the roster view
+	warning    string // a bare name more than one trusted host has (names.go)
 }
 
 // resolve finds a recipient by name, name@host or gid. This is the routing
 // fork: a recipient on this host is served from the embedded store and
 // never touches the broker; any other goes to the broker, which alone knows
 // where its inbox is. Names are looked up in the union roster view: a name
-// on two hosts is ambiguous (64), a name nowhere is unknown (67).
+// on two trusted hosts means the entity made first (names.go), a name
+// nowhere is unknown (67).
 func (g *Gateway) resolve(to string) (target, error) {
 	name, host, qualified := strings.Cut(to, "@")
 	if ident.IsGid(to) {
@@ -51,34 +53,45 @@ func (g *Gateway) resolve(to string) (target, error) {
 	if g.br != nil && (!qualified || host != g.cfg.Host) {
 		remote = g.remoteByName(name, host)
 	}
+	rows := remote
+	if local != nil {
+		e := local.snapshot()
+		rows = append(slices.Clip(rows), api.EntityRow{Name: e.Name, Host: e.Host, Gid: e.Gid})
+	}
 	switch {
-	case local != nil && len(remote) == 0:
-		return target{box: local}, nil
-	case local == nil && len(remote) == 1:
-		return target{gid: remote[0].Gid, name: remote[0].Name, host: remote[0].Host}, nil
-	case local == nil && len(remote) == 0:
+	case len(rows) == 0:
 		if qualified && host != g.cfg.Host && g.br == nil {
 			return target{}, fault.New(fault.NoRecipient, fault.KindUnknownRecipient,
 				"no recipient %s: host %s is not this host and no broker is configured", to, host)
 		}
+		if qualified && host != g.cfg.Host && !g.admit.trusted(host) {
+			return target{}, untrustedName(to, name, host, g.names.Rumoured(name, host, g.admit.trustedNow()))
+		}
 		if err := g.unsettled(to, host); err != nil {
 			return target{}, err
+		}
+		if hosts := g.names.Rumoured(name, host, g.admit.trustedNow()); len(hosts) > 0 {
+			// never "did you mean" another entity: the name is elsewhere
+			return target{}, untrustedName(to, name, host, hosts)
 		}
 		e := fault.New(fault.NoRecipient, fault.KindUnknownRecipient, "no recipient named %s", to)
 		if n := g.nearName(name, host); n != "" {
 			return target{}, e.WithHint("did you mean %s? (list entities with: fleet-roster)", n)
 		}
 		return target{}, e.WithHint("list entities with: fleet-roster")
+	case len(rows) == 1 && local != nil:
+		return target{box: local}, nil
+	case len(rows) == 1:
+		return target{gid: remote[0].Gid, name: remote[0].Name, host: remote[0].Host}, nil
 	}
-	var cands []string
-	if local != nil {
-		cands = append(cands, name+"@"+g.cfg.Host)
+	// on more than one trusted host (joined at once, or before they
+	// trusted each other): the first made, on every host alike
+	h := holder(rows)
+	warning := conflictWarning(rows, h)
+	if local != nil && h.Host == g.cfg.Host && h.Gid == local.snapshot().Gid {
+		return target{box: local, warning: warning}, nil
 	}
-	for _, r := range remote {
-		cands = append(cands, r.Name+"@"+r.Host)
-	}
-	return target{}, fault.New(fault.Usage, fault.KindAmbiguous, "%s is ambiguous: %s", to, strings.Join(cands, ", ")).
-		WithHint("name one as NAME@HOST, or use its gid")
+	return target{gid: h.Gid, name: h.Name, host: h.Host, warning: warning}, nil
 }
 
 // unsettled says why a name known nowhere may still exist: the broker is
@@ -244,7 +257,7 @@ func (g *Gateway) sendWith(req *api.Request, before func(*envelope.Envelope)) (*
 		before(env)
 	}
 	state := store.Accepted
-	warning := ""
+	warning := t.warning
 	if t.box != nil {
 		rec, err := g.accept(env)
 		if err != nil {
@@ -258,7 +271,10 @@ func (g *Gateway) sendWith(req *api.Request, before func(*envelope.Envelope)) (*
 		// at once that a reply or a delivery may be long in coming
 		hs, heard := g.peers.HostState(rcpt.Host, time.Now(), g.br.Connected(), g.cfg.PresenceTTL)
 		if away := hostAway(rcpt.Host, hs, heard, time.Now()); away != "" {
-			warning = away + ": the broker holds the message until it is back"
+			if warning != "" {
+				warning += "; "
+			}
+			warning += away + ": the broker holds the message until it is back"
 		}
 	}
 	return &api.Response{Sent: &api.Sent{
