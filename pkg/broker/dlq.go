@@ -53,7 +53,8 @@ func OpenDLQ(url string, tlsFiles Config) (*DLQ, error) {
 	props.SetClientConnectionName("fleet-dlq")
 	conn, err := amqp.DialConfig(url, amqp.Config{Dial: amqp.DefaultDial(dialTimeout), TLSClientConfig: tc, Properties: props, Locale: "en_US"})
 	if err != nil {
-		if loginRefused(err) {
+		var ae *amqp.Error
+		if loginRefused(err) || (errors.As(err, &ae) && ae.Code == amqp.NotAllowed) {
 			return nil, fault.Wrap(fault.Refused, fault.KindBrokerLogin, err, "the broker refused the operator login at %s", Redact(url)).
 				WithHint("make one with: fleet-gw broker-setup --operator NAME")
 		}

@@ -311,6 +311,11 @@ func open(c *ucli.Context) (*sources, error) {
 			s.close()
 			return nil, err
 		}
+		if resp.Entity == nil || resp.Entity.Name != as {
+			s.close()
+			return nil, fault.New(fault.Refused, fault.KindBadCredential, "the credential file of %s is another entity's", as).
+				WithHint("register %s again with: fleet-roster join %s", as, as)
+		}
 		s.as = resp.Entity
 	}
 	if url == "" {
