@@ -458,9 +458,21 @@ func (s *sources) letters(f *filter) ([]*letter, error) {
 	if err != nil {
 		return nil, err
 	}
+	var out []*letter
+	for _, l := range group(append(local, remote...)) {
+		if l.selected(f) && s.mine(l) {
+			out = append(out, l)
+		}
+	}
+	return out, nil
+}
+
+// group joins copies into letters by their key, in the order each
+// letter's first copy comes.
+func group(copies []*Entry) []*letter {
 	var all []*letter
 	byKey := map[string]*letter{}
-	for _, e := range append(local, remote...) {
+	for _, e := range copies {
 		k := e.key()
 		if l := byKey[k]; l != nil {
 			l.copies = append(l.copies, e)
@@ -470,13 +482,7 @@ func (s *sources) letters(f *filter) ([]*letter, error) {
 		byKey[k] = l
 		all = append(all, l)
 	}
-	var out []*letter
-	for _, l := range all {
-		if l.selected(f) && s.mine(l) {
-			out = append(out, l)
-		}
-	}
-	return out, nil
+	return all
 }
 
 // mine says whether the letter is --as's entity's: it sent it or was sent
