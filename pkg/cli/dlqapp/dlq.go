@@ -745,7 +745,7 @@ func runReplay(c *ucli.Context) error {
 			first = err
 		}
 	}
-	print := func(r Replayed) {
+	say := func(r Replayed) {
 		if jsonOut(c) {
 			_ = fleetcli.PrintJSON(c.App.Writer, r)
 			return
@@ -783,7 +783,7 @@ func runReplay(c *ucli.Context) error {
 			fail(e, err)
 			continue
 		}
-		print(Replayed{ReplayOf: e.MsgID, MsgID: resp.Sent.MsgID, State: resp.Sent.State, Recipient: resp.Sent.Recipient,
+		say(Replayed{ReplayOf: e.MsgID, MsgID: resp.Sent.MsgID, State: resp.Sent.State, Recipient: resp.Sent.Recipient,
 			Where: e.Where, Sources: e.Sources, Again: resp.Sent.Again})
 	}
 	// a MSG_ID that is no dead letter (any more): what it was replayed as,
@@ -801,7 +801,7 @@ func runReplay(c *ucli.Context) error {
 			fail(&Entry{MsgID: id, Where: whereStore}, err)
 			continue
 		}
-		print(Replayed{ReplayOf: id, MsgID: resp.Sent.MsgID, State: resp.Sent.State, Recipient: resp.Sent.Recipient,
+		say(Replayed{ReplayOf: id, MsgID: resp.Sent.MsgID, State: resp.Sent.State, Recipient: resp.Sent.Recipient,
 			Where: whereStore, AlreadyReplayed: true})
 	}
 	if len(skipped) > 0 {
