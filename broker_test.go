@@ -510,8 +510,10 @@ const QDLQ = "bridge.dlq"
 // proxy start NAME — a TCP proxy in front of the broker; FLEET_BROKER
 // then points at it. proxy cut NAME — stop forwarding on every open
 // connection without closing it (a silent network: only heartbeats can
-// tell), while new connections pass. proxy list NAME — print how many
-// connections it carried.
+// tell), while new connections pass. proxy mute NAME — on every open
+// connection, stop forwarding what the broker sends (its confirms
+// included) while what the client sends still reaches it: a one-way cut.
+// proxy count NAME — print how many connections it carried.
 type proxy struct {
 	ln     net.Listener
 	target string
@@ -522,7 +524,8 @@ type proxy struct {
 
 type proxyConn struct {
 	a, b net.Conn
-	cut  chan struct{}
+	cut  chan struct{} // both ways
+	mute chan struct{} // broker to client only
 }
 
 func (p *proxy) serve() {
@@ -536,17 +539,24 @@ func (p *proxy) serve() {
 			a.Close()
 			continue
 		}
-		pc := &proxyConn{a: a, b: b, cut: make(chan struct{})}
+		pc := &proxyConn{a: a, b: b, cut: make(chan struct{}), mute: make(chan struct{})}
 		p.mu.Lock()
 		p.conns = append(p.conns, pc)
 		p.total++
 		p.mu.Unlock()
-		pipe := func(dst, src net.Conn) {
+		never := make(chan struct{})
+		pipe := func(dst, src net.Conn, mute chan struct{}) {
 			buf := make([]byte, 32<<10)
 			for {
 				n, err := src.Read(buf)
 				select {
 				case <-pc.cut:
+					// swallow everything, close nothing
+					if err != nil {
+						return
+					}
+					continue
+				case <-mute:
 					// swallow everything, close nothing
 					if err != nil {
 						return
@@ -568,14 +578,33 @@ func (p *proxy) serve() {
 				}
 			}
 		}
-		go pipe(b, a)
-		go pipe(a, b)
+		go pipe(b, a, never)
+		go pipe(a, b, pc.mute)
 	}
+}
+
+// silence stops forwarding on every open connection without closing it:
+// what the broker sends only (oneWay), or both ways. New connections pass.
+func (p *proxy) silence(oneWay bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		ch := c.cut
+		if oneWay {
+			ch = c.mute
+		}
+		select {
+		case <-ch:
+		default:
+			close(ch)
+		}
+	}
+	p.conns = nil
 }
 
 func cmdProxy(ts *testscript.TestScript, neg bool, args []string) {
 	if len(args) != 2 {
-		ts.Fatalf("usage: proxy start|cut|count NAME")
+		ts.Fatalf("usage: proxy start|cut|mute|count NAME")
 	}
 	key := "proxy-" + args[1]
 	switch args[0] {
@@ -599,17 +628,9 @@ func cmdProxy(ts *testscript.TestScript, neg bool, args []string) {
 		u.Host = ln.Addr().String()
 		ts.Setenv("FLEET_BROKER", u.String())
 	case "cut":
-		p := ts.Value("proxies").(map[string]*proxy)[key]
-		p.mu.Lock()
-		for _, c := range p.conns {
-			select {
-			case <-c.cut:
-			default:
-				close(c.cut)
-			}
-		}
-		p.conns = nil
-		p.mu.Unlock()
+		ts.Value("proxies").(map[string]*proxy)[key].silence(false)
+	case "mute":
+		ts.Value("proxies").(map[string]*proxy)[key].silence(true)
 	case "count":
 		p := ts.Value("proxies").(map[string]*proxy)[key]
 		p.mu.Lock()

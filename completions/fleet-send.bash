@@ -18,7 +18,7 @@ _fleet_send() {
         -*)
             [[ ${COMP_WORDS[i+1]} == = ]] && continue
             case $cmd:$w in
-            :--socket|:--state-dir|:--config|:--as|:--reply-to|:--status|:--until|:--answer|:--wait-reply|:--timeout) i=$((i + 1)) ;; # skip the flag's value
+            :--socket|:--state-dir|:--config|:--as|:--reply-to|:--id|:--status|:--until|:--answer|:--wait-reply|:--timeout) i=$((i + 1)) ;; # skip the flag's value
             esac
             ;;
         *)
@@ -32,11 +32,11 @@ _fleet_send() {
     :--socket|:--config) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return 0 ;;
     :--state-dir) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -d -- "$cur"); return 0 ;;
     :--as) mapfile -t COMPREPLY < <(compgen -W "$(fleet-roster --json 2>/dev/null | sed -n 's/.*"name":"\([^"]*\)".*"host":"\([^"]*\)".*/\1 \1@\2/p')" -- "$cur"); return 0 ;;
-    :--reply-to|:--status|:--until|:--answer|:--wait-reply|:--timeout) COMPREPLY=(); return 0 ;; # free text
+    :--reply-to|:--id|:--status|:--until|:--answer|:--wait-reply|:--timeout) COMPREPLY=(); return 0 ;; # free text
     esac
     if [[ $cur == -* ]]; then
         case $cmd in
-        '') mapfile -t COMPREPLY < <(compgen -W '--socket --state-dir --config --json --as --reply-to --status --until --answer --wait --wait-reply --timeout --help -h --version' -- "$cur") ;;
+        '') mapfile -t COMPREPLY < <(compgen -W '--socket --state-dir --config --json --as --reply-to --id --status --until --answer --wait --wait-reply --timeout --help -h --version' -- "$cur") ;;
         esac
         return 0
     fi

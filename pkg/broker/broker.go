@@ -860,13 +860,17 @@ func (b *Broker) Publish(ctx context.Context, key string, env *envelope.Envelope
 	msg.Headers["BCC"] = []any{SenderKey(b.cfg.Host)}
 	nacks := 0
 	deadline := time.Now().Add(b.cfg.PublishTimeout)
+	maybeSent := false // an attempt was written and not confirmed
 	for attempt := 1; ; attempt++ {
 		gen, err := b.current("remote send refused", "local sends keep working; remote ones work again once the gateway reconnects")
 		if err != nil {
+			if maybeSent {
+				return outcomeUnknown(env.MsgID, err)
+			}
 			return err
 		}
 		pub := gen.publisher()
-		res := pub.publish(ctx, ExMsg, key, msg, deadline)
+		written, res := pub.publishWritten(ctx, ExMsg, key, msg, deadline)
 		switch res {
 		case resAck:
 			return nil
@@ -881,21 +885,44 @@ func (b *Broker) Publish(ctx context.Context, key string, env *envelope.Envelope
 				return fault.New(fault.TempFail, fault.KindInboxFull, "the inbox of %s is full: the broker refused the message", key)
 			}
 		case resTimeout:
-			return fault.New(fault.Unavailable, fault.KindBrokerTimeout,
-				"the broker did not confirm the message within %v; it may still deliver it", b.cfg.PublishTimeout).
-				WithHint("check the broker (a memory or disk alarm blocks publishers); fleet-send --status MSG_ID tells nothing until it confirms")
+			if !written && !maybeSent {
+				return fault.New(fault.Unavailable, fault.KindBrokerDown,
+					"the broker did not take the message within %v: not sent", b.cfg.PublishTimeout).
+					WithHint("check the broker (a memory or disk alarm blocks publishers)")
+			}
+			return fault.New(fault.OutcomeUnknown, fault.KindBrokerTimeout,
+				"the broker did not confirm message %s within %v; it may still deliver it", env.MsgID, b.cfg.PublishTimeout).
+				WithHint("fleet-send --status %s tells once it is known; a retry with --id %s is sent at most once", env.MsgID, env.MsgID)
 		case resClosed:
 			if reason, ok := pub.refused(key); ok {
 				return refusedFault(key, reason, b.cfg.Host)
 			}
 			// unknown outcome: retry with the same msg id on whatever
 			// channel and connection are current, while time remains
+			// (the receiving gateway keeps one copy per msg id)
+			maybeSent = maybeSent || written
 		}
 		if time.Now().After(deadline) || attempt >= 5 {
-			return fault.New(fault.Unavailable, fault.KindBrokerDown, "the broker connection failed while sending; outcome unknown, not confirmed")
+			if maybeSent {
+				return outcomeUnknown(env.MsgID, nil)
+			}
+			return fault.New(fault.Unavailable, fault.KindBrokerDown, "the broker connection failed before the message was written: not sent")
 		}
 		backoff.Sleep(ctx, 50*time.Millisecond*time.Duration(attempt))
 	}
+}
+
+// outcomeUnknown is the error of a publish that was written on a channel
+// whose connection was then lost before the broker confirmed it: the
+// broker may have it (and deliver it) or not. cause, if any, is why the
+// retries stopped.
+func outcomeUnknown(msgID string, cause error) error {
+	msg := "the broker connection was lost before it confirmed message " + msgID + ": the outcome is unknown"
+	if cause != nil {
+		msg += " (" + cause.Error() + ")"
+	}
+	return fault.New(fault.OutcomeUnknown, fault.KindOutcomeUnknown, "%s", msg).
+		WithHint("fleet-send --status %s tells once it is known; a retry with --id %s is sent at most once", msgID, msgID)
 }
 
 // refusedFault is the error of a publish the broker refused (ACCESS_REFUSED

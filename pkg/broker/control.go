@@ -52,13 +52,23 @@ func (b *Broker) publishControl(ctx context.Context, host string, env *envelope.
 		return err
 	}
 	deadline := time.Now().Add(b.cfg.PublishTimeout)
+	maybeSent := false // an attempt was written and not confirmed
+	unknown := func() error {
+		return fault.New(fault.OutcomeUnknown, fault.KindOutcomeUnknown,
+			"the broker connection was lost before it confirmed the %s request to %s: the outcome is unknown", env.Kind, host).
+			WithHint("the request may still reach %s, which carries out each request id once: the same request again is safe", host)
+	}
 	for attempt := 1; ; attempt++ {
 		gen, err := b.current("request not sent", "requests to other hosts work again once the gateway reconnects")
 		if err != nil {
+			if maybeSent {
+				return unknown()
+			}
 			return err
 		}
 		pub := gen.publisher()
-		switch pub.publish(ctx, ExControl, host, msg, deadline) {
+		written, res := pub.publishWritten(ctx, ExControl, host, msg, deadline)
+		switch res {
 		case resAck:
 			return nil
 		case resReturned:
@@ -67,7 +77,12 @@ func (b *Broker) publishControl(ctx context.Context, host string, env *envelope.
 		case resNack:
 			return fault.New(fault.TempFail, fault.KindBrokerRefused, "the broker refused the request to %s", host)
 		case resTimeout:
-			return fault.New(fault.Unavailable, fault.KindBrokerTimeout,
+			if !written && !maybeSent {
+				return fault.New(fault.Unavailable, fault.KindBrokerDown,
+					"the broker did not take the request to %s within %v: not sent", host, b.cfg.PublishTimeout).
+					WithHint("check the broker (a memory or disk alarm blocks publishers)")
+			}
+			return fault.New(fault.OutcomeUnknown, fault.KindBrokerTimeout,
 				"the broker did not confirm the request within %v; it may still reach %s", b.cfg.PublishTimeout, host)
 		case resClosed:
 			if reason, ok := pub.refused(host); ok {
@@ -75,9 +90,13 @@ func (b *Broker) publishControl(ctx context.Context, host string, env *envelope.
 			}
 			// unknown outcome: the same request id again is safe, the
 			// target carries out each request id once
+			maybeSent = maybeSent || written
 		}
 		if time.Now().After(deadline) || attempt >= 5 {
-			return fault.New(fault.Unavailable, fault.KindBrokerDown, "the broker connection failed while sending; outcome unknown, not confirmed")
+			if maybeSent {
+				return unknown()
+			}
+			return fault.New(fault.Unavailable, fault.KindBrokerDown, "the broker connection failed before the request was written: not sent")
 		}
 		backoff.Sleep(ctx, 50*time.Millisecond*time.Duration(attempt))
 	}

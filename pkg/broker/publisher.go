@@ -190,7 +190,21 @@ func (p *publisher) refused(key string) (reason string, ok bool) {
 }
 
 func (p *publisher) publish(ctx context.Context, exchange, key string, msg amqp.Publishing, deadline time.Time) result {
-	return p.publishTo(ctx, exchange, key, msg, deadline, true)
+	_, res := p.publishWritten(ctx, exchange, key, msg, deadline)
+	return res
+}
+
+// publishWritten is publish, and whether the message was written on the
+// channel: a publish written and then not confirmed (resClosed,
+// resTimeout) may be on the broker; one never written is not.
+func (p *publisher) publishWritten(ctx context.Context, exchange, key string, msg amqp.Publishing, deadline time.Time) (written bool, res result) {
+	start := time.Now()
+	written, wait := p.start(ctx, exchange, key, msg, deadline, true)
+	res = wait()
+	if p.observe != nil {
+		p.observe(outcomes[res], time.Since(start))
+	}
+	return written, res
 }
 
 func (p *publisher) publishTo(ctx context.Context, exchange, key string, msg amqp.Publishing, deadline time.Time, mandatory bool) result {

@@ -34,6 +34,7 @@ func NewSendApp() *cli.App {
 		"Prints the msg id and the trace id once the message is stored durably at its recipient's gateway."
 	app.Flags = append(connFlags(), jsonFlag(), asFlag(),
 		&cli.StringFlag{Name: "reply-to", Usage: "send a REPLY to the sender of message MSGID, in its trace"},
+		&cli.StringFlag{Name: "id", Usage: "send as message MSGID instead of a fresh id: a retry of a send whose outcome was unknown (exit 74) is then sent at most once"},
 		&cli.StringFlag{Name: "status", Usage: "print the delivery state of message MSGID instead of sending"},
 		&cli.StringFlag{Name: "until", Usage: "after sending (or with --status), wait until the message is STATE (delivered); exit 75 if not within --timeout"},
 		&cli.StringFlag{Name: "answer", Usage: "answer the ask ASK_ID (exit 75 TOO_LATE if its turn is gone)"},
@@ -74,13 +75,24 @@ func runSend(c *cli.Context) error {
 	}
 	wait := c.Bool("wait")
 	timeout := c.Duration("timeout")
+	// the id is minted here, not by the gateway: should the gateway be
+	// lost before it answers, the caller still knows which message to ask
+	// about (--status) or to retry (--id), and a retry is that message
+	id := c.String("id")
+	if id == "" && c.String("answer") == "" {
+		id = envelope.NewID()
+	}
 	// a send's answer is the sent message or an error (CallShort)
 	resp, err := s.client.CallShort(&api.Request{Op: api.OpSend, To: to, Body: body, ReplyTo: c.String("reply-to"),
-		AnswerTo: c.String("answer"), Wait: wait, TimeoutMS: timeout.Milliseconds()})
+		AnswerTo: c.String("answer"), Wait: wait, TimeoutMS: timeout.Milliseconds(), MsgID: id})
+	if fault.KindOf(err) == fault.KindNoGateway && id != "" {
+		return fault.Wrap(fault.OutcomeUnknown, fault.KindOutcomeUnknown, err, "message %s: outcome unknown", id).
+			WithHint("once the gateway is back, fleet-send --status %s tells; a retry with --id %s is sent at most once", id, id)
+	}
 	if err != nil {
 		return err
 	}
-	if w := resp.Sent.Warning; w != "" && (wait || c.String("until") != "") {
+	if w := resp.Sent.Warning; w != "" && (wait || c.String("until") != "" || c.IsSet("id")) {
 		fmt.Fprintf(c.App.ErrWriter, "fleet-send: warning: %s\n", w)
 	}
 	if wait {
@@ -108,6 +120,10 @@ func checkSend(c *cli.Context) error {
 	if c.IsSet("timeout") && c.Duration("timeout") <= 0 {
 		return usage("--timeout must be positive, not %v", c.Duration("timeout"))
 	}
+	if id := c.String("id"); c.IsSet("id") && !envelope.ValidID(id) {
+		return usage("--id takes a message id (a UUID such as fleet-send prints), not %q", id).
+			WithHint("leave --id out and fleet-send mints one")
+	}
 	for _, name := range []string{"status", "wait-reply", "reply-to", "answer"} {
 		if c.IsSet(name) && c.String(name) == "" {
 			return usage("--%s needs a message id", name)
@@ -118,8 +134,9 @@ func checkSend(c *cli.Context) error {
 		opt  string
 		with []string
 	}{
-		{"status", []string{"reply-to", "answer", "wait", "wait-reply"}},
-		{"wait-reply", []string{"reply-to", "answer", "wait", "until"}},
+		{"status", []string{"reply-to", "answer", "wait", "wait-reply", "id"}},
+		{"wait-reply", []string{"reply-to", "answer", "wait", "until", "id"}},
+		{"answer", []string{"id"}},
 		{"reply-to", []string{"answer"}},
 		{"wait", []string{"until"}},
 	} {

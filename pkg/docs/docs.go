@@ -269,6 +269,7 @@ var exitCodes = []struct {
 	{fault.Software, "Internal error: a bug in fleet."},
 	{fault.LaunchFailed, "Launch failed (fleet-spawn, fleet-stop): the launcher of the target host could not start the entity's command, the command died at once (its output is in the message), or its process could not be stopped."},
 	{fault.CantCreate, "Cannot create: the state folder, the socket or the output cannot be created or written."},
+	{fault.OutcomeUnknown, "Outcome unknown: the message may or may not have been sent (the broker connection was lost before it confirmed the message, or the command lost its gateway mid-send). The error names the msg id; fleet-send --status MSG_ID tells once it is known, and fleet-send --id MSG_ID retries it as the same message, sent at most once."},
 	{fault.TempFail, "Try again: timed out, an inbox is busy (another fleet-recv drains it) or full, or another gateway holds the state folder or socket; fleet-trace: a host did not answer in time (what came is printed, the silent hosts are named)."},
 	{fault.Refused, "Refused: a missing, malformed or invalid credential, or a peer of another user; fleet-gw: the broker refused its login."},
 }

@@ -115,6 +115,14 @@ func NewID() string {
 	return uuid.Must(uuid.NewV7()).String()
 }
 
+// ValidID reports whether s is a message id as NewID makes them: a UUID in
+// its canonical lower-case form (a client may mint its own, fleet-send
+// --id, so a retry names the same message).
+func ValidID(s string) bool {
+	u, err := uuid.Parse(s)
+	return err == nil && u.String() == s
+}
+
 // NewToken returns 32 random bytes, hex encoded.
 func NewToken() string {
 	var b [32]byte

@@ -24,8 +24,12 @@ const (
 	Software     Code = 70 // EX_SOFTWARE: a bug or an unexpected internal error
 	LaunchFailed Code = 71 // EX_OSERR: a launcher could not start or stop an entity's command
 	CantCreate   Code = 73 // EX_CANTCREAT: state folder or socket cannot be written
-	TempFail     Code = 75 // EX_TEMPFAIL: timed out, inbox busy or full, try again
-	Refused      Code = 77 // EX_NOPERM: bad or missing credential, wrong peer
+	// OutcomeUnknown: the message may or may not have been sent (a lost
+	// broker confirm, a gateway lost mid-send). The msg id is named; a
+	// retry with that id (fleet-send --id) is carried out at most once.
+	OutcomeUnknown Code = 74
+	TempFail       Code = 75 // EX_TEMPFAIL: timed out, inbox busy or full, try again
+	Refused        Code = 77 // EX_NOPERM: bad or missing credential, wrong peer
 )
 
 // Error is a failure with an exit code, a stable machine-readable kind
@@ -163,6 +167,7 @@ const (
 	KindNotReplayable      Kind = "not_replayable"       // a dead letter this host may not or cannot deliver again
 	KindNotPrivate         Kind = "not_private"          // a state folder, file or socket that is not this user's alone, or a link
 	KindHostGone           Kind = "host_gone"            // the recipient's host reads stale or gone: an ask could not be answered
+	KindOutcomeUnknown     Kind = "outcome_unknown"      // sent or not is unknown (a confirm lost with the connection, the gateway lost mid-send)
 )
 
 // Kinds is the closed set.
@@ -178,7 +183,7 @@ func init() {
 		KindGatewayLocked, KindHostTaken, KindTimeout, KindBrokerTimeout, KindBrokerRefused,
 		KindInboxFull, KindInboxBusy, KindTooLate, KindTooManyConnections,
 		KindBadCredential, KindNoCredential, KindNotAgent, KindHooksBlocked, KindSandboxed, KindPeer, KindBrokerLogin, KindAskArrived,
-		KindNotAuthentic, KindNotReplayable, KindNotPrivate, KindHostGone,
+		KindNotAuthentic, KindNotReplayable, KindNotPrivate, KindHostGone, KindOutcomeUnknown,
 	} {
 		Kinds[k] = true
 	}

@@ -105,8 +105,8 @@ type outcome struct {
 // next host; the node leading the busiest inbox is killed with SIGKILL
 // mid-stream, then started again. Every send that succeeded is received
 // exactly once, in order per pair; sends during the election fail only
-// with 69 (not sent) or 75 (outcome unknown: received at most once); the
-// roster converges again. Then the whole cluster stops and starts with
+// with 69 (not sent: never received), 74 or 75 (outcome unknown: received
+// at most once); the roster converges again. Then the whole cluster stops and starts with
 // messages queued for a gateway that is down: none is lost.
 func TestClusterNodeLoss(t *testing.T) {
 	const vhost = "t-cluster-loss"
@@ -209,17 +209,20 @@ func TestClusterNodeLoss(t *testing.T) {
 	// every send that succeeded, once each, in order; failures only 69/75
 	for i, s := range senders {
 		r := target(i)
-		sent, unknown := map[int]bool{}, map[int]bool{}
+		sent, unknown, notSent := map[int]bool{}, map[int]bool{}, map[int]bool{}
 		failed := 0
 		for _, o := range results[i] {
 			switch o.code {
 			case 0:
 				sent[o.seq] = true
-			case fault.TempFail, fault.Unavailable:
-				unknown[o.seq] = true // 75: may have gone; 69: the broker never took it, or did unconfirmed
+			case fault.OutcomeUnknown, fault.TempFail:
+				unknown[o.seq] = true // 74: written, not confirmed; 75: may have gone
+				failed++
+			case fault.Unavailable:
+				notSent[o.seq] = true // 69: no attempt reached the broker
 				failed++
 			default:
-				t.Errorf("%s message %d: exit %d, want 0, 69 or 75", s.Name, o.seq, o.code)
+				t.Errorf("%s message %d: exit %d, want 0, 69, 74 or 75", s.Name, o.seq, o.code)
 			}
 		}
 		var got []int
@@ -248,14 +251,16 @@ func TestClusterNodeLoss(t *testing.T) {
 				t.Errorf("%s got %s-%d twice", r.Name, s.Name, n)
 			}
 			seen[n] = true
-			if !sent[n] && !unknown[n] {
+			if notSent[n] {
+				t.Errorf("%s got %s-%d, whose send exited 69 (not sent)", r.Name, s.Name, n)
+			} else if !sent[n] && !unknown[n] {
 				t.Errorf("%s got %s-%d, which was never sent", r.Name, s.Name, n)
 			}
 			if j > 0 && n < got[j-1] {
 				t.Errorf("%s got %s-%d after %s-%d: out of order", r.Name, s.Name, n, s.Name, got[j-1])
 			}
 		}
-		t.Logf("%s → %s: %d sent, %d failed during the election (69/75), %d received", s.Name, r.Name, len(sent), failed, len(got))
+		t.Logf("%s → %s: %d sent, %d failed during the election (69/74/75), %d received", s.Name, r.Name, len(sent), failed, len(got))
 		if len(sent) == 0 {
 			t.Errorf("%s sent nothing", s.Name)
 		}

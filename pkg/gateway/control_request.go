@@ -325,7 +325,7 @@ func checkControlResult(res *controlResult, host string) error {
 		// as internal)
 		switch fault.Code(e.Exit) {
 		case fault.Usage, fault.Data, fault.NoRecipient, fault.Unavailable, fault.Software,
-			fault.LaunchFailed, fault.CantCreate, fault.TempFail, fault.Refused:
+			fault.LaunchFailed, fault.CantCreate, fault.OutcomeUnknown, fault.TempFail, fault.Refused:
 		default:
 			e.Exit = int(fault.Software)
 		}

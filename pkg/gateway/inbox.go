@@ -211,6 +211,7 @@ func (g *Gateway) injectLoop(ctx context.Context, b *mailbox) {
 	pol := backoff.Policy{Base: g.cfg.RetryBase, Max: g.cfg.RetryMax, Jitter: true}
 	net := &agentWatch{cfg: g.cfg}
 	bindOld(ctx, b, g.st) // an entity from before panes were bound
+	held := ""            // the head last logged as held while not idle
 	for {
 		changed := b.watch()
 		if ctx.Err() != nil {
@@ -223,6 +224,13 @@ func (g *Gateway) injectLoop(ctx context.Context, b *mailbox) {
 			continue
 		}
 		if ent.Status != stIdle {
+			// said once per head: what waits, and why (a test's sentinel
+			// that the gateway saw the message and chose not to paste)
+			if items, _ := g.st.Head(ent.Gid, 0, 1); len(items) > 0 && items[0].Env.MsgID != held {
+				held = items[0].Env.MsgID
+				g.log.Info("held: the agent is not idle", "entity", ent.Name, "status", ent.Status,
+					"msg_id", held, "trace_id", items[0].Env.TraceID)
+			}
 			var tick <-chan time.Time
 			var t *time.Timer
 			if watched(ent) {

@@ -80,3 +80,55 @@ func TestLocalRefusals(t *testing.T) {
 		}
 	}
 }
+
+// A client-minted msg id (fleet-send mints one; --id gives it again): a
+// retry under it is the same message — stored once, and once settled told
+// as it is, never sent again. An id that is not a message id, or is
+// another message's, is refused before anything is stored.
+func TestLocalClientMintedID(t *testing.T) {
+	g := startGW(t, t.TempDir(), "h1", nil)
+	alice, bob, carol := g.join("alice"), g.join("bob"), g.join("carol")
+	const id = "01a233c2-8281-7d59-8312-3450637c4641"
+	send := func(e entity, to, body, id string) (*api.Sent, error) {
+		resp, err := g.call(e.Token, &api.Request{Op: api.OpSend, To: to, Body: body, MsgID: id})
+		if err != nil {
+			return nil, err
+		}
+		return resp.Sent, nil
+	}
+	first, err := send(alice, "bob", "once", id)
+	if err != nil || first.MsgID != id || first.State != "accepted" {
+		t.Fatalf("first send: %+v %v", first, err)
+	}
+	again, err := send(alice, "bob", "once", id)
+	if err != nil || again.MsgID != id || again.TraceID != first.TraceID {
+		t.Fatalf("retry before delivery: %+v %v (first %+v)", again, err, first)
+	}
+	if got := bodies(bob.recv()); !slices.Equal(got, []string{"once"}) {
+		t.Fatalf("bob got %v, want one copy", got)
+	}
+	settled, err := send(alice, "bob", "once", id)
+	if err != nil || settled.State != "delivered" || settled.Warning == "" {
+		t.Fatalf("retry after delivery: %+v %v", settled, err)
+	}
+	if got := bob.recv(); len(got) != 0 {
+		t.Fatalf("bob got %d more after a retry", len(got))
+	}
+	for _, c := range []struct {
+		name     string
+		from     entity
+		to, id   string
+		wantCode fault.Code
+	}{
+		{"not a uuid", alice, "bob", "not-a-uuid", fault.Usage},
+		{"upper case", alice, "bob", "01A233C2-8281-7D59-8312-3450637C4641", fault.Usage},
+		{"another sender's", carol, "bob", id, fault.Usage},
+		{"another recipient", alice, "carol", id, fault.Usage},
+	} {
+		_, err := send(c.from, c.to, "x", c.id)
+		faultOf(t, err, c.wantCode)
+	}
+	if got := carol.recv(); len(got) != 0 {
+		t.Fatalf("carol got %d messages from refused sends", len(got))
+	}
+}

@@ -202,6 +202,31 @@ func (g *Gateway) sendWith(req *api.Request, before func(*envelope.Envelope)) (*
 		env.TraceID = trace
 	}
 	env.InReplyTo = req.ReplyTo
+	retry := false
+	if req.MsgID != "" {
+		// the client minted the id (fleet-send does, so that a send whose
+		// outcome it could not learn can be retried as the same message)
+		prev, err := sameMessage(g.st, req.MsgID, env)
+		if err != nil {
+			return nil, err
+		}
+		env.MsgID = req.MsgID
+		if prev != nil {
+			env.TraceID = prev.TraceID
+			if prev.State == store.Delivered || prev.State == store.Dead {
+				// settled: told as it is, never sent again
+				return &api.Response{Sent: &api.Sent{
+					MsgID: env.MsgID, TraceID: env.TraceID, State: prev.State,
+					Recipient: env.Recipient.String(), Gid: rcpt.Gid,
+					Warning: "message " + env.MsgID + " was sent before: not sent again",
+				}}, nil
+			}
+			// accepted or unknown: sent again under the same id; the
+			// store (here) or the receiving gateway (across hosts) keeps
+			// one copy per msg id
+			retry = true
+		}
+	}
 	if kind == envelope.Reply {
 		g.audit.Message("replied", env, 0, "to "+req.ReplyTo)
 	}
@@ -216,7 +241,7 @@ func (g *Gateway) sendWith(req *api.Request, before func(*envelope.Envelope)) (*
 			return nil, err
 		}
 		state = rec.State
-	} else if err := g.publish(env); err != nil {
+	} else if err := g.publish(env, retry); err != nil {
 		return nil, err
 	} else {
 		// the broker holds it for the host's return; the sender hears
@@ -232,12 +257,35 @@ func (g *Gateway) sendWith(req *api.Request, before func(*envelope.Envelope)) (*
 	}}, nil
 }
 
+// sameMessage checks a client-minted msg id: nil if no message has it yet,
+// its record if env is a retry of that message (same sender, recipient and
+// kind), and a usage error if the id is not a message id or is another
+// message's.
+func sameMessage(st *store.Store, id string, env *envelope.Envelope) (*store.Record, error) {
+	if !envelope.ValidID(id) {
+		return nil, fault.New(fault.Usage, fault.KindUsage, "%q is not a message id", id).
+			WithHint("a message id is a UUID such as fleet-send prints; leave --id out and fleet-send mints one")
+	}
+	prev, err := st.Record(id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fault.Wrap(fault.Software, fault.KindInternal, err, "reading the record of %s", id)
+	}
+	if prev.Sender != env.Sender.Gid || prev.Recipient != env.Recipient.Gid || prev.Kind != env.Kind {
+		return nil, fault.New(fault.Usage, fault.KindUsage, "message id %s is another message's", id).
+			WithHint("a retry gives the id of the same send (same sender, recipient and kind); leave --id out for a new message")
+	}
+	return prev, nil
+}
+
 // reasonRemoteFull is why a message refused by a full broker inbox died.
 const reasonRemoteFull = "inbox full: the broker refused it"
 
 // publish hands a message for another host to the broker and records it.
 // An inbox that is full there dead-letters it here, with that reason.
-func (g *Gateway) publish(env *envelope.Envelope) error {
+func (g *Gateway) publish(env *envelope.Envelope, retry bool) error {
 	log := g.log.With("msg_id", env.MsgID, "trace_id", env.TraceID)
 	now := time.Now().UTC()
 	// The record is queued first — the recipient's receipt may arrive
@@ -257,6 +305,13 @@ func (g *Gateway) publish(env *envelope.Envelope) error {
 	switch kind := fault.KindOf(err); {
 	case err == nil:
 		g.audit.Message("confirmed", env, 0, "")
+		if retry {
+			// a retry confirmed: whatever the first attempt did, the
+			// broker has it now (the receiver keeps one per msg id)
+			if _, merr := g.st.MarkOutbound(env.MsgID, store.Accepted); merr != nil {
+				log.Error("marking a retried message accepted", "err", merr)
+			}
+		}
 		return nil
 	case kind == fault.KindInboxFull:
 		g.audit.Message("dead", env, 0, "inbox full")
@@ -270,9 +325,13 @@ func (g *Gateway) publish(env *envelope.Envelope) error {
 			g.notifyRecords()
 			g.bounce(env.MsgID, env.TraceID, env.Sender.Gid, env.Recipient.String(), reasonRemoteFull)
 		}
-	case kind == fault.KindBrokerTimeout:
-		// outcome unknown: the record stays, a receipt may still settle it
+	case kind == fault.KindBrokerTimeout || kind == fault.KindOutcomeUnknown:
+		// outcome unknown: the record stays, and says so, until a receipt
+		// settles it or a retry under the same msg id is confirmed
 		g.audit.Message("unconfirmed", env, 0, err.Error())
+		if _, merr := g.st.MarkOutbound(env.MsgID, store.Unknown); merr != nil {
+			log.Error("marking a message's outcome unknown", "err", merr)
+		}
 	case kind == fault.KindUnknownRecipient:
 		// the broker has no inbox for it: the name's last gid is no more
 		g.audit.Message("not_sent", env, 0, err.Error())

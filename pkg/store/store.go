@@ -35,8 +35,12 @@ var (
 )
 
 // Delivery states. A record only moves forward: accepted -> delivered|dead.
+// An outbound message whose broker confirm was lost is unknown until a
+// receipt settles it (unknown -> delivered|dead) or a retry under its msg id
+// is confirmed (unknown -> accepted).
 const (
 	Accepted  = "accepted"
+	Unknown   = "unknown"
 	Delivered = "delivered"
 	Dead      = "dead"
 )
@@ -806,6 +810,31 @@ func (s *Store) RecordOutboundStart(env *envelope.Envelope, now time.Time) (wait
 	}})
 }
 
+// MarkOutbound moves an outbound record between accepted and unknown (a
+// lost confirm; a retry confirmed): a settled record stays as it is. It
+// returns the record after.
+func (s *Store) MarkOutbound(msgID, state string) (*Record, error) {
+	if state != Accepted && state != Unknown {
+		return nil, fmt.Errorf("MarkOutbound: %q is not accepted or unknown", state)
+	}
+	var r Record
+	err := s.update(func(tx *wtx) error {
+		b := tx.Bucket(bRecords)
+		if err := load(b, msgID, &r); err != nil {
+			return err
+		}
+		if r.State != Accepted && r.State != Unknown || r.State == state {
+			return nil
+		}
+		r.State = state
+		return save(b, msgID, &r)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
 // ForgetRecord drops the record of a message that was never sent.
 func (s *Store) ForgetRecord(msgID string) error {
 	return s.update(func(tx *wtx) error { return tx.Bucket(bRecords).Delete([]byte(msgID)) })
@@ -889,7 +918,7 @@ func (s *Store) SettleOutboundAll(settles []Settle) ([]*Record, []error) {
 				errs[i] = err
 				continue
 			}
-			if r.State == Accepted && (st.State == Delivered || st.State == Dead) {
+			if (r.State == Accepted || r.State == Unknown) && (st.State == Delivered || st.State == Dead) {
 				r.State, r.Reason, r.Attempts, r.Done = st.State, st.Reason, st.Attempts, st.At
 				if err := save(b, st.MsgID, &r); err != nil {
 					return err

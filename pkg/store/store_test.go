@@ -1092,3 +1092,33 @@ func TestReplaysPerSenderHost(t *testing.T) {
 		t.Fatalf("dropping a legacy replay: %v", err)
 	}
 }
+
+// An outbound record whose confirm was lost reads unknown; a receipt
+// settles it as it would an accepted one, and a retry confirmed makes it
+// accepted again; a settled record never moves back.
+func TestMarkOutbound(t *testing.T) {
+	s, _ := newStore(t)
+	env := envelope.New(envelope.Send, envelope.Party{Gid: "h1.a", Host: "h1"}, envelope.Party{Gid: "h2.b", Host: "h2"}, "x")
+	if err := s.RecordOutboundStart(env, time.Now())(); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := s.MarkOutbound(env.MsgID, Unknown); err != nil || r.State != Unknown {
+		t.Fatalf("mark unknown: %+v %v", r, err)
+	}
+	if r, err := s.MarkOutbound(env.MsgID, Accepted); err != nil || r.State != Accepted {
+		t.Fatalf("mark accepted: %+v %v", r, err)
+	}
+	s.MarkOutbound(env.MsgID, Unknown)
+	if r, err := s.SettleOutbound(env.MsgID, Delivered, "", 1, time.Now()); err != nil || r.State != Delivered {
+		t.Fatalf("settle from unknown: %+v %v", r, err)
+	}
+	if r, err := s.MarkOutbound(env.MsgID, Unknown); err != nil || r.State != Delivered {
+		t.Fatalf("a settled record moved back: %+v %v", r, err)
+	}
+	if _, err := s.MarkOutbound(env.MsgID, Delivered); err == nil {
+		t.Fatal("MarkOutbound took delivered")
+	}
+	if _, err := s.MarkOutbound("no-such-id", Unknown); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("unknown id: %v", err)
+	}
+}
