@@ -150,6 +150,13 @@ func all() map[string][]Example {
 				"fleet-dlq show 3f2a9c4e-8b1d-4e6f-a7c2-5d9e0b1f4a68"},
 			{"Deliver again, once, everything that died for bob; then remove what is left for him:",
 				"fleet-dlq replay --to bob\nfleet-dlq purge --to bob"},
+			{"Read bridge.dlq from a broker that wants a client certificate, with the files the host's gateway uses:",
+				"export FLEET_BROKER_CA=/etc/fleet/ca.pem FLEET_BROKER_CERT=/etc/fleet/build1.pem FLEET_BROKER_KEY=/etc/fleet/build1.key\n" +
+					"FLEET_DLQ_BROKER=amqps://fleet-op-ops%40fleet:PASS@broker:5671/fleet fleet-dlq list"},
+			{"Only what alice sent or was sent, once the gateway has checked her credential; replay those:",
+				"fleet-dlq list --as alice\nfleet-dlq replay --as alice --reason expired"},
+			{"Remove the presence copies that refusals put in bridge.dlq (a replay by filter skips them):",
+				"fleet-dlq purge --kind PRESENCE"},
 		},
 		"fleet-roster": {
 			{"List this host's entities: a table on a terminal, JSON Lines otherwise:",
