@@ -7,16 +7,20 @@ package fault
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Code is a process exit status, sysexits-style.
 type Code int
 
 // Exit codes. The table is part of the public contract: codes are only ever
-// added, never renumbered.
+// added, never renumbered; what each means and whether a retry may help is
+// said once, in Codes (codes.go), which the man pages render.
 const (
 	OK           Code = 0
 	AskArrived   Code = 10 // not a failure: an ASK to the caller ended its wait for a reply; answer it, then wait again
+	TooLate      Code = 11 // fleet's own: the ask is over; the answer was not delivered and never will be
+	Partial      Code = 12 // fleet's own (fleet-bcast): delivered to some members, not all; running it again would duplicate
 	Usage        Code = 64 // EX_USAGE: bad flags or arguments, ambiguous name
 	Data         Code = 65 // EX_DATAERR: empty, non-UTF-8 or oversized body, bad frame
 	NoRecipient  Code = 67 // EX_NOUSER: no such recipient, message, entity or trace
@@ -24,8 +28,9 @@ const (
 	Software     Code = 70 // EX_SOFTWARE: a bug or an unexpected internal error
 	LaunchFailed Code = 71 // EX_OSERR: a launcher could not start or stop an entity's command
 	CantCreate   Code = 73 // EX_CANTCREAT: state folder or socket cannot be written
-	TempFail     Code = 75 // EX_TEMPFAIL: timed out, inbox busy or full, try again
+	TempFail     Code = 75 // EX_TEMPFAIL: may succeed when run again: timed out, inbox busy or full, roster settling
 	Refused      Code = 77 // EX_NOPERM: bad or missing credential, wrong peer
+	Conflict     Code = 78 // EX_CONFIG: the host id or the state folder is another live gateway's
 )
 
 // Error is a failure with an exit code, a stable machine-readable kind
@@ -108,10 +113,28 @@ func HintOf(err error) string {
 	return ""
 }
 
+// HintFor returns the hint err carries, else the default hint of its kind
+// (KindTable), with {cmd} replaced by cmd, the command that reports it:
+// every error with a next step says it, whichever layer raised it.
+func HintFor(err error, cmd string) string {
+	if err == nil {
+		return ""
+	}
+	if h := HintOf(err); h != "" {
+		return h
+	}
+	var fe *Error
+	if !errors.As(err, &fe) {
+		return ""
+	}
+	return strings.ReplaceAll(kindInfo[fe.Kind].Hint, "{cmd}", cmd)
+}
+
 // Kind is a failure's stable, machine-readable name: snake_case, in JSON
-// and on the socket. The set is closed — every kind is declared here, none
-// is written as a bare string elsewhere (a test in this package checks the
-// tree) — and kinds are only ever added.
+// and on the socket. The set is closed — every kind is declared here and
+// has its line in KindTable (kinds.go), none is written as a bare string
+// elsewhere (a test in this package checks the tree) — and kinds are only
+// ever added.
 type Kind string
 
 const (
@@ -163,26 +186,11 @@ const (
 	KindNotReplayable      Kind = "not_replayable"       // a dead letter this host may not or cannot deliver again
 	KindNotPrivate         Kind = "not_private"          // a state folder, file or socket that is not this user's alone, or a link
 	KindHostGone           Kind = "host_gone"            // the recipient's host reads stale or gone: an ask could not be answered
+	KindLocalOnly          Kind = "local_only"           // fleet-bcast: delivered on this host, the other hosts not reached
 )
 
-// Kinds is the closed set.
+// Kinds is the closed set: the kinds of KindTable (kinds.go).
 var Kinds = map[Kind]bool{}
-
-func init() {
-	for _, k := range []Kind{
-		KindUsage, KindBadConfig, KindAmbiguous, KindNameTaken, KindUnknownProfile,
-		KindEmptyBody, KindBodyTooLarge, KindBadUTF8, KindBadFrame, KindBadEnvelope, KindNewerSchema, KindProtocol,
-		KindUnknownRecipient, KindUnknownMessage, KindUnknownEntity, KindUnknownHost, KindUnknownTrace, KindRosterSettling,
-		KindNoGateway, KindBrokerDown, KindBrokerBlocked, KindShuttingDown, KindInternal,
-		KindLaunchFailed, KindSpawnUncertain, KindStateDir, KindOutput,
-		KindGatewayLocked, KindHostTaken, KindTimeout, KindBrokerTimeout, KindBrokerRefused,
-		KindInboxFull, KindInboxBusy, KindTooLate, KindTooManyConnections,
-		KindBadCredential, KindNoCredential, KindNotAgent, KindHooksBlocked, KindSandboxed, KindPeer, KindBrokerLogin, KindAskArrived,
-		KindNotAuthentic, KindNotReplayable, KindNotPrivate, KindHostGone,
-	} {
-		Kinds[k] = true
-	}
-}
 
 // Known reports whether k is in the closed set.
 func (k Kind) Known() bool { return Kinds[k] }

@@ -559,6 +559,16 @@ func (g *Gateway) handle(uc *net.UnixConn, gd *guard, sl *slot) {
 		resp, err := g.dispatch(c, req)
 		sl.set(holdIdle)
 		if err != nil {
+			if resp != nil && resp.Sent != nil {
+				// done in part (a broadcast delivered here, not
+				// published): the client hears what was sent with
+				// the failure, and a retry can be scoped
+				resp.Error = api.FromFault(err)
+				if c.reply(resp) != nil {
+					return
+				}
+				continue
+			}
 			if c.fail(err) != nil {
 				return
 			}
