@@ -692,6 +692,11 @@ func (g *Gateway) caller(req *api.Request) (*mailbox, error) {
 	if err != nil {
 		return nil, err
 	}
+	if h := ident.GidHost(gid); h != g.cfg.Host {
+		// the credential names its host: say so, rather than "not valid"
+		return nil, fault.New(fault.Refused, fault.KindBadCredential, "the credential is one of host %s, not of this host (%s)", h, g.cfg.Host).
+			WithHint("run the command on %s, where its entity lives; here, use a credential fleet-roster join printed on %s (or --as NAME)", h, g.cfg.Host)
+	}
 	b := g.box(gid)
 	if b == nil || !ident.Check(secret, b.snapshot().TokenHash) {
 		return nil, fault.New(fault.Refused, fault.KindBadCredential, "credential is not valid on this gateway").

@@ -66,7 +66,7 @@ func run(c *ucli.Context) error {
 	}
 	cfg, token, err := fleetcli.Credential(c)
 	if err != nil {
-		return err
+		return noCredentialFile(err, c.String("as"), c.IsSet("state-dir"))
 	}
 	if token == "" {
 		return noCredential()
