@@ -293,7 +293,8 @@ func asName(c *cli.Context) (string, error) {
 		if ctx.IsSet("as") {
 			name := ctx.String("as")
 			if !ident.ValidName(name) {
-				return "", usage("--as %q is not an entity name (a letter, then up to 63 letters, digits, '-' or '_')", name)
+				return "", usage("--as %q is not an entity name (a letter, then up to 63 letters, digits, '-' or '_')", name).
+					WithHint("--as takes the name the entity joined with, never a path (fleet-roster lists the names)")
 			}
 			return name, nil
 		}
