@@ -42,7 +42,7 @@ complete -c fleet-send -n '__fleet_send_at ""' -l reply-to -x -d 'send a REPLY t
 complete -c fleet-send -n '__fleet_send_at ""' -l id -x -d 'send as message MSGID instead of a fresh id: a retry of a send whose outcome was unknown (exit 74) is then sent at most once'
 complete -c fleet-send -n '__fleet_send_at ""' -l status -x -d 'print the delivery state of message MSGID instead of sending'
 complete -c fleet-send -n '__fleet_send_at ""' -l until -x -a 'delivered' -d 'after sending (or with --status), wait until the message is STATE (delivered); exit 75 if not within --timeout'
-complete -c fleet-send -n '__fleet_send_at ""' -l answer -x -d 'answer the ask ASK_ID (exit 75 TOO_LATE if its turn is gone)'
+complete -c fleet-send -n '__fleet_send_at ""' -l answer -x -d 'answer the ask ASK_ID (exit 11 TOO_LATE if its turn is gone: answering again is refused the same way)'
 complete -c fleet-send -n '__fleet_send_at ""' -l wait -d 'hold the send open and print the recipient\'s reply (exit 75 if none within --timeout); an ask to you arriving first is printed instead (exit 10): answer it, then --wait-reply'
 complete -c fleet-send -n '__fleet_send_at ""' -l wait-reply -x -d 'wait again for the reply to your message MSGID (after --wait ended with an ask, exit 10, or timed out)'
 complete -c fleet-send -n '__fleet_send_at ""' -l timeout -x -d 'how long --wait or --until waits'

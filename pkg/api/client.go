@@ -198,9 +198,21 @@ func (c *Client) Read() (*Response, error) {
 		return nil, err
 	}
 	if resp.Error != nil {
-		return nil, resp.Error.Fault()
+		fe := resp.Error.Fault()
+		return partial(&resp), fe
 	}
 	return &resp, nil
+}
+
+// partial is the answer that came with a failure when it tells what was
+// done all the same (a broadcast delivered on this host, not published):
+// resp when it names a sent message, else nil, as for any failure.
+func partial(resp *Response) *Response {
+	if resp.Sent == nil {
+		return nil
+	}
+	resp.Error = nil
+	return resp
 }
 
 // shortResponse is the part of Response that CallShort decodes: the same
@@ -218,7 +230,7 @@ func (c *Client) readShort() (*Response, error) {
 		return nil, err
 	}
 	if resp.Error != nil {
-		return nil, resp.Error.Fault()
+		return partial(&Response{Sent: resp.Sent}), resp.Error.Fault()
 	}
 	return &Response{OK: resp.OK, Hello: resp.Hello, Sent: resp.Sent}, nil
 }

@@ -351,7 +351,7 @@ func (b *Broker) Run(ctx context.Context) {
 					"queue", RosterQueue(b.cfg.Host), "bound", b.ClaimWait().String())
 			}
 			if time.Since(takenSince) > b.ClaimWait() && !b.lostOnce {
-				b.fatal <- fault.New(fault.TempFail, fault.KindHostTaken,
+				b.fatal <- fault.New(fault.Conflict, fault.KindHostTaken,
 					"host id %s is taken: another live gateway is connected to the broker as %s", b.cfg.Host, b.cfg.Host).
 					WithHint("stop the other gateway, or give this one its own --host (a copied state folder keeps its host id)")
 				return

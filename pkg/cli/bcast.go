@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/fleetd/fleet/pkg/api"
+	"github.com/fleetd/fleet/pkg/fault"
 	"github.com/fleetd/fleet/pkg/ident"
 	"github.com/urfave/cli/v2"
 )
@@ -16,7 +17,9 @@ func NewBcastApp() *cli.App {
 	app.UsageText = "fleet-bcast [options] [--group G] [TEXT...|-]"
 	app.Description = "Publishes once with key broadcast.all or broadcast.<group>; the broker copies it into " +
 		"every member's inbox and each copy is delivered like any message. Members on this host get " +
-		"theirs even with the broker down (the command then exits 69 and says which part failed). " +
+		"theirs even with the broker down: the command then still prints the msg id and trace id, says on stderr " +
+		"that the other hosts were not reached, and exits 12 (local_only; with --json, \"other_hosts\":\"not_reached\"). " +
+		"Do not run it again then: this host's members would get a second copy; reach the others with fleet-send NAME@HOST. " +
 		"The sender does not get its own broadcast. Prints the msg id and the trace id. " +
 		"A group is named as an entity is (a letter, then up to 63 letters, digits, '-' or '_'): any other --group exits 64 before anything is sent."
 	app.Flags = append(connFlags(), jsonFlag(), asFlag(),
@@ -38,16 +41,34 @@ func NewBcastApp() *cli.App {
 			return err
 		}
 		resp, err := s.client.Call(&api.Request{Op: api.OpBcast, Group: c.String("group"), Body: body})
-		if err != nil {
+		if resp == nil || resp.Sent == nil {
+			if err == nil {
+				err = fault.New(fault.Unavailable, fault.KindProtocol, "the gateway's answer names no message")
+			}
 			return err
 		}
+		// err with resp: delivered on this host, the other hosts not
+		// reached (12); what was sent is printed all the same, so a
+		// retry can be scoped
 		if c.Bool("json") {
-			return printJSON(c.App.Writer, map[string]any{
+			out := map[string]any{
 				"msg_id": resp.Sent.MsgID, "trace_id": resp.Sent.TraceID, "group": strings.TrimPrefix(resp.Sent.Recipient, "broadcast."),
 				"local_members": resp.Count,
-			})
+			}
+			switch fault.KindOf(err) {
+			case fault.KindLocalOnly:
+				out["other_hosts"] = "not_reached"
+			case fault.KindInboxFull:
+				out["other_hosts"] = "inbox_full"
+			}
+			if perr := printJSON(c.App.Writer, out); perr != nil {
+				return perr
+			}
+			return err
 		}
-		_, err = fmt.Fprintf(c.App.Writer, "%s %s\n", resp.Sent.MsgID, resp.Sent.TraceID)
+		if _, perr := fmt.Fprintf(c.App.Writer, "%s %s\n", resp.Sent.MsgID, resp.Sent.TraceID); perr != nil {
+			return perr
+		}
 		return err
 	}
 	return app

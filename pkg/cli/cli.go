@@ -128,13 +128,18 @@ func isFault(err error) bool {
 //
 // Under --json, stderr carries the JSON error object alone: a program
 // reading it needs no line filter.
+//
+// The hint is the error's own, else its kind's (fault.KindTable): every
+// kind with a next step says it, whichever layer raised it.
 func Report(w io.Writer, name string, err error, asJSON bool) {
 	if asJSON {
-		json.NewEncoder(w).Encode(map[string]any{"error": api.FromFault(err)})
+		body := api.FromFault(err)
+		body.Hint = fault.HintFor(err, name)
+		json.NewEncoder(w).Encode(map[string]any{"error": body})
 		return
 	}
 	fmt.Fprintf(w, "%s: error: %s\n", name, err.Error())
-	if h := fault.HintOf(err); h != "" {
+	if h := fault.HintFor(err, name); h != "" {
 		fmt.Fprintf(w, "%s: hint: %s\n", name, h)
 	}
 }
@@ -291,7 +296,8 @@ func asName(c *cli.Context) (string, error) {
 		if ctx.IsSet("as") {
 			name := ctx.String("as")
 			if !ident.ValidName(name) {
-				return "", usage("--as %q is not an entity name (a letter, then up to 63 letters, digits, '-' or '_')", name)
+				return "", usage("--as %q is not an entity name (a letter, then up to 63 letters, digits, '-' or '_')", name).
+					WithHint("--as takes the name the entity joined with, never a path (fleet-roster lists the names)")
 			}
 			return name, nil
 		}

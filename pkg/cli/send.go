@@ -39,7 +39,7 @@ func NewSendApp() *cli.App {
 		&cli.StringFlag{Name: "id", Usage: "send as message MSGID instead of a fresh id: a retry of a send whose outcome was unknown (exit 74) is then sent at most once"},
 		&cli.StringFlag{Name: "status", Usage: "print the delivery state of message MSGID instead of sending"},
 		until,
-		&cli.StringFlag{Name: "answer", Usage: "answer the ask ASK_ID (exit 75 TOO_LATE if its turn is gone)"},
+		&cli.StringFlag{Name: "answer", Usage: "answer the ask ASK_ID (exit 11 TOO_LATE if its turn is gone: answering again is refused the same way)"},
 		&cli.BoolFlag{Name: "wait", Usage: "hold the send open and print the recipient's reply (exit 75 if none within --timeout); an ask to you arriving first is printed instead (exit 10): answer it, then --wait-reply"},
 		&cli.StringFlag{Name: "wait-reply", Usage: "wait again for the reply to your message MSGID (after --wait ended with an ask, exit 10, or timed out)"},
 		&cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, Usage: "how long --wait or --until waits"},

@@ -258,23 +258,31 @@ func writeEnvironment(b *strings.Builder, app *ucli.App) {
 	b.WriteString("\n")
 }
 
-// exitCodes is the sysexits table of pkg/fault, one line per code.
-var exitCodes = []struct {
-	code fault.Code
-	text string
-}{
-	{fault.OK, "Success."},
-	{fault.AskArrived, "Not a failure (fleet-send --wait, --wait-reply): an ask to you came before the reply and is printed; answer it with fleet-send --answer, then wait again with fleet-send --wait-reply."},
-	{fault.Usage, "Usage error: bad flags or arguments, an invalid setting or config file, an invalid name, or a name already registered here or on another trusted host (kind name_taken)."},
-	{fault.Data, "Data error: an empty, non-UTF-8 or oversized message body, a bad envelope or frame, or a protocol mismatch; fleet-gw cert and operator: an enrolment request, certificate or revocation list that does not read or fit (kind bad_certificate)."},
-	{fault.NoRecipient, "No such recipient, message or entity; a name only a host this gateway does not trust announces, or NAME@HOST of such a host (kind untrusted_host); fleet-trace: no host that answered saw the trace id."},
-	{fault.Unavailable, "Unavailable: no gateway is running on the socket, the gateway was lost, or it is shutting down; fleet-ask: the askee's host reads stale or gone (kind host_gone; --wait-for-host asks anyway)."},
-	{fault.Software, "Internal error: a bug in fleet."},
-	{fault.LaunchFailed, "Launch failed (fleet-spawn, fleet-stop): the launcher of the target host could not start the entity's command, the command died at once (its output is in the message), or its process could not be stopped."},
-	{fault.CantCreate, "Cannot create: the state folder, the socket or the output cannot be created or written."},
-	{fault.OutcomeUnknown, "Outcome unknown: the message may or may not have been sent (the broker connection was lost before it confirmed the message, or the command lost its gateway mid-send). The error names the msg id; fleet-send --status MSG_ID tells once it is known, and fleet-send --id MSG_ID retries it as the same message, sent at most once."},
-	{fault.TempFail, "Try again: timed out, an inbox is busy (another fleet-recv drains it) or full, or another gateway holds the state folder or socket; fleet-trace: a host did not answer in time (what came is printed, the silent hosts are named)."},
-	{fault.Refused, "Refused: a missing, malformed or invalid credential, or a peer of another user; fleet-gw: the broker refused its login, an operator key in a gateway state folder, or a revocation list not signed by a trusted operator."},
+// exitCodes is the exit-status table of pkg/fault (fault.Codes), where
+// it is written once.
+var exitCodes = fault.Codes
+
+// retryText says in words what running a command again after code may do.
+func retryText(r fault.Retry) string {
+	switch r {
+	case fault.RetryYes:
+		return "Running it again as it is may succeed."
+	case fault.RetryAfter:
+		return "Running it again may succeed once what is named is back or mended."
+	case fault.RetryNo:
+		return "Running it again unchanged is not expected to succeed."
+	case fault.RetryNever:
+		return "Do not run it again as it is."
+	}
+	return ""
+}
+
+// codeText is a code's line of the table, with what a retry may do.
+func codeText(e fault.CodeInfo) string {
+	if r := retryText(e.Retry); r != "" {
+		return e.Text + " " + r
+	}
+	return e.Text
 }
 
 func writeExitStatus(b *strings.Builder, app *ucli.App) {
@@ -286,7 +294,7 @@ func writeExitStatus(b *strings.Builder, app *ucli.App) {
 	}
 	b.WriteString(".\n")
 	for _, e := range exitCodes {
-		fmt.Fprintf(b, ".TP\n.B %d\n%s\n", e.code, roffText(e.text))
+		fmt.Fprintf(b, ".TP\n.B %d\n%s\n", e.Code, roffText(codeText(e)))
 	}
 	b.WriteString("\n")
 }

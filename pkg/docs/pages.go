@@ -73,7 +73,7 @@ func generated() map[string]string {
 	var codes strings.Builder
 	codes.WriteString("| code | meaning |\n|---|---|\n")
 	for _, e := range exitCodes {
-		fmt.Fprintf(&codes, "| %d | %s |\n", e.code, mdCell(e.text))
+		fmt.Fprintf(&codes, "| %d | %s |\n", e.Code, mdCell(codeText(e)))
 	}
 	return map[string]string{
 		"<!-- fleet:config-keys -->": keys.String(),

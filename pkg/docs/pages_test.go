@@ -62,8 +62,8 @@ func TestPages(t *testing.T) {
 	}
 	overview := string(files["man/fleet.7"])
 	for _, e := range exitCodes {
-		if !strings.Contains(overview, "\n.TP\n"+strconv.Itoa(int(e.code))+"\n") {
-			t.Errorf("fleet(7) does not list exit code %d", e.code)
+		if !strings.Contains(overview, "\n.TP\n"+strconv.Itoa(int(e.Code))+"\n") {
+			t.Errorf("fleet(7) does not list exit code %d", e.Code)
 		}
 	}
 }

@@ -7,16 +7,20 @@ package fault
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Code is a process exit status, sysexits-style.
 type Code int
 
 // Exit codes. The table is part of the public contract: codes are only ever
-// added, never renumbered.
+// added, never renumbered; what each means and whether a retry may help is
+// said once, in Codes (codes.go), which the man pages render.
 const (
 	OK           Code = 0
 	AskArrived   Code = 10 // not a failure: an ASK to the caller ended its wait for a reply; answer it, then wait again
+	TooLate      Code = 11 // fleet's own: the ask is over; the answer was not delivered and never will be
+	Partial      Code = 12 // fleet's own (fleet-bcast): delivered to some members, not all; running it again would duplicate
 	Usage        Code = 64 // EX_USAGE: bad flags or arguments, ambiguous name
 	Data         Code = 65 // EX_DATAERR: empty, non-UTF-8 or oversized body, bad frame
 	NoRecipient  Code = 67 // EX_NOUSER: no such recipient, message, entity or trace
@@ -28,8 +32,9 @@ const (
 	// broker confirm, a gateway lost mid-send). The msg id is named; a
 	// retry with that id (fleet-send --id) is carried out at most once.
 	OutcomeUnknown Code = 74
-	TempFail       Code = 75 // EX_TEMPFAIL: timed out, inbox busy or full, try again
+	TempFail       Code = 75 // EX_TEMPFAIL: may succeed when run again: timed out, inbox busy or full, roster settling
 	Refused        Code = 77 // EX_NOPERM: bad or missing credential, wrong peer
+	Conflict       Code = 78 // EX_CONFIG: the host id or the state folder is another live gateway's
 )
 
 // Error is a failure with an exit code, a stable machine-readable kind
@@ -112,10 +117,28 @@ func HintOf(err error) string {
 	return ""
 }
 
+// HintFor returns the hint err carries, else the default hint of its kind
+// (KindTable), with {cmd} replaced by cmd, the command that reports it:
+// every error with a next step says it, whichever layer raised it.
+func HintFor(err error, cmd string) string {
+	if err == nil {
+		return ""
+	}
+	if h := HintOf(err); h != "" {
+		return h
+	}
+	var fe *Error
+	if !errors.As(err, &fe) {
+		return ""
+	}
+	return strings.ReplaceAll(kindInfo[fe.Kind].Hint, "{cmd}", cmd)
+}
+
 // Kind is a failure's stable, machine-readable name: snake_case, in JSON
-// and on the socket. The set is closed — every kind is declared here, none
-// is written as a bare string elsewhere (a test in this package checks the
-// tree) — and kinds are only ever added.
+// and on the socket. The set is closed — every kind is declared here and
+// has its line in KindTable (kinds.go), none is written as a bare string
+// elsewhere (a test in this package checks the tree) — and kinds are only
+// ever added.
 type Kind string
 
 const (
@@ -170,26 +193,11 @@ const (
 	KindOutcomeUnknown     Kind = "outcome_unknown"      // sent or not is unknown (a confirm lost with the connection, the gateway lost mid-send)
 	KindBadCert            Kind = "bad_certificate"      // an enrolment request, host certificate or revocation list that does not read or verify
 	KindUntrustedHost      Kind = "untrusted_host"       // a name only a host this gateway does not trust announces, or NAME@HOST of such a host
+	KindLocalOnly          Kind = "local_only"           // fleet-bcast: delivered on this host, the other hosts not reached
 )
 
-// Kinds is the closed set.
+// Kinds is the closed set: the kinds of KindTable (kinds.go).
 var Kinds = map[Kind]bool{}
-
-func init() {
-	for _, k := range []Kind{
-		KindUsage, KindBadConfig, KindAmbiguous, KindNameTaken, KindUnknownProfile,
-		KindEmptyBody, KindBodyTooLarge, KindBadUTF8, KindBadFrame, KindBadEnvelope, KindNewerSchema, KindProtocol,
-		KindUnknownRecipient, KindUnknownMessage, KindUnknownEntity, KindUnknownHost, KindUnknownTrace, KindRosterSettling,
-		KindNoGateway, KindBrokerDown, KindBrokerBlocked, KindShuttingDown, KindInternal,
-		KindLaunchFailed, KindSpawnUncertain, KindStateDir, KindOutput,
-		KindGatewayLocked, KindHostTaken, KindTimeout, KindBrokerTimeout, KindBrokerRefused,
-		KindInboxFull, KindInboxBusy, KindTooLate, KindTooManyConnections,
-		KindBadCredential, KindNoCredential, KindNotAgent, KindHooksBlocked, KindSandboxed, KindPeer, KindBrokerLogin, KindAskArrived,
-		KindNotAuthentic, KindNotReplayable, KindNotPrivate, KindHostGone, KindOutcomeUnknown, KindBadCert, KindUntrustedHost,
-	} {
-		Kinds[k] = true
-	}
-}
 
 // Known reports whether k is in the closed set.
 func (k Kind) Known() bool { return Kinds[k] }

@@ -383,7 +383,9 @@ func (g *Gateway) answer(req *api.Request) (*api.Response, error) {
 	sent := &api.Sent{MsgID: ans.MsgID, TraceID: ans.TraceID, Recipient: ask.Sender.String(), Gid: ask.Sender.Gid}
 	tooLate := func(why string) error {
 		g.audit.Message("too_late", ans, 0, why)
-		return fault.New(fault.TempFail, fault.KindTooLate, "too late: %s; the answer was not delivered", why)
+		// 11, not 75: answering again is refused the same way
+		return fault.New(fault.TooLate, fault.KindTooLate, "too late: %s; the answer was not delivered", why).
+			WithHint("the asker no longer waits for it: send it as a plain message instead: fleet-send %s TEXT", ask.Sender.String())
 	}
 	if ask.Expired(time.Now()) {
 		return nil, tooLate("the ask expired at " + ask.Expires.Format(time.RFC3339))

@@ -64,7 +64,7 @@ func TestLocalAskAnswered(t *testing.T) {
 		ans.TraceID != sent.TraceID || ans.Sender.Gid != bob.Gid || ans.MsgID != a.MsgID {
 		t.Fatalf("alice got %+v", ans)
 	}
-	fe := faultOf(t, func() error { _, err := bob.answer(sent.MsgID, "yes again"); return err }(), fault.TempFail)
+	fe := faultOf(t, func() error { _, err := bob.answer(sent.MsgID, "yes again"); return err }(), fault.TooLate)
 	if fe.Kind != "too_late" {
 		t.Errorf("a second answer: %v (kind %s), want too_late", fe, fe.Kind)
 	}
@@ -112,7 +112,7 @@ func TestLocalAskExpires(t *testing.T) {
 	}
 	bob.empty(alice) // an expired ask is never shown
 	_, err = bob.answer(sent.MsgID, "too slow")
-	if fe := faultOf(t, err, fault.TempFail); fe.Kind != "too_late" || !strings.Contains(fe.Msg, "expired") {
+	if fe := faultOf(t, err, fault.TooLate); fe.Kind != "too_late" || !strings.Contains(fe.Msg, "expired") {
 		t.Fatalf("late answer: %v (%s)", fe, fe.Kind)
 	}
 	alice.empty(bob)
@@ -144,7 +144,7 @@ func TestLocalAskAskerGone(t *testing.T) {
 	})
 	bob.collect("still there?") // not expired: still shown
 	_, err := bob.answer(sent.MsgID, "yes")
-	if fe := faultOf(t, err, fault.TempFail); fe.Kind != "too_late" || !strings.Contains(fe.Msg, "turn is gone") {
+	if fe := faultOf(t, err, fault.TooLate); fe.Kind != "too_late" || !strings.Contains(fe.Msg, "turn is gone") {
 		t.Fatalf("answer to a gone turn: %v (%s)", fe, fe.Kind)
 	}
 	alice.empty(bob)

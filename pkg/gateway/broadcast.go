@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"fmt"
 	"github.com/fleetd/fleet/pkg/near"
 	"slices"
 	"sort"
@@ -123,18 +122,27 @@ func (g *Gateway) broadcast(req *api.Request) (*api.Response, error) {
 		return nil, g.nearGroup(group, fault.New(fault.NoRecipient, fault.KindUnknownRecipient, "no members of %s on any host", sent.Recipient))
 	case fault.KindOf(err) == fault.KindInboxFull:
 		// reject-publish nacks the whole publish when any one bound inbox
-		// is full; every other inbox has its copy (a retry's copies are
-		// dropped by the dedup)
-		return nil, fault.New(fault.TempFail, fault.KindInboxFull,
-			"%s: the inbox of at least one member on another host is full and refused its copy; the other members have theirs", sent.Recipient)
+		// is full; every other inbox has its copy: delivered in part (12,
+		// not 75: a retry, under a new msg id, would give them a second)
+		return resp, fault.New(fault.Partial, fault.KindInboxFull,
+			"%s: the inbox of at least one member on another host is full and refused its copy; the other members have theirs", sent.Recipient).
+			WithHint("do not run fleet-bcast again (the others would get it twice): once that inbox drains (its pending count in fleet-roster falls), send to its member with fleet-send NAME@HOST")
 	}
 	if local == 0 {
 		return nil, err
 	}
-	// the local part is done; the command says which part failed
-	fe := &fault.Error{Code: fault.CodeOf(err), Kind: fault.KindOf(err),
-		Msg: fmt.Sprintf("delivered to %d member(s) on this host; other hosts not reached: %v", local, err), Hint: fault.HintOf(err)}
-	return nil, fe
+	// the local part is done; the command says which part failed, with
+	// its own code (12, not the cause's 69 or 75): running it again would
+	// give this host's members a second copy
+	list := "fleet-roster --group " + group
+	if group == "all" {
+		list = "fleet-roster"
+	}
+	fe := fault.New(fault.Partial, fault.KindLocalOnly,
+		"delivered to %d member(s) on this host; other hosts not reached: %v", local, err).
+		WithHint("do not run fleet-bcast again (this host's %d member(s) would get it twice): once the broker is back "+
+			"(fleet-gw status), reach the members on other hosts with fleet-send NAME@HOST (%s lists them)", local, list)
+	return resp, fe
 }
 
 // members are the local entities of a group ("all": every one).

@@ -106,16 +106,21 @@ func TestLocalBrokerDownRemoteRefused(t *testing.T) {
 }
 
 // fleet-bcast with the broker down: this host's members get theirs, and
-// the command exits 69 saying which part failed.
+// the command exits 12 (local_only, not the cause's 69: a retry would
+// give them a second copy) saying which part failed, with the msg id.
 func TestLocalBrokerDownBroadcast(t *testing.T) {
 	g := startDown(t, nil)
 	main := g.join("main")
 	r1 := g.join("r1", api.Request{Mode: "pull", Groups: []string{"reviewers"}})
 	r2 := g.join("r2")
-	_, err := main.bcast("", "to all")
-	fe := faultOf(t, err, fault.Unavailable)
-	if !strings.Contains(fe.Msg, "delivered to 2 member(s) on this host; other hosts not reached") {
-		t.Fatalf("bcast with the broker down: %v", fe)
+	resp, err := main.bcast("", "to all")
+	fe := faultOf(t, err, fault.Partial)
+	if fe.Kind != fault.KindLocalOnly || !strings.Contains(fe.Msg, "delivered to 2 member(s) on this host; other hosts not reached: broker") ||
+		!strings.Contains(fe.Hint, "do not run fleet-bcast again") {
+		t.Fatalf("bcast with the broker down: %v (%s, hint %q)", fe, fe.Kind, fe.Hint)
+	}
+	if resp == nil || resp.Sent == nil || resp.Sent.MsgID == "" || resp.Count != 2 {
+		t.Fatalf("bcast with the broker down answered %+v: want the msg id and 2 local members with the failure", resp)
 	}
 	r1.collect("to all")
 	r2.collect("to all")

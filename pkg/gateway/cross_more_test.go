@@ -53,7 +53,7 @@ func TestCrossHostAsk(t *testing.T) {
 		t.Fatalf("alice got %+v %v", got, err)
 	}
 	_, err = bob.answer(sent.MsgID, "again")
-	if fe := faultOf(t, err, fault.TempFail); fe.Kind != "too_late" {
+	if fe := faultOf(t, err, fault.TooLate); fe.Kind != "too_late" {
 		t.Fatalf("second answer: %v (%s)", fe, fe.Kind)
 	}
 }

@@ -151,7 +151,7 @@ func TestLocalRestartRecovery(t *testing.T) {
 	// a second gateway on the same state folder is refused while this runs
 	other := &testGW{t: t, Host: "h1", Cfg: newConfig(t, dir, "h1", settings{"socket": filepath.Join(dir, "other.sock")}), logs: &syncBuffer{}}
 	other.Cfg.StateDir = g.Cfg.StateDir
-	if err := runOnce(other); codeOf(err) != fault.TempFail || fault.KindOf(err) != fault.KindGatewayLocked {
+	if err := runOnce(other); codeOf(err) != fault.Conflict || fault.KindOf(err) != fault.KindGatewayLocked {
 		t.Fatalf("second gateway on the same state folder: %v", err)
 	}
 }

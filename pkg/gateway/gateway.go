@@ -394,7 +394,7 @@ func (g *Gateway) open() error {
 		n, _ := lock.ReadAt(data, 0)
 		lock.Close()
 		pid := strings.TrimSpace(string(data[:n]))
-		return fault.New(fault.TempFail, fault.KindGatewayLocked,
+		return fault.New(fault.Conflict, fault.KindGatewayLocked,
 			"another gateway (pid %s) is running on state folder %s", pid, dir).
 			WithHint("stop it first, or give this one its own --state-dir")
 	}
@@ -515,7 +515,7 @@ func (g *Gateway) listen() error {
 	if _, err := os.Stat(path); err == nil {
 		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
 			c.Close()
-			return fault.New(fault.TempFail, fault.KindGatewayLocked, "another gateway is listening on %s", path).
+			return fault.New(fault.Conflict, fault.KindGatewayLocked, "another gateway is listening on %s", path).
 				WithHint("stop it first, or give this one its own --socket")
 		}
 		os.Remove(path)

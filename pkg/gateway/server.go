@@ -559,6 +559,16 @@ func (g *Gateway) handle(uc *net.UnixConn, gd *guard, sl *slot) {
 		resp, err := g.dispatch(c, req)
 		sl.set(holdIdle)
 		if err != nil {
+			if resp != nil && resp.Sent != nil {
+				// done in part (a broadcast delivered here, not
+				// published): the client hears what was sent with
+				// the failure, and a retry can be scoped
+				resp.Error = api.FromFault(err)
+				if c.reply(resp) != nil {
+					return
+				}
+				continue
+			}
 			if c.fail(err) != nil {
 				return
 			}
@@ -681,6 +691,11 @@ func (g *Gateway) caller(req *api.Request) (*mailbox, error) {
 	gid, secret, err := ident.Parse(req.Token)
 	if err != nil {
 		return nil, err
+	}
+	if h := ident.GidHost(gid); h != g.cfg.Host {
+		// the credential names its host: say so, rather than "not valid"
+		return nil, fault.New(fault.Refused, fault.KindBadCredential, "the credential is one of host %s, not of this host (%s)", h, g.cfg.Host).
+			WithHint("run the command on %s, where its entity lives; here, use a credential fleet-roster join printed on %s (or --as NAME)", h, g.cfg.Host)
 	}
 	b := g.box(gid)
 	if b == nil || !ident.Check(secret, b.snapshot().TokenHash) {

@@ -215,7 +215,7 @@ func TestLocalGatewayRefusesToStart(t *testing.T) {
 	g := startGW(t, dir, "h1", nil)
 
 	taken := &testGW{t: t, Host: "h2", Cfg: newConfig(t, dir, "h2", settings{"socket": g.Cfg.Socket}), logs: &syncBuffer{}}
-	if err := runOnce(taken); codeOf(err) != fault.TempFail || fault.KindOf(err) != fault.KindGatewayLocked {
+	if err := runOnce(taken); codeOf(err) != fault.Conflict || fault.KindOf(err) != fault.KindGatewayLocked {
 		t.Errorf("on a socket in use: %v", err)
 	}
 	// the running gateway kept its socket

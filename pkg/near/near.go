@@ -17,10 +17,15 @@ func Closest(word string, candidates []string) string {
 	}
 	var prefixed []string
 	tied := false
+	seen := map[string]bool{}
 	for _, c := range candidates {
 		if c == word {
 			return c
 		}
+		if seen[c] {
+			continue // one candidate named twice (an option of two levels) is no tie
+		}
+		seen[c] = true
 		if strings.HasPrefix(c, word) && len(word) >= 2 {
 			prefixed = append(prefixed, c)
 		}

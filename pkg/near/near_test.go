@@ -23,4 +23,12 @@ func TestClosestTie(t *testing.T) {
 	if got := Closest("bbo", []string{"bob", "carol"}); got != "bob" {
 		t.Errorf("got %q", got)
 	}
+	// one option of two levels (fleet-roster's --host, and its list's) is
+	// one candidate, not a tie
+	if got := Closest("hots", []string{"host", "group", "host", "json"}); got != "host" {
+		t.Errorf("a candidate named twice: got %q, want host", got)
+	}
+	if got := Closest("ho", []string{"host", "host"}); got != "host" {
+		t.Errorf("a prefix of a candidate named twice: got %q, want host", got)
+	}
 }

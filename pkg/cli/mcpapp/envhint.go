@@ -76,6 +76,28 @@ func noCredential() error {
 		envLooked("FLEET_TOKEN", "FLEET_ENTITY")).WithHint("%s", hint)
 }
 
+// noCredentialFile rewrites the refusal of --as NAME whose credential file
+// is not where the state folder was looked for: an MCP client that dropped
+// the environment makes fleet-mcp look in another state folder than the
+// shell's, where NAME exists, so "register it" would point elsewhere. It
+// names the file looked for, what chose its folder, and both ways out.
+func noCredentialFile(err error, name string, stateDirFlag bool) error {
+	if fault.KindOf(err) != fault.KindNoCredential || !strings.HasPrefix(err.Error(), "no credential for ") {
+		return err
+	}
+	flag := "not given"
+	if stateDirFlag {
+		flag = "given"
+	}
+	return fault.New(fault.Refused, fault.KindNoCredential, "%s; its state folder chosen by --state-dir (%s), %s",
+		err.Error(), flag, envLooked("FLEET_STATE_DIR", "XDG_STATE_HOME", "HOME", "FLEET_CONFIG")).
+		WithHint("if %s is registered (fleet-roster whoami --as %s works in your shell), the MCP client started fleet-mcp "+
+			"without the variables above: pass the shell's state folder in the entry's args, --state-dir DIR "+
+			"(DIR: $FLEET_STATE_DIR, else $XDG_STATE_HOME/fleet, else ~/.local/state/fleet), or its variables: %s; "+
+			"if it is not, register it with: fleet-roster join %s --mode pull",
+			name, name, clientConfigHint([]string{"FLEET_STATE_DIR"}), name)
+}
+
 // noGateway adds to the "no gateway" error (which names the sockets
 // tried) the variables that choose the socket, and how a client that
 // dropped them passes them.

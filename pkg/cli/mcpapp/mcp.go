@@ -66,7 +66,7 @@ func run(c *ucli.Context) error {
 	}
 	cfg, token, err := fleetcli.Credential(c)
 	if err != nil {
-		return err
+		return noCredentialFile(err, c.String("as"), c.IsSet("state-dir"))
 	}
 	if token == "" {
 		return noCredential()
@@ -174,6 +174,10 @@ func toolError(err error, hint string) error {
 // named as that tool (a "did you mean" in it kept).
 func mcpHint(err error) string {
 	h := fault.HintOf(err)
+	if h == "" && !cliHint[fault.KindOf(err)] {
+		// the kind's own next step
+		h = fault.HintFor(err, "fleet-mcp")
+	}
 	switch {
 	case fault.KindOf(err) == fault.KindInboxBusy:
 		return "another fleet-recv or receive is draining this inbox; try again when it is done"
@@ -185,6 +189,14 @@ func mcpHint(err error) string {
 		h = r.re.ReplaceAllString(h, r.to)
 	}
 	return h
+}
+
+// cliHint are the kinds whose default hint speaks of a command line (its
+// --help, its arguments, stdin, its version): a tool's schema and its
+// error say it here.
+var cliHint = map[fault.Kind]bool{
+	fault.KindUsage: true, fault.KindEmptyBody: true, fault.KindBadUTF8: true, fault.KindBodyTooLarge: true,
+	fault.KindBadFrame: true, fault.KindProtocol: true,
 }
 
 // toolHintRes name the control commands' tools in a gateway's hint.

@@ -232,7 +232,7 @@ func (s *server) addTools() {
 		"and a later answer is refused. The answer's text is cut at max_bytes.", defaultAskSeconds, maxWaitSeconds)},
 		map[string]prop{"to": addr, "question": body, "timeout_seconds": wait.withDefault(defaultAskSeconds), "about": id, "max_bytes": cut}}, s.ask)
 	addTool(s.mcp, toolDef{&mcp.Tool{Name: "answer", Annotations: additive("Answer an ask", true), Description: "Answer an ASK put to you (receive shows asks first; " +
-		"send with wait_for_reply may return one). Fails with too_late (75) when the asker stopped waiting or it was answered already."},
+		"send with wait_for_reply may return one). Fails with too_late (11) when the asker stopped waiting or it was answered already."},
 		map[string]prop{"ask_id": id, "body": body}}, s.answer)
 	addTool(s.mcp, toolDef{&mcp.Tool{Name: "receive", Annotations: additive("Receive mail", false), Description: fmt.Sprintf("Take mail from your inbox, oldest first "+
 		"(live asks first): at most max_messages (default %d, at most %d) whole messages whose texts add up to at most "+
@@ -540,6 +540,12 @@ func (s *server) broadcast(ctx context.Context, req *mcp.CallToolRequest, in Bro
 		return nil, BroadcastOut{}, toolError(err, "")
 	}
 	resp, err := s.call(ctx, &api.Request{Op: api.OpBcast, Group: in.Group, Body: in.Body})
+	if err != nil && fault.CodeOf(err) == fault.Partial && resp != nil && resp.Sent != nil {
+		// delivered in part: what was sent, and not to call it again
+		return nil, BroadcastOut{}, toolError(fault.New(fault.Partial, fault.KindOf(err), "%s (msg id %s, trace id %s)",
+			err.Error(), resp.Sent.MsgID, resp.Sent.TraceID),
+			"do not call broadcast again (whoever has it would get it twice): reach the members it missed with send, to NAME@HOST (the roster tool lists them)")
+	}
 	if err != nil {
 		return nil, BroadcastOut{}, toolError(err, "")
 	}

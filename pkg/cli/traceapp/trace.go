@@ -25,7 +25,8 @@ func NewTraceApp() *ucli.App {
 		"too_late, expired (an ask its askee never took), receipt, dead, bounced, ...) and the gap since the hop before. The local gateway searches its " +
 		"own audit log (the rotated files too) and, with a broker, asks every host in its trust file over the " +
 		"control plane, waiting at most --timeout for their answers; hosts that did not answer in time are named " +
-		"on stderr and the command exits 75 after printing what came. Hops are ordered by time (each host's own " +
+		"on stderr and the command exits 75 after printing what came; hosts it could not ask at all (the broker down) are named " +
+		"with the reason, and then, if every other host answered, it exits 69. Hops are ordered by time (each host's own " +
 		"clock), ties in the order a flow takes. Audit lines hold no message text. " +
 		"The caller is an entity (FLEET_TOKEN or --as NAME): any entity of a trusted host may trace any trace id it knows. " +
 		"Output: a table on a terminal; JSON Lines otherwise or with --json: one {\"type\":\"hop\",...} object per hop, " +
@@ -91,13 +92,13 @@ func run(c *ucli.Context) error {
 	if err := printTrace(c, tr, asJSON); err != nil {
 		return err
 	}
-	var silent, truncated []string
+	var silent, unasked, truncated []string
 	for _, h := range tr.Hosts {
 		switch {
 		case h.State == api.TraceNoAnswer:
 			silent = append(silent, h.Host)
 		case h.State == api.TraceUnreachable:
-			silent = append(silent, h.Host)
+			unasked = append(unasked, h.Host)
 			fmt.Fprintf(c.App.ErrWriter, "fleet-trace: host %s could not be asked: %s\n", h.Host, h.Detail)
 		case h.Truncated:
 			truncated = append(truncated, h.Host)
@@ -106,9 +107,19 @@ func run(c *ucli.Context) error {
 	if len(truncated) > 0 {
 		fmt.Fprintf(c.App.ErrWriter, "fleet-trace: only the first hops of %s: a host gives at most 1000 hops (512 KiB) per trace\n", strings.Join(truncated, ", "))
 	}
+	// a host that could not be asked is not said to be silent "within"
+	// the timeout: no time was waited for it (the broker down, say)
 	if len(silent) > 0 {
-		return fault.New(fault.TempFail, fault.KindTimeout, "no answer from %s within %v: their hops are missing", strings.Join(silent, ", "), timeout).
+		msg := fmt.Sprintf("no answer from %s within %v", strings.Join(silent, ", "), timeout)
+		if len(unasked) > 0 {
+			msg += fmt.Sprintf(", and %s could not be asked", strings.Join(unasked, ", "))
+		}
+		return fault.New(fault.TempFail, fault.KindTimeout, "%s: their hops are missing", msg).
 			WithHint("those gateways may be down (fleet-roster shows who is heard); try again, or with a longer --timeout")
+	}
+	if len(unasked) > 0 {
+		return fault.New(fault.Unavailable, fault.KindBrokerDown, "%s could not be asked (why is said above): their hops are missing", strings.Join(unasked, ", ")).
+			WithHint("fleet-gw status shows the broker's state; trace again once it is connected")
 	}
 	if len(tr.Hops) == 0 {
 		return fault.New(fault.NoRecipient, fault.KindUnknownTrace, "no host saw trace %s", id).
