@@ -165,7 +165,18 @@ func joinCommand(app *ucli.App) *ucli.Command {
 			if err != nil {
 				return badObject(err, "ask the operator for a new one: fleet-gw operator bundle")
 			}
-			cfg, err := cli.LoadConfig(c)
+			cfgPath := c.String("config")
+			if cfgPath == "" {
+				cfgPath = os.Getenv("FLEET_CONFIG")
+			}
+			if cfgPath == "" {
+				d, err := os.UserConfigDir()
+				if err != nil {
+					return cli.Usage("no config file: %v", err).WithHint("name one with --config FILE")
+				}
+				cfgPath = filepath.Join(d, "fleet", "config")
+			}
+			cfg, err := cli.LoadConfigIfExists(c, cfgPath)
 			if err != nil {
 				return err
 			}
@@ -219,17 +230,6 @@ func joinCommand(app *ucli.App) *ucli.Command {
 				}
 			}
 			// the files, all checked before any is written
-			cfgPath := c.String("config")
-			if cfgPath == "" {
-				cfgPath = os.Getenv("FLEET_CONFIG")
-			}
-			if cfgPath == "" {
-				d, err := os.UserConfigDir()
-				if err != nil {
-					return cli.Usage("no config file: %v", err).WithHint("name one with --config FILE")
-				}
-				cfgPath = filepath.Join(d, "fleet", "config")
-			}
 			tls := filepath.Join(dir, "broker")
 			conf := []string{"# written by fleet-gw join from the bundle of operator " + b.OperatorName + " (key id " + b.OperatorID() + ")",
 				"# it holds the broker password: keep it mode 0600",
@@ -276,8 +276,19 @@ func joinCommand(app *ucli.App) *ucli.Command {
 				}
 				return fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot add the operator to the trust file %s", trustPath)
 			}
-			for _, env := range []string{"FLEET_BROKER", "FLEET_BROKER_CA", "FLEET_BROKER_CERT", "FLEET_BROKER_KEY", "FLEET_STATE_DIR"} {
-				if os.Getenv(env) != "" {
+			written := map[string]string{"FLEET_HOST": b.Host, "FLEET_STATE_DIR": dir, "FLEET_BROKER": b.Broker}
+			for _, f := range files {
+				switch filepath.Base(f.path) {
+				case "ca.pem":
+					written["FLEET_BROKER_CA"] = f.path
+				case "client.pem":
+					written["FLEET_BROKER_CERT"] = f.path
+				case "client.key":
+					written["FLEET_BROKER_KEY"] = f.path
+				}
+			}
+			for _, env := range []string{"FLEET_HOST", "FLEET_STATE_DIR", "FLEET_BROKER", "FLEET_BROKER_CA", "FLEET_BROKER_CERT", "FLEET_BROKER_KEY"} {
+				if v := os.Getenv(env); v != "" && v != written[env] {
 					fmt.Fprintf(c.App.ErrWriter, "fleet-gw: warning: %s is set: it overrides the config file %s; unset it before fleet-gw run\n", env, cfgPath)
 				}
 			}
