@@ -122,8 +122,16 @@ func TestReadmeChecklist(t *testing.T) {
 			t.Fatalf("README checklist, %s$ %s: the output has no %q:\n%s", s.machine, s.cmd, q[1], out)
 		}
 	}
-	// the join installed what the bundle held: nothing else was set up
+	// the join installed what the bundle held: nothing else was set up;
+	// the peers were admitted by the certificates the bundles carried,
+	// over amqps with a client certificate
 	for _, h := range []string{"build1", "build2", "build3"} {
+		log, _ := os.ReadFile(filepath.Join(work, h, "fleet-gw.log"))
+		for _, want := range []string{`"msg":"host admitted by its operator certificate"`, `"msg":"broker connected"`, `amqps://`} {
+			if !strings.Contains(string(log), want) {
+				t.Errorf("%s's gateway log has no %s:\n%s", h, want, log)
+			}
+		}
 		conf := filepath.Join(work, h, ".config", "fleet", "config")
 		fi, err := os.Stat(conf)
 		if err != nil || fi.Mode().Perm() != 0o600 {
