@@ -155,7 +155,7 @@ func scriptEnv(ts *testscript.TestScript) []string {
 	// every configuration variable fleet knows (config.Keys), so a script
 	// can set any of them, and the few the tests add
 	keys := []string{"PATH", "HOME", "XDG_CONFIG_HOME", "XDG_STATE_HOME", "XDG_RUNTIME_DIR",
-		"TMUX_TMPDIR", "TMUX", "FLEET_CONFIG", "FLEET_CRASHPOINT"}
+		"TMUX_TMPDIR", "TMUX", "FLEET_CONFIG", "FLEET_CRASHPOINT", "FLEET_DLQ_BROKER"}
 	for _, k := range config.Keys {
 		keys = append(keys, k.Env)
 	}

@@ -18,7 +18,7 @@ _fleet_dlq() {
         -*)
             [[ ${COMP_WORDS[i+1]} == = ]] && continue
             case $cmd:$w in
-            :--socket|:--state-dir|:--config|:--broker|:--broker-ca|:--reason|:--to|:--from|:--since|:--host|list:--reason|list:--to|list:--from|list:--since|list:--host|list:--socket|list:--state-dir|list:--config|list:--broker|list:--broker-ca|show:--socket|show:--state-dir|show:--config|show:--broker|show:--broker-ca|replay:--reason|replay:--to|replay:--from|replay:--since|replay:--host|replay:--socket|replay:--state-dir|replay:--config|replay:--broker|replay:--broker-ca|purge:--reason|purge:--to|purge:--from|purge:--since|purge:--host|purge:--socket|purge:--state-dir|purge:--config|purge:--broker|purge:--broker-ca) i=$((i + 1)) ;; # skip the flag's value
+            :--socket|:--state-dir|:--config|:--as|:--broker|:--broker-ca|:--broker-cert|:--broker-key|:--reason|:--kind|:--to|:--from|:--since|:--host|list:--reason|list:--kind|list:--to|list:--from|list:--since|list:--host|list:--socket|list:--state-dir|list:--config|list:--as|list:--broker|list:--broker-ca|list:--broker-cert|list:--broker-key|show:--socket|show:--state-dir|show:--config|show:--as|show:--broker|show:--broker-ca|show:--broker-cert|show:--broker-key|replay:--reason|replay:--kind|replay:--to|replay:--from|replay:--since|replay:--host|replay:--socket|replay:--state-dir|replay:--config|replay:--as|replay:--broker|replay:--broker-ca|replay:--broker-cert|replay:--broker-key|purge:--reason|purge:--kind|purge:--to|purge:--from|purge:--since|purge:--host|purge:--socket|purge:--state-dir|purge:--config|purge:--as|purge:--broker|purge:--broker-ca|purge:--broker-cert|purge:--broker-key) i=$((i + 1)) ;; # skip the flag's value
             esac
             ;;
         *)
@@ -37,19 +37,19 @@ _fleet_dlq() {
     '<'|'>'|'>>') compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return 0 ;;
     esac
     case $cmd:$prev in
-    :--socket|:--config|:--broker-ca|list:--socket|list:--config|list:--broker-ca|show:--socket|show:--config|show:--broker-ca|replay:--socket|replay:--config|replay:--broker-ca|purge:--socket|purge:--config|purge:--broker-ca) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return 0 ;;
+    :--socket|:--config|:--broker-ca|:--broker-cert|:--broker-key|list:--socket|list:--config|list:--broker-ca|list:--broker-cert|list:--broker-key|show:--socket|show:--config|show:--broker-ca|show:--broker-cert|show:--broker-key|replay:--socket|replay:--config|replay:--broker-ca|replay:--broker-cert|replay:--broker-key|purge:--socket|purge:--config|purge:--broker-ca|purge:--broker-cert|purge:--broker-key) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return 0 ;;
     :--state-dir|list:--state-dir|show:--state-dir|replay:--state-dir|purge:--state-dir) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -d -- "$cur"); return 0 ;;
-    :--broker|:--reason|:--since|list:--reason|list:--since|list:--broker|show:--broker|replay:--reason|replay:--since|replay:--broker|purge:--reason|purge:--since|purge:--broker) COMPREPLY=(); return 0 ;;
-    :--to|:--from|list:--to|list:--from|replay:--to|replay:--from|purge:--to|purge:--from) mapfile -t COMPREPLY < <(compgen -W "$(fleet-roster __complete entities 2>/dev/null)" -- "$cur"); return 0 ;;
+    :--as|:--to|:--from|list:--to|list:--from|list:--as|show:--as|replay:--to|replay:--from|replay:--as|purge:--to|purge:--from|purge:--as) mapfile -t COMPREPLY < <(compgen -W "$(fleet-roster __complete entities 2>/dev/null)" -- "$cur"); return 0 ;;
+    :--broker|:--reason|:--kind|:--since|list:--reason|list:--kind|list:--since|list:--broker|show:--broker|replay:--reason|replay:--kind|replay:--since|replay:--broker|purge:--reason|purge:--kind|purge:--since|purge:--broker) COMPREPLY=(); return 0 ;;
     :--host|list:--host|replay:--host|purge:--host) mapfile -t COMPREPLY < <(compgen -W "$(fleet-roster __complete hosts 2>/dev/null)" -- "$cur"); return 0 ;;
     esac
     if [[ $cur == -* ]]; then
         case $cmd in
-        '') mapfile -t COMPREPLY < <(compgen -W '--socket --state-dir --config --json --broker --broker-ca --reason --to --from --since --host --help -h --version' -- "$cur") ;;
-        list) mapfile -t COMPREPLY < <(compgen -W '--reason --to --from --since --host --socket --state-dir --config --json --broker --broker-ca --help -h' -- "$cur") ;;
-        show) mapfile -t COMPREPLY < <(compgen -W '--socket --state-dir --config --json --broker --broker-ca --help -h' -- "$cur") ;;
-        replay) mapfile -t COMPREPLY < <(compgen -W '--reason --to --from --since --host --socket --state-dir --config --json --broker --broker-ca --help -h' -- "$cur") ;;
-        purge) mapfile -t COMPREPLY < <(compgen -W '--reason --to --from --since --host --all --socket --state-dir --config --json --broker --broker-ca --help -h' -- "$cur") ;;
+        '') mapfile -t COMPREPLY < <(compgen -W '--socket --state-dir --config --json --as --broker --broker-ca --broker-cert --broker-key --reason --kind --to --from --since --host --help -h --version' -- "$cur") ;;
+        list) mapfile -t COMPREPLY < <(compgen -W '--reason --kind --to --from --since --host --socket --state-dir --config --json --as --broker --broker-ca --broker-cert --broker-key --help -h' -- "$cur") ;;
+        show) mapfile -t COMPREPLY < <(compgen -W '--socket --state-dir --config --json --as --broker --broker-ca --broker-cert --broker-key --help -h' -- "$cur") ;;
+        replay) mapfile -t COMPREPLY < <(compgen -W '--reason --kind --to --from --since --host --socket --state-dir --config --json --as --broker --broker-ca --broker-cert --broker-key --help -h' -- "$cur") ;;
+        purge) mapfile -t COMPREPLY < <(compgen -W '--reason --kind --to --from --since --host --all --socket --state-dir --config --json --as --broker --broker-ca --broker-cert --broker-key --help -h' -- "$cur") ;;
         esac
         return 0
     fi

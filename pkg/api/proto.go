@@ -59,6 +59,8 @@ const (
 	// OpReplay delivers a dead letter again under a new msg id (fleet-dlq
 	// replay): this host's (MsgID), or one from bridge.dlq (Raw, Sig,
 	// SignedBy, as the broker holds it). Sent.Again: it was replayed before.
+	// With Known, nothing is sent: Sent is the replay made before of this
+	// host's dead letter MsgID, in its present state (67: none was made).
 	OpReplay = "replay"
 	// OpPurgeDead removes this host's dead letters MsgIDs (Count: how many).
 	OpPurgeDead = "purge_dead"
@@ -135,6 +137,7 @@ type Request struct {
 	Acks   []string `json:"acks,omitempty"`
 
 	// replay (with MsgID) / purge_dead
+	Known    bool     `json:"known,omitempty"`     // replay: only what MsgID was replayed as (Sent, Again); nothing is sent
 	Raw      []byte   `json:"raw,omitempty"`       // a dead letter's body from bridge.dlq
 	Sig      []byte   `json:"sig,omitempty"`       // its fleet-sig header
 	SignedBy string   `json:"signed_by,omitempty"` // its fleet-host header
@@ -305,7 +308,8 @@ type EntityRow struct {
 	Asks         int       `json:"asks_waiting,omitempty"` // whoami only: live asks waiting to be shown
 	Dead         int       `json:"dead"`
 	LastDelivery time.Time `json:"last_delivery,omitzero"`
-	LastSeen     time.Time `json:"last_seen,omitzero"` // remote rows: when their host was last heard
+	LastSeen     time.Time `json:"last_seen,omitzero"`    // remote rows: when their host was last heard
+	NameHolder   string    `json:"name_holder,omitempty"` // roster: the name is on more than one trusted host, and means this NAME@HOST (the first to join)
 }
 
 // Sent is the outcome of an accepted send.
@@ -315,9 +319,10 @@ type Sent struct {
 	State     string `json:"state"`
 	Recipient string `json:"recipient"` // name@host
 	Gid       string `json:"recipient_gid"`
-	ReplayOf  string `json:"replay_of,omitempty"` // a replay: the dead letter it delivers again
-	Again     bool   `json:"again,omitempty"`     // a replay made before, sent again (the recipient drops a copy it has)
-	Warning   string `json:"warning,omitempty"`   // accepted, but the recipient's host reads stale or gone
+	ReplayOf  string `json:"replay_of,omitempty"`  // a replay: the dead letter it delivers again
+	Again     bool   `json:"again,omitempty"`      // a replay made before, sent again (the recipient drops a copy it has)
+	SenderGid string `json:"sender_gid,omitempty"` // replay with Known: the sender of the replay (and of its dead letter)
+	Warning   string `json:"warning,omitempty"`    // accepted, but the recipient's host reads stale or gone
 }
 
 // Record is a message's delivery state as the sender may see it.

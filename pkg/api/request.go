@@ -56,6 +56,7 @@ func (r *Request) appendJSON(b []byte) ([]byte, error) {
 	w.bool("follow", r.Follow)
 	w.int("window", int64(r.Window))
 	w.strs("acks", r.Acks)
+	w.bool("known", r.Known)
 	w.bytes("raw", r.Raw)
 	w.bytes("sig", r.Sig)
 	w.str("signed_by", r.SignedBy, true)

@@ -64,11 +64,12 @@ type Broker struct {
 	stateSubs   []chan bool
 	fails       map[string]int // msg id -> failed hand-overs
 	presence    PresenceHandler
-	control     ControlHandler // control.go: SPAWN/STOP from control.<host>
-	deaths      DeathHandler   // deaths.go: our messages dead in other inboxes
-	deathsTold  bool           // a deaths queue failure was said (once until it works)
-	sign        Signer         // auth.go: this gateway signs what it publishes
-	verify      Verifier       // auth.go: and checks what it takes in
+	untrusted   UntrustedHandler // presence.go: presence refused as not trusted
+	control     ControlHandler   // control.go: SPAWN/STOP from control.<host>
+	deaths      DeathHandler     // deaths.go: our messages dead in other inboxes
+	deathsTold  bool             // a deaths queue failure was said (once until it works)
+	sign        Signer           // auth.go: this gateway signs what it publishes
+	verify      Verifier         // auth.go: and checks what it takes in
 	onRefused   func(reason, claimedHost string)
 	observe     Observer               // observe.go: for metrics
 	presRefused map[string]*refusedRun // presence.go: refusals reported once a minute

@@ -18,6 +18,16 @@ type PresenceHandler func(env *envelope.Envelope) error
 // OnPresence sets the presence handler; call before Run.
 func (b *Broker) OnPresence(h PresenceHandler) { b.presence = h }
 
+// OnUntrustedPresence sets a function told of every presence message
+// refused because its host is not trusted, with the host its header
+// claims and the envelope as it decoded (its fields checked, nothing of
+// it proven): what such a host says may be repeated as a hint, never
+// believed. Call before Run.
+func (b *Broker) OnUntrustedPresence(f UntrustedHandler) { b.untrusted = f }
+
+// UntrustedHandler is told of a presence message refused as not trusted.
+type UntrustedHandler func(claimedHost string, env *envelope.Envelope)
+
 // PublishPresence announces env on bridge.roster with key
 // roster.<host>.<what>. Presence is soft state: not persistent, not
 // mandatory, short-lived; a failure only means the next snapshot carries
@@ -114,7 +124,11 @@ func (b *Broker) takePresence(m amqp.Delivery) {
 		// an untrusted or not yet enrolled host, a bad signature: its
 		// presence comes again every interval, so it is held to the
 		// once-a-minute rule like any other refused presence
-		b.refusePresence(m, q, env, asRefusal(err, ReasonForged))
+		r := asRefusal(err, ReasonForged)
+		if host, _ := m.Headers["fleet-host"].(string); r.Reason == ReasonUntrusted && b.untrusted != nil {
+			b.untrusted(host, env)
+		}
+		b.refusePresence(m, q, env, r)
 		return
 	}
 	if b.presence == nil {

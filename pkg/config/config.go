@@ -60,9 +60,9 @@ type Config struct {
 	BrokerCert     string        // amqps: client certificate file
 	BrokerKey      string        // amqps: client key file
 	Heartbeat      time.Duration // AMQP heartbeat
-	InboxMaxLength int           // broker inbox cap (x-max-length)
+	InboxMaxLength int           // every inbox's cap: x-max-length on the broker, the gateway's for local ones
 	InboxQueueType string        // classic or quorum
-	InboxTTL       time.Duration // broker inbox message TTL (x-message-ttl)
+	InboxTTL       time.Duration // every inbox's message TTL: x-message-ttl on the broker, the gateway's sweep for local ones; 0: none
 	PublishTimeout time.Duration // bound on a broker confirm
 
 	TrustFile        string        // host public keys admitted across hosts
@@ -117,9 +117,9 @@ var Keys = []Key{
 	{"broker-cert", "FLEET_BROKER_CERT", "amqps: client certificate file", "none"},
 	{"broker-key", "FLEET_BROKER_KEY", "amqps: client key file", "none"},
 	{"heartbeat", "FLEET_HEARTBEAT", "AMQP heartbeat interval: a silent network is noticed within a few", "5s"},
-	{"inbox-max-length", "FLEET_INBOX_MAX_LENGTH", "broker inbox cap in messages; over it, senders are told the inbox is full", "10000"},
+	{"inbox-max-length", "FLEET_INBOX_MAX_LENGTH", "cap of every inbox (local and broker) in messages; over it, a new message is refused (the sender is told the inbox is full, 75), dead-lettered and bounced", "10000"},
 	{"inbox-queue-type", "FLEET_INBOX_QUEUE_TYPE", "broker inboxes and control queues: classic (one broker node) or quorum (replicated across a cluster's nodes; the length cap is then approximate)", "classic"},
-	{"inbox-ttl", "FLEET_INBOX_TTL", "how long a message may wait in a broker inbox before it is dead-lettered", "168h"},
+	{"inbox-ttl", "FLEET_INBOX_TTL", "how long a message may wait in an inbox (local or broker) before it is dead-lettered as expired, its sender bounced; 0s: for ever", "168h"},
 	{"publish-timeout", "FLEET_PUBLISH_TIMEOUT", "longest wait for the broker to confirm a remote send", "5s"},
 	{"trust-file", "FLEET_TRUST_FILE", "host public keys whose signed messages are admitted (lines HOST KEY; fleet-gw key prints this host's)", "STATE_DIR/trust"},
 	{"ask-ttl", "FLEET_ASK_TTL", "how long fleet-ask waits for an answer unless --ttl says otherwise", "10m"},

@@ -265,9 +265,9 @@ var exitCodes = []struct {
 }{
 	{fault.OK, "Success."},
 	{fault.AskArrived, "Not a failure (fleet-send --wait, --wait-reply): an ask to you came before the reply and is printed; answer it with fleet-send --answer, then wait again with fleet-send --wait-reply."},
-	{fault.Usage, "Usage error: bad flags or arguments, an invalid setting or config file, an invalid or already registered name."},
+	{fault.Usage, "Usage error: bad flags or arguments, an invalid setting or config file, an invalid name, or a name already registered here or on another trusted host (kind name_taken)."},
 	{fault.Data, "Data error: an empty, non-UTF-8 or oversized message body, a bad envelope or frame, or a protocol mismatch; fleet-gw cert and operator: an enrolment request, certificate or revocation list that does not read or fit (kind bad_certificate)."},
-	{fault.NoRecipient, "No such recipient, message or entity; fleet-trace: no host that answered saw the trace id."},
+	{fault.NoRecipient, "No such recipient, message or entity; a name only a host this gateway does not trust announces, or NAME@HOST of such a host (kind untrusted_host); fleet-trace: no host that answered saw the trace id."},
 	{fault.Unavailable, "Unavailable: no gateway is running on the socket, the gateway was lost, or it is shutting down; fleet-ask: the askee's host reads stale or gone (kind host_gone; --wait-for-host asks anyway)."},
 	{fault.Software, "Internal error: a bug in fleet."},
 	{fault.LaunchFailed, "Launch failed (fleet-spawn, fleet-stop): the launcher of the target host could not start the entity's command, the command died at once (its output is in the message), or its process could not be stopped."},

@@ -5,6 +5,7 @@ import (
 	"github.com/fleetd/fleet/pkg/near"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/fleetd/fleet/pkg/api"
@@ -55,6 +56,7 @@ func (g *Gateway) broadcast(req *api.Request) (*api.Response, error) {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var storeErr error
+	var full []string // members here whose full inbox refused their copy (inboxcap.go)
 	local := 0
 	for _, b := range g.members(group) {
 		e := b.snapshot()
@@ -63,6 +65,10 @@ func (g *Gateway) broadcast(req *api.Request) (*api.Response, error) {
 		}
 		cp := *env
 		cp.Recipient = envelope.Party{Gid: e.Gid, Name: e.Name, Host: e.Host, Group: group}
+		if g.caps.Refuse(&cp) != nil {
+			full = append(full, e.Name)
+			continue
+		}
 		local++
 		wg.Add(1)
 		go func() {
@@ -83,7 +89,18 @@ func (g *Gateway) broadcast(req *api.Request) (*api.Response, error) {
 	}
 	sent := &api.Sent{MsgID: env.MsgID, TraceID: env.TraceID, State: store.Accepted, Recipient: "broadcast." + group}
 	resp := &api.Response{Sent: sent, Count: local}
+	var fullErr error
+	if len(full) > 0 {
+		// as a broker inbox's nack does: the call fails, the others have it
+		sort.Strings(full)
+		fullErr = fault.New(fault.TempFail, fault.KindInboxFull,
+			"%s: the inbox of %s on this host is full and refused its copy; the other members have theirs", sent.Recipient, strings.Join(full, ", ")).
+			WithHint("a member's inbox drains as it reads its mail (fleet-roster shows what waits)")
+	}
 	if g.br == nil {
+		if fullErr != nil {
+			return nil, fullErr
+		}
 		if local == 0 {
 			return nil, g.nearGroup(group, fault.New(fault.NoRecipient, fault.KindUnknownRecipient, "no members of %s on this host", sent.Recipient))
 		}
@@ -91,6 +108,11 @@ func (g *Gateway) broadcast(req *api.Request) (*api.Response, error) {
 	}
 	err = <-pubErr
 	switch {
+	case fullErr != nil && (err == nil || fault.KindOf(err) == fault.KindUnknownRecipient):
+		if err == nil {
+			g.audit.Message("confirmed", env, 0, "")
+		}
+		return nil, fullErr
 	case err == nil:
 		g.audit.Message("confirmed", env, 0, "")
 		return resp, nil

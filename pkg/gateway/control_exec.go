@@ -190,6 +190,11 @@ func (g *Gateway) spawnNow(env *envelope.Envelope, b spawnBody, log *slog.Logger
 		return failed(id, fault.New(fault.Usage, fault.KindNameTaken, "%s is already registered on host %s", b.Name, g.cfg.Host).
 			WithHint("choose another name, or stop it first with: fleet-stop %s@%s", b.Name, g.cfg.Host))
 	}
+	if g.br != nil { // before anything starts; register checks again
+		if err := g.names.Free(b.Name, g.remoteByName(b.Name, ""), nil); err != nil {
+			return failed(id, err)
+		}
+	}
 	launchFailed := func(err error) *controlResult {
 		log.Warn("launch failed", "launcher", p.Launcher, "err", err)
 		return failed(id, fault.New(fault.LaunchFailed, fault.KindLaunchFailed,

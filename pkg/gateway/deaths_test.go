@@ -178,3 +178,53 @@ func TestCrossOverflowDeadAtSender(t *testing.T) {
 	alice.empty(bob) // no second bounce, nothing else
 	bob.empty(alice) // and bob got the replay once
 }
+
+// A local inbox is capped with a broker configured too (inboxcap.go). A
+// same-host send over the cap is refused at once (75), never published.
+// Mail from another host finds the broker inbox empty (the gateway takes
+// it in at once) and the local one full: it is taken in and dead there,
+// and its sender's host hears it by a dead receipt — the record, and a
+// BOUNCE with the reason; what the inbox held stays.
+func TestCrossTakenPastLocalCap(t *testing.T) {
+	h1, h2 := twoHostsWith(t, settings{"inbox-max-length": "1"})
+	alice, bob, dave := h1.join("alice"), h2.join("bob"), h2.join("dave")
+	h1.resolves("bob@h2")
+	const reason = "inbox full: the recipient's inbox holds inbox-max-length (1) messages"
+
+	// same host, with a broker: the local cap
+	dave.mustSend("bob", "from dave")
+	_, err := dave.send("bob", "dave again")
+	if fe := faultOf(t, err, fault.TempFail); fe.Kind != fault.KindInboxFull || !strings.Contains(fe.Msg, "the inbox of bob@h2 is full") {
+		t.Fatalf("same-host send over the cap: %v (%s)", fe, fe.Kind)
+	}
+	eventually(t, "dave has his bounce", func() error {
+		for _, d := range dave.take(0) {
+			if d.Envelope.Kind == envelope.Bounce && strings.HasSuffix(d.Envelope.Body, reason) {
+				return nil
+			}
+		}
+		return errors.New("no bounce yet")
+	})
+
+	// from another host: accepted by the broker, dead on bob's host
+	s := alice.mustSend("bob@h2", "one too many")
+	if rec := alice.waitState(s.MsgID, "dead"); rec.Reason != reason {
+		t.Fatalf("alice's record: %+v", rec)
+	}
+	var got []api.Delivery
+	eventually(t, "alice has her bounce", func() error {
+		if got = append(got, alice.take(0)...); len(got) == 0 {
+			return errors.New("nothing yet")
+		}
+		return nil
+	})
+	if len(got) != 1 || got[0].Envelope.Kind != envelope.Bounce || got[0].Envelope.Body != alice.bounceBody(s.MsgID, bob.Gid+"@h2", reason) {
+		// a death told by a receipt names its recipient by gid (receipt.go)
+		t.Fatalf("alice got %d: %q", len(got), got[0].Envelope.Body)
+	}
+	if n := h2.logCount("local inbox full"); n != 1 { // once while it stays full
+		t.Fatalf("h2 said %d times that bob's inbox is full", n)
+	}
+	bob.collect("from dave")
+	bob.empty(alice)
+}

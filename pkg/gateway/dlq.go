@@ -55,7 +55,11 @@ func (g *Gateway) replay(req *api.Request) (*api.Response, error) {
 		} else {
 			host = recordedSender(g.st, g.cfg.Host, req.MsgID)
 		}
-		if prev := g.st.Replay(req.MsgID, host); prev != nil {
+		prev := g.st.Replay(req.MsgID, host)
+		if req.Known {
+			return replayedAs(g.st, req.MsgID, prev)
+		}
+		if prev != nil {
 			return g.resend(prev, req.MsgID)
 		}
 		if derr != nil {
@@ -173,6 +177,13 @@ func (g *Gateway) replayable(env *envelope.Envelope) error {
 // it; its state as a send reports it.
 func (g *Gateway) deliverAgain(env *envelope.Envelope) (string, error) {
 	if g.box(env.Recipient.Gid) != nil {
+		if err := g.caps.Room(env); err != nil {
+			// refused, as by a full broker inbox below: no new dead letter
+			if derr := g.st.DropReplay(env.ReplayOf, env.Sender.Host); derr != nil {
+				g.log.Error("forgetting a refused replay", "replay_of", env.ReplayOf, "err", derr)
+			}
+			return "", err
+		}
 		rec, err := g.accept(env)
 		if err != nil {
 			return "", err
@@ -225,6 +236,25 @@ func (g *Gateway) resend(raw []byte, deadKey string) (*api.Response, error) {
 	g.replayed(env.ReplayOf, deadKey, env)
 	return &api.Response{Sent: &api.Sent{MsgID: env.MsgID, TraceID: env.TraceID, State: state,
 		Recipient: env.Recipient.String(), Gid: env.Recipient.Gid, ReplayOf: env.ReplayOf, Again: true}}, nil
+}
+
+// replayedAs is what dead letter msgID was replayed as (prev, the
+// replay recorded), in the state its record has now; nothing is sent.
+func replayedAs(st *store.Store, msgID string, prev []byte) (*api.Response, error) {
+	if prev == nil {
+		return nil, fault.New(fault.NoRecipient, fault.KindUnknownMessage, "no dead letter %s on this host, and none replayed", msgID).
+			WithHint("list them with: fleet-dlq list")
+	}
+	env, err := envelope.Decode(prev, 1<<30)
+	if err != nil {
+		return nil, err
+	}
+	state := store.Accepted
+	if r, err := st.Record(store.Key(env)); err == nil {
+		state = r.State
+	}
+	return &api.Response{Sent: &api.Sent{MsgID: env.MsgID, TraceID: env.TraceID, State: state,
+		Recipient: env.Recipient.String(), Gid: env.Recipient.Gid, ReplayOf: env.ReplayOf, Again: true, SenderGid: env.Sender.Gid}}, nil
 }
 
 // replayClaim checks what a replay from the broker says of the dead

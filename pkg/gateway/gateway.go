@@ -29,6 +29,7 @@ import (
 	"github.com/fleetd/fleet/pkg/audit"
 	"github.com/fleetd/fleet/pkg/broker"
 	"github.com/fleetd/fleet/pkg/config"
+	"github.com/fleetd/fleet/pkg/envelope"
 	"github.com/fleetd/fleet/pkg/fault"
 	"github.com/fleetd/fleet/pkg/ident"
 	"github.com/fleetd/fleet/pkg/metrics"
@@ -51,7 +52,9 @@ import (
 //	peers  peers.go       what was heard of the other hosts (the remote roster)
 //	said   presence.go    what this host announced of its own entities
 //	admit  admit.go       what a message from the broker must prove
+//	names  names.go       a name is one entity: conflicts told, untrusted hosts' names
 //	wake   wake.go        the wake notices typed for hook entities with a pane
+//	caps   inboxcap.go    local inboxes held to inbox-max-length and inbox-ttl
 //	br     pkg/broker     the cross-host transport (nil: single-host mode)
 //	metrics pkg/metrics   counted events and the /metrics endpoint (nil: off; metrics.go)
 type Gateway struct {
@@ -72,8 +75,10 @@ type Gateway struct {
 	heardMu  sync.Mutex // one save of peers' last words at a time (presence.go saveHeard)
 	said     *announcer
 	admit    *admission // nil: single-host mode
+	names    *nameBook  // names.go
 	wake     *wakes     // wake.go: set once the store is open
 	follow   *followers // follow.go: who reads the pull entities; set once the store is open
+	caps     *inboxCaps // inboxcap.go: set once the store is open
 	records  signal     // a delivery record changed (receipt.go)
 
 	metrics  *metrics.Metrics  // metrics.go; nil: metrics-listen is off
@@ -115,6 +120,7 @@ func New(cfg *config.Config, log *slog.Logger) *Gateway {
 		traceSem: make(chan struct{}, traceSearches),
 		peers:    newPeerView(cfg.PresenceInterval, log.With("host", cfg.Host)),
 		said:     newAnnouncer(),
+		names:    newNameBook(log.With("host", cfg.Host), cfg.PresenceTTL),
 		reg:      newRegistry(),
 		crash:    os.Getenv("FLEET_CRASHPOINT"),
 		asks:     newAsks(),
@@ -170,6 +176,8 @@ func (g *Gateway) Run(ctx context.Context) error {
 		}, g.log, g.takeBroker) // control.go: control answers, then takeRemote
 		g.br.OnBatch(g.takeBrokerBatch) // intake.go: what an inbox's consumer had waiting, runs of mail stored at once
 		g.br.OnPresence(g.onPresence)
+		// names.go: what an untrusted host announces is named in a 67, never believed
+		g.br.OnUntrustedPresence(g.names.Heard)
 		g.br.Observe(g.brokerObserver()) // metrics.go
 		if clear, where := broker.InClear(g.cfg.Broker); clear {
 			g.log.Warn("the broker URI is amqp://, not amqps://: task text and every message cross the network to "+where+" in clear, readable by anyone on the path",
@@ -225,6 +233,11 @@ func (g *Gateway) Run(ctx context.Context) error {
 	go func() {
 		defer g.workers.Done()
 		g.follow.Run(g.runCtx) // follow.go
+	}()
+	g.workers.Add(1)
+	go func() {
+		defer g.workers.Done()
+		g.caps.Run(g.runCtx) // inboxcap.go: mail past inbox-ttl dies
 	}()
 	var fatal <-chan error
 	if g.br != nil {
@@ -419,6 +432,17 @@ func (g *Gateway) open() error {
 	g.audit = a
 	g.wake = newWakes(g.cfg, st, g.log, a, g.announceEntity)
 	g.follow = newFollowers(st, g.log, g.announceEntity)
+	g.caps = newInboxCaps(st, g.cfg.InboxMaxLength, g.cfg.InboxTTL, g.log, a, g.metrics, capHooks{
+		held: func(gid, key string) bool {
+			b := g.reg.Get(gid)
+			return b == nil || b.handing() || g.rdv.Claimed(key)
+		},
+		bounce: func(env *envelope.Envelope, reason string) {
+			g.notifyRecords()
+			g.bounce(env.MsgID, env.TraceID, env.Sender.Gid, env.Recipient.String(), reason)
+		},
+		dead: func(env *envelope.Envelope, reason string) { g.kill(env, reason, -1) },
+	})
 	return nil
 }
 

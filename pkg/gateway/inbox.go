@@ -156,6 +156,15 @@ func (b *mailbox) confirmed(ctx context.Context, pasted time.Time, within time.D
 	}
 }
 
+// handing says whether a fleet-recv holds the inbox: a batch it was
+// handed may wait for its acknowledgement (inboxcap.go expires nothing
+// under it).
+func (b *mailbox) handing() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.draining
+}
+
 // watch returns a channel closed at the next change.
 func (b *mailbox) watch() <-chan struct{} { return b.changed.wait() }
 

@@ -29,7 +29,7 @@ func (g *Gateway) takeBrokerBatch(envs []*envelope.Envelope) []error {
 		for k, i := range run {
 			batch[k] = envs[i]
 		}
-		recs, err := g.acceptAll(batch)
+		recs, dups, err := g.acceptAll(batch)
 		if err != nil {
 			errs[run[0]] = holdFull(err)
 			for _, i := range run[1:] {
@@ -38,8 +38,9 @@ func (g *Gateway) takeBrokerBatch(envs []*envelope.Envelope) []error {
 			run = nil
 			return false
 		}
-		for k, env := range batch {
-			g.expireTaken(env, recs[k])
+		// the newest first: past the cap, what came last is refused
+		for k := len(batch) - 1; k >= 0; k-- {
+			g.expireTaken(batch[k], recs[k], dups[k])
 		}
 		run = run[:0]
 		return true

@@ -118,7 +118,9 @@ func TestLocalSocketPlaces(t *testing.T) {
 // then pruned; what still waits is not.
 func TestLocalDedupWindowPrunes(t *testing.T) {
 	dir := t.TempDir()
-	g := startGW(t, dir, "h1", settings{"dedup-window": "1ms", "inbox-ttl": "1ms",
+	// inbox-ttl at most dedup-window: 0, none, so that mail may wait
+	// however long (with one, it would die at inbox-ttl: inboxcap.go)
+	g := startGW(t, dir, "h1", settings{"dedup-window": "1ms", "inbox-ttl": "0s",
 		"file": "profile.w.launcher = exec\nprofile.w.command = sleep 60\nprofile.w.grace = 0s\n"})
 	alice, bob := g.join("alice"), g.join("bob")
 	old := alice.mustSend("bob", "read long ago")

@@ -291,6 +291,8 @@ func (g *Gateway) presenceLoop() {
 			}
 		}
 		g.announce()
+		// a name more than one trusted host has, told once (names.go)
+		g.names.TellAll(g.cfg.Host, append(g.reg.Rows(), g.remoteRows()...))
 	}
 }
 
@@ -549,7 +551,7 @@ func checkHeard(r *api.EntityRow, host string) error {
 		return broker.Refuse(broker.ReasonWrongHost, "host %s claims entity %s, which was made on %s", host, r.Gid, made)
 	}
 	// what a host says of its entity beyond its state is not shown here
-	r.Host, r.Target, r.LastSeen, r.StatusReason, r.Program = host, "", time.Time{}, "", ""
+	r.Host, r.Target, r.LastSeen, r.StatusReason, r.Program, r.NameHolder = host, "", time.Time{}, "", "", ""
 	return nil
 }
 

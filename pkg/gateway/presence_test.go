@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -31,7 +32,8 @@ func (g *testGW) rowOf(name, host string) *api.EntityRow {
 // leaves is gone at once (its gone notice) and its name no longer
 // resolves; a host that stops cleanly (its leaving notice) leaves the
 // view at once, its entities read "gone" and still resolve to their gids.
-// The same name on two hosts is ambiguous (64).
+// A name another host has is refused to a join (64, naming it): a name is
+// one entity (names.go; two joins at once: cross_names_test.go).
 func TestCrossHostPresence(t *testing.T) {
 	h1, h2 := twoHosts(t)
 	bob := h2.join("bob", api.Request{Mode: "pull", Groups: []string{"ops"}})
@@ -46,12 +48,15 @@ func TestCrossHostPresence(t *testing.T) {
 		}
 		return nil
 	})
-	// the same name on both hosts
-	h1.join("bob")
+	// the same name on h1 too: refused, naming where it lives
+	_, err := h1.call("", &api.Request{Op: api.OpJoin, Name: "bob", Mode: "pull"})
+	if fe := faultOf(t, err, fault.Usage); fe.Kind != fault.KindNameTaken || !strings.Contains(fe.Error(), "bob@h2") {
+		t.Fatalf("join of bob on h1: %v (%s)", fe, fe.Kind)
+	}
 	carol := h1.join("carol")
-	_, err := carol.send("bob", "which one?")
-	faultOf(t, err, fault.Usage)
-	carol.mustSend("bob@h2", "this one")
+	if s := carol.mustSend("bob", "this one"); s.Gid != bob.Gid {
+		t.Fatalf("bob resolved to %s", s.Gid)
+	}
 	// bob@h2 leaves: gone from h1's view at once
 	h2.must("", &api.Request{Op: api.OpLeave, Name: "bob"})
 	eventually(t, "h1 drops bob@h2", func() error {
@@ -60,7 +65,9 @@ func TestCrossHostPresence(t *testing.T) {
 		}
 		return nil
 	})
-	if s := carol.mustSend("bob", "now only one"); s.Recipient != "bob@h1" {
+	// the name is free again
+	h1.join("bob")
+	if s := carol.mustSend("bob", "now on h1"); s.Recipient != "bob@h1" {
 		t.Errorf("bob resolved to %s", s.Recipient)
 	}
 	// h2 stops cleanly: h1 drops the host from its view at once, not after

@@ -3,6 +3,8 @@ package gateway
 import (
 	"slices"
 	"sync"
+
+	"github.com/fleetd/fleet/pkg/api"
 )
 
 // registry owns this host's live entities: their mailboxes by gid, and
@@ -90,4 +92,29 @@ func (r *registry) Len() int {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	return len(r.boxes)
+}
+
+// Rows are the live entities' names, gids and host, for the names' checks
+// (names.go).
+func (r *registry) Rows() []api.EntityRow {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]api.EntityRow, 0, len(r.boxes))
+	for _, b := range r.boxes {
+		e := b.snapshot()
+		out = append(out, api.EntityRow{Name: e.Name, Host: e.Host, Gid: e.Gid})
+	}
+	return out
+}
+
+// Row is the live entity called name as Rows gives it, or nil.
+func (r *registry) Row(name string) *api.EntityRow {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	b := r.boxes[r.byName[name]]
+	if b == nil {
+		return nil
+	}
+	e := b.snapshot()
+	return &api.EntityRow{Name: e.Name, Host: e.Host, Gid: e.Gid}
 }

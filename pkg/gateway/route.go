@@ -23,13 +23,15 @@ type target struct {
 	box        *mailbox
 	gid        string // remote
 	name, host string // remote, when resolved through the roster view
+	warning    string // a bare name more than one trusted host has (names.go)
 }
 
 // resolve finds a recipient by name, name@host or gid. This is the routing
 // fork: a recipient on this host is served from the embedded store and
 // never touches the broker; any other goes to the broker, which alone knows
 // where its inbox is. Names are looked up in the union roster view: a name
-// on two hosts is ambiguous (64), a name nowhere is unknown (67).
+// on two trusted hosts means the entity made first (names.go), a name
+// nowhere is unknown (67).
 func (g *Gateway) resolve(to string) (target, error) {
 	name, host, qualified := strings.Cut(to, "@")
 	if ident.IsGid(to) {
@@ -51,34 +53,45 @@ func (g *Gateway) resolve(to string) (target, error) {
 	if g.br != nil && (!qualified || host != g.cfg.Host) {
 		remote = g.remoteByName(name, host)
 	}
+	rows := remote
+	if local != nil {
+		e := local.snapshot()
+		rows = append(slices.Clip(rows), api.EntityRow{Name: e.Name, Host: e.Host, Gid: e.Gid})
+	}
 	switch {
-	case local != nil && len(remote) == 0:
-		return target{box: local}, nil
-	case local == nil && len(remote) == 1:
-		return target{gid: remote[0].Gid, name: remote[0].Name, host: remote[0].Host}, nil
-	case local == nil && len(remote) == 0:
+	case len(rows) == 0:
 		if qualified && host != g.cfg.Host && g.br == nil {
 			return target{}, fault.New(fault.NoRecipient, fault.KindUnknownRecipient,
 				"no recipient %s: host %s is not this host and no broker is configured", to, host)
 		}
+		if qualified && host != g.cfg.Host && !g.admit.trusted(host) {
+			return target{}, untrustedName(to, name, host, g.names.Rumoured(name, host, g.admit.trustedNow()))
+		}
 		if err := g.unsettled(to, host); err != nil {
 			return target{}, err
+		}
+		if hosts := g.names.Rumoured(name, host, g.admit.trustedNow()); len(hosts) > 0 {
+			// never "did you mean" another entity: the name is elsewhere
+			return target{}, untrustedName(to, name, host, hosts)
 		}
 		e := fault.New(fault.NoRecipient, fault.KindUnknownRecipient, "no recipient named %s", to)
 		if n := g.nearName(name, host); n != "" {
 			return target{}, e.WithHint("did you mean %s? (list entities with: fleet-roster)", n)
 		}
 		return target{}, e.WithHint("list entities with: fleet-roster")
+	case len(rows) == 1 && local != nil:
+		return target{box: local}, nil
+	case len(rows) == 1:
+		return target{gid: remote[0].Gid, name: remote[0].Name, host: remote[0].Host}, nil
 	}
-	var cands []string
-	if local != nil {
-		cands = append(cands, name+"@"+g.cfg.Host)
+	// on more than one trusted host (joined at once, or before they
+	// trusted each other): the first made, on every host alike
+	h := holder(rows)
+	warning := conflictWarning(rows, h)
+	if local != nil && h.Host == g.cfg.Host && h.Gid == local.snapshot().Gid {
+		return target{box: local, warning: warning}, nil
 	}
-	for _, r := range remote {
-		cands = append(cands, r.Name+"@"+r.Host)
-	}
-	return target{}, fault.New(fault.Usage, fault.KindAmbiguous, "%s is ambiguous: %s", to, strings.Join(cands, ", ")).
-		WithHint("name one as NAME@HOST, or use its gid")
+	return target{gid: h.Gid, name: h.Name, host: h.Host, warning: warning}, nil
 }
 
 // unsettled says why a name known nowhere may still exist: the broker is
@@ -86,21 +99,24 @@ func (g *Gateway) resolve(to string) (target, error) {
 // than the settle window ago and has not yet heard since then every
 // trusted host the name could be on (75). Otherwise — or for a name of
 // this host (exact), or on a host not in the trust file (never heard) — it
-// is nil and the name is unknown (67). A name known before — heard, kept
+// is nil and the name is unknown (67). Trusted hosts are those of the
+// trust file's lines and the certified ones (admit.go). A name known before — heard, kept
 // across a restart — never gets here: it resolves to its last gid and the
 // broker decides.
 func (g *Gateway) unsettled(to, host string) error {
 	if g.br == nil || host == g.cfg.Host {
 		return nil
 	}
-	keys, _ := g.admit.file.Keys()
 	var hosts []string // the trusted hosts the name could be on
-	for h := range keys {
-		if h != g.cfg.Host && (host == "" || h == host) {
+	for _, h := range g.admit.trustedHosts() {
+		if host == "" || h == host {
 			hosts = append(hosts, h)
 		}
 	}
-	if len(hosts) == 0 {
+	// with an operator trusted, a host certified but not heard yet may
+	// hold it too: no list of hosts says the roster is complete
+	open := len(g.admit.file.Operators()) > 0 && (host == "" || !slices.Contains(hosts, host))
+	if len(hosts) == 0 && !open {
 		return nil // no host it could be on is trusted: nothing of it can be heard
 	}
 	state, _, _, since := g.br.State()
@@ -110,7 +126,7 @@ func (g *Gateway) unsettled(to, host string) error {
 			WithHint("local sends keep working; try again once the broker is back (fleet-gw status)")
 	}
 	wait := rosterSettle(g.cfg.PresenceInterval) - time.Since(since)
-	if wait <= 0 || g.peers.HeardAllSince(hosts, since) {
+	if wait <= 0 || (!open && g.peers.HeardAllSince(hosts, since)) {
 		return nil
 	}
 	return fault.New(fault.TempFail, fault.KindRosterSettling,
@@ -230,11 +246,18 @@ func (g *Gateway) sendWith(req *api.Request, before func(*envelope.Envelope)) (*
 	if kind == envelope.Reply {
 		g.audit.Message("replied", env, 0, "to "+req.ReplyTo)
 	}
+	if t.box != nil {
+		// a full local inbox refuses it, as a full broker inbox does
+		// (inboxcap.go): dead here, a bounce, 75 for the call
+		if err := g.caps.Refuse(env); err != nil {
+			return nil, err
+		}
+	}
 	if before != nil {
 		before(env)
 	}
 	state := store.Accepted
-	warning := ""
+	warning := t.warning
 	if t.box != nil {
 		rec, err := g.accept(env)
 		if err != nil {
@@ -248,7 +271,10 @@ func (g *Gateway) sendWith(req *api.Request, before func(*envelope.Envelope)) (*
 		// at once that a reply or a delivery may be long in coming
 		hs, heard := g.peers.HostState(rcpt.Host, time.Now(), g.br.Connected(), g.cfg.PresenceTTL)
 		if away := hostAway(rcpt.Host, hs, heard, time.Now()); away != "" {
-			warning = away + ": the broker holds the message until it is back"
+			if warning != "" {
+				warning += "; "
+			}
+			warning += away + ": the broker holds the message until it is back"
 		}
 	}
 	return &api.Response{Sent: &api.Sent{
@@ -387,9 +413,9 @@ func (g *Gateway) takeRemote(env *envelope.Envelope) error {
 	if g.ownCopy(env, b) {
 		return nil // our own broadcast, back from the broker
 	}
-	rec, err := g.accept(env)
+	recs, dups, err := g.acceptAll([]*envelope.Envelope{env})
 	if err == nil {
-		g.expireTaken(env, rec)
+		g.expireTaken(env, recs[0], dups[0])
 	}
 	return err
 }
@@ -448,17 +474,22 @@ func (g *Gateway) ownCopy(env *envelope.Envelope, b *mailbox) bool {
 
 // expireTaken dead-letters a message just taken in that has expired: per-
 // message TTL acts only at a queue's head, so an expired message that
-// waited behind live ones is never delivered.
-func (g *Gateway) expireTaken(env *envelope.Envelope, rec *store.Record) {
+// waited behind live ones is never delivered. One that is new here and
+// took its inbox past inbox-max-length dies too (inboxcap.go).
+func (g *Gateway) expireTaken(env *envelope.Envelope, rec *store.Record, dup bool) {
 	if rec.State == store.Accepted && env.Expired(time.Now()) {
 		g.kill(env, "expired before delivery", 0)
+		return
+	}
+	if !dup {
+		g.caps.Trim(env, rec)
 	}
 }
 
 // accept stores env in its local recipient's inbox (dedup by msg id) and
 // wakes the recipient's delivery.
 func (g *Gateway) accept(env *envelope.Envelope) (*store.Record, error) {
-	recs, err := g.acceptAll([]*envelope.Envelope{env})
+	recs, _, err := g.acceptAll([]*envelope.Envelope{env})
 	if err != nil {
 		return nil, err
 	}
@@ -467,8 +498,8 @@ func (g *Gateway) accept(env *envelope.Envelope) (*store.Record, error) {
 
 // acceptAll is accept for several messages, in order, in one store
 // operation (one log record, one flush): all are stored (or known
-// duplicates), or, with an error, none is.
-func (g *Gateway) acceptAll(envs []*envelope.Envelope) ([]*store.Record, error) {
+// duplicates: dups[i]), or, with an error, none is.
+func (g *Gateway) acceptAll(envs []*envelope.Envelope) ([]*store.Record, []bool, error) {
 	ws := make([]*replyWaiter, len(envs))
 	for i, env := range envs {
 		ws[i] = g.rdv.Claim(env) // a reply an open send waits for
@@ -488,10 +519,10 @@ func (g *Gateway) acceptAll(envs []*envelope.Envelope) ([]*store.Record, error) 
 	}
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
-			return nil, fault.New(fault.NoRecipient, fault.KindUnknownRecipient, "no recipient %s", envs[0].Recipient)
+			return nil, nil, fault.New(fault.NoRecipient, fault.KindUnknownRecipient, "no recipient %s", envs[0].Recipient)
 		}
 		g.log.Error("storing a message", "msg_id", envs[0].MsgID, "trace_id", envs[0].TraceID, "messages", len(envs), "err", err)
-		return nil, fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "could not store the message").
+		return nil, nil, fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "could not store the message").
 			WithHint("free space in the state folder %s; nothing accepted before is lost", g.cfg.StateDir)
 	}
 	var woken *mailbox
@@ -512,7 +543,7 @@ func (g *Gateway) acceptAll(envs []*envelope.Envelope) ([]*store.Record, error) 
 			woken = b
 		}
 	}
-	return recs, nil
+	return recs, dups, nil
 }
 
 func (g *Gateway) apiRecord(r *store.Record) api.Record {

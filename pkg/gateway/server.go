@@ -752,6 +752,16 @@ func (g *Gateway) register(e *store.Entity) (token, credFile string, err error) 
 	if err := checkEntity(e); err != nil {
 		return "", "", err
 	}
+	if g.br != nil { // a name is one entity across the trusted hosts (names.go)
+		now := time.Now()
+		away := func(host string) string {
+			state, heard := g.peers.HostState(host, now, g.br.Connected(), g.cfg.PresenceTTL)
+			return hostAway(host, state, heard, now)
+		}
+		if err := g.names.Free(e.Name, g.remoteByName(e.Name, ""), away); err != nil {
+			return "", "", err
+		}
+	}
 	if e.Gid == "" {
 		e.Gid = ident.NewGid(g.cfg.Host)
 	}
@@ -814,6 +824,9 @@ func (g *Gateway) register(e *store.Entity) (token, credFile string, err error) 
 		return "", "", fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot store the credential of %s", e.Name)
 	}
 	g.announceEntity(gid)
+	if g.br != nil { // heard of another one since it was checked: told at once
+		g.names.Tell(g.cfg.Host, e.Name, append(g.remoteByName(e.Name, ""), api.EntityRow{Name: e.Name, Host: e.Host, Gid: gid}))
+	}
 	g.audit.Write(audit.Line{Event: "joined", Entity: e.Name, Recipient: gid})
 	g.log.Info("entity joined", "entity", e.Name, "gid", gid, "mode", e.Mode)
 	return token, path, nil
@@ -915,6 +928,7 @@ func (g *Gateway) roster() (*api.Response, error) {
 		return nil, err
 	}
 	rows = append(rows, g.remoteRows()...)
+	mark(rows) // a name more than one trusted host has (names.go)
 	return &api.Response{Entities: rows}, nil
 }
 

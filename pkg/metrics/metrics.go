@@ -112,7 +112,7 @@ func New(host, version string, snap func() (Snapshot, error)) *Metrics {
 		}, []string{"kind", "reason"}),
 		inboxFull: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fleet_inbox_full_total",
-			Help: "Cap hits: messages the broker refused because an inbox is at inbox-max-length (reject-publish), by kind. The sender is told 75.",
+			Help: "Cap hits: messages refused because an inbox is at inbox-max-length (a broker inbox: reject-publish; a local one: the gateway), by kind. The sender is told 75, or, for mail from another host, a dead receipt.",
 		}, []string{"kind"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fleet_refused_total",
@@ -241,12 +241,12 @@ var deadPrefixes = []struct{ prefix, label string }{
 	{"expired in the broker", "expired_in_broker"},   // in a broker inbox, told to its sender (gateway/deaths.go)
 	{"rejected in the broker", "rejected_in_broker"}, // likewise
 	{"dropped by the broker", "dropped_by_broker"},   // likewise
-	{"expired", "expired"},                           // its TTL passed before delivery
+	{"expired", "expired"},                           // its TTL passed before delivery, or inbox-ttl in a local inbox
 	{"sender host ", "untrusted"},                    // its host left the trust file since it was admitted
 	{"uncertain", "uncertain"},                       // an injection cut by a crash or an unsure adapter
 	{"delivery failed", "delivery_failed"},           // inject attempts used up
 	{"recipient left", "recipient_left"},             // its recipient left the fleet
-	{"inbox full", "inbox_full"},                     // the broker refused it: the remote inbox is full
+	{"inbox full", "inbox_full"},                     // a full inbox refused it: the broker's (remote) or the gateway's (local: gateway/inboxcap.go)
 }
 
 var deadReasons = func() []string {

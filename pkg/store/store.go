@@ -552,6 +552,54 @@ func deadTx(tx *wtx, msgID, reason string, attempts int) error {
 	return save(tx.Bucket(bRecords), msgID, &r)
 }
 
+// ExpireHead dead-letters the messages at the head of gid's inbox that
+// were accepted before cutoff, with reason, as Kill does, all in one
+// operation, and returns them (at most n, in inbox order). It stops at
+// the first message accepted since cutoff, and at one being handed over:
+// being injected (its in-flight marker), or one held says is (a pull
+// batch waiting for its acknowledgement, a reply going to an open send) —
+// held runs inside the operation, so nothing hands a message over between
+// the check and the death; it must be quick and must not use the store.
+func (s *Store) ExpireHead(gid string, cutoff time.Time, reason string, n int, held func(key string) bool) ([]*envelope.Envelope, error) {
+	var out []*envelope.Envelope
+	err := s.update(func(tx *wtx) error {
+		out = out[:0]
+		ib := tx.Bucket(bInbox).Bucket([]byte(gid))
+		if ib == nil {
+			return ErrNotFound
+		}
+		recs := tx.Bucket(bRecords)
+		var keys []string
+		c := ib.Cursor()
+		for k, v := c.First(); k != nil && len(keys) < n; k, v = c.Next() {
+			var env envelope.Envelope
+			if err := envelope.Unmarshal(v, &env); err != nil {
+				return fmt.Errorf("inbox %s seq %d: %w", gid, binary.BigEndian.Uint64(k), err)
+			}
+			key := Key(&env)
+			var r Record
+			if load(recs, key, &r) != nil || r.State != Accepted || !r.Accepted.Before(cutoff) {
+				break
+			}
+			if tx.Bucket(bInflight).Get([]byte(key)) != nil || (held != nil && held(key)) {
+				break
+			}
+			keys = append(keys, key)
+			out = append(out, &env)
+		}
+		for _, k := range keys { // after the walk: a cursor does not survive deletes
+			if err := deadTx(tx, k, reason, -1); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // DeadLetters lists the dead letters, optionally only those to gid.
 func (s *Store) DeadLetters(gid string) ([]*DeadLetter, error) {
 	var out []*DeadLetter
@@ -844,23 +892,26 @@ func (s *Store) ForgetRecord(msgID string) error {
 	return s.update(func(tx *wtx) error { return tx.Bucket(bRecords).Delete([]byte(msgID)) })
 }
 
-// DeadOutbound dead-letters a message this host could not hand to the
-// broker for good (the remote inbox was full).
+// DeadOutbound dead-letters a message that no inbox took for good: the
+// remote inbox was full (the broker refused it), or the local one was
+// (inbox-max-length). It is recorded under its record key (Key), so a
+// broadcast copy refused for one member is that member's.
 func (s *Store) DeadOutbound(env *envelope.Envelope, reason string, now time.Time) error {
 	raw, err := envelope.Encode(env)
 	if err != nil {
 		return err
 	}
+	key := Key(env)
 	return s.update(func(tx *wtx) error {
 		r := Record{
 			MsgID: env.MsgID, Kind: env.Kind, TraceID: env.TraceID,
 			Sender: env.Sender.Gid, Recipient: env.Recipient.Gid,
 			State: Dead, Reason: reason, Accepted: now, Done: now,
 		}
-		if err := save(tx.Bucket(bDead), env.MsgID, &DeadLetter{Record: r, Envelope: raw}); err != nil {
+		if err := save(tx.Bucket(bDead), key, &DeadLetter{Record: r, Envelope: raw}); err != nil {
 			return err
 		}
-		return save(tx.Bucket(bRecords), env.MsgID, &r)
+		return save(tx.Bucket(bRecords), key, &r)
 	})
 }
 

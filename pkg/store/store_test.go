@@ -1093,6 +1093,53 @@ func TestReplaysPerSenderHost(t *testing.T) {
 	}
 }
 
+// ExpireHead kills, in one operation, what waited since before the
+// cutoff at the head of one inbox: at most n at a time, a broadcast copy
+// by its own key, the rest left in order; an unknown inbox is ErrNotFound.
+func TestExpireHead(t *testing.T) {
+	s, path := newStore(t)
+	bob := mkEntity(t, s, "bob")
+	var sent []*envelope.Envelope
+	for i, body := range []string{"a", "b", "c"} {
+		e := msg("gid-alice", bob.Gid, body)
+		if i == 1 {
+			e.Kind, e.Recipient.Group = envelope.Broadcast, "all"
+		}
+		if _, _, err := s.Accept(e, t0.Add(time.Duration(i)*time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		sent = append(sent, e)
+	}
+	cutoff := t0.Add(90 * time.Second) // a and b are older
+	got, err := s.ExpireHead(bob.Gid, cutoff, "expired in the inbox: test", 1, nil)
+	if err != nil || len(got) != 1 || got[0].Body != "a" {
+		t.Fatalf("first: %v %v", got, err)
+	}
+	got, err = s.ExpireHead(bob.Gid, cutoff, "expired in the inbox: test", 10, nil)
+	if err != nil || len(got) != 1 || got[0].Body != "b" {
+		t.Fatalf("second: %v %v", got, err)
+	}
+	s = reopen(t, s, path) // what died is on disk
+	for i, want := range []string{Dead, Dead, Accepted} {
+		r, err := s.Record(Key(sent[i]))
+		if err != nil || r.State != want {
+			t.Fatalf("%s: %+v %v", sent[i].Body, r, err)
+		}
+	}
+	if n := s.Pending(bob.Gid); n != 1 {
+		t.Fatalf("pending %d", n)
+	}
+	if d, err := s.DeadLetter(Key(sent[1])); err != nil || d.Record.Reason != "expired in the inbox: test" {
+		t.Fatalf("broadcast copy's dead letter: %+v %v", d, err)
+	}
+	if got, err := s.ExpireHead(bob.Gid, cutoff, "x", 10, nil); err != nil || len(got) != 0 {
+		t.Fatalf("nothing more due: %v %v", got, err)
+	}
+	if _, err := s.ExpireHead("gid-nobody", cutoff, "x", 10, nil); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("unknown inbox: %v", err)
+	}
+}
+
 // An outbound record whose confirm was lost reads unknown; a receipt
 // settles it as it would an accepted one, and a retry confirmed makes it
 // accepted again; a settled record never moves back.

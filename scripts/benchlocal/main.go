@@ -85,6 +85,9 @@ func startGateway(bin, dir string) (*benchkit.Gateway, error) {
 	if *flagPprof > 0 {
 		env = append(env, fmt.Sprintf("FLEET_PPROF_ADDR=127.0.0.1:%d", *flagPprof))
 	}
+	// a run measures the store, not the inbox cap: room for all of it
+	// even if the receiver falls behind (every inbox is capped: fleet(7))
+	env = append(env, fmt.Sprintf("FLEET_INBOX_MAX_LENGTH=%d", max(*flagN, 10000)))
 	return benchkit.StartGateway(benchkit.GatewayConfig{
 		Bin: bin, Dir: dir, Host: "bench", Pidfile: *flagPidfile, Ready: readyTimeout, Env: env,
 	})

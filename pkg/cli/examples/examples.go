@@ -40,6 +40,21 @@ func all() map[string][]Example {
 				"fleet-gw trust add 'build2 ORkw4SLmcCDR/3yAcGwAMZ3NVLfc4HMN/Iiel1DbyNo='\n" +
 					"fleet-gw trust list\n" +
 					"fleet-gw trust remove build2"},
+			{"On the operator's machine, offline: make the operator key once, and print its trust line again " +
+				"(that line goes into every host's trust file):",
+				"fleet-gw operator init --out ~/fleet-operator.key --name ops\n" +
+					"fleet-gw operator line --key ~/fleet-operator.key"},
+			{"Certify a new host: it prints its enrolment request, the operator certifies it, the host installs " +
+				"the certificate and shows it:",
+				"fleet-gw cert request > build4.req                                   # on build4\n" +
+					"fleet-gw operator certify --key ~/fleet-operator.key build4.req > build4.cert   # operator\n" +
+					"fleet-gw cert install build4.cert                                    # on build4\n" +
+					"fleet-gw cert show"},
+			{"Revoke build4 everywhere: sign the next revocation list, import it on any one host " +
+				"(its peers take it from there within a presence interval), and list what is revoked:",
+				"fleet-gw operator revoke --key ~/fleet-operator.key --list ~/fleet-revoked.list build4 > revoked.list\n" +
+					"fleet-gw cert revoked --import revoked.list\n" +
+					"fleet-gw cert revoked --json"},
 			{"Ask the running gateway how it is (exit 0 healthy, 69 none running, 75 degraded), as JSON:",
 				"fleet-gw status --json"},
 			{"Make the broker login of host build2's gateway, printing the rabbitmqctl commands instead of running them:",
@@ -166,6 +181,13 @@ func all() map[string][]Example {
 				"fleet-dlq show 3f2a9c4e-8b1d-4e6f-a7c2-5d9e0b1f4a68"},
 			{"Deliver again, once, everything that died for bob; then remove what is left for him:",
 				"fleet-dlq replay --to bob\nfleet-dlq purge --to bob"},
+			{"Read bridge.dlq from a broker that wants a client certificate, with the files the host's gateway uses:",
+				"export FLEET_BROKER_CA=/etc/fleet/ca.pem FLEET_BROKER_CERT=/etc/fleet/build1.pem FLEET_BROKER_KEY=/etc/fleet/build1.key\n" +
+					"FLEET_DLQ_BROKER=amqps://fleet-op-ops%40fleet:PASS@broker:5671/fleet fleet-dlq list"},
+			{"Only what alice sent or was sent, once the gateway has checked her credential; replay those:",
+				"fleet-dlq list --as alice\nfleet-dlq replay --as alice --reason expired"},
+			{"Remove the presence copies that refusals put in bridge.dlq (a replay by filter skips them):",
+				"fleet-dlq purge --kind PRESENCE"},
 		},
 		"fleet-roster": {
 			{"List this host's entities: a table on a terminal, JSON Lines otherwise:",

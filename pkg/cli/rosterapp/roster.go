@@ -49,7 +49,9 @@ func NewRosterApp() *ucli.App {
 			Usage:     "register an entity on this host and issue its credential (shown once)",
 			ArgsUsage: "NAME",
 			Description: "Prints the credential on stdout (export it as FLEET_TOKEN in the entity's environment) " +
-				"and saves it owner-only in the state folder, where --as NAME finds it.",
+				"and saves it owner-only in the state folder, where --as NAME finds it. " +
+				"A name is one entity across the hosts this gateway trusts: one another trusted host has is refused " +
+				"(exit 64, naming NAME@HOST; fleet-broker(7), ONE NAME, ONE ENTITY).",
 			Flags: []ucli.Flag{
 				fleetcli.JSONFlag(),
 				required(fleetcli.Choice("mode", "pull (held for fleet-recv), inject (delivered into a pane or command) or hook (held for the agent CLI's own hooks: fleet-recv --hook)", "", "pull", "inject", "hook")),
@@ -216,6 +218,7 @@ func printRoster(c *ucli.Context, rows []api.EntityRow) error {
 				r.Host, r.Host, r.Host)
 		}
 	}
+	conflictHints(c, rows)
 	if jsonOut(c) {
 		for _, r := range rows {
 			if err := fleetcli.PrintJSON(c.App.Writer, r); err != nil {
@@ -229,6 +232,38 @@ func printRoster(c *ucli.Context, rows []api.EntityRow) error {
 		return nil
 	}
 	return table.Render(c.App.Writer, []string{"NAME", "HOST", "GID", "MODE", "GROUPS", "STATUS", "PENDING", "DEAD", "LAST SEEN"}, tableRows(rows))
+}
+
+// conflictHints says, once per name, that a name is on more than one
+// trusted host (joined at once, or before the hosts trusted each other):
+// which one a bare name means, and how to reach or rename the others.
+func conflictHints(c *ucli.Context, rows []api.EntityRow) {
+	others := map[string][]string{} // name -> its rows' NAME@HOST but the holder's
+	holders := map[string]string{}
+	for _, r := range rows {
+		if r.NameHolder == "" {
+			continue
+		}
+		holders[r.Name] = r.NameHolder
+		if at := r.Name + "@" + r.Host; at != r.NameHolder {
+			others[r.Name] = append(others[r.Name], at)
+		}
+	}
+	names := make([]string, 0, len(holders))
+	for n := range holders {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		slices.Sort(others[n])
+		if len(others[n]) == 0 { // the others are filtered out
+			fmt.Fprintf(c.App.ErrWriter, "fleet-roster: hint: %s is on more than one trusted host: a bare %s means %s, the first to join\n", n, n, holders[n])
+			continue
+		}
+		fmt.Fprintf(c.App.ErrWriter, "fleet-roster: hint: %s is on more than one trusted host: a bare %s means %s, the first to join; "+
+			"reach %s as NAME@HOST, or leave it there and join it under another name\n",
+			n, n, holders[n], strings.Join(others[n], ", "))
+	}
 }
 
 func tableRows(rows []api.EntityRow) [][]string {
