@@ -65,16 +65,6 @@ func all() map[string][]Example {
 				"fleet-gw cert request --host build4 > build4.req\n" +
 					"fleet-gw operator bundle --key ~/fleet-operator.key --uri build4.uri --ca ca.pem --tls-cert build4.pem --tls-key build4.key --out build4.bundle build4.req\n" +
 					"fleet-gw join build4.bundle"},
-			{"Certify hosts with an operator key kept offline: make it (it prints the trust line every host adds), print " +
-				"that line again, certify a request, install the certificate on its host and show it; revoke a host, and " +
-				"import the list on any one host (it spreads to the others):",
-				"fleet-gw operator init --out ~/fleet-operator.key\n" +
-					"fleet-gw operator line --key ~/fleet-operator.key\n" +
-					"fleet-gw operator certify --key ~/fleet-operator.key build4.req > build4.cert\n" +
-					"fleet-gw cert install build4.cert\n" +
-					"fleet-gw cert show --json\n" +
-					"fleet-gw operator revoke --key ~/fleet-operator.key --list ~/fleet-revoked.list build4\n" +
-					"fleet-gw cert revoked --import ~/fleet-revoked.list"},
 			{"Keep the state and the socket in chosen places. Every other command then needs the same " +
 				"socket, and the same state folder to use --as:",
 				"fleet-gw run --state-dir /srv/fleet --socket /srv/fleet/gw.sock\n" +
