@@ -327,6 +327,12 @@ func Usage(format string, args ...any) *fault.Error { return usage(format, args.
 // the environment and the config file.
 func LoadConfig(c *cli.Context) (*config.Config, error) { return loadConfig(c) }
 
+// LoadConfigIfExists is LoadConfig with the config file at path, or none
+// if there is none there yet.
+func LoadConfigIfExists(c *cli.Context, path string) (*config.Config, error) {
+	return config.LoadIfExists(flagLookup(c), path)
+}
+
 // IsTerminal reports whether f is a terminal.
 func IsTerminal(f *os.File) bool { return isTerminal(f) }
 

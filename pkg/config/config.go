@@ -160,23 +160,30 @@ func EnvLookup(_, env string) (string, bool) {
 // Load resolves the gateway's configuration. configPath may be "" (then
 // FLEET_CONFIG, then $XDG_CONFIG_HOME/fleet/config if it exists).
 func Load(lookup Lookup, configPath string) (*Config, error) {
-	return load(lookup, configPath, false)
+	return load(lookup, configPath, false, false)
+}
+
+// LoadIfExists resolves the gateway's configuration with the config file
+// at configPath if there is one there, and with none if not (fleet-gw
+// join, about to write it).
+func LoadIfExists(lookup Lookup, configPath string) (*Config, error) {
+	return load(lookup, configPath, false, true)
 }
 
 // LoadClient resolves the configuration of a short command: the same
 // sources, but a bad value of a setting only the gateway uses is the
 // gateway's business, not a reason for fleet-send to fail.
 func LoadClient(lookup Lookup, configPath string) (*Config, error) {
-	return load(lookup, configPath, true)
+	return load(lookup, configPath, true, false)
 }
 
-func load(lookup Lookup, configPath string, client bool) (*Config, error) {
+func load(lookup Lookup, configPath string, client, optional bool) (*Config, error) {
 	if lookup == nil {
 		lookup = EnvLookup
 	}
 	file := map[string]string{}
 	path := configPath
-	explicit := path != ""
+	explicit := path != "" && !optional
 	if path == "" {
 		if v, ok := os.LookupEnv("FLEET_CONFIG"); ok && v != "" {
 			path, explicit = v, true

@@ -59,6 +59,12 @@ func all() map[string][]Example {
 				"fleet-gw status --json"},
 			{"Make the broker login of host build2's gateway, printing the rabbitmqctl commands instead of running them:",
 				"fleet-gw broker-setup --broker amqps://broker:5671/fleet --host build2 --dry-run"},
+			{"Join a host with one bundle (man 7 fleet-security, JOINING A HOST): on build4, its request; on the operator's " +
+				"machine, its bundle (certificate, the operator's public line, the broker login broker-setup wrote, TLS files; " +
+				"0600); on build4, join, then fleet-gw run needs nothing else:",
+				"fleet-gw cert request --host build4 > build4.req\n" +
+					"fleet-gw operator bundle --key ~/fleet-operator.key --uri build4.uri --ca ca.pem --tls-cert build4.pem --tls-key build4.key --out build4.bundle build4.req\n" +
+					"fleet-gw join build4.bundle"},
 			{"Keep the state and the socket in chosen places. Every other command then needs the same " +
 				"socket, and the same state folder to use --as:",
 				"fleet-gw run --state-dir /srv/fleet --socket /srv/fleet/gw.sock\n" +

@@ -90,7 +90,7 @@ func NewGatewayApp() *ucli.App {
 			_, err = fmt.Fprintln(c.App.Writer, trust.Line(cfg.Host, priv.Public().(ed25519.PublicKey)))
 			return err
 		},
-	}, statusCommand(app), trustCommand(app), certCommand(app), operatorCommand(app), brokerSetupCommand(app)}
+	}, statusCommand(app), trustCommand(app), certCommand(app), operatorCommand(app), joinCommand(app), brokerSetupCommand(app)}
 	return app
 }
 
