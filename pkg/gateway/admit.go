@@ -354,6 +354,12 @@ func (a *admission) trustedHosts() []string {
 	return out
 }
 
+// admitsCertified reports whether this host admits the hosts certified
+// by an operator (one is in its trust file).
+func (a *admission) admitsCertified() bool {
+	return a != nil && len(a.file.Operators()) > 0
+}
+
 // verified remembers the (key, bytes, signature) triples that verified,
 // most recent first, so the copies of one broadcast that reach this host
 // (one per member inbox, the same bytes each time) cost one Ed25519

@@ -69,7 +69,8 @@ type Gateway struct {
 	replayMu sync.Mutex    // dlq.go: one replay at a time (its record, send and cleanup are one step)
 	traceSem chan struct{} // trace.go: searches running for other hosts' trace queries
 	peers    *peerView
-	heardMu  sync.Mutex // one save of peers' last words at a time (presence.go saveHeard)
+	admits   *admitsView // admits.go: which hosts each other host admits
+	heardMu  sync.Mutex  // one save of peers' last words at a time (presence.go saveHeard)
 	said     *announcer
 	admit    *admission // nil: single-host mode
 	wake     *wakes     // wake.go: set once the store is open
@@ -114,6 +115,7 @@ func New(cfg *config.Config, log *slog.Logger) *Gateway {
 		rdv:      newRendezvous(),
 		traceSem: make(chan struct{}, traceSearches),
 		peers:    newPeerView(cfg.PresenceInterval, log.With("host", cfg.Host)),
+		admits:   newAdmitsView(cfg.Host, cfg.PresenceTTL),
 		said:     newAnnouncer(),
 		reg:      newRegistry(),
 		crash:    os.Getenv("FLEET_CRASHPOINT"),
