@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -171,6 +172,13 @@ func (g *Gateway) onReceipt(env *envelope.Envelope) error {
 			own = g.admit.own
 		}
 		k, err := believeRefusal(own, env, &rb)
+		var r *broker.Refusal
+		if errors.As(err, &r) && r.Reason == broker.ReasonForged {
+			// the refusal of bytes this host did not sign (a forgery in
+			// its name, refused there): nothing of ours, nothing to say
+			g.log.Debug("a refusal notice for a message this host did not sign: ignored", "msg_id", rb.MsgID, "from", env.Sender.Host)
+			return nil
+		}
 		if err != nil {
 			return err
 		}

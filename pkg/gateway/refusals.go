@@ -19,6 +19,9 @@ package gateway
 // fleet-dlq replay works there once the cause is fixed), and its sender
 // gets a BOUNCE. A forged notice could only kill a message of ours that
 // the signer of the notice received: that host could as well refuse it.
+// A notice of bytes this host did not sign (a forgery in its name, which
+// the receiver rightly refused) is ignored quietly: a forger cannot make
+// this host's log noisy through another host.
 //
 // Noise: a notice goes for a real message only (never for presence,
 // receipts, bounces, broadcast copies or control requests), and at most
