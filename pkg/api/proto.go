@@ -258,8 +258,12 @@ type GatewayStatus struct {
 // gateway started, or the broker is cut off) or "untrusted" (heard, but
 // not in this host's trust file).
 type PeerStatus struct {
-	Host      string    `json:"host"`
-	Trusted   bool      `json:"trusted"`
+	Host    string `json:"host"`
+	Trusted bool   `json:"trusted"`
+	// Admits: whether that host says it admits this one (its presence);
+	// absent when it has not said so within the presence TTL (an older
+	// gateway, or not heard).
+	Admits    *bool     `json:"admits,omitempty"`
 	LastHeard time.Time `json:"last_heard,omitzero"`
 	State     string    `json:"state"`
 }

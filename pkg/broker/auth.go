@@ -117,6 +117,11 @@ func (b *Broker) refuse(d amqp.Delivery, queue string, env *envelope.Envelope, r
 	}
 	b.log.Error("message refused: "+r.Reason+"; sent to bridge.dlq", attrs...)
 	b.refused(r.Reason, claimed)
+	if b.onRefusedMsg != nil && env != nil && ack {
+		s, _ := d.Headers["fleet-sig"].(string)
+		sig, _ := base64.StdEncoding.DecodeString(s)
+		b.onRefusedMsg(RefusedMsg{Queue: queue, Refusal: r, Env: env, Body: d.Body, Sig: sig, SignedBy: claimed})
+	}
 	headers := amqp.Table{}
 	for k, v := range d.Headers {
 		headers[k] = v
@@ -168,6 +173,23 @@ func (b *Broker) copyDead(gen *generation, msg amqp.Publishing) error {
 // OnRefused sets a function told of every refusal (its reason and the
 // host the message claimed), for the roster's "untrusted" rows.
 func (b *Broker) OnRefused(f func(reason, claimedHost string)) { b.onRefused = f }
+
+// RefusedMsg is a refused delivery of an inbox whose envelope could be
+// read: what a refusal notice to its sender is made of. Nothing of it is
+// proven but the bytes themselves: the sender checks its own signature.
+type RefusedMsg struct {
+	Queue    string
+	Refusal  *Refusal
+	Env      *envelope.Envelope
+	Body     []byte // the bytes as published
+	Sig      []byte // their fleet-sig (nil: none, or not base64)
+	SignedBy string // the fleet-host header: the host it claims to be from
+}
+
+// OnRefusedMsg sets a function told of every refused inbox delivery whose
+// envelope could be read (call before Run). It runs on the consumer's
+// goroutine: it must not block.
+func (b *Broker) OnRefusedMsg(f func(RefusedMsg)) { b.onRefusedMsg = f }
 
 func (b *Broker) refused(reason, host string) {
 	if b.onRefused != nil {

@@ -53,27 +53,28 @@ type Broker struct {
 	handle Handler
 	batch  BatchHandler // consumer.go: a batch of one inbox's deliveries; nil: each to handle
 
-	mu          sync.Mutex
-	gen         *generation // nil while disconnected
-	blocked     string      // non-empty while the broker blocks publishers
-	since       time.Time   // when the state (up, blocked, down) last changed
-	lastErr     error
-	inboxes     map[string][]string // gid -> groups: the consumers we want
-	reconnected time.Time           // when the current generation came up after a loss
-	lostOnce    bool
-	stateSubs   []chan bool
-	fails       map[string]int // msg id -> failed hand-overs
-	presence    PresenceHandler
-	untrusted   UntrustedHandler // presence.go: presence refused as not trusted
-	control     ControlHandler   // control.go: SPAWN/STOP from control.<host>
-	deaths      DeathHandler     // deaths.go: our messages dead in other inboxes
-	deathsTold  bool             // a deaths queue failure was said (once until it works)
-	sign        Signer           // auth.go: this gateway signs what it publishes
-	verify      Verifier         // auth.go: and checks what it takes in
-	onRefused   func(reason, claimedHost string)
-	observe     Observer               // observe.go: for metrics
-	presRefused map[string]*refusedRun // presence.go: refusals reported once a minute
-	chanCloses  map[string]*refusedRun // the publishing channel's closes, said once a minute per cause (Run's goroutine only)
+	mu           sync.Mutex
+	gen          *generation // nil while disconnected
+	blocked      string      // non-empty while the broker blocks publishers
+	since        time.Time   // when the state (up, blocked, down) last changed
+	lastErr      error
+	inboxes      map[string][]string // gid -> groups: the consumers we want
+	reconnected  time.Time           // when the current generation came up after a loss
+	lostOnce     bool
+	stateSubs    []chan bool
+	fails        map[string]int // msg id -> failed hand-overs
+	presence     PresenceHandler
+	untrusted    UntrustedHandler // presence.go: presence refused as not trusted
+	control      ControlHandler   // control.go: SPAWN/STOP from control.<host>
+	deaths       DeathHandler     // deaths.go: our messages dead in other inboxes
+	deathsTold   bool             // a deaths queue failure was said (once until it works)
+	sign         Signer           // auth.go: this gateway signs what it publishes
+	verify       Verifier         // auth.go: and checks what it takes in
+	onRefused    func(reason, claimedHost string)
+	onRefusedMsg func(RefusedMsg)       // auth.go: refusal notices to the sender
+	observe      Observer               // observe.go: for metrics
+	presRefused  map[string]*refusedRun // presence.go: refusals reported once a minute
+	chanCloses   map[string]*refusedRun // the publishing channel's closes, said once a minute per cause (Run's goroutine only)
 
 	tried     chan struct{} // closed after the first connection attempt that was not refused the host id
 	triedOnce sync.Once

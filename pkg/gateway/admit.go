@@ -104,6 +104,15 @@ func (g *Gateway) setupAuth() error {
 	}
 	g.br.SetAuth(func(body []byte) []byte { return ed25519.Sign(priv, body) }, g.admit.check)
 	g.br.OnRefused(g.admit.noteRefused)
+	notices := &refusalNotices{host: g.cfg.Host, maxBody: g.cfg.MaxBody, log: g.log,
+		publish: func(to string, env *envelope.Envelope) {
+			g.side.Go(func() {
+				if err := g.br.Publish(g.hardCtx, to, env, false); err != nil {
+					g.log.Info("refusal notice not sent", "msg_id", env.InReplyTo, "trace_id", env.TraceID, "to", to, "err", err)
+				}
+			})
+		}}
+	g.br.OnRefusedMsg(notices.refused)
 	return nil
 }
 
@@ -343,6 +352,12 @@ func (a *admission) trustedHosts() []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// admitsCertified reports whether this host admits the hosts certified
+// by an operator (one is in its trust file).
+func (a *admission) admitsCertified() bool {
+	return a != nil && len(a.file.Operators()) > 0
 }
 
 // verified remembers the (key, bytes, signature) triples that verified,

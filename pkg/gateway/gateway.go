@@ -72,7 +72,8 @@ type Gateway struct {
 	replayMu sync.Mutex    // dlq.go: one replay at a time (its record, send and cleanup are one step)
 	traceSem chan struct{} // trace.go: searches running for other hosts' trace queries
 	peers    *peerView
-	heardMu  sync.Mutex // one save of peers' last words at a time (presence.go saveHeard)
+	admits   *admitsView // admits.go: which hosts each other host admits
+	heardMu  sync.Mutex  // one save of peers' last words at a time (presence.go saveHeard)
 	said     *announcer
 	admit    *admission // nil: single-host mode
 	names    *nameBook  // names.go
@@ -119,6 +120,7 @@ func New(cfg *config.Config, log *slog.Logger) *Gateway {
 		rdv:      newRendezvous(),
 		traceSem: make(chan struct{}, traceSearches),
 		peers:    newPeerView(cfg.PresenceInterval, log.With("host", cfg.Host)),
+		admits:   newAdmitsView(cfg.Host, cfg.PresenceTTL),
 		said:     newAnnouncer(),
 		names:    newNameBook(log.With("host", cfg.Host), cfg.PresenceTTL),
 		reg:      newRegistry(),

@@ -77,6 +77,11 @@ type presenceBody struct {
 	// gateways ignore both.
 	Cert    string   `json:"cert,omitempty"`
 	Revoked []string `json:"revoked,omitempty"`
+	// Admits: the other hosts this host admits now, on the first page of
+	// each snapshot; AdmitsCertified: it also admits hosts its operators
+	// certify (admits.go). Older gateways send neither (unknown).
+	Admits          *[]string `json:"admits,omitempty"`
+	AdmitsCertified bool      `json:"admits_certified,omitempty"`
 	// what gateways before snapshots sent, one message per entity:
 	// recognised only to be ignored (see Mixed versions above)
 	Entity json.RawMessage `json:"entity,omitempty"`
@@ -365,6 +370,8 @@ func (g *Gateway) announce() {
 		b := presenceBody{Seq: seq, Snapshot: &pages[i]}
 		if i == 0 {
 			b.Revoked = lists
+			admits := admitsList(g.admit.trustedHosts())
+			b.Admits, b.AdmitsCertified = &admits, g.admit.admitsCertified()
 		}
 		confirmed, err := g.sendPresence("snapshot", b)
 		if err != nil {
@@ -458,6 +465,9 @@ func (g *Gateway) foldPresence(env *envelope.Envelope) error {
 		g.admit.certified().Hear(b.Revoked, b.Host)
 	}
 	now := time.Now()
+	if b.Snapshot != nil && b.Snapshot.Page == 0 && b.Admits != nil {
+		g.admits.heard(b.Host, *b.Admits, b.AdmitsCertified, now)
+	}
 	seq := b.Seq
 	if seq == 0 {
 		seq = env.Created.UnixNano()

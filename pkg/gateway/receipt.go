@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -32,6 +33,10 @@ type receiptBody struct {
 	// receipt is addressed to the first one's only. A gateway before
 	// coalesced receipts ignores them (those records stay "sent").
 	More []receiptItem `json:"more,omitempty"`
+	// Refused: a refusal notice — the message was refused at the broker
+	// on the receipt's host, and this is a copy of it (refusals.go). A
+	// gateway before notices settles its record dead without a dead letter.
+	Refused *refusedCopy `json:"refused,omitempty"`
 }
 
 type receiptItem struct {
@@ -160,6 +165,35 @@ func (g *Gateway) onReceipt(env *envelope.Envelope) error {
 	}
 	if rb.MsgID != env.InReplyTo {
 		return broker.Refuse(broker.ReasonMalformed, "a receipt for %q in reply to %q", rb.MsgID, env.InReplyTo)
+	}
+	if rb.Refused != nil {
+		var own []byte
+		if g.admit != nil {
+			own = g.admit.own
+		}
+		k, err := believeRefusal(own, env, &rb)
+		var r *broker.Refusal
+		if errors.As(err, &r) && r.Reason == broker.ReasonForged {
+			// the refusal of bytes this host did not sign (a forgery in
+			// its name, refused there): nothing of ours, nothing to say
+			g.log.Debug("a refusal notice for a message this host did not sign: ignored", "msg_id", rb.MsgID, "from", env.Sender.Host)
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		reason := clipReason(rb.Reason)
+		dead, err := g.st.KillOutbound(rb.MsgID, k.raw, reason, k.at)
+		if err != nil || !dead {
+			return err // settled already (delivered, or told before), or not ours to track
+		}
+		g.log.Warn("a message of this host was refused by its recipient's host: dead here, its sender told",
+			"msg_id", rb.MsgID, "trace_id", k.env.TraceID, "recipient", k.env.Recipient.String(), "reason", rb.Refused.Why)
+		g.audit.Message("dead", k.env, 0, reason)
+		g.metrics.Dead(k.env.Kind, reason)
+		g.notifyRecords()
+		g.bounce(rb.MsgID, k.env.TraceID, k.env.Sender.Gid, k.env.Recipient.String(), reason)
+		return nil
 	}
 	if rb.State == "answered" {
 		if len(rb.More) > 0 {

@@ -314,6 +314,17 @@ const reasonRemoteFull = "inbox full: the broker refused it"
 func (g *Gateway) publish(env *envelope.Envelope, retry bool) error {
 	log := g.log.With("msg_id", env.MsgID, "trace_id", env.TraceID)
 	now := time.Now().UTC()
+	if env.Kind == envelope.Send || env.Kind == envelope.Reply {
+		// a host that says it does not admit this one would refuse it
+		cert, _ := g.admit.certified().Present()
+		host := ident.GidHost(env.Recipient.Gid) // a gid names the host it lives on
+		if host == "" {
+			host = env.Recipient.Host
+		}
+		if err := g.admits.check(host, cert != "", now); err != nil {
+			return err
+		}
+	}
 	// The record is queued first — the recipient's receipt may arrive
 	// before the broker's confirm does, and its SettleOutbound, queued
 	// after, finds it — and goes to disk while the broker confirms: the

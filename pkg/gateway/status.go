@@ -33,6 +33,12 @@ func (g *Gateway) gatewayStatus() (*api.Response, error) {
 		}
 		if g.br != nil {
 			st.Peers = g.peers.Peers(time.Now(), g.br.Connected(), g.cfg.PresenceTTL, hosts, g.admit.untrustedRows())
+			cert, _ := g.admit.certified().Present()
+			for i := range st.Peers {
+				if ok, known := g.admits.admits(st.Peers[i].Host, cert != "", time.Now()); known {
+					st.Peers[i].Admits = &ok
+				}
+			}
 		}
 	}
 	rows, err := g.localRows()

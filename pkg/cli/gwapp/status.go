@@ -81,7 +81,13 @@ func statusCommand(app *ucli.App) *ucli.Command {
 					if !p.Trusted {
 						trusted = "not trusted"
 					}
-					fmt.Fprintf(w, "peer      %s %s, %s, %s\n", p.Host, p.State, trusted, heard)
+					admits := "admits this host: unknown"
+					if p.Admits != nil && *p.Admits {
+						admits = "admits this host"
+					} else if p.Admits != nil {
+						admits = "does not admit this host"
+					}
+					fmt.Fprintf(w, "peer      %s %s, %s, %s, %s\n", p.Host, p.State, trusted, admits, heard)
 				}
 				fmt.Fprintf(w, "entities  %d, %d messages pending, %d dead\n", st.Entities, st.Pending, st.Dead)
 				if !st.OldestPending.IsZero() {

@@ -1,0 +1,92 @@
+package gateway
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/base64"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/fleetd/fleet/pkg/envelope"
+	"github.com/fleetd/fleet/pkg/fault"
+	"github.com/fleetd/fleet/pkg/store"
+)
+
+func TestAdmitsView(t *testing.T) {
+	now := time.Now()
+	v := newAdmitsView("h1", 3*time.Second)
+	if ok, known := v.admits("h2", false, now); !ok || known {
+		t.Fatalf("unheard host: admits=%v known=%v, want true false", ok, known)
+	}
+	v.heard("h2", []string{"h3"}, false, now)
+	if ok, known := v.admits("h2", false, now); ok || !known {
+		t.Fatalf("h2 admits only h3: admits=%v known=%v", ok, known)
+	}
+	err := v.check("h2", false, now)
+	if fault.CodeOf(err) != fault.Refused {
+		t.Fatalf("check: %v, want 77", err)
+	}
+	if ok, _ := v.admits("h2", false, now.Add(4*time.Second)); !ok {
+		t.Fatal("a word older than the TTL is unknown: sent as before")
+	}
+	v.heard("h2", []string{"h3"}, true, now)
+	if ok, _ := v.admits("h2", true, now); !ok {
+		t.Fatal("a certified host may be admitted by a host that admits certified ones")
+	}
+	v.heard("h2", []string{"h1", "not a host"}, false, now)
+	if ok, known := v.admits("h2", false, now); !ok || !known {
+		t.Fatal("h2 admits h1")
+	}
+}
+
+func TestRefusalNoticeRate(t *testing.T) {
+	n := &refusalNotices{host: "h2", log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	now := time.Now()
+	for i := 0; i < noticesPerMinute; i++ {
+		if !n.allow("h1", now) {
+			t.Fatalf("notice %d refused", i)
+		}
+	}
+	if n.allow("h1", now) {
+		t.Fatal("one notice too many a minute")
+	}
+	if !n.allow("h3", now) {
+		t.Fatal("another host has its own count")
+	}
+	if !n.allow("h1", now.Add(time.Minute)) {
+		t.Fatal("a new minute, a new count")
+	}
+}
+
+func TestBelieveRefusal(t *testing.T) {
+	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
+	_, other, _ := ed25519.GenerateKey(rand.Reader)
+	alice := envelope.Party{Gid: "h1.01a23400-3365-77d8-a646-15bd4b212402", Name: "alice", Host: "h1"}
+	bob := envelope.Party{Gid: "h2.01a23400-3142-7e07-b4e3-15b27a9f1b77", Name: "bob", Host: "h2"}
+	msg := envelope.New(envelope.Send, alice, envelope.Party{Gid: bob.Gid}, "hello")
+	raw, err := envelope.Encode(msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	notice := envelope.New(envelope.Receipt, bob, alice, "")
+	body := func(key ed25519.PrivateKey, id string) *receiptBody {
+		return &receiptBody{MsgID: id, State: store.Dead, Reason: "refused by h2: bad_signature", At: time.Now(),
+			Refused: &refusedCopy{Why: "bad_signature", Body: base64.StdEncoding.EncodeToString(raw),
+				Sig: base64.StdEncoding.EncodeToString(ed25519.Sign(key, raw))}}
+	}
+	if _, err := believeRefusal(pub, notice, body(priv, msg.MsgID)); err != nil {
+		t.Fatalf("own signed message refused: %v", err)
+	}
+	if _, err := believeRefusal(pub, notice, body(other, msg.MsgID)); err == nil {
+		t.Fatal("bytes another key signed were believed")
+	}
+	if _, err := believeRefusal(pub, notice, body(priv, envelope.NewID())); err == nil {
+		t.Fatal("a notice naming another msg id was believed")
+	}
+	carol := envelope.Party{Gid: "h2.01a23400-3142-7e07-b4e3-15b27a9f1b78", Name: "carol", Host: "h2"}
+	if _, err := believeRefusal(pub, envelope.New(envelope.Receipt, carol, alice, ""), body(priv, msg.MsgID)); err == nil {
+		t.Fatal("a notice from another entity than the recipient was believed")
+	}
+}
