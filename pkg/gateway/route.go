@@ -543,6 +543,8 @@ func (g *Gateway) apiRecord(r *store.Record) api.Record {
 		rcpt = e.Name + "@" + e.Host
 	} else if n := g.peers.Name(r.Recipient); n != "" {
 		rcpt = n + "@" + ident.GidHost(r.Recipient) // a remote one, as last heard
+	} else if r.Named != "" {
+		rcpt = r.Named // as it was sent to, before it left and was forgotten
 	}
 	return api.Record{
 		MsgID: r.MsgID, Kind: string(r.Kind), TraceID: r.TraceID, State: r.State,
