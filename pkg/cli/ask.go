@@ -58,7 +58,7 @@ func NewAskApp() *cli.App {
 			if ttl > 0 {
 				wait = ttl.String()
 			}
-			fmt.Fprintf(c.App.ErrWriter, "fleet-ask: asked %s (ask %s); waiting up to %s for the answer\n", resp.Sent.Recipient, resp.Sent.MsgID, wait)
+			fmt.Fprintf(c.App.ErrWriter, "fleet-ask: asked %s (ask %s); waiting up to %s for the answer\n", named(resp.Sent.Recipient), resp.Sent.MsgID, wait)
 		}
 		_, err = awaitEnvelope(c, s, "answer",
 			fault.New(fault.TempFail, fault.KindTimeout, "interrupted: the answer to %s will be refused as TOO_LATE", resp.Sent.MsgID))

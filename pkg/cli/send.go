@@ -154,7 +154,7 @@ func checkSend(c *cli.Context) error {
 // (--json: the reply envelope as {"type":"reply",...}).
 func readReply(c *cli.Context, s *session, sent *api.Sent, timeout time.Duration) error {
 	if isTerminal(os.Stderr) && timeout > time.Second {
-		fmt.Fprintf(c.App.ErrWriter, "fleet-send: sent %s; waiting up to %v for %s to reply\n", sent.MsgID, timeout, sent.Recipient)
+		fmt.Fprintf(c.App.ErrWriter, "fleet-send: sent %s; waiting up to %v for %s to reply\n", sent.MsgID, timeout, named(sent.Recipient))
 	}
 	return awaitReply(c, s, sent.MsgID)
 }
@@ -302,7 +302,7 @@ func printRecord(c *cli.Context, r *api.Record, warning ...string) error {
 		}
 		return printJSON(c.App.Writer, out)
 	}
-	line := fmt.Sprintf("%s %s to %s, %d attempt(s)", r.MsgID, r.State, r.Recipient, r.Attempts)
+	line := fmt.Sprintf("%s %s to %s, %d attempt(s)", r.MsgID, r.State, named(r.Recipient), r.Attempts)
 	if r.Reason != "" {
 		line += ": " + r.Reason
 	}

@@ -38,6 +38,20 @@ func partyOf(gid, nameAtHost string) *Party {
 	return p
 }
 
+// named is a recipient as a text line names it: NAME@HOST, or — when
+// the gateway knows no name for it (an entity that left and was
+// forgotten) — its gid, saying so rather than inventing one.
+func named(nameAtHost string) string {
+	if ident.IsGid(nameAtHost) {
+		return nameAtHost + " (name not known here)"
+	}
+	return nameAtHost
+}
+
+// RecordOut is a delivery state as every JSON output gives it
+// (fleet-send --status, fleet-roster dead --json).
+func RecordOut(r *api.Record) any { return recordOut(r) }
+
 // PartyOf is partyOf, for the other command packages.
 func PartyOf(gid, nameAtHost string) *Party { return partyOf(gid, nameAtHost) }
 

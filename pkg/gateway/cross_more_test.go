@@ -79,7 +79,7 @@ func TestCrossHostRendezvous(t *testing.T) {
 func TestCrossHostBounce(t *testing.T) {
 	h1, h2 := twoHostsWith(t, settings{"delivery-attempts": "2"})
 	alice := h1.join("alice")
-	hook := h2.join("hook", api.Request{Mode: "inject", Exec: "echo nope >&2; exit 2"})
+	h2.join("hook", api.Request{Mode: "inject", Exec: "echo nope >&2; exit 2"})
 	h1.resolves("hook@h2")
 	s := alice.mustSend("hook", "will die over there")
 	rec, err := alice.waitFor(s.MsgID, "dead", 15_000)
@@ -89,9 +89,9 @@ func TestCrossHostBounce(t *testing.T) {
 	if rec.State != "dead" || rec.Attempts != 2 || !strings.Contains(rec.Reason, "delivery failed 2 times") {
 		t.Fatalf("record on h1: %+v", rec)
 	}
-	// a local bounce names the recipient hook@h1; one told by a receipt
-	// names it by gid (GID@h2): either names the message's recipient
-	b := alice.collect(alice.bounceBody(s.MsgID, hook.Gid+"@h2", rec.Reason))[0].Envelope
+	// a bounce told by a receipt names the recipient as its host signed
+	// it, hook@h2 — never its gid (issue 25.7)
+	b := alice.collect(alice.bounceBody(s.MsgID, "hook@h2", rec.Reason))[0].Envelope
 	if b.Kind != envelope.Bounce || b.InReplyTo != s.MsgID {
 		t.Fatalf("bounce %+v", b)
 	}

@@ -233,7 +233,11 @@ func (g *Gateway) onReceipt(env *envelope.Envelope) error {
 		g.audit.Write(audit.Line{Event: "receipt", TraceID: trace, MsgID: it.MsgID, Kind: string(env.Kind), Reason: it.State,
 			Entity: name, Sender: env.Sender.Gid, Recipient: recs[i].Sender})
 		if it.State == store.Dead && recs[i].State == store.Dead {
-			g.bounce(it.MsgID, trace, recs[i].Sender, recs[i].Recipient+"@"+env.Sender.Host, it.Reason)
+			to := env.Sender.String() // its recipient, named by its signing host
+			if env.Sender.Name == "" || env.Sender.Host == "" {
+				to = g.apiRecord(recs[i]).Recipient // as last heard, or its gid
+			}
+			g.bounce(it.MsgID, trace, recs[i].Sender, to, it.Reason)
 		}
 	}
 	g.notifyRecords()

@@ -43,7 +43,9 @@ func (g *Gateway) resolve(to string) (target, error) {
 				"no recipient %s on this host, and no broker is configured to reach other hosts", to).
 				WithHint("list entities with: fleet-roster")
 		}
-		return target{gid: to}, nil
+		// named as this host last heard it (never from a body): a gid
+		// names its host, and the view the name
+		return target{gid: to, name: g.peers.Name(to), host: ident.GidHost(to)}, nil
 	}
 	var local *mailbox
 	if !qualified || host == g.cfg.Host {
@@ -351,6 +353,7 @@ func (g *Gateway) publish(env *envelope.Envelope, retry bool) error {
 		}
 		return nil
 	case kind == fault.KindInboxFull:
+		err = namedFault(err, env.Recipient)
 		g.audit.Message("dead", env, 0, "inbox full")
 		g.metrics.Dead(env.Kind, "inbox full")
 		log.Warn("remote inbox full: dead-lettered here", "recipient", env.Recipient.Gid)
@@ -393,6 +396,18 @@ func (g *Gateway) publish(env *envelope.Envelope, retry bool) error {
 	return err
 }
 
+// namedFault is err (the broker's, which knows only the routing key, a
+// gid) with the gid named as the recipient is known here: NAME@HOST.
+func namedFault(err error, p envelope.Party) error {
+	var fe *fault.Error
+	if p.Gid == "" || p.Name == "" || !errors.As(err, &fe) {
+		return err
+	}
+	named := *fe
+	named.Msg = strings.ReplaceAll(fe.Msg, p.Gid, p.String())
+	return &named
+}
+
 // takeRemote takes a message from this host's broker inbox into the host
 // store (dedup by msg id) before the broker delivery is acked. From there
 // it follows the same delivery as a local message. Taking it in at once,
@@ -412,6 +427,12 @@ func (g *Gateway) takeRemote(env *envelope.Envelope) error {
 	b, err := g.intakeBox(env)
 	if err != nil {
 		return err
+	}
+	if env.Recipient.Group == "" {
+		// the recipient is named as this host knows it, not as the
+		// sending host last heard it (a reply to a gid has no name)
+		e := b.snapshot()
+		env.Recipient.Name, env.Recipient.Host = e.Name, e.Host
 	}
 	switch env.Kind {
 	case envelope.Ask:
@@ -562,6 +583,10 @@ func (g *Gateway) apiRecord(r *store.Record) api.Record {
 	if b := g.box(r.Recipient); b != nil {
 		e := b.snapshot()
 		rcpt = e.Name + "@" + e.Host
+	} else if n := g.peers.Name(r.Recipient); n != "" {
+		rcpt = n + "@" + ident.GidHost(r.Recipient) // a remote one, as last heard
+	} else if r.Named != "" {
+		rcpt = r.Named // as it was sent to, before it left and was forgotten
 	}
 	return api.Record{
 		MsgID: r.MsgID, Kind: string(r.Kind), TraceID: r.TraceID, State: r.State,

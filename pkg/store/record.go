@@ -13,7 +13,8 @@ import (
 // message (accepted, then delivered), so it is stored in a compact binary
 // form rather than JSON: version byte 1, then the strings as uvarint length
 // and bytes, the numbers as uvarints, the times as a flag byte and the
-// Unix nanoseconds as a varint. Records written as JSON by earlier versions
+// Unix nanoseconds as a varint; then, optionally, the recipient's name
+// (Named) as a string. Records written as JSON by earlier versions
 // (they start with '{') are still read.
 const recordV1 = 1
 
@@ -35,6 +36,12 @@ func encodeRecord(r *Record) []byte {
 		}
 		b = append(b, 1)
 		b = binary.AppendVarint(b, t.UnixNano())
+	}
+	if r.Named != "" {
+		// optional, last: a record without it reads as before, and an
+		// older reader stops before it
+		b = binary.AppendUvarint(b, uint64(len(r.Named)))
+		b = append(b, r.Named...)
 	}
 	return b
 }
@@ -96,6 +103,12 @@ func decodeRecord(data []byte, r *Record) error {
 		}
 		p = p[k:]
 		*dst = time.Unix(0, ns).UTC()
+	}
+	r.Named = ""
+	if len(p) > 0 {
+		if r.Named, ok = str(); !ok {
+			return errBadRecord
+		}
 	}
 	return nil
 }

@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/fleetd/fleet/pkg/envelope"
 )
 
 func TestRecordEncodingRoundTrip(t *testing.T) {
@@ -13,6 +15,8 @@ func TestRecordEncodingRoundTrip(t *testing.T) {
 			Accepted: time.Date(2026, 11, 29, 10, 0, 0, 123456789, time.UTC)},
 		{MsgID: "m2/g", Kind: "BROADCAST", State: Dead, Attempts: 5, Reason: "inbox full: ü", Seq: 0,
 			Accepted: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), Done: time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)},
+		{MsgID: "m3", Kind: "SEND", Sender: "h1.a", Recipient: "h2.b", State: Dead, Named: "bob@h2",
+			Accepted: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)},
 		{},
 	} {
 		var got Record
@@ -36,6 +40,44 @@ func TestRecordDecodesEarlierJSON(t *testing.T) {
 	var got Record
 	if err := decodeRecord(data, &got); err != nil || !reflect.DeepEqual(got, r) {
 		t.Errorf("from JSON: %+v, %v; want %+v", got, err, r)
+	}
+}
+
+// A record with the recipient's name reads with it; one written before
+// Named (no trailing string) reads with none.
+func TestRecordNamedIsOptional(t *testing.T) {
+	r := Record{MsgID: "m", Recipient: "h2.b", State: Accepted, Accepted: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)}
+	old := encodeRecord(&r)
+	r.Named = "bob@h2"
+	named := encodeRecord(&r)
+	if len(named) <= len(old) || string(named[:len(old)]) != string(old) {
+		t.Fatalf("Named is not an optional tail: %v vs %v", named, old)
+	}
+	got := Record{Named: "stale@h9"}
+	if err := decodeRecord(old, &got); err != nil || got.Named != "" {
+		t.Errorf("an earlier record: Named %q, %v; want none", got.Named, err)
+	}
+	if err := decodeRecord(named[:len(named)-1], &got); err == nil {
+		t.Errorf("a cut name accepted")
+	}
+}
+
+// The recipient's name, as sent, stays on an outbound record until it
+// settles, and after.
+func TestOutboundRecordKeepsName(t *testing.T) {
+	s, _ := newStore(t)
+	env := envelope.New(envelope.Send, envelope.Party{Gid: "h1.a", Name: "alice", Host: "h1"},
+		envelope.Party{Gid: "h2.b", Name: "bob", Host: "h2"}, "hi")
+	if err := s.RecordOutbound(env, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	recs, errs := s.SettleOutboundAll([]Settle{{MsgID: env.MsgID, State: Dead, Reason: "left", At: time.Now()}})
+	if errs[0] != nil || recs[0].Named != "bob@h2" {
+		t.Fatalf("settled: %+v, %v; want Named bob@h2", recs[0], errs[0])
+	}
+	r, err := s.Record(env.MsgID)
+	if err != nil || r.Named != "bob@h2" || r.State != Dead {
+		t.Errorf("read back: %+v, %v", r, err)
 	}
 }
 

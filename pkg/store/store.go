@@ -102,6 +102,11 @@ type Record struct {
 	Reason    string        `json:"reason,omitempty"`
 	Accepted  time.Time     `json:"accepted"`
 	Done      time.Time     `json:"done,omitzero"` // delivered or dead
+
+	// Named: an outbound message's recipient as NAME@HOST when it was
+	// sent (as this host then knew it), so its record still names it
+	// once the entity has left and been forgotten; "" if sent unnamed.
+	Named string `json:"named,omitempty"`
 }
 
 // DeadLetter is a message that will not be delivered, with why. It is
@@ -845,6 +850,14 @@ func (s *Store) RecordOutbound(env *envelope.Envelope, now time.Time) error {
 	return s.RecordOutboundStart(env, now)()
 }
 
+// named is p as NAME@HOST ("" when its name or host is not known).
+func named(p envelope.Party) string {
+	if p.Name == "" || p.Host == "" || p.Group != "" {
+		return ""
+	}
+	return p.Name + "@" + p.Host
+}
+
 // RecordOutboundStart is RecordOutbound in two halves, so the caller can
 // publish while the record goes to disk: the record is queued before it
 // returns — a later operation (the receipt's SettleOutbound) finds it —
@@ -856,7 +869,7 @@ func (s *Store) RecordOutboundStart(env *envelope.Envelope, now time.Time) (wait
 		}
 		return save(tx.Bucket(bRecords), env.MsgID, &Record{
 			MsgID: env.MsgID, Kind: env.Kind, TraceID: env.TraceID,
-			Sender: env.Sender.Gid, Recipient: env.Recipient.Gid,
+			Sender: env.Sender.Gid, Recipient: env.Recipient.Gid, Named: named(env.Recipient),
 			State: Accepted, Accepted: now,
 		})
 	}})
@@ -905,7 +918,7 @@ func (s *Store) DeadOutbound(env *envelope.Envelope, reason string, now time.Tim
 	return s.update(func(tx *wtx) error {
 		r := Record{
 			MsgID: env.MsgID, Kind: env.Kind, TraceID: env.TraceID,
-			Sender: env.Sender.Gid, Recipient: env.Recipient.Gid,
+			Sender: env.Sender.Gid, Recipient: env.Recipient.Gid, Named: named(env.Recipient),
 			State: Dead, Reason: reason, Accepted: now, Done: now,
 		}
 		if err := save(tx.Bucket(bDead), key, &DeadLetter{Record: r, Envelope: raw}); err != nil {

@@ -512,7 +512,15 @@ func runDead(c *ucli.Context) error {
 	}
 	if jsonOut(c) {
 		for _, d := range resp.Dead {
-			if err := fleetcli.PrintJSON(c.App.Writer, d); err != nil {
+			// the record's recipient as an entity {gid,name,host}
+			out := struct {
+				Record   any `json:"record"`
+				Envelope any `json:"envelope,omitempty"`
+			}{Record: fleetcli.RecordOut(&d.Record)}
+			if d.Envelope != nil {
+				out.Envelope = d.Envelope
+			}
+			if err := fleetcli.PrintJSON(c.App.Writer, out); err != nil {
 				return err
 			}
 		}
