@@ -189,13 +189,8 @@ func (p *publisher) refused(key string) (reason string, ok bool) {
 	return e.Reason, true
 }
 
-func (p *publisher) publish(ctx context.Context, exchange, key string, msg amqp.Publishing, deadline time.Time) result {
-	_, res := p.publishWritten(ctx, exchange, key, msg, deadline)
-	return res
-}
-
-// publishWritten is publish, and whether the message was written on the
-// channel: a publish written and then not confirmed (resClosed,
+// publishWritten publishes msg, mandatory, and says whether it was
+// written on the channel: a publish written and then not confirmed (resClosed,
 // resTimeout) may be on the broker; one never written is not.
 func (p *publisher) publishWritten(ctx context.Context, exchange, key string, msg amqp.Publishing, deadline time.Time) (written bool, res result) {
 	start := time.Now()
