@@ -72,9 +72,12 @@ func dialHint(url string, tlsFiles Config, err error) string {
 	switch {
 	case strings.Contains(msg, "unknown authority") || strings.Contains(msg, "x509:"):
 		return "trust the CA that signs the broker's certificate: FLEET_BROKER_CA=FILE (or --broker-ca)"
-	case tlsURL && tlsFiles.CertFile == "" && (strings.Contains(msg, "certificate required") ||
-		strings.Contains(msg, "handshake failure") || strings.Contains(msg, "bad certificate") ||
-		strings.Contains(msg, "reset by peer") || strings.Contains(msg, "EOF")):
+	case tlsURL && tlsFiles.CertFile == "" && !strings.Contains(msg, "connection refused") &&
+		!strings.Contains(msg, "no such host") && !strings.Contains(msg, "i/o timeout"):
+		// the broker got the connection and dropped it: without a client
+		// certificate that is the likely cause, however the drop surfaces
+		// (a TLS alert, a reset, EOF, or a connection "not open" when
+		// TLS 1.3 lets the handshake finish before the server's alert)
 		return "the broker may want a client certificate: FLEET_BROKER_CERT=FILE FLEET_BROKER_KEY=FILE (or --broker-cert, --broker-key)"
 	case tlsURL && (strings.Contains(msg, "certificate") || strings.Contains(msg, "tls:")):
 		return "the broker refused the TLS handshake: check FLEET_BROKER_CERT and FLEET_BROKER_KEY (a certificate its CA signed)"

@@ -160,10 +160,11 @@ func (g *Gateway) locate(to string) (gid, name, host string, err error) {
 	case t.box != nil:
 		e := t.box.snapshot()
 		return e.Gid, e.Name, g.cfg.Host, nil
-	case t.host != "":
+	case t.host != "" && !ident.IsGid(to):
 		return t.gid, t.name, t.host, nil
 	}
-	for _, r := range g.remoteRows() { // a gid: which host has it?
+	// a gid names its host, but only the view says the entity is there
+	for _, r := range g.remoteRows() {
 		if r.Gid == t.gid {
 			return r.Gid, r.Name, r.Host, nil
 		}
