@@ -218,8 +218,8 @@ func TestCrossTakenPastLocalCap(t *testing.T) {
 		}
 		return nil
 	})
-	if len(got) != 1 || got[0].Envelope.Kind != envelope.Bounce || got[0].Envelope.Body != alice.bounceBody(s.MsgID, bob.Gid+"@h2", reason) {
-		// a death told by a receipt names its recipient by gid (receipt.go)
+	if len(got) != 1 || got[0].Envelope.Kind != envelope.Bounce || got[0].Envelope.Body != alice.bounceBody(s.MsgID, "bob@h2", reason) {
+		// a death told by a receipt names its recipient as its host signed it (receipt.go)
 		t.Fatalf("alice got %d: %q", len(got), got[0].Envelope.Body)
 	}
 	if n := h2.logCount("local inbox full"); n != 1 { // once while it stays full
