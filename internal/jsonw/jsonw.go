@@ -11,8 +11,9 @@
 // 2-core VM; no run below 2.2x), and without an allocation (json.Marshal:
 // 3). The stored envelope's encoder and scanner that were here did not pay
 // in the same runs (json.Marshal 0.77-0.99x their time, json.Unmarshal
-// 0.87-2.1x) and went back to encoding/json. The Scanner (scan.go) reads
-// request frames in the gateway (pkg/gateway's decodeRequest).
+// 0.87-2.1x) and went back to encoding/json, as did the gateway's request
+// scanner that was here (five alternating scripts/bench-local.sh runs of
+// the two builds: see pkg/api's WriteFrame).
 package jsonw
 
 import (

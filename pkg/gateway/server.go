@@ -13,7 +13,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/fleetd/fleet/internal/jsonw"
 	"github.com/fleetd/fleet/pkg/api"
 	"github.com/fleetd/fleet/pkg/audit"
 	"github.com/fleetd/fleet/pkg/config"
@@ -203,90 +202,7 @@ func (c *conn) read() (*api.Request, error) {
 	if !utf8.Valid(data) {
 		return nil, fault.New(fault.Data, fault.KindBadUTF8, "request is not valid UTF-8")
 	}
-	return decodeRequest(data)
-}
-
-// decodeRequest is api.DecodeRequest (TestDecodeRequestAsAPI), with a
-// request of string and string-list fields — a send, an ack — read by a
-// scanner instead of encoding/json's reflection; any other request, or
-// one written otherwise than json.Marshal writes it, goes to
-// api.DecodeRequest.
-func decodeRequest(data []byte) (*api.Request, error) {
-	var r api.Request
-	sc := jsonw.NewScanner(data)
-	sc.Open()
-	for first := true; sc.More(first); first = false {
-		var str *string
-		var list *[]string
-		switch sc.Key() {
-		case "op":
-			str = &r.Op
-		case "token":
-			str = &r.Token
-		case "to":
-			str = &r.To
-		case "body":
-			str = &r.Body
-		case "reply_to":
-			str = &r.ReplyTo
-		case "name":
-			str = &r.Name
-		case "mode":
-			str = &r.Mode
-		case "tmux_target":
-			str = &r.TmuxTarget
-		case "exec":
-			str = &r.Exec
-		case "nudge":
-			str = &r.Nudge
-		case "group":
-			str = &r.Group
-		case "turn_id":
-			str = &r.TurnID
-		case "answer_to":
-			str = &r.AnswerTo
-		case "host":
-			str = &r.Host
-		case "profile":
-			str = &r.Profile
-		case "request_id":
-			str = &r.RequestID
-		case "target":
-			str = &r.Target
-		case "status":
-			str = &r.Status
-		case "trace_id":
-			str = &r.TraceID
-		case "msg_id":
-			str = &r.MsgID
-		case "until":
-			str = &r.Until
-		case "signed_by":
-			str = &r.SignedBy
-		case "acks":
-			list = &r.Acks
-		case "groups":
-			list = &r.Groups
-		case "add":
-			list = &r.Add
-		case "remove":
-			list = &r.Remove
-		case "msg_ids":
-			list = &r.MsgIDs
-		default:
-			sc.Fail() // numbers, booleans, bytes, and what is not a field
-		}
-		switch {
-		case str != nil:
-			*str = sc.String()
-		case list != nil:
-			*list = sc.Strings()
-		}
-	}
-	if !sc.Done() || r.Op == "" {
-		return api.DecodeRequest(data)
-	}
-	return &r, nil
+	return api.DecodeRequest(data)
 }
 
 // frameReader reads a connection, and bounds each frame: a frame must be
