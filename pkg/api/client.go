@@ -51,7 +51,7 @@ func Dial(socket string) (*Client, error) {
 			WithHint("start one with: fleet-gw run")
 	}
 	c := &Client{conn: conn, r: bufio.NewReaderSize(conn, 64<<10)}
-	resp, err := c.CallShort(&Request{Op: OpHello, Proto: Proto})
+	resp, err := c.Call(&Request{Op: OpHello, Proto: Proto})
 	if err != nil {
 		conn.Close()
 		return nil, err
@@ -101,33 +101,18 @@ func (c *Client) Close() error { return c.conn.Close() }
 // Call sends one request and reads one response. A gateway error comes back
 // as a *fault.Error.
 func (c *Client) Call(req *Request) (*Response, error) {
-	return c.call(req, c.Read)
-}
-
-// CallShort is Call for a request whose answer carries nothing but the
-// outcome, the greeting or a sent message (hello, send, and a send's
-// reply or answer): only those members of the answer are decoded (any other
-// is dropped). A short command's first answer decoded into the whole
-// Response builds the decoders of every op's fields; on the machine of the
-// figures in scripts/BENCHMARKS.md that is ~30 more page faults per process start, at
-// about 25 µs each.
-func (c *Client) CallShort(req *Request) (*Response, error) {
-	return c.call(req, c.readShort)
-}
-
-func (c *Client) call(req *Request, read func() (*Response, error)) (*Response, error) {
 	if req.Token == "" {
 		req.Token = c.Token
 	}
 	if err := WriteFrame(c.conn, req); err != nil {
 		// the gateway may have said why before it closed (a refused peer)
 		c.conn.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
-		if _, rerr := read(); fault.KindOf(rerr) != fault.KindNoGateway && rerr != nil {
+		if _, rerr := c.Read(); fault.KindOf(rerr) != fault.KindNoGateway && rerr != nil {
 			return nil, rerr
 		}
 		return nil, c.lost(err)
 	}
-	return read()
+	return c.Read()
 }
 
 // Send writes a request without reading a response (recv's acks are
@@ -164,26 +149,6 @@ func partial(resp *Response) *Response {
 	}
 	resp.Error = nil
 	return resp
-}
-
-// shortResponse is the part of Response that CallShort decodes: the same
-// members, names and types (TestShortResponseMatches).
-type shortResponse struct {
-	OK    bool       `json:"ok"`
-	Error *ErrorBody `json:"error,omitempty"`
-	Hello *Hello     `json:"hello,omitempty"`
-	Sent  *Sent      `json:"sent,omitempty"`
-}
-
-func (c *Client) readShort() (*Response, error) {
-	var resp shortResponse
-	if err := c.readInto(&resp); err != nil {
-		return nil, err
-	}
-	if resp.Error != nil {
-		return partial(&Response{Sent: resp.Sent}), resp.Error.Fault()
-	}
-	return &Response{OK: resp.OK, Hello: resp.Hello, Sent: resp.Sent}, nil
 }
 
 func (c *Client) readInto(v any) error {

@@ -3,29 +3,10 @@ package api
 import (
 	"net"
 	"path/filepath"
-	"reflect"
 	"testing"
 
 	"github.com/fleetd/fleet/pkg/fault"
 )
-
-// TestShortResponseMatches: each member CallShort decodes is Response's,
-// same name, type and tag, so both read a frame the same way.
-func TestShortResponseMatches(t *testing.T) {
-	full := reflect.TypeOf(Response{})
-	short := reflect.TypeOf(shortResponse{})
-	for i := 0; i < short.NumField(); i++ {
-		s := short.Field(i)
-		f, ok := full.FieldByName(s.Name)
-		if !ok {
-			t.Errorf("shortResponse.%s is not in Response", s.Name)
-			continue
-		}
-		if f.Type != s.Type || f.Tag != s.Tag {
-			t.Errorf("shortResponse.%s is %s %q, Response's %s %q", s.Name, s.Type, s.Tag, f.Type, f.Tag)
-		}
-	}
-}
 
 // listen returns a unix socket in a fresh folder, the peer of one
 // connection at a time.
