@@ -34,3 +34,19 @@ func TestDialFailures(t *testing.T) {
 		t.Fatalf("a folder in the socket's place: %v (code %d)", err, fault.CodeOf(err))
 	}
 }
+
+// TestDialOwnSocket: a socket this user listens on passes the peer check
+// (SO_PEERCRED, through net's connection) and connects.
+func TestDialOwnSocket(t *testing.T) {
+	path, l := listen(t)
+	c, err := dialUnix(path)
+	if err != nil {
+		t.Fatalf("dial own socket: %v", err)
+	}
+	defer c.Close()
+	peer, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer.Close()
+}
