@@ -57,7 +57,6 @@ lint:
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz 'FuzzDecode$$' -fuzztime 30s ./pkg/envelope
-	$(GO) test -run '^$$' -fuzz FuzzUnmarshalAsEncodingJSON -fuzztime 30s ./pkg/envelope
 
 bench: build
 	scripts/bench-local.sh
@@ -65,6 +64,7 @@ bench: build
 	scripts/bench-checks.sh
 	scripts/bench-scale.sh
 	scripts/bench-presence.sh
+	scripts/bench-libs.sh
 
 demo: build
 	scripts/demo.sh
