@@ -7,7 +7,6 @@ import (
 
 	"github.com/fleetd/fleet/pkg/api"
 	"github.com/fleetd/fleet/pkg/audit"
-	"github.com/fleetd/fleet/pkg/deliver"
 	"github.com/fleetd/fleet/pkg/fault"
 	"github.com/fleetd/fleet/pkg/ident"
 	"github.com/fleetd/fleet/pkg/store"
@@ -294,25 +293,9 @@ func (g *Gateway) setStatus(pid int32, req *api.Request) (*api.Response, error) 
 			return nil, err
 		}
 	}
-	if req.Status != stBusy && req.Status != stIdle {
-		return nil, fault.New(fault.Usage, fault.KindUsage, "status must be busy or idle, not %q", req.Status)
-	}
-	ent := b.snapshot()
-	program := ""
-	if ent.TmuxTarget != "" && ent.Program == "" {
-		// an agent started from the pane's shell: its program is what the
-		// pane runs while its hook runs
-		if p, err := deliver.Probe(g.runCtx, ent.PaneTarget()); err == nil && agentInFront(p) {
-			program = p.Command
-		}
-	}
-	e, err := b.putStatus(g.st, req.Status, "", true, program)
-	if err == nil && agent != 0 {
-		// the hook's own agent process: the one the pane must have in front
-		e, err = b.bindAgent(g.st, agent)
-	}
+	e, program, err := b.hook(g.runCtx, g.st, req.Status, agent)
 	if err != nil {
-		return nil, fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot record the status")
+		return nil, err
 	}
 	if program != "" {
 		g.log.Info("agent's program learnt from its first hook", "entity", e.Name, "program", program)
