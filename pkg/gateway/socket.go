@@ -402,7 +402,7 @@ func earliest(a, b time.Time) time.Time {
 func (g *Gateway) handle(uc *net.UnixConn, gd *guard, sl *slot) {
 	defer uc.Close()
 	c := &conn{c: uc, fr: newFrameReader(uc, gd.frameTimeout), gd: gd, max: api.MaxFrame(g.cfg.MaxBody)}
-	if err := g.checkPeer(c); err != nil {
+	if err := c.checkPeer(); err != nil {
 		g.log.Warn("refused a connection", "err", err)
 		c.fail(err)
 		return
@@ -508,7 +508,7 @@ func holdsOpen(req *api.Request) bool {
 
 // checkPeer admits only processes of the gateway's own user (the socket's
 // mode already says so; this holds even if the mode is loosened).
-func (g *Gateway) checkPeer(c *conn) error {
+func (c *conn) checkPeer() error {
 	raw, err := c.c.SyscallConn()
 	if err != nil {
 		return err
