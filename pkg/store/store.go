@@ -863,16 +863,7 @@ func named(p envelope.Party) string {
 // returns — a later operation (the receipt's SettleOutbound) finds it —
 // and wait returns once it is on disk.
 func (s *Store) RecordOutboundStart(env *envelope.Envelope, now time.Time) (wait func() error) {
-	return s.start(&op{fn: func(tx *wtx) error {
-		if tx.Bucket(bRecords).Get([]byte(env.MsgID)) != nil {
-			return nil // a retransmit: the record (maybe settled) stays
-		}
-		return save(tx.Bucket(bRecords), env.MsgID, &Record{
-			MsgID: env.MsgID, Kind: env.Kind, TraceID: env.TraceID,
-			Sender: env.Sender.Gid, Recipient: env.Recipient.Gid, Named: named(env.Recipient),
-			State: Accepted, Accepted: now,
-		})
-	}})
+	return s.RecordOutboundKeep(env, now, nil)
 }
 
 // MarkOutbound moves an outbound record between accepted and unknown (a
@@ -902,7 +893,12 @@ func (s *Store) MarkOutbound(msgID, state string) (*Record, error) {
 
 // ForgetRecord drops the record of a message that was never sent.
 func (s *Store) ForgetRecord(msgID string) error {
-	return s.update(func(tx *wtx) error { return tx.Bucket(bRecords).Delete([]byte(msgID)) })
+	return s.update(func(tx *wtx) error {
+		if err := dropSent(tx, msgID); err != nil {
+			return err
+		}
+		return tx.Bucket(bRecords).Delete([]byte(msgID))
+	})
 }
 
 // DeadOutbound dead-letters a message that no inbox took for good: the
@@ -949,6 +945,9 @@ func (s *Store) KillOutbound(msgID string, raw []byte, reason string, at time.Ti
 		if err := save(tx.Bucket(bDead), msgID, &DeadLetter{Record: r, Envelope: raw}); err != nil {
 			return err
 		}
+		if err := dropSent(tx, msgID); err != nil {
+			return err
+		}
 		dead = true
 		return save(tx.Bucket(bRecords), msgID, &r)
 	})
@@ -989,6 +988,9 @@ func (s *Store) SettleOutboundAll(settles []Settle) ([]*Record, []error) {
 			if (r.State == Accepted || r.State == Unknown) && (st.State == Delivered || st.State == Dead) {
 				r.State, r.Reason, r.Attempts, r.Done = st.State, st.Reason, st.Attempts, st.At
 				if err := save(b, st.MsgID, &r); err != nil {
+					return err
+				}
+				if err := dropSent(tx, st.MsgID); err != nil {
 					return err
 				}
 			}
