@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	hexenc "encoding/hex"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetd/fleet/pkg/broker"
 	"github.com/fleetd/fleet/pkg/envelope"
 	"github.com/fleetd/fleet/pkg/fault"
 	"github.com/fleetd/fleet/pkg/store"
@@ -157,5 +159,44 @@ func TestAskRefused(t *testing.T) {
 	err := refusedAskFault(envelope.New(envelope.Ask, envelope.Party{}, envelope.Party{Gid: "h2.b", Name: "bob", Host: "h2"}, ""), "why")
 	if fault.CodeOf(err) != fault.Refused || fault.KindOf(err) != fault.KindRefusedByHost {
 		t.Fatalf("fault %v", err)
+	}
+}
+
+// A refused message whose body this host cannot read is told from its
+// head; one too big to quote is told by its digest.
+func TestRefusalNoticeShapes(t *testing.T) {
+	_, priv, _ := ed25519.GenerateKey(rand.Reader)
+	alice := envelope.Party{Gid: "h1.01a23400-3365-77d8-a646-15bd4b212402", Host: "h1"}
+	bob := envelope.Party{Gid: "h2.01a23400-3142-7e07-b4e3-15b27a9f1b77"}
+	var got []*envelope.Envelope
+	n := &refusalNotices{host: "h2", maxBody: 64 << 10, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		publish: func(to string, env *envelope.Envelope) {
+			if to != alice.Gid {
+				t.Errorf("a notice to %s", to)
+			}
+			got = append(got, env)
+		}}
+	id := envelope.NewID()
+	newer := []byte(`{"v":"2.0","msg_id":"` + id + `","kind":"SEND","sender":{"gid":"` + alice.Gid + `"}}`)
+	head := &envelope.Envelope{MsgID: id, Kind: envelope.Send, Sender: alice, Recipient: bob}
+	n.refused(broker.RefusedMsg{Queue: broker.InboxQueue(bob.Gid), Refusal: broker.Refuse(broker.ReasonNewerSchema, "2.0"),
+		Env: head, Unread: true, Body: newer, Sig: ed25519.Sign(priv, newer), SignedBy: "h1"})
+	big := envelope.New(envelope.Send, alice, bob, strings.Repeat("x", 100<<10))
+	raw, _ := envelope.Encode(big)
+	n.refused(broker.RefusedMsg{Queue: broker.InboxQueue(bob.Gid), Refusal: broker.Refuse(broker.ReasonForged, "bad"),
+		Env: big, Body: raw, Sig: ed25519.Sign(priv, raw), SignedBy: "h1"})
+	if len(got) != 2 {
+		t.Fatalf("%d notices, want 2", len(got))
+	}
+	var rb receiptBody
+	if err := json.Unmarshal([]byte(got[0].Body), &rb); err != nil || rb.MsgID != id || rb.Refused == nil ||
+		rb.Refused.Body != base64.StdEncoding.EncodeToString(newer) || rb.Refused.Why != broker.ReasonNewerSchema {
+		t.Fatalf("the unreadable message's notice: %s", got[0].Body)
+	}
+	rb = receiptBody{}
+	sum := sha256.Sum256(raw)
+	if err := json.Unmarshal([]byte(got[1].Body), &rb); err != nil || rb.Refused == nil || rb.Refused.Body != "" ||
+		rb.Refused.SHA256 != hexenc.EncodeToString(sum[:]) || len(got[1].Body) > n.maxBody {
+		t.Fatalf("the big message's notice: %.300s", got[1].Body)
 	}
 }
