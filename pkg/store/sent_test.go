@@ -47,6 +47,16 @@ func TestSentBytes(t *testing.T) {
 	if dl, err := s.DeadLetter(b.MsgID); err != nil || string(dl.Envelope) != `{"raw":"b"}` {
 		t.Fatalf("dead letter %v %v", dl, err)
 	}
+	e := envelope.New(envelope.Send, from, to, "e") // its confirm lost: unknown, and refused all the same
+	if err := s.RecordOutboundKeep(e, t0, []byte(`{"raw":"e"}`))(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.MarkOutbound(e.MsgID, Unknown); err != nil {
+		t.Fatal(err)
+	}
+	if dead, err := s.KillOutbound(e.MsgID, s.Sent(e.MsgID), "refused", t0); err != nil || !dead {
+		t.Fatalf("KillOutbound of an unknown outcome: %v %v", dead, err)
+	}
 	if err := s.ForgetRecord(c.MsgID); err != nil {
 		t.Fatal(err)
 	}

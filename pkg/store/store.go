@@ -925,7 +925,7 @@ func (s *Store) DeadOutbound(env *envelope.Envelope, reason string, now time.Tim
 }
 
 // KillOutbound records that a message this host sent died elsewhere (in a
-// broker inbox): its outbound record goes from accepted to dead with
+// broker inbox): its outbound record goes from accepted (or unknown) to dead with
 // reason, and raw (the envelope as sent) is kept as a dead letter here, so
 // the sender's host lists it. dead is false when the record had already
 // settled (a receipt, or this death told before) or is unknown.
@@ -938,7 +938,7 @@ func (s *Store) KillOutbound(msgID string, raw []byte, reason string, at time.Ti
 			}
 			return err
 		}
-		if r.State != Accepted {
+		if r.State != Accepted && r.State != Unknown { // unknown: a confirm lost, as SettleOutboundAll
 			return nil
 		}
 		r.State, r.Reason, r.Done = Dead, reason, at
