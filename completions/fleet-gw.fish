@@ -100,7 +100,7 @@ complete -c fleet-gw -f
 complete -c fleet-gw -n '__fleet_gw_at ""' -l help -s h -d 'show help'
 complete -c fleet-gw -n '__fleet_gw_at ""' -l version -d 'print the version'
 complete -c fleet-gw -n '__fleet_gw_at "" 0' -a 'run' -d 'run the gateway in the foreground until SIGINT or SIGTERM'
-complete -c fleet-gw -n '__fleet_gw_at "" 0' -a 'key' -d 'print this host\'s trust line (HOST PUBLIC-KEY), creating its signing key if needed'
+complete -c fleet-gw -n '__fleet_gw_at "" 0' -a 'key' -d 'print this host\'s trust line (HOST PUBLIC-KEY SEALING-KEY), creating its signing and sealing keys if needed'
 complete -c fleet-gw -n '__fleet_gw_at "" 0' -a 'status' -d 'ask the running gateway how it is: exit 0 healthy, 69 no gateway, 75 degraded (its broker not connected)'
 complete -c fleet-gw -n '__fleet_gw_at "" 0' -a 'trust' -d 'list, add and remove the hosts whose signed messages this gateway admits'
 complete -c fleet-gw -n '__fleet_gw_at "" 0' -a 'cert' -d 'on a host: ask for, install and show its operator certificate; import revocations'
