@@ -63,6 +63,7 @@ bench: build
 	scripts/bench-local.sh
 	scripts/bench-broker.sh
 	scripts/bench-checks.sh
+	scripts/bench-seal.sh
 	scripts/bench-scale.sh
 	scripts/bench-presence.sh
 

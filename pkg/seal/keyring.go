@@ -180,13 +180,33 @@ func (k *Keyring) Destroy() ([]KeyID, error) {
 	return gone, errors.Join(errs...)
 }
 
-// identity returns the key with id to open with: nil, nil if id is not
-// one of this host's; an ErrUnknownKey error if it was and is no longer
-// usable.
-func (k *Keyring) identity(id KeyID) (*age.X25519Identity, error) {
+// find returns the first of ids that is a usable key of this host's, and
+// its index; if none, an ErrUnknownKey error when one of them was this
+// host's (retired past its grace, or destroyed), else ErrNotForUs.
+func (k *Keyring) find(ids []KeyID) (*age.X25519Identity, int, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.refresh()
+	var gone error
+	for i, id := range ids {
+		ident, err := k.identity(id)
+		if ident != nil {
+			return ident, i, nil
+		}
+		if err != nil && gone == nil {
+			gone = err
+		}
+	}
+	if gone != nil {
+		return nil, -1, gone
+	}
+	return nil, -1, &Error{Kind: ErrNotForUs, Msg: fmt.Sprintf("%d recipient keys, none of this host's", len(ids))}
+}
+
+// identity returns the key with id to open with: nil, nil if id is not
+// one of this host's; an ErrUnknownKey error if it was and is no longer
+// usable. k.mu is held.
+func (k *Keyring) identity(id KeyID) (*age.X25519Identity, error) {
 	if id == k.pub.ID() {
 		return k.current, nil
 	}

@@ -281,25 +281,9 @@ func Open(bind string, sealed []byte, kr *Keyring) ([]byte, error) {
 		return nil, err
 	}
 	table := sha256.Sum256(sealed[:len(sealed)-len(file)])
-	var ident *age.X25519Identity
-	at := -1
-	var gone error
-	for i, id := range ids {
-		k, err := kr.identity(id)
-		if err != nil {
-			gone = err
-			continue
-		}
-		if k != nil {
-			ident, at = k, i
-			break
-		}
-	}
-	if ident == nil {
-		if gone != nil {
-			return nil, gone
-		}
-		return nil, &Error{Kind: ErrNotForUs, Msg: fmt.Sprintf("%d recipient keys, none of this host's", len(ids))}
+	ident, at, err := kr.find(ids)
+	if err != nil {
+		return nil, err
 	}
 	r, err := age.Decrypt(bytes.NewReader(file), one{id: ident, i: at, n: len(ids)})
 	if err != nil {

@@ -319,3 +319,15 @@ func FuzzOpen(f *testing.F) {
 		}
 	})
 }
+
+func mustKeyring() *Keyring {
+	dir, err := os.MkdirTemp("", "seal-example-")
+	if err != nil {
+		panic(err)
+	}
+	k, err := LoadKeyring(filepath.Join(dir, "state"))
+	if err != nil {
+		panic(err)
+	}
+	return k
+}
