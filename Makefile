@@ -58,6 +58,7 @@ lint:
 fuzz:
 	$(GO) test -run '^$$' -fuzz 'FuzzDecode$$' -fuzztime 30s ./pkg/envelope
 	$(GO) test -run '^$$' -fuzz FuzzUnmarshalAsEncodingJSON -fuzztime 30s ./pkg/envelope
+	$(GO) test -run '^$$' -fuzz FuzzOpen -fuzztime 30s ./pkg/seal
 
 bench: build
 	scripts/bench-local.sh
