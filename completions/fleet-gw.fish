@@ -231,7 +231,7 @@ complete -c fleet-gw -n '__fleet_gw_at status' -l help -s h -d 'show help'
 
 # fleet-gw trust
 complete -c fleet-gw -n '__fleet_gw_at trust' -l help -s h -d 'show help'
-complete -c fleet-gw -n '__fleet_gw_at trust 0' -a 'list' -d 'print the trusted hosts (HOST KEY per line) and operators (operator NAME KEY); JSON Lines with --json'
+complete -c fleet-gw -n '__fleet_gw_at trust 0' -a 'list' -d 'print the trusted hosts (HOST KEY [SEALING-KEY] per line) and operators (operator NAME KEY); JSON Lines with --json'
 complete -c fleet-gw -n '__fleet_gw_at trust 0' -a 'add' -d 'trust HOST\'s key (the line fleet-gw key prints on HOST), or an operator\'s (operator NAME KEY); replaces a key it had'
 complete -c fleet-gw -n '__fleet_gw_at trust 0' -a 'remove' -d 'stop trusting HOST (or operator NAME, and so the hosts it certified): refused from now on, queued messages included'
 

@@ -135,7 +135,7 @@ func trustCommand(app *ucli.App) *ucli.Command {
 		OnUsageError:    app.OnUsageError,
 		Subcommands: []*ucli.Command{{
 			Name:         "list",
-			Usage:        "print the trusted hosts (HOST KEY per line) and operators (operator NAME KEY); JSON Lines with --json",
+			Usage:        "print the trusted hosts (HOST KEY [SEALING-KEY] per line) and operators (operator NAME KEY); JSON Lines with --json",
 			UsageText:    "fleet-gw trust list [--json]",
 			OnUsageError: app.OnUsageError,
 			Flags:        flags(),
@@ -168,12 +168,21 @@ func trustCommand(app *ucli.App) *ucli.Command {
 				if len(entries) == 0 && !c.Bool("json") {
 					fmt.Fprintf(c.App.ErrWriter, "fleet-gw: no host is trusted (%s): messages from other hosts are refused\n", path)
 				}
+				var unsealed []string
+				for _, e := range entries {
+					if e.Host != "" && !e.Sealing() {
+						unsealed = append(unsealed, e.Host)
+					}
+				}
+				if len(unsealed) > 0 && !c.Bool("json") {
+					fmt.Fprintf(c.App.ErrWriter, "fleet-gw: no sealing key announced by %s (a line of before sealing keys): on each, run fleet-gw key and add its line here again\n", strings.Join(unsealed, ", "))
+				}
 				return nil
 			},
 		}, {
 			Name:         "add",
 			Usage:        "trust HOST's key (the line fleet-gw key prints on HOST), or an operator's (operator NAME KEY); replaces a key it had",
-			UsageText:    "fleet-gw trust add HOST KEY | fleet-gw trust add 'HOST KEY' | fleet-gw trust add 'operator NAME KEY'",
+			UsageText:    "fleet-gw trust add HOST KEY [SEALING-KEY] | fleet-gw trust add 'HOST KEY SEALING-KEY' | fleet-gw trust add 'operator NAME KEY'",
 			OnUsageError: app.OnUsageError,
 			Flags:        flags(),
 			Action: func(c *ucli.Context) error {
@@ -187,7 +196,7 @@ func trustCommand(app *ucli.App) *ucli.Command {
 				case 3:
 					e, err = trust.ParseLine(strings.Join(c.Args().Slice(), " "))
 				default:
-					return cli.Usage("fleet-gw trust add takes HOST KEY (or the line fleet-gw key prints)").
+					return cli.Usage("fleet-gw trust add takes HOST KEY [SEALING-KEY] (or the line fleet-gw key prints)").
 						WithHint("on the other host run: fleet-gw key")
 				}
 				if err != nil {
