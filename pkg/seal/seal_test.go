@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -330,4 +331,66 @@ func mustKeyring() *Keyring {
 		panic(err)
 	}
 	return k
+}
+
+// Another process (fleet-gw on the command line) rotates the key while
+// the gateway's keyring opens messages queued under the old one: every
+// one opens, before, during and after, and the gateway's ring then holds
+// the new key without a restart.
+func TestRotateByAnotherProcess(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	gw, err := LoadKeyring(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var queued [][]byte
+	for i := range 20 {
+		queued = append(queued, mustSeal(t, Bind("SEND", fmt.Sprint("m-", i), "h0"), []byte(fmt.Sprint("queued ", i)), gw))
+	}
+	done := make(chan error, 4)
+	stop := make(chan struct{})
+	for w := range 4 {
+		go func() {
+			for n := 0; ; n++ {
+				select {
+				case <-stop:
+					done <- nil
+					return
+				default:
+				}
+				i := (n + w) % len(queued)
+				got, err := Open(Bind("SEND", fmt.Sprint("m-", i), "h0"), queued[i], gw)
+				if err != nil || string(got) != fmt.Sprint("queued ", i) {
+					done <- fmt.Errorf("message %d: %q %v", i, got, err)
+					return
+				}
+			}
+		}()
+	}
+	cli, err := LoadKeyring(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, err := cli.Rotate(time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	close(stop)
+	for range 4 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if gw.Public().ID() != next.ID() {
+		t.Fatalf("the gateway's ring holds %s after the rotation to %s", gw.Public().ID(), next.ID())
+	}
+	fresh := mustSeal(t, "b", []byte("to the new key"), gw)
+	if got, err := Open("b", fresh, gw); err != nil || string(got) != "to the new key" {
+		t.Fatalf("the new key: %q %v", got, err)
+	}
+	for i, m := range queued {
+		if _, err := Open(Bind("SEND", fmt.Sprint("m-", i), "h0"), m, gw); err != nil {
+			t.Fatalf("after the rotation, message %d: %v", i, err)
+		}
+	}
 }
