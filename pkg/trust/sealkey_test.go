@@ -46,12 +46,12 @@ func TestSealKeyLines(t *testing.T) {
 	}
 	key := Line("x", pub)[2:]
 	for _, bad := range []string{
-		"h1 " + key + " " + key,                  // a signing key where the sealing key goes
-		"h1 " + key + " " + sk[:len(sk)-1] + "q", // a typo: the checksum fails
-		"h1 " + key + " " + strings.ToUpper(sk),  // upper case is Bech32 but not a trust line's
-		"h1 " + key + " " + "age1" + sk[4:20],    // cut short
-		"h1 " + key + " " + sk + " " + sk,        // four fields
-		"h1 " + sk + " " + key,                   // swapped
+		"h1 " + key + " " + key,                 // a signing key where the sealing key goes
+		"h1 " + key + " " + typo(sk),            // a typo: the checksum fails
+		"h1 " + key + " " + strings.ToUpper(sk), // upper case is Bech32 but not a trust line's
+		"h1 " + key + " " + "age1" + sk[4:20],   // cut short
+		"h1 " + key + " " + sk + " " + sk,       // four fields
+		"h1 " + sk + " " + key,                  // swapped
 	} {
 		if e, err := ParseLine(bad); err == nil {
 			t.Errorf("%q accepted: %+v", bad, e)
@@ -149,4 +149,12 @@ func TestSealKeyCert(t *testing.T) {
 	if _, err := MakeSealedRequest("h4", host, base64.StdEncoding.EncodeToString(make([]byte, 32))); err == nil {
 		t.Fatal("a base64 sealing key was taken")
 	}
+}
+
+// typo changes the last character of s to another of Bech32's.
+func typo(s string) string {
+	if s[len(s)-1] == 'q' {
+		return s[:len(s)-1] + "p"
+	}
+	return s[:len(s)-1] + "q"
 }
