@@ -40,10 +40,11 @@
 //
 // Open is bound to its message: Seal takes a binding (the integration
 // passes Bind(kind, msg id, signing host)) that is sealed with the text
-// and must match on Open. A host that can read a sealed body cannot lift
-// the sealed bytes into a message of its own (the signature stops anyone
-// else), and one that cannot read them cannot make another host deliver
-// them under its name.
+// and must match on Open. The signature already stops the broker and
+// anyone without a trusted key from moving sealed bytes; the binding
+// stops a trusted host too: it cannot put sealed bytes it received or
+// saw into a message of its own, to have another host deliver text it
+// could not read, or another host's text under its name.
 //
 // # Format
 //
@@ -54,10 +55,11 @@
 // where key id i is the first 8 bytes of the sha256 of the X25519 public
 // key of stanza i, and the age file's payload is the sha256 of what
 // precedes the age file (so the table cannot be altered unseen) | uvarint
-// len(bind) | bind | plaintext. The key ids let a host see at once whether a message is
-// for it (and which of its keys to try, one scalar multiplication however
-// many hosts a broadcast names) and say why not; they are covered by the
-// message's signature like everything else.
+// len(bind) | bind | plaintext. The key ids let a host see at once
+// whether a message is for it, try its key on its own stanza only
+// (however many hosts a broadcast names) and say why not; they are
+// covered by the message's signature like everything else, and name no
+// host the routing does not already name.
 package seal
 
 import (
