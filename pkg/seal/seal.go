@@ -58,8 +58,10 @@
 // len(bind) | bind | plaintext. The key ids let a host see at once
 // whether a message is for it, try its key on its own stanza only
 // (however many hosts a broadcast names) and say why not; they are
-// covered by the message's signature like everything else, and name no
-// host the routing does not already name.
+// covered by the message's signature like everything else. They tell
+// the broker which hosts a message is for: a recipient's routing key
+// already does, and for a broadcast, which hosts have members in the
+// group, the hosts' presence snapshots do.
 package seal
 
 import (
