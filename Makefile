@@ -57,7 +57,6 @@ lint:
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz 'FuzzDecode$$' -fuzztime 30s ./pkg/envelope
-	$(GO) test -run '^$$' -fuzz FuzzUnmarshalAsEncodingJSON -fuzztime 30s ./pkg/envelope
 	$(GO) test -run '^$$' -fuzz FuzzOpen -fuzztime 30s ./pkg/seal
 
 bench: build
@@ -67,6 +66,7 @@ bench: build
 	scripts/bench-seal.sh
 	scripts/bench-scale.sh
 	scripts/bench-presence.sh
+	scripts/bench-libs.sh
 
 demo: build
 	scripts/demo.sh

@@ -4,7 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"errors"
-	"io"
+	"net"
 	"os"
 	"syscall"
 	"time"
@@ -15,7 +15,7 @@ import (
 
 // Client is one connection to the local gateway.
 type Client struct {
-	conn  *unixConn
+	conn  *net.UnixConn
 	r     *bufio.Reader
 	Hello Hello
 	Token string // sent with every request
@@ -51,7 +51,7 @@ func Dial(socket string) (*Client, error) {
 			WithHint("start one with: fleet-gw run")
 	}
 	c := &Client{conn: conn, r: bufio.NewReaderSize(conn, 64<<10)}
-	resp, err := c.CallShort(&Request{Op: OpHello, Proto: Proto})
+	resp, err := c.Call(&Request{Op: OpHello, Proto: Proto})
 	if err != nil {
 		conn.Close()
 		return nil, err
@@ -64,85 +64,36 @@ func Dial(socket string) (*Client, error) {
 	return c, nil
 }
 
-// dialUnix connects a stream socket to path without the net package: a
-// short command that links net pays for its package initialisation and its
-// dialer at every start. The socket is non-blocking and served by the
-// runtime's poller as a net.Conn is, so deadlines and Close from another
-// goroutine work the same, and a unix socket connects at once or fails
-// (EAGAIN when the gateway's backlog is full, as with net.Dial). Errors
-// read as net's ("dial unix PATH: connect: ...", "read unix @->PATH: ...").
-func dialUnix(path string) (*unixConn, error) {
-	fd, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC|syscall.SOCK_NONBLOCK, 0)
-	if err == nil {
-		err = syscall.Connect(fd, &syscall.SockaddrUnix{Name: path})
-		if err == nil {
-			// who listens is what counts, whatever the file's owner says
-			// now: the peer's credentials, from the kernel
-			if cerr := checkServer(path, fd); cerr != nil {
-				syscall.Close(fd)
-				return nil, cerr
-			}
-			return &unixConn{f: os.NewFile(uintptr(fd), path), path: path}, nil
-		}
-		syscall.Close(fd)
-		return nil, &connError{op: "dial", addr: path, err: os.NewSyscallError("connect", err)}
+// dialUnix connects to the gateway's socket and checks who listens on
+// it. It was once written without the net package (a short command that
+// linked net paid for it at every start); fleet-send links net anyway
+// since envelope takes its UUIDv7s from github.com/google/uuid, and the
+// hand-written dial was no faster beside it in the same runs
+// (scripts/bench-libs.sh, 2026-12-02: net.Dial and the same peer check
+// took 0.81-1.08x its time, medians of three sets of 3-5 runs, each
+// ~30-60 µs), so this is net.Dial.
+func dialUnix(path string) (*net.UnixConn, error) {
+	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return nil, err
 	}
-	return nil, &connError{op: "dial", addr: path, err: os.NewSyscallError("socket", err)}
-}
-
-// unixConn is the client's end of the gateway's socket.
-type unixConn struct {
-	f    *os.File
-	path string
-}
-
-func (c *unixConn) Read(b []byte) (int, error) {
-	n, err := c.f.Read(b)
-	return n, c.err("read", err)
-}
-
-func (c *unixConn) Write(b []byte) (int, error) {
-	n, err := c.f.Write(b)
-	return n, c.err("write", err)
-}
-
-func (c *unixConn) SetReadDeadline(t time.Time) error { return c.f.SetReadDeadline(t) }
-
-func (c *unixConn) Close() error { return c.f.Close() }
-
-// err words an I/O error of the connection as net.Conn's: the errno of
-// the system call, or the poller's timeout, under "OP unix @->PATH".
-func (c *unixConn) err(op string, err error) error {
-	if err == nil || err == io.EOF {
-		return err
+	// who listens is what counts, whatever the file's owner says now:
+	// the peer's credentials, from the kernel
+	rc, err := c.SyscallConn()
+	if err != nil {
+		c.Close()
+		return nil, err
 	}
-	inner := err
-	var pe *os.PathError
-	if errors.As(err, &pe) {
-		inner = pe.Err
+	var cerr error
+	if err := rc.Control(func(fd uintptr) { cerr = checkServer(path, int(fd)) }); err != nil {
+		cerr = err
 	}
-	var errno syscall.Errno
-	switch {
-	case errors.As(inner, &errno):
-		inner = os.NewSyscallError(op, errno)
-	case errors.Is(inner, os.ErrClosed):
-		inner = errConnClosed
+	if cerr != nil {
+		c.Close()
+		return nil, cerr
 	}
-	return &connError{op: op, addr: "@->" + c.path, err: inner}
+	return c, nil
 }
-
-var errConnClosed = errors.New("use of closed network connection")
-
-// connError is a failed operation on the connection, as net.OpError
-// prints one.
-type connError struct {
-	op, addr string
-	err      error
-}
-
-func (e *connError) Error() string { return e.op + " unix " + e.addr + ": " + e.err.Error() }
-
-func (e *connError) Unwrap() error { return e.err }
 
 // Close closes the connection.
 func (c *Client) Close() error { return c.conn.Close() }
@@ -150,33 +101,18 @@ func (c *Client) Close() error { return c.conn.Close() }
 // Call sends one request and reads one response. A gateway error comes back
 // as a *fault.Error.
 func (c *Client) Call(req *Request) (*Response, error) {
-	return c.call(req, c.Read)
-}
-
-// CallShort is Call for a request whose answer carries nothing but the
-// outcome, the greeting or a sent message (hello, send, and a send's
-// reply or answer): only those members of the answer are decoded (any other
-// is dropped). A short command's first answer decoded into the whole
-// Response builds the decoders of every op's fields; on the machine of the
-// figures in scripts/BENCHMARKS.md that is ~30 more page faults per process start, at
-// about 25 µs each.
-func (c *Client) CallShort(req *Request) (*Response, error) {
-	return c.call(req, c.readShort)
-}
-
-func (c *Client) call(req *Request, read func() (*Response, error)) (*Response, error) {
 	if req.Token == "" {
 		req.Token = c.Token
 	}
 	if err := WriteFrame(c.conn, req); err != nil {
 		// the gateway may have said why before it closed (a refused peer)
 		c.conn.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
-		if _, rerr := read(); fault.KindOf(rerr) != fault.KindNoGateway && rerr != nil {
+		if _, rerr := c.Read(); fault.KindOf(rerr) != fault.KindNoGateway && rerr != nil {
 			return nil, rerr
 		}
 		return nil, c.lost(err)
 	}
-	return read()
+	return c.Read()
 }
 
 // Send writes a request without reading a response (recv's acks are
@@ -213,26 +149,6 @@ func partial(resp *Response) *Response {
 	}
 	resp.Error = nil
 	return resp
-}
-
-// shortResponse is the part of Response that CallShort decodes: the same
-// members, names and types (TestShortResponseMatches).
-type shortResponse struct {
-	OK    bool       `json:"ok"`
-	Error *ErrorBody `json:"error,omitempty"`
-	Hello *Hello     `json:"hello,omitempty"`
-	Sent  *Sent      `json:"sent,omitempty"`
-}
-
-func (c *Client) readShort() (*Response, error) {
-	var resp shortResponse
-	if err := c.readInto(&resp); err != nil {
-		return nil, err
-	}
-	if resp.Error != nil {
-		return partial(&Response{Sent: resp.Sent}), resp.Error.Fault()
-	}
-	return &Response{OK: resp.OK, Hello: resp.Hello, Sent: resp.Sent}, nil
 }
 
 func (c *Client) readInto(v any) error {

@@ -84,8 +84,8 @@ func runSend(c *cli.Context) error {
 	if id == "" && c.String("answer") == "" {
 		id = envelope.NewID()
 	}
-	// a send's answer is the sent message or an error (CallShort)
-	resp, err := s.client.CallShort(&api.Request{Op: api.OpSend, To: to, Body: body, ReplyTo: c.String("reply-to"),
+	// a send's answer is the sent message or an error
+	resp, err := s.client.Call(&api.Request{Op: api.OpSend, To: to, Body: body, ReplyTo: c.String("reply-to"),
 		AnswerTo: c.String("answer"), Wait: wait, TimeoutMS: timeout.Milliseconds(), MsgID: id})
 	if fault.KindOf(err) == fault.KindNoGateway && id != "" {
 		return fault.Wrap(fault.OutcomeUnknown, fault.KindOutcomeUnknown, err, "message %s: outcome unknown", id).

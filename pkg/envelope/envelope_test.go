@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"math/rand"
-	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -442,104 +440,4 @@ func TestDecodeRefusesRawInvalidUTF8(t *testing.T) {
 		t.Fatalf("invalid UTF-8 accepted; body became %q", e.Body)
 	}
 	wantFault(t, e, err, fault.KindBadUTF8)
-}
-
-// TestEncodeAsEncodingJSON holds Encode to json.Marshal of the same
-// envelope, byte for byte: with every optional field set or empty,
-// parties with some fields empty, texts that need escaping (HTML
-// characters, controls, U+2028, invalid UTF-8), times in several zones
-// and zero expiries; and a time encoding/json refuses is refused too.
-func TestEncodeAsEncodingJSON(t *testing.T) {
-	r := rand.New(rand.NewSource(4))
-	texts := []string{"", "x", "h1", "0192d3-msg", "<b>&\"q\"\\", "two\nlines\t\x00\x1f", "\u2028é😀\u2029", "bad \xff\xc3 utf8"}
-	pick := func() string { return texts[r.Intn(len(texts))] }
-	party := func() Party { return Party{Gid: pick(), Name: pick(), Host: pick(), Group: pick()} }
-	zones := []*time.Location{time.UTC, time.FixedZone("x", 5*3600+1800), time.FixedZone("y", -3*3600)}
-	when := func() time.Time {
-		if r.Intn(4) == 0 {
-			return time.Time{}
-		}
-		return time.Unix(r.Int63n(1<<34), r.Int63n(1e9)).In(zones[r.Intn(len(zones))])
-	}
-	for range 5000 {
-		e := &Envelope{
-			Schema: pick(), MsgID: pick(), Kind: Kind(pick()), Sender: party(), Recipient: party(), TraceID: pick(),
-			InReplyTo: pick(), TurnID: pick(), ReplayOf: pick(), Created: when(), Expires: when(), Body: pick() + pick(),
-		}
-		want, err := json.Marshal(e)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := Encode(e)
-		if err != nil || !bytes.Equal(got, want) {
-			t.Fatalf("Encode(%+v) = %s, %v\nencoding/json: %s", e, got, err, want)
-		}
-	}
-	for _, e := range []*Envelope{{Created: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)}, {Expires: time.Date(-5, 1, 1, 0, 0, 0, 0, time.UTC)}} {
-		if got, err := Encode(e); err == nil {
-			t.Fatalf("Encode took a time encoding/json refuses: %s", got)
-		}
-	}
-}
-
-// TestUnmarshalAsEncodingJSON holds Unmarshal to json.Unmarshal: on what
-// Encode writes for generated envelopes (escapes, invalid UTF-8 made
-// U+FFFD, zones, empty fields) and on what encoding/json reads otherwise
-// — indented, fields reordered or differently cased, escaped surrogates,
-// unknown fields, nulls — and on what it refuses.
-func TestUnmarshalAsEncodingJSON(t *testing.T) {
-	r := rand.New(rand.NewSource(5))
-	texts := []string{"", "x", "h1", "<b>&\"q\"\\/", "two\nlines\t\x00\x1f\b\f\r", "\u2028é😀\u2029", "bad \xff\xc3 utf8"}
-	pick := func() string { return texts[r.Intn(len(texts))] }
-	party := func() Party { return Party{Gid: pick(), Name: pick(), Host: pick(), Group: pick()} }
-	zones := []*time.Location{time.UTC, time.FixedZone("", 5*3600+1800), time.FixedZone("", -3*3600)}
-	when := func() time.Time {
-		if r.Intn(4) == 0 {
-			return time.Time{}
-		}
-		return time.Unix(r.Int63n(1<<34), r.Int63n(1e9)).In(zones[r.Intn(len(zones))])
-	}
-	same := func(data []byte) {
-		t.Helper()
-		var want, got Envelope
-		werr := json.Unmarshal(data, &want)
-		gerr := Unmarshal(data, &got)
-		if (werr == nil) != (gerr == nil) {
-			t.Fatalf("%s:\nUnmarshal: %v, encoding/json: %v", data, gerr, werr)
-		}
-		if werr == nil && !reflect.DeepEqual(got, want) {
-			t.Fatalf("%s:\n got %+v\nwant %+v", data, got, want)
-		}
-	}
-	for range 5000 {
-		e := &Envelope{
-			Schema: pick(), MsgID: pick(), Kind: Kind(pick()), Sender: party(), Recipient: party(), TraceID: pick(),
-			InReplyTo: pick(), TurnID: pick(), ReplayOf: pick(), Created: when(), Expires: when(), Body: pick() + pick(),
-		}
-		raw, err := Encode(e)
-		if err != nil {
-			t.Fatal(err)
-		}
-		same(raw)
-		indented, _ := json.MarshalIndent(e, "", " ")
-		same(indented)
-	}
-	for _, data := range []string{
-		`{"body":"b","v":"1.0","msg_id":"m","kind":"SEND","sender":{"name":"a"},"recipient":{},"trace_id":"t","created":"2026-01-02T03:04:05Z"}`,
-		`{"v":"1.0","BODY":"upper","Msg_Id":"m"}`,
-		`{"v":"1.0","body":"\ud83d\ude00 pair, \ud83d lone, \u00e9 \u002F"}`,
-		`{"v":"1.0","extra":[1,2,{"x":null}],"body":"b"}`,
-		`{"v":null,"body":"b","expires":null}`,
-		`{"v":"1.0","created":"2026-01-02T03:04:05\u005a"}`,
-		`{"v":"1.0","created":"not a time"}`,
-		`{"v":"1.0","body":"b"} `,
-		`{"v":"1.0","body":"b"}x`,
-		`{"v":"1.0","body":"b"`,
-		`{"v":"1.0","body":"b\x"}`,
-		`{"v":"1.0","body":"raw` + "\n" + `newline"}`,
-		`{"v":"1.0","v":"2.0"}`,
-		`[]`, ``, `{}`,
-	} {
-		same([]byte(data))
-	}
 }

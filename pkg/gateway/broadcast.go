@@ -184,7 +184,7 @@ func (g *Gateway) setGroups(req *api.Request) (*api.Response, error) {
 		}
 	}
 	g.announceEntity(gid)
-	row := g.row(*e, nil)
+	row := g.row(*e, nil, nil)
 	return &api.Response{Entity: &row}, nil
 }
 

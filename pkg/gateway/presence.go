@@ -167,7 +167,7 @@ func (g *Gateway) notice(gid string) {
 	a.out.Lock()
 	var c presenceChange
 	if b := g.box(gid); b != nil {
-		r := g.row(b.snapshot(), nil)
+		r := g.row(b.snapshot(), nil, nil)
 		r.Host, r.Target = "", "" // the host is the message's; a pane or command is this host's business
 		onWire(&r)
 		c.Row = &r
@@ -267,7 +267,7 @@ func (g *Gateway) announceStatusSoon(gid string) {
 	time.AfterFunc(statusSettle, func() {
 		said := g.said.Due(gid)
 		b := g.box(gid)
-		if b == nil || wireStatus(g.row(b.snapshot(), nil).Status) == said {
+		if b == nil || wireStatus(g.row(b.snapshot(), nil, nil).Status) == said {
 			return // gone, or flapped back: nothing new to say
 		}
 		g.announceEntity(gid)

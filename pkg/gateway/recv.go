@@ -83,7 +83,7 @@ func (g *Gateway) openRecv(c *conn, req *api.Request) (*recvStream, error) {
 			WithHint("for hook delivery: fleet-roster join NAME --mode hook")
 	}
 	if ent.Mode != "pull" && ent.Mode != "hook" {
-		return nil, fault.New(fault.Usage, fault.KindUsage, "%s is an inject entity: its messages go to %s, not to fleet-recv", ent.Name, g.row(ent, nil).Target)
+		return nil, fault.New(fault.Usage, fault.KindUsage, "%s is an inject entity: its messages go to %s, not to fleet-recv", ent.Name, g.row(ent, nil, nil).Target)
 	}
 	b.mu.Lock()
 	if b.draining {

@@ -152,16 +152,8 @@ func (g *Gateway) waitReply(c *conn, req *api.Request) {
 
 // storedReply is the first undelivered REPLY to msgID in gid's inbox.
 func (g *Gateway) storedReply(gid, msgID string) *envelope.Envelope {
-	items, err := g.st.Head(gid, 0, 100000)
-	if err != nil {
-		return nil
-	}
-	for _, it := range items {
-		if it.Env.Kind == envelope.Reply && it.Env.InReplyTo == msgID {
-			return it.Env
-		}
-	}
-	return nil
+	env, _ := g.st.ReplyTo(gid, msgID) // one seek in the store's reply index, whatever the inbox holds
+	return env
 }
 
 // awaitReply holds an open wait of b's for the reply to msgID: the reply

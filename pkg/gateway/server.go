@@ -13,7 +13,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/fleetd/fleet/internal/jsonw"
 	"github.com/fleetd/fleet/pkg/api"
 	"github.com/fleetd/fleet/pkg/audit"
 	"github.com/fleetd/fleet/pkg/config"
@@ -203,90 +202,7 @@ func (c *conn) read() (*api.Request, error) {
 	if !utf8.Valid(data) {
 		return nil, fault.New(fault.Data, fault.KindBadUTF8, "request is not valid UTF-8")
 	}
-	return decodeRequest(data)
-}
-
-// decodeRequest is api.DecodeRequest (TestDecodeRequestAsAPI), with a
-// request of string and string-list fields — a send, an ack — read by a
-// scanner instead of encoding/json's reflection; any other request, or
-// one written otherwise than json.Marshal writes it, goes to
-// api.DecodeRequest.
-func decodeRequest(data []byte) (*api.Request, error) {
-	var r api.Request
-	sc := jsonw.NewScanner(data)
-	sc.Open()
-	for first := true; sc.More(first); first = false {
-		var str *string
-		var list *[]string
-		switch sc.Key() {
-		case "op":
-			str = &r.Op
-		case "token":
-			str = &r.Token
-		case "to":
-			str = &r.To
-		case "body":
-			str = &r.Body
-		case "reply_to":
-			str = &r.ReplyTo
-		case "name":
-			str = &r.Name
-		case "mode":
-			str = &r.Mode
-		case "tmux_target":
-			str = &r.TmuxTarget
-		case "exec":
-			str = &r.Exec
-		case "nudge":
-			str = &r.Nudge
-		case "group":
-			str = &r.Group
-		case "turn_id":
-			str = &r.TurnID
-		case "answer_to":
-			str = &r.AnswerTo
-		case "host":
-			str = &r.Host
-		case "profile":
-			str = &r.Profile
-		case "request_id":
-			str = &r.RequestID
-		case "target":
-			str = &r.Target
-		case "status":
-			str = &r.Status
-		case "trace_id":
-			str = &r.TraceID
-		case "msg_id":
-			str = &r.MsgID
-		case "until":
-			str = &r.Until
-		case "signed_by":
-			str = &r.SignedBy
-		case "acks":
-			list = &r.Acks
-		case "groups":
-			list = &r.Groups
-		case "add":
-			list = &r.Add
-		case "remove":
-			list = &r.Remove
-		case "msg_ids":
-			list = &r.MsgIDs
-		default:
-			sc.Fail() // numbers, booleans, bytes, and what is not a field
-		}
-		switch {
-		case str != nil:
-			*str = sc.String()
-		case list != nil:
-			*list = sc.Strings()
-		}
-	}
-	if !sc.Done() || r.Op == "" {
-		return api.DecodeRequest(data)
-	}
-	return &r, nil
+	return api.DecodeRequest(data)
 }
 
 // frameReader reads a connection, and bounds each frame: a frame must be
@@ -641,7 +557,7 @@ func (g *Gateway) dispatch(c *conn, req *api.Request) (*api.Response, error) {
 		if err != nil {
 			return nil, err
 		}
-		row := g.row(b.snapshot(), nil)
+		row := g.row(b.snapshot(), nil, nil)
 		// live asks are not in the store's pending count; fleet-mcp's
 		// new-mail check must see them too
 		row.Asks = len(b.liveHead(time.Now()))
@@ -719,7 +635,7 @@ func (g *Gateway) join(req *api.Request) (*api.Response, error) {
 	if err != nil {
 		return nil, err
 	}
-	row := g.row(*e, nil)
+	row := g.row(*e, nil, nil)
 	return &api.Response{Entity: &row, Token: token, CredFile: path}, nil
 }
 
@@ -882,15 +798,27 @@ func (g *Gateway) unregister(gid, name string) (int, error) {
 	}
 	g.removeBox(gid)
 	g.follow.Forget(gid)
-	// what waits is dead-lettered: each sender hears why (bounce or receipt)
-	waiting, _ := g.st.Head(gid, 0, 1<<30)
-	n, err := g.st.DeleteEntity(gid, "recipient left the fleet")
+	// what waits is dead-lettered a page at a time, never the whole inbox
+	// in memory: each sender hears why (bounce or receipt)
+	const left, page = "recipient left the fleet", 256
+	n := 0
+	for {
+		dead, err := g.st.KillHead(gid, left, page)
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return n, fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot remove %s", name)
+		}
+		for _, env := range dead {
+			g.settled(env, store.Dead, left, 0)
+		}
+		if n += len(dead); len(dead) < page {
+			break
+		}
+	}
+	m, err := g.st.DeleteEntity(gid, left)
 	if err != nil {
-		return 0, fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot remove %s", name)
+		return n, fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot remove %s", name)
 	}
-	for _, it := range waiting {
-		g.settled(it.Env, store.Dead, "recipient left the fleet", 0)
-	}
+	n += m
 	ident.Remove(g.cfg.StateDir, name)
 	if err := g.st.DeleteLaunched(gid); err != nil { // spawned: how it was started (control.go)
 		g.log.Warn("forgetting how an entity was launched", "entity", name, "gid", gid, "err", err)
@@ -901,7 +829,10 @@ func (g *Gateway) unregister(gid, name string) (int, error) {
 	return n, nil
 }
 
-func (g *Gateway) row(e store.Entity, dead map[string]int) api.EntityRow {
+// row is e's roster row; dead and pending are the counts of every entity
+// when the caller has them (one store operation each for a whole
+// roster), nil to look up e's alone.
+func (g *Gateway) row(e store.Entity, dead, pending map[string]int) api.EntityRow {
 	groups := e.Groups
 	if groups == nil {
 		groups = []string{}
@@ -910,6 +841,10 @@ func (g *Gateway) row(e store.Entity, dead map[string]int) api.EntityRow {
 	if target == "" {
 		target = e.Exec
 	}
+	waiting := pending[e.Gid] // PendingAll leaves an empty inbox out
+	if pending == nil {
+		waiting = g.st.Pending(e.Gid)
+	}
 	status := e.Status
 	if status == "idle" && g.asks.Asking(e.Gid) {
 		status = "waiting" // on an ask of its own (U2)
@@ -917,7 +852,7 @@ func (g *Gateway) row(e store.Entity, dead map[string]int) api.EntityRow {
 	return api.EntityRow{
 		Name: e.Name, Gid: e.Gid, Host: e.Host, Mode: e.Mode, Target: target, Groups: groups,
 		Status: status, StatusReason: e.StatusReason, Program: e.Program,
-		Pending: g.st.Pending(e.Gid), Dead: dead[e.Gid], LastDelivery: e.LastDelivery,
+		Pending: waiting, Dead: dead[e.Gid], LastDelivery: e.LastDelivery,
 	}
 }
 
@@ -927,10 +862,10 @@ func (g *Gateway) localRows() ([]api.EntityRow, error) {
 	if err != nil {
 		return nil, err
 	}
-	dead := g.st.DeadCounts()
+	dead, pending := g.st.DeadCounts(), g.st.PendingAll()
 	rows := make([]api.EntityRow, 0, len(ents))
 	for _, e := range ents {
-		rows = append(rows, g.row(*e, dead))
+		rows = append(rows, g.row(*e, dead, pending))
 	}
 	return rows, nil
 }
@@ -988,7 +923,7 @@ func (g *Gateway) setStatus(pid int32, req *api.Request) (*api.Response, error) 
 		g.log.Info("agent's program learnt from its first hook", "entity", e.Name, "program", program)
 	}
 	g.announceEntity(e.Gid)
-	row := g.row(*e, nil)
+	row := g.row(*e, nil, nil)
 	return &api.Response{Entity: &row}, nil
 }
 

@@ -56,11 +56,10 @@ func (g *Gateway) gatewayStatus() (*api.Response, error) {
 		}
 		st.Pending += r.Pending
 		st.Dead += r.Dead
-		if r.Pending == 0 {
-			continue
-		}
-		if items, err := g.st.Head(r.Gid, 0, 1); err == nil && len(items) > 0 {
-			if c := items[0].Env.Created; st.OldestPending.IsZero() || c.Before(st.OldestPending) {
+	}
+	if inboxes, err := g.st.Inboxes(); err == nil { // every inbox's head in one store operation
+		for _, ib := range inboxes {
+			if c := ib.Oldest; ib.Depth > 0 && !c.IsZero() && (st.OldestPending.IsZero() || c.Before(st.OldestPending)) {
 				st.OldestPending = c.UTC()
 			}
 		}

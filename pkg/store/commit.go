@@ -208,6 +208,12 @@ func (s *Store) recover(limit uint64) error {
 			return fmt.Errorf("store: the log ends at record %d, but record %d was written", lsn, limit)
 		}
 	}
+	if string(meta.Get(metaReplies)) != "1" {
+		if err := buildReplyIndex(tx); err != nil {
+			tx.Rollback()
+			return fmt.Errorf("store: building the reply index: %w", err)
+		}
+	}
 	s.tx, s.lsn, s.ckptLSN, s.pending = tx, lsn, ckpt, nil
 	s.counts = map[string]int{} // counted afresh from what was rebuilt
 	s.dirty = time.Now()
