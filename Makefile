@@ -57,11 +57,13 @@ lint:
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz 'FuzzDecode$$' -fuzztime 30s ./pkg/envelope
+	$(GO) test -run '^$$' -fuzz FuzzOpen -fuzztime 30s ./pkg/seal
 
 bench: build
 	scripts/bench-local.sh
 	scripts/bench-broker.sh
 	scripts/bench-checks.sh
+	scripts/bench-seal.sh
 	scripts/bench-scale.sh
 	scripts/bench-presence.sh
 	scripts/bench-libs.sh

@@ -100,7 +100,7 @@ complete -c fleet-gw -f
 complete -c fleet-gw -n '__fleet_gw_at ""' -l help -s h -d 'show help'
 complete -c fleet-gw -n '__fleet_gw_at ""' -l version -d 'print the version'
 complete -c fleet-gw -n '__fleet_gw_at "" 0' -a 'run' -d 'run the gateway in the foreground until SIGINT or SIGTERM'
-complete -c fleet-gw -n '__fleet_gw_at "" 0' -a 'key' -d 'print this host\'s trust line (HOST PUBLIC-KEY), creating its signing key if needed'
+complete -c fleet-gw -n '__fleet_gw_at "" 0' -a 'key' -d 'print this host\'s trust line (HOST PUBLIC-KEY SEALING-KEY), creating its signing and sealing keys if needed'
 complete -c fleet-gw -n '__fleet_gw_at "" 0' -a 'status' -d 'ask the running gateway how it is: exit 0 healthy, 69 no gateway, 75 degraded (its broker not connected)'
 complete -c fleet-gw -n '__fleet_gw_at "" 0' -a 'trust' -d 'list, add and remove the hosts whose signed messages this gateway admits'
 complete -c fleet-gw -n '__fleet_gw_at "" 0' -a 'cert' -d 'on a host: ask for, install and show its operator certificate; import revocations'
@@ -231,7 +231,7 @@ complete -c fleet-gw -n '__fleet_gw_at status' -l help -s h -d 'show help'
 
 # fleet-gw trust
 complete -c fleet-gw -n '__fleet_gw_at trust' -l help -s h -d 'show help'
-complete -c fleet-gw -n '__fleet_gw_at trust 0' -a 'list' -d 'print the trusted hosts (HOST KEY per line) and operators (operator NAME KEY); JSON Lines with --json'
+complete -c fleet-gw -n '__fleet_gw_at trust 0' -a 'list' -d 'print the trusted hosts (HOST KEY [SEALING-KEY] per line) and operators (operator NAME KEY); JSON Lines with --json'
 complete -c fleet-gw -n '__fleet_gw_at trust 0' -a 'add' -d 'trust HOST\'s key (the line fleet-gw key prints on HOST), or an operator\'s (operator NAME KEY); replaces a key it had'
 complete -c fleet-gw -n '__fleet_gw_at trust 0' -a 'remove' -d 'stop trusting HOST (or operator NAME, and so the hosts it certified): refused from now on, queued messages included'
 

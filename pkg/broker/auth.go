@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/fleetd/fleet/pkg/envelope"
 	"github.com/fleetd/fleet/pkg/fault"
+	"github.com/fleetd/fleet/pkg/ident"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
@@ -117,10 +119,16 @@ func (b *Broker) refuse(d amqp.Delivery, queue string, env *envelope.Envelope, r
 	}
 	b.log.Error("message refused: "+r.Reason+"; sent to bridge.dlq", attrs...)
 	b.refused(r.Reason, claimed)
-	if b.onRefusedMsg != nil && env != nil && ack {
+	if b.onRefusedMsg != nil && ack {
 		s, _ := d.Headers["fleet-sig"].(string)
 		sig, _ := base64.StdEncoding.DecodeString(s)
-		b.onRefusedMsg(RefusedMsg{Queue: queue, Refusal: r, Env: env, Body: d.Body, Sig: sig, SignedBy: claimed})
+		m := RefusedMsg{Queue: queue, Refusal: r, Env: env, Body: d.Body, Sig: sig, SignedBy: claimed}
+		if env == nil {
+			m.Env, m.Unread = unreadHead(d, queue, claimed), true
+		}
+		if m.Env != nil {
+			b.onRefusedMsg(m)
+		}
 	}
 	headers := amqp.Table{}
 	for k, v := range d.Headers {
@@ -174,9 +182,11 @@ func (b *Broker) copyDead(gen *generation, msg amqp.Publishing) error {
 // host the message claimed), for the roster's "untrusted" rows.
 func (b *Broker) OnRefused(f func(reason, claimedHost string)) { b.onRefused = f }
 
-// RefusedMsg is a refused delivery of an inbox whose envelope could be
-// read: what a refusal notice to its sender is made of. Nothing of it is
-// proven but the bytes themselves: the sender checks its own signature.
+// RefusedMsg is a refused delivery of an inbox or the control queue whose
+// envelope could be read, or whose delivery says enough of itself
+// (unreadHead): what a refusal notice to its sender is made of. Nothing
+// of it is proven but the bytes themselves: the sender checks its own
+// signature.
 type RefusedMsg struct {
 	Queue    string
 	Refusal  *Refusal
@@ -184,10 +194,60 @@ type RefusedMsg struct {
 	Body     []byte // the bytes as published
 	Sig      []byte // their fleet-sig (nil: none, or not base64)
 	SignedBy string // the fleet-host header: the host it claims to be from
+	// Unread: the body could not be read as an envelope of this build (a
+	// newer schema, malformed, over max-body); Env is then only what the
+	// delivery says of itself (unreadHead), never its claims checked.
+	Unread bool
 }
 
-// OnRefusedMsg sets a function told of every refused inbox delivery whose
-// envelope could be read (call before Run). It runs on the consumer's
+// unreadHead is what a delivery of an inbox whose body is no envelope of
+// this build says of itself, as an envelope with only these fields: its
+// msg id and kind (the AMQP message id and type, as publishing sets them),
+// its sender (the fleet-sender header, else the body's "sender" if the
+// body is JSON that names one), its sender's host (the fleet-host header),
+// trace id, and the entity whose inbox it is in. nil when that is not a
+// msg id, a kind, a sender gid and an inbox; or when the header and the
+// body disagree. None of it is proven: it only says where a refusal notice
+// may go, and the host it goes to believes it only for bytes it signed
+// itself (gateway/refusals.go).
+func unreadHead(d amqp.Delivery, queue, signedBy string) *envelope.Envelope {
+	gid, ok := strings.CutPrefix(queue, "agent.")
+	if gid, ok = strings.CutSuffix(gid, ".inbox"); !ok || !ident.IsGid(gid) {
+		return nil // a control queue, the roster: no inbox, nobody to tell
+	}
+	env := &envelope.Envelope{MsgID: d.MessageId, Kind: envelope.Kind(d.Type), Recipient: envelope.Party{Gid: gid}}
+	env.Sender.Gid, _ = d.Headers["fleet-sender"].(string)
+	env.TraceID, _ = d.Headers["fleet-trace-id"].(string)
+	var body struct { // a newer schema may keep these; a malformed one may still have them
+		MsgID  string `json:"msg_id"`
+		Kind   string `json:"kind"`
+		Sender struct {
+			Gid string `json:"gid"`
+		} `json:"sender"`
+	}
+	if json.Unmarshal(d.Body, &body) == nil {
+		for _, f := range [...]struct {
+			have *string
+			body string
+		}{
+			{&env.MsgID, body.MsgID}, {(*string)(&env.Kind), body.Kind}, {&env.Sender.Gid, body.Sender.Gid}} {
+			switch {
+			case *f.have == "":
+				*f.have = f.body
+			case f.body != "" && f.body != *f.have:
+				return nil // the delivery contradicts itself
+			}
+		}
+	}
+	if !envelope.ValidID(env.MsgID) || !env.Kind.Known() || !ident.IsGid(env.Sender.Gid) || signedBy == "" {
+		return nil
+	}
+	env.Sender.Host = signedBy
+	return env
+}
+
+// OnRefusedMsg sets a function told of every refused delivery of an inbox
+// or the control queue that says who sent it (call before Run). It runs on the consumer's
 // goroutine: it must not block.
 func (b *Broker) OnRefusedMsg(f func(RefusedMsg)) { b.onRefusedMsg = f }
 

@@ -126,6 +126,9 @@ func (b *Broker) publishing(env *envelope.Envelope, persistent bool) (amqp.Publi
 		}
 		msg.Expiration = fmt.Sprint(ms)
 	}
+	if env.Sender.Gid != "" { // for a receiver that cannot read the body (auth.go, unreadHead)
+		msg.Headers["fleet-sender"] = env.Sender.Gid
+	}
 	b.signHeaders(&msg)
 	return msg, nil
 }

@@ -17,7 +17,9 @@ func NewAskApp() *cli.App {
 	app.Description = "Asks are live-only: the question lives in memory and on the wire with an expiry, " +
 		"never in a durable store. fleet-ask blocks until the askee answers (fleet-send --answer ASK_ID) " +
 		"and prints the answer, or exits 75 when the TTL passes. An ask to an entity whose host reads stale or gone " +
-		"(fleet-gw status lists the peers) fails at once with exit 69, kind host_gone, unless --wait-for-host. If this process is gone when the " +
+		"(fleet-gw status lists the peers) fails at once with exit 69, kind host_gone, unless --wait-for-host; " +
+		"one the askee's host refuses (it does not admit this host, a bad signature, ...) fails as soon as that host says so, " +
+		"exit 77, kind refused_by_host, with its reason. If this process is gone when the " +
 		"answer comes, the answer is never delivered anywhere and the answerer is told TOO_LATE. " +
 		"The asking turn is FLEET_TURN_ID (or --turn), else a fresh id."
 	app.Flags = append(connFlags(), jsonFlag(), asFlag(),

@@ -194,6 +194,7 @@ const (
 	KindBadCert            Kind = "bad_certificate"      // an enrolment request, host certificate or revocation list that does not read or verify
 	KindUntrustedHost      Kind = "untrusted_host"       // a name only a host this gateway does not trust announces, or NAME@HOST of such a host
 	KindLocalOnly          Kind = "local_only"           // fleet-bcast: delivered on this host, the other hosts not reached
+	KindRefusedByHost      Kind = "refused_by_host"      // the recipient's host refused the message or request (not admitted, bad signature, ...)
 )
 
 // Kinds is the closed set: the kinds of KindTable (kinds.go).

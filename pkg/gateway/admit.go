@@ -44,6 +44,7 @@ import (
 	"github.com/fleetd/fleet/pkg/broker"
 	"github.com/fleetd/fleet/pkg/envelope"
 	"github.com/fleetd/fleet/pkg/ident"
+	"github.com/fleetd/fleet/pkg/seal"
 	"github.com/fleetd/fleet/pkg/trust"
 )
 
@@ -80,6 +81,11 @@ type admission struct {
 func (g *Gateway) setupAuth() error {
 	priv, err := trust.HostKey(g.cfg.StateDir)
 	if err != nil {
+		return err
+	}
+	// the sealing key, made beside the signing key (issue 27); bodies
+	// are not sealed yet
+	if _, err := seal.LoadKeyring(g.cfg.StateDir); err != nil {
 		return err
 	}
 	own, file, memo := priv.Public().(ed25519.PublicKey), trust.Open(g.cfg.TrustFile), newVerified(1024)

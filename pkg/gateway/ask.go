@@ -24,6 +24,7 @@ type askWaiter struct {
 	gid, turn string // the asker, and its turn
 	to        string // the askee's gid: only it may answer
 	ch        chan *envelope.Envelope
+	refused   chan string // the askee's host refused the ask: why (refusals.go)
 }
 
 // sentAnswer is an answer this host sent to an ask from another host,
@@ -307,7 +308,7 @@ func (g *Gateway) ask(c *conn, req *api.Request) {
 		env.TraceID = r.TraceID
 	}
 	env.Expires = time.Now().Add(ttl).UTC()
-	w := &askWaiter{gid: sender.Gid, turn: env.TurnID, to: rcpt.Gid, ch: make(chan *envelope.Envelope, 1)}
+	w := &askWaiter{gid: sender.Gid, turn: env.TurnID, to: rcpt.Gid, ch: make(chan *envelope.Envelope, 1), refused: make(chan string, 1)}
 	g.asks.Wait(env.MsgID, w)
 	g.announceStatusSoon(sender.Gid) // reads "waiting" in the roster
 	defer func() {
@@ -341,6 +342,8 @@ func (g *Gateway) ask(c *conn, req *api.Request) {
 	select {
 	case ans := <-w.ch:
 		c.reply(&api.Response{OK: true, Batch: []api.Delivery{{Envelope: ans}}})
+	case why := <-w.refused:
+		c.fail(refusedAskFault(env, why))
 	case <-timer.C:
 		c.fail(fault.New(fault.TempFail, fault.KindTimeout, "no answer to ask %s within %v", env.MsgID, ttl).
 			WithHint("fleet-trace %s shows where the ask stopped (drained or injected: the askee was shown it; expired: it never was)", env.TraceID))

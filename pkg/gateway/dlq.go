@@ -193,7 +193,7 @@ func (g *Gateway) deliverAgain(env *envelope.Envelope) (string, error) {
 	// not g.publish: a replay refused by a full inbox is not a new dead
 	// letter with a bounce — the dead letter it replays is still there
 	now := time.Now().UTC()
-	if err := g.st.RecordOutbound(env, now); err != nil {
+	if err := g.st.RecordOutboundKeep(env, now, keptBytes(env))(); err != nil {
 		return "", fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "could not record the replay").
 			WithHint("free space in the state folder %s", g.cfg.StateDir)
 	}

@@ -166,23 +166,37 @@ func (g *Gateway) onReceipt(env *envelope.Envelope) error {
 	if rb.MsgID != env.InReplyTo {
 		return broker.Refuse(broker.ReasonMalformed, "a receipt for %q in reply to %q", rb.MsgID, env.InReplyTo)
 	}
+	var k *believedRefusal
+	reason := clipReason(rb.Reason)
 	if rb.Refused != nil {
 		var own []byte
 		if g.admit != nil {
 			own = g.admit.own
 		}
-		k, err := believeRefusal(own, env, &rb)
+		var err error
+		k, err = believeRefusal(own, env, &rb, g.st.Sent)
 		var r *broker.Refusal
-		if errors.As(err, &r) && r.Reason == broker.ReasonForged {
+		switch {
+		case errors.As(err, &r) && r.Reason == broker.ReasonForged:
 			// the refusal of bytes this host did not sign (a forgery in
 			// its name, refused there): nothing of ours, nothing to say
 			g.log.Debug("a refusal notice for a message this host did not sign: ignored", "msg_id", rb.MsgID, "from", env.Sender.Host)
 			return nil
-		}
-		if err != nil {
+		case errors.Is(err, errNotKept) && g.asks.Refused(rb.MsgID, env.Recipient.Gid, env.Sender.Gid, reason):
+			return nil // an ask too big to quote: its asker's wait ends, as an answer from there would
+		case errors.Is(err, errNotKept):
+			rb.Refused = nil // a digest of bytes not kept here: believed as any dead receipt from there
+		case err != nil:
 			return err
+		case k.env.Kind == envelope.Ask:
+			if g.asks.Refused(rb.MsgID, k.env.Sender.Gid, k.env.Recipient.Gid, reason) {
+				g.audit.Message("dead", k.env, 0, reason)
+				g.metrics.Dead(k.env.Kind, reason)
+			}
+			return nil
 		}
-		reason := clipReason(rb.Reason)
+	}
+	if rb.Refused != nil {
 		dead, err := g.st.KillOutbound(rb.MsgID, k.raw, reason, k.at)
 		if err != nil || !dead {
 			return err // settled already (delivered, or told before), or not ours to track

@@ -24,20 +24,52 @@ package gateway
 // this host's log noisy through another host.
 //
 // Noise: a notice goes for a real message only (never for presence,
-// receipts, bounces, broadcast copies or control requests), and at most
+// receipts, bounces, broadcast copies or TRACE queries), and at most
 // noticesPerMinute a minute to one host; the rest are counted in one log
 // line a minute.
+//
+// An ASK refused there is told the same way: the asker's fleet-ask fails
+// at once with the reason (77 refused_by_host), not at its TTL. An ask
+// has no record and no dead letter (it is live-only): the waiting turn
+// ends, and the audit log says dead. A SPAWN or STOP refused there is
+// answered as a request this host could not carry out (refusedControl):
+// fleet-spawn or fleet-stop fails at once with the same 77.
+//
+// A message whose body this host cannot read (a newer schema, a
+// malformed one, one over this host's max-body) is told too when the
+// delivery says where it came from: its msg id and kind (AMQP message id
+// and type), its sender (the fleet-sender header, or the body's sender
+// when the body is JSON), the signing host and the inbox it was in
+// (broker.unreadHead). None of that is proven, and need not be: the sender
+// still believes only bytes it signed itself, with that msg id, to that
+// recipient. A delivery that does not say all of that (no msg id or no
+// sender gid: a hand-made publish, bytes that are not JSON from a sender
+// without the header) has nobody to tell: its copy in bridge.dlq is the
+// only trace.
+//
+// A copy too big to quote (the notice must fit this host's max-body, and
+// base64 grows it by a third: a message over about 750 KiB with the
+// default 1 MiB) is carried as its sha256 instead, with the signature.
+// The sender keeps the bytes of each large message it publishes until it
+// settles (store.RecordOutboundKeep, keepSentOver) and matches the digest
+// against them; a sender that kept nothing (a receiver with a smaller
+// max-body than keepSentOver allows for) settles the message dead as on
+// any dead receipt from the recipient's host, without a dead letter.
 
 import (
 	"crypto/ed25519"
+	"crypto/sha256"
 	"encoding/base64"
+	hexenc "encoding/hex"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/fleetd/fleet/pkg/broker"
 	"github.com/fleetd/fleet/pkg/envelope"
+	"github.com/fleetd/fleet/pkg/fault"
 	"github.com/fleetd/fleet/pkg/ident"
 	"github.com/fleetd/fleet/pkg/store"
 )
@@ -45,12 +77,25 @@ import (
 // noticesPerMinute bounds the refusal notices sent to one host a minute.
 const noticesPerMinute = 60
 
-// refusedCopy is what a refusal notice carries of the refused message.
+// keepSentOver: a message this host publishes whose envelope is longer
+// than this keeps its bytes in the store until it settles, so a refusal
+// notice that can only carry their digest can be matched. A notice quotes
+// a copy whole when it fits the receiver's max-body: at the default 1 MiB,
+// up to about 750 KiB.
+const keepSentOver = 256 << 10
+
+// refusedCopy is what a refusal notice carries of the refused message:
+// the bytes, or when they are too big to quote, their sha256.
 type refusedCopy struct {
-	Why  string `json:"why"`  // the broker.Reason constant
-	Body string `json:"body"` // base64 of the bytes as published
-	Sig  string `json:"sig"`  // base64 of their fleet-sig
+	Why    string `json:"why"`              // the broker.Reason constant
+	Body   string `json:"body,omitempty"`   // base64 of the bytes as published
+	SHA256 string `json:"sha256,omitempty"` // hex sha256 of those bytes, when Body is too big to carry
+	Sig    string `json:"sig"`              // base64 of their fleet-sig
 }
+
+// errNotKept: a refusal notice carries a digest only, and this host kept
+// no bytes of that message to match it against.
+var errNotKept = errors.New("a refusal notice with a digest, and no bytes kept here to match")
 
 // refusalNotices sends the notices of one gateway. It owns the per-host
 // counts of notices sent in the current minute.
@@ -74,8 +119,12 @@ type noticeRun struct {
 // is owed and allowed.
 func (n *refusalNotices) refused(m broker.RefusedMsg) {
 	env := m.Env
+	if (env.Kind == envelope.Spawn || env.Kind == envelope.Stop) && m.Queue == broker.ControlQueue(n.host) {
+		n.refusedControl(m)
+		return
+	}
 	switch {
-	case env.Kind != envelope.Send && env.Kind != envelope.Reply:
+	case env.Kind != envelope.Send && env.Kind != envelope.Reply && env.Kind != envelope.Ask:
 		return // only a message someone waits on
 	case env.Recipient.Group != "" || ident.GidHost(env.Recipient.Gid) != n.host:
 		return // a broadcast copy, or not for an entity of this host
@@ -88,8 +137,15 @@ func (n *refusalNotices) refused(m broker.RefusedMsg) {
 	reason := clipReason("refused by " + n.host + ": " + m.Refusal.Error())
 	rb := receiptBody{MsgID: env.MsgID, State: store.Dead, Reason: reason, At: time.Now().UTC(), Refused: &rc}
 	body, err := json.Marshal(rb)
+	if err == nil && len(body) > n.maxBody {
+		// too big to carry back whole: its digest, for the sender to
+		// match against the bytes it kept
+		sum := sha256.Sum256(m.Body)
+		rc.Body, rc.SHA256 = "", hexenc.EncodeToString(sum[:])
+		body, err = json.Marshal(rb)
+	}
 	if err != nil || len(body) > n.maxBody {
-		return // too big to carry back whole: the copy in bridge.dlq stays the only trace
+		return
 	}
 	if !n.allow(m.SignedBy, time.Now()) {
 		return
@@ -99,6 +155,78 @@ func (n *refusalNotices) refused(m broker.RefusedMsg) {
 		envelope.Party{Gid: env.Sender.Gid, Name: env.Sender.Name, Host: env.Sender.Host}, string(body))
 	r.TraceID, r.InReplyTo = env.TraceID, env.MsgID
 	n.publish(env.Sender.Gid, r)
+}
+
+// refusedControl answers a SPAWN or STOP refused here as this host
+// answers any request it could not carry out: a SPAWN_RESULT or
+// STOP_RESULT with the error (77 refused_by_host and the reason), to the
+// requester it names, so its fleet-spawn or fleet-stop fails at once
+// instead of at its timeout. Its gateway takes an answer only for a
+// request of its own that went to this host, as for every answer; one
+// for a request it never sent (a forgery in its name, refused here) is
+// dropped there.
+func (n *refusalNotices) refusedControl(m broker.RefusedMsg) {
+	env := m.Env
+	switch {
+	case env.Recipient.Host != n.host || m.Unread:
+		return // misrouted here, or nothing read: nobody known to tell
+	case len(m.Sig) == 0 || m.SignedBy == "" || m.SignedBy == n.host || env.Sender.Host != m.SignedBy:
+		return
+	case !ident.IsGid(env.Sender.Gid) || ident.GidHost(env.Sender.Gid) != m.SignedBy:
+		return
+	}
+	what, kind := "spawn", envelope.SpawnResult
+	if env.Kind == envelope.Stop {
+		what, kind = "stop", envelope.StopResult
+	}
+	err := fault.New(fault.Refused, fault.KindRefusedByHost, "%s request %s was refused by %s: %s", what, env.MsgID, n.host, clipReason(m.Refusal.Error())).
+		WithHint("fix the cause on %s (fleet-gw trust list there; its log names the refusal), then run it again", n.host)
+	data, jerr := json.Marshal(failed(env.MsgID, err))
+	if jerr != nil || len(data) > n.maxBody || !n.allow(m.SignedBy, time.Now()) {
+		return
+	}
+	ans := envelope.New(kind, envelope.Party{Host: n.host}, env.Sender, string(data))
+	ans.TraceID, ans.InReplyTo, ans.Expires = env.TraceID, env.MsgID, env.Expires
+	n.publish(env.Sender.Gid, ans)
+}
+
+// keptBytes is what the store keeps of a message this host publishes to
+// another (store.RecordOutboundKeep): its envelope as published when that
+// is longer than keepSentOver, else nil. Asks keep nothing (live-only).
+func keptBytes(env *envelope.Envelope) []byte {
+	if (env.Kind != envelope.Send && env.Kind != envelope.Reply) || len(env.Body) <= keepSentOver/8 {
+		return nil // even escaped six-fold, shorter than keepSentOver
+	}
+	raw, err := envelope.Encode(env)
+	if err != nil || len(raw) <= keepSentOver {
+		return nil
+	}
+	return raw
+}
+
+// Refused ends the wait of the fleet-ask waiting for ask msgID with why,
+// when asker asked it of askee: the askee's host refused it (a refusal
+// notice, believed). false: no such wait (it ended, or another's).
+func (a *asks) Refused(msgID, asker, askee, why string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	w := a.waiting[msgID]
+	if w == nil || w.gid != asker || w.to != askee || w.refused == nil {
+		return false
+	}
+	delete(a.waiting, msgID) // an answer after this is TOO_LATE
+	select {
+	case w.refused <- why:
+	default:
+	}
+	return true
+}
+
+// refusedAskFault is fleet-ask's error for an ask its askee's host
+// refused: 77 refused_by_host, with the reason as that host gave it.
+func refusedAskFault(env *envelope.Envelope, why string) error {
+	return fault.New(fault.Refused, fault.KindRefusedByHost, "ask %s to %s was not delivered: %s", env.MsgID, env.Recipient.String(), why).
+		WithHint("fix the cause on %s (fleet-gw trust list there; its log names the refusal), then ask again", env.Recipient.Host)
 }
 
 // allow counts a notice to host; false past noticesPerMinute this minute.
@@ -144,10 +272,12 @@ type believedRefusal struct {
 
 // believeRefusal checks a refusal notice from the broker (a RECEIPT whose
 // signer the admission check already trusts) against own, this host's
-// key: the bytes it carries are a message this host signed, with the
-// notice's msg id, sent by the entity the notice is addressed to, to the
-// entity the notice is from. Anything else is refused.
-func believeRefusal(own ed25519.PublicKey, notice *envelope.Envelope, rb *receiptBody) (*believedRefusal, error) {
+// key: the bytes it carries (or, for a digest, the bytes kept returns for
+// its msg id) are a message this host signed, with the notice's msg id,
+// sent by the entity the notice is addressed to, to the entity the notice
+// is from. Anything else is refused; a digest with no bytes kept here is
+// errNotKept.
+func believeRefusal(own ed25519.PublicKey, notice *envelope.Envelope, rb *receiptBody, kept func(msgID string) []byte) (*believedRefusal, error) {
 	rc := rb.Refused
 	if rb.State != store.Dead || len(rb.More) > 0 {
 		return nil, broker.Refuse(broker.ReasonMalformed, "a refusal notice must be one dead receipt")
@@ -156,6 +286,22 @@ func believeRefusal(own ed25519.PublicKey, notice *envelope.Envelope, rb *receip
 	sig, err2 := base64.StdEncoding.DecodeString(rc.Sig)
 	if err1 != nil || err2 != nil {
 		return nil, broker.Refuse(broker.ReasonMalformed, "a refusal notice with a copy that is not base64")
+	}
+	if rc.Body == "" {
+		sum, err := hexenc.DecodeString(rc.SHA256)
+		if err != nil || len(sum) != sha256.Size {
+			return nil, broker.Refuse(broker.ReasonMalformed, "a refusal notice with neither a copy nor a sha256")
+		}
+		raw = nil
+		if kept != nil {
+			raw = kept(rb.MsgID)
+		}
+		if len(raw) == 0 {
+			return nil, errNotKept
+		}
+		if mine := sha256.Sum256(raw); hexenc.EncodeToString(mine[:]) != rc.SHA256 {
+			return nil, broker.Refuse(broker.ReasonForged, "a refusal notice for message %s with a digest of bytes this host did not send", rb.MsgID)
+		}
 	}
 	if len(own) == 0 || !ed25519.Verify(own, raw, sig) {
 		return nil, broker.Refuse(broker.ReasonForged, "a refusal notice for message %s that this host did not sign", rb.MsgID)

@@ -3,12 +3,18 @@ package gateway
 import (
 	"crypto/ed25519"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
+	hexenc "encoding/hex"
+	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/fleetd/fleet/pkg/broker"
 	"github.com/fleetd/fleet/pkg/envelope"
 	"github.com/fleetd/fleet/pkg/fault"
 	"github.com/fleetd/fleet/pkg/store"
@@ -76,17 +82,121 @@ func TestBelieveRefusal(t *testing.T) {
 			Refused: &refusedCopy{Why: "bad_signature", Body: base64.StdEncoding.EncodeToString(raw),
 				Sig: base64.StdEncoding.EncodeToString(ed25519.Sign(key, raw))}}
 	}
-	if _, err := believeRefusal(pub, notice, body(priv, msg.MsgID)); err != nil {
+	if _, err := believeRefusal(pub, notice, body(priv, msg.MsgID), nil); err != nil {
 		t.Fatalf("own signed message refused: %v", err)
 	}
-	if _, err := believeRefusal(pub, notice, body(other, msg.MsgID)); err == nil {
+	if _, err := believeRefusal(pub, notice, body(other, msg.MsgID), nil); err == nil {
 		t.Fatal("bytes another key signed were believed")
 	}
-	if _, err := believeRefusal(pub, notice, body(priv, envelope.NewID())); err == nil {
+	if _, err := believeRefusal(pub, notice, body(priv, envelope.NewID()), nil); err == nil {
 		t.Fatal("a notice naming another msg id was believed")
 	}
 	carol := envelope.Party{Gid: "h2.01a23400-3142-7e07-b4e3-15b27a9f1b78", Name: "carol", Host: "h2"}
-	if _, err := believeRefusal(pub, envelope.New(envelope.Receipt, carol, alice, ""), body(priv, msg.MsgID)); err == nil {
+	if _, err := believeRefusal(pub, envelope.New(envelope.Receipt, carol, alice, ""), body(priv, msg.MsgID), nil); err == nil {
 		t.Fatal("a notice from another entity than the recipient was believed")
+	}
+
+	// too big to quote: a digest, matched against the bytes kept here
+	digest := func(b []byte, sigKey ed25519.PrivateKey) *receiptBody {
+		rb := body(sigKey, msg.MsgID)
+		sum := sha256.Sum256(b)
+		rb.Refused.Body, rb.Refused.SHA256 = "", hexenc.EncodeToString(sum[:])
+		return rb
+	}
+	kept := func(id string) []byte {
+		if id == msg.MsgID {
+			return raw
+		}
+		return nil
+	}
+	k, err := believeRefusal(pub, notice, digest(raw, priv), kept)
+	if err != nil || string(k.raw) != string(raw) {
+		t.Fatalf("a digest of kept bytes: %v", err)
+	}
+	if _, err := believeRefusal(pub, notice, digest(raw, priv), nil); !errors.Is(err, errNotKept) {
+		t.Fatalf("a digest with nothing kept: %v, want errNotKept", err)
+	}
+	if _, err := believeRefusal(pub, notice, digest([]byte("other bytes"), priv), kept); err == nil {
+		t.Fatal("a digest of other bytes than those kept was believed")
+	}
+	if _, err := believeRefusal(pub, notice, digest(raw, other), kept); err == nil {
+		t.Fatal("a digest with another key's signature was believed")
+	}
+}
+
+func TestKeptBytes(t *testing.T) {
+	alice := envelope.Party{Gid: "h1.01a23400-3365-77d8-a646-15bd4b212402", Name: "alice", Host: "h1"}
+	bob := envelope.Party{Gid: "h2.01a23400-3142-7e07-b4e3-15b27a9f1b77"}
+	if keptBytes(envelope.New(envelope.Send, alice, bob, "small")) != nil {
+		t.Fatal("a small message's bytes kept")
+	}
+	big := envelope.New(envelope.Send, alice, bob, strings.Repeat("x", keepSentOver))
+	raw, _ := envelope.Encode(big)
+	if got := keptBytes(big); string(got) != string(raw) {
+		t.Fatal("a large message's bytes not kept as published")
+	}
+	if keptBytes(envelope.New(envelope.Ask, alice, bob, strings.Repeat("x", keepSentOver))) != nil {
+		t.Fatal("an ask's bytes kept")
+	}
+}
+
+func TestAskRefused(t *testing.T) {
+	a := newAsks()
+	w := &askWaiter{gid: "h1.a", to: "h2.b", ch: make(chan *envelope.Envelope, 1), refused: make(chan string, 1)}
+	a.Wait("m1", w)
+	if a.Refused("m1", "h1.a", "h2.c", "x") || a.Refused("m1", "h1.c", "h2.b", "x") {
+		t.Fatal("a refusal for another asker or askee ended the wait")
+	}
+	if !a.Refused("m1", "h1.a", "h2.b", "refused by h2: untrusted_host") {
+		t.Fatal("the wait was not ended")
+	}
+	if why := <-w.refused; why != "refused by h2: untrusted_host" {
+		t.Fatalf("why = %q", why)
+	}
+	if a.Waiter("m1") != nil || a.Refused("m1", "h1.a", "h2.b", "again") {
+		t.Fatal("a refused ask still waits")
+	}
+	err := refusedAskFault(envelope.New(envelope.Ask, envelope.Party{}, envelope.Party{Gid: "h2.b", Name: "bob", Host: "h2"}, ""), "why")
+	if fault.CodeOf(err) != fault.Refused || fault.KindOf(err) != fault.KindRefusedByHost {
+		t.Fatalf("fault %v", err)
+	}
+}
+
+// A refused message whose body this host cannot read is told from its
+// head; one too big to quote is told by its digest.
+func TestRefusalNoticeShapes(t *testing.T) {
+	_, priv, _ := ed25519.GenerateKey(rand.Reader)
+	alice := envelope.Party{Gid: "h1.01a23400-3365-77d8-a646-15bd4b212402", Host: "h1"}
+	bob := envelope.Party{Gid: "h2.01a23400-3142-7e07-b4e3-15b27a9f1b77"}
+	var got []*envelope.Envelope
+	n := &refusalNotices{host: "h2", maxBody: 64 << 10, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		publish: func(to string, env *envelope.Envelope) {
+			if to != alice.Gid {
+				t.Errorf("a notice to %s", to)
+			}
+			got = append(got, env)
+		}}
+	id := envelope.NewID()
+	newer := []byte(`{"v":"2.0","msg_id":"` + id + `","kind":"SEND","sender":{"gid":"` + alice.Gid + `"}}`)
+	head := &envelope.Envelope{MsgID: id, Kind: envelope.Send, Sender: alice, Recipient: bob}
+	n.refused(broker.RefusedMsg{Queue: broker.InboxQueue(bob.Gid), Refusal: broker.Refuse(broker.ReasonNewerSchema, "2.0"),
+		Env: head, Unread: true, Body: newer, Sig: ed25519.Sign(priv, newer), SignedBy: "h1"})
+	big := envelope.New(envelope.Send, alice, bob, strings.Repeat("x", 100<<10))
+	raw, _ := envelope.Encode(big)
+	n.refused(broker.RefusedMsg{Queue: broker.InboxQueue(bob.Gid), Refusal: broker.Refuse(broker.ReasonForged, "bad"),
+		Env: big, Body: raw, Sig: ed25519.Sign(priv, raw), SignedBy: "h1"})
+	if len(got) != 2 {
+		t.Fatalf("%d notices, want 2", len(got))
+	}
+	var rb receiptBody
+	if err := json.Unmarshal([]byte(got[0].Body), &rb); err != nil || rb.MsgID != id || rb.Refused == nil ||
+		rb.Refused.Body != base64.StdEncoding.EncodeToString(newer) || rb.Refused.Why != broker.ReasonNewerSchema {
+		t.Fatalf("the unreadable message's notice: %s", got[0].Body)
+	}
+	rb = receiptBody{}
+	sum := sha256.Sum256(raw)
+	if err := json.Unmarshal([]byte(got[1].Body), &rb); err != nil || rb.Refused == nil || rb.Refused.Body != "" ||
+		rb.Refused.SHA256 != hexenc.EncodeToString(sum[:]) || len(got[1].Body) > n.maxBody {
+		t.Fatalf("the big message's notice: %.300s", got[1].Body)
 	}
 }

@@ -34,7 +34,7 @@ const (
 // records (Seq 0: in no local inbox) go once accepted before cutoff. It
 // returns how many records it forgot.
 func (s *Store) Prune(cutoff time.Time) (int, error) {
-	return s.pruneBucket(bRecords, func(tx *wtx, k, v []byte) bool {
+	n, err := s.pruneBucket(bRecords, func(tx *wtx, k, v []byte) bool {
 		var r Record
 		if decodeRecord(v, &r) != nil {
 			return false
@@ -45,6 +45,10 @@ func (s *Store) Prune(cutoff time.Time) (int, error) {
 		outbound := r.State == Accepted && r.Seq == 0 && r.Accepted.Before(cutoff)
 		return (finished || outbound) && tx.Bucket(bDead).Get(k) == nil
 	})
+	if err == nil {
+		_, err = s.pruneSent() // the bytes kept with records gone or settled
+	}
+	return n, err
 }
 
 // PruneDead forgets dead letters that died before cutoff (the end of

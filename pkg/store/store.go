@@ -1064,16 +1064,7 @@ func named(p envelope.Party) string {
 // returns — a later operation (the receipt's SettleOutbound) finds it —
 // and wait returns once it is on disk.
 func (s *Store) RecordOutboundStart(env *envelope.Envelope, now time.Time) (wait func() error) {
-	return s.start(&op{fn: func(tx *wtx) error {
-		if tx.Bucket(bRecords).Get([]byte(env.MsgID)) != nil {
-			return nil // a retransmit: the record (maybe settled) stays
-		}
-		return save(tx.Bucket(bRecords), env.MsgID, &Record{
-			MsgID: env.MsgID, Kind: env.Kind, TraceID: env.TraceID,
-			Sender: env.Sender.Gid, Recipient: env.Recipient.Gid, Named: named(env.Recipient),
-			State: Accepted, Accepted: now,
-		})
-	}})
+	return s.RecordOutboundKeep(env, now, nil)
 }
 
 // MarkOutbound moves an outbound record between accepted and unknown (a
@@ -1103,7 +1094,12 @@ func (s *Store) MarkOutbound(msgID, state string) (*Record, error) {
 
 // ForgetRecord drops the record of a message that was never sent.
 func (s *Store) ForgetRecord(msgID string) error {
-	return s.update(func(tx *wtx) error { return tx.Bucket(bRecords).Delete([]byte(msgID)) })
+	return s.update(func(tx *wtx) error {
+		if err := dropSent(tx, msgID); err != nil {
+			return err
+		}
+		return tx.Bucket(bRecords).Delete([]byte(msgID))
+	})
 }
 
 // DeadOutbound dead-letters a message that no inbox took for good: the
@@ -1130,7 +1126,7 @@ func (s *Store) DeadOutbound(env *envelope.Envelope, reason string, now time.Tim
 }
 
 // KillOutbound records that a message this host sent died elsewhere (in a
-// broker inbox): its outbound record goes from accepted to dead with
+// broker inbox): its outbound record goes from accepted (or unknown) to dead with
 // reason, and raw (the envelope as sent) is kept as a dead letter here, so
 // the sender's host lists it. dead is false when the record had already
 // settled (a receipt, or this death told before) or is unknown.
@@ -1143,11 +1139,14 @@ func (s *Store) KillOutbound(msgID string, raw []byte, reason string, at time.Ti
 			}
 			return err
 		}
-		if r.State != Accepted {
+		if r.State != Accepted && r.State != Unknown { // unknown: a confirm lost, as SettleOutboundAll
 			return nil
 		}
 		r.State, r.Reason, r.Done = Dead, reason, at
 		if err := save(tx.Bucket(bDead), msgID, &DeadLetter{Record: r, Envelope: raw}); err != nil {
+			return err
+		}
+		if err := dropSent(tx, msgID); err != nil {
 			return err
 		}
 		dead = true
@@ -1190,6 +1189,9 @@ func (s *Store) SettleOutboundAll(settles []Settle) ([]*Record, []error) {
 			if (r.State == Accepted || r.State == Unknown) && (st.State == Delivered || st.State == Dead) {
 				r.State, r.Reason, r.Attempts, r.Done = st.State, st.Reason, st.Attempts, st.At
 				if err := save(b, st.MsgID, &r); err != nil {
+					return err
+				}
+				if err := dropSent(tx, st.MsgID); err != nil {
 					return err
 				}
 			}

@@ -3,8 +3,8 @@ package trust
 // Operator-certified hosts. Besides its per-host lines, a trust file may
 // hold operator lines ("operator NAME KEY"). An operator key (kept on the
 // operator's machine, offline: never in a gateway's state folder) signs
-// host certificates — a host id bound to the host's signing key (and,
-// later, its sealing key) for a time — and revocation lists. A gateway
+// host certificates — a host id bound to the host's signing key and its
+// sealing key for a time — and revocation lists. A gateway
 // that trusts an operator key admits a host that presents a valid
 // certificate of that operator for the host id it signs as; it needs no
 // line for that host.
@@ -73,12 +73,14 @@ type Request struct {
 	V       int       `json:"v"`
 	Host    string    `json:"host"`
 	Key     string    `json:"key"`                // base64 Ed25519 public key, as in trust lines
-	SealKey string    `json:"seal_key,omitempty"` // base64 public sealing key (sealed bodies); none yet
+	SealKey string    `json:"seal_key,omitempty"` // public sealing key (age1..., pkg/seal); none in requests made before sealing keys
 	Made    time.Time `json:"made"`
 }
 
-// Cert is a host certificate: the operator says Host signs with Key from
-// NotBefore to NotAfter.
+// Cert is a host certificate: the operator says Host signs with Key (and
+// is sealed to with SealKey, when it names one) from NotBefore to
+// NotAfter. A certificate made before sealing keys names none: it still
+// verifies, and its host announces no sealing key.
 type Cert struct {
 	V         int       `json:"v"`
 	Serial    string    `json:"serial"` // 32 hex digits, random: names this certificate
@@ -178,23 +180,33 @@ func pubKey(what, s string) (ed25519.PublicKey, error) {
 	return k, nil
 }
 
-// checkSealKey accepts no sealing key or a 32-byte one (X25519).
+// checkSealKey accepts no sealing key or an age X25519 one (CheckSealKey).
 func checkSealKey(s string) error {
 	if s == "" {
 		return nil
 	}
-	if k, err := base64.StdEncoding.DecodeString(s); err != nil || len(k) != 32 {
-		return fmt.Errorf("seal_key %q is not a 32-byte public key", s)
+	if err := CheckSealKey(s); err != nil {
+		return fmt.Errorf("seal_key %q is not a public sealing key (age1...)", s)
 	}
 	return nil
 }
 
-// MakeRequest is host's enrolment request, signed by its key.
+// MakeRequest is host's enrolment request, signed by its key, naming no
+// sealing key (as before sealing keys existed).
 func MakeRequest(host string, key ed25519.PrivateKey) (string, error) {
+	return MakeSealedRequest(host, key, "")
+}
+
+// MakeSealedRequest is host's enrolment request for its signing key and
+// its public sealing key (age1...; "" for none), signed by its key.
+func MakeSealedRequest(host string, key ed25519.PrivateKey, sealKey string) (string, error) {
 	if !HostRE.MatchString(host) {
 		return "", fmt.Errorf("%q is not a host id", host)
 	}
-	return seal(RequestPrefix, key, Request{V: 1, Host: host,
+	if err := checkSealKey(sealKey); err != nil {
+		return "", err
+	}
+	return seal(RequestPrefix, key, Request{V: 1, Host: host, SealKey: sealKey,
 		Key: base64.StdEncoding.EncodeToString(key.Public().(ed25519.PublicKey)), Made: time.Now().UTC().Truncate(time.Second)})
 }
 

@@ -1,7 +1,10 @@
 // Package trust is who a gateway believes across hosts (design decision
 // 6): this host's Ed25519 signing key (STATE_DIR/host.key, 0600) and the
-// trust file of the other hosts' public keys (lines "HOST BASE64-KEY", the
-// line `fleet-gw key` prints on each host). The gateway signs everything
+// trust file of the other hosts' public keys (lines "HOST BASE64-KEY
+// [SEALING-KEY]", the line `fleet-gw key` prints on each host). The
+// sealing key ("age1...", pkg/seal) is what other hosts will seal message
+// bodies to; a line without one (written before sealing keys existed) is
+// still read, as a host that announces no sealing key. The gateway signs everything
 // it publishes with its key and admits from the broker only what a host
 // in its trust file signed. No trust file, or an empty one, admits no
 // other host: closed by default. The file may also hold operator lines
@@ -29,6 +32,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fleetd/fleet/internal/bech32"
 	"github.com/fleetd/fleet/pkg/ident"
 	"github.com/fleetd/fleet/pkg/private"
 )
@@ -67,38 +71,84 @@ func HostKey(stateDir string) (ed25519.PrivateKey, error) {
 	return priv, private.WriteFile(path, []byte(base64.StdEncoding.EncodeToString(priv.Seed())+"\n"), 0o600)
 }
 
-// Line is host's line for the trust files of the others.
+// Line is host's line for the trust files of the others, without a
+// sealing key (as before sealing keys existed).
 func Line(host string, pub ed25519.PublicKey) string {
 	return host + " " + base64.StdEncoding.EncodeToString(pub)
 }
 
+// SealedLine is host's line with its public sealing key: what `fleet-gw
+// key` prints.
+func SealedLine(host string, pub ed25519.PublicKey, sealKey string) string {
+	return Line(host, pub) + " " + sealKey
+}
+
 // Entry is one trusted host, or one trusted operator (opcert.go): a host
-// entry has Host, an operator entry Operator (its name).
+// entry has Host, an operator entry Operator (its name). A host entry
+// with no SealKey is a host that announces no sealing key.
 type Entry struct {
 	Host     string `json:"host,omitempty"`
-	Key      string `json:"key"` // base64, as in the file
+	Key      string `json:"key"`                // base64, as in the file
+	SealKey  string `json:"seal_key,omitempty"` // age1..., as in the file; "" for none
 	Operator string `json:"operator,omitempty"`
 }
 
+// Sealing reports whether the host announces a sealing key.
+func (e Entry) Sealing() bool { return e.SealKey != "" }
+
 // String is the entry's line in the file.
 func (e Entry) String() string {
-	if e.Operator != "" {
+	switch {
+	case e.Operator != "":
 		return "operator " + e.Operator + " " + e.Key
+	case e.SealKey != "":
+		return e.Host + " " + e.Key + " " + e.SealKey
 	}
 	return e.Host + " " + e.Key
 }
 
-// ParseLine reads "HOST KEY" (the output of `fleet-gw key`) or "operator
-// NAME KEY" (the output of `fleet-gw operator init`).
+// ParseLine reads "HOST KEY [SEALING-KEY]" (the output of `fleet-gw key`)
+// or "operator NAME KEY" (the output of `fleet-gw operator init`). The
+// two three-field forms never meet: an operator's NAME is a host id, and
+// a host's KEY is base64 of 32 bytes, which ends in '=', never in one.
 func ParseLine(line string) (Entry, error) {
 	f := strings.Fields(line)
-	if len(f) == 3 && f[0] == "operator" {
+	if len(f) == 3 && f[0] == "operator" && HostRE.MatchString(f[1]) {
 		return CheckOperator(f[1], f[2])
 	}
-	if len(f) != 2 {
-		return Entry{}, fmt.Errorf("%q is not a trust line (HOST KEY, as fleet-gw key prints it, or operator NAME KEY)", line)
+	switch len(f) {
+	case 2:
+		return Check(f[0], f[1])
+	case 3:
+		return CheckSealed(f[0], f[1], f[2])
 	}
-	return Check(f[0], f[1])
+	return Entry{}, fmt.Errorf("%q is not a trust line (HOST KEY [SEALING-KEY], as fleet-gw key prints it, or operator NAME KEY)", line)
+}
+
+// CheckSealed validates a host id, a base64 Ed25519 public key and a
+// public sealing key (age1...).
+func CheckSealed(host, key, sealKey string) (Entry, error) {
+	e, err := Check(host, key)
+	if err != nil {
+		return e, err
+	}
+	if err := CheckSealKey(sealKey); err != nil {
+		return Entry{}, err
+	}
+	e.SealKey = sealKey
+	return e, nil
+}
+
+// CheckSealKey validates a public sealing key: an age X25519 recipient
+// ("age1" and 58 more characters of Bech32), checksum included, so a
+// mistyped key is refused when it is added rather than at the first
+// message sealed to it.
+func CheckSealKey(s string) error {
+	hrp, raw, err := bech32.Decode(s)
+	if err != nil || hrp != "age" || len(raw) != 32 || strings.ToLower(s) != s {
+		return fmt.Errorf("%q is not a sealing key (age1..., the third field of the line fleet-gw key prints)", s)
+	}
+	return nil
 }
 
 // CheckOperator validates an operator name and a base64 Ed25519 key.
@@ -202,8 +252,8 @@ func write(path string, entries []Entry) error {
 	return private.WriteFile(path, []byte(b.String()), 0o600)
 }
 
-// Add trusts e.Host (or operator e.Operator) with e.Key, replacing a key
-// it had. It reports whether the file changed.
+// Add trusts e.Host (or operator e.Operator) with e.Key (and e.SealKey),
+// replacing the line it had. It reports whether the file changed.
 func Add(path string, e Entry) (bool, error) {
 	entries, err := Read(path)
 	if err != nil {
@@ -211,7 +261,7 @@ func Add(path string, e Entry) (bool, error) {
 	}
 	for i, x := range entries {
 		if x.id() == e.id() {
-			if x.Key == e.Key {
+			if x.Key == e.Key && x.SealKey == e.SealKey {
 				return false, nil
 			}
 			entries[i] = e
@@ -252,6 +302,7 @@ type File struct {
 	mu    sync.Mutex
 	id    fileID
 	keys  map[string]ed25519.PublicKey
+	seals map[string]string // host -> its sealing key (age1...), for hosts that announce one
 	ops   map[string]string // base64 key -> name: the operators trusted
 	err   error             // the last read's error: a broken file trusts no one
 	found bool
@@ -276,7 +327,7 @@ func (f *File) Keys() (map[string]ed25519.PublicKey, error) {
 	defer f.mu.Unlock()
 	var st syscall.Stat_t
 	if err := syscall.Stat(f.path, &st); err != nil {
-		f.keys, f.ops, f.err, f.found, f.id = nil, nil, nil, false, fileID{}
+		f.keys, f.seals, f.ops, f.err, f.found, f.id = nil, nil, nil, nil, false, fileID{}
 		if !errors.Is(err, syscall.ENOENT) {
 			f.err = err
 		}
@@ -289,6 +340,7 @@ func (f *File) Keys() (map[string]ed25519.PublicKey, error) {
 	}
 	entries, err := Read(f.path)
 	keys := make(map[string]ed25519.PublicKey, len(entries))
+	seals := map[string]string{}
 	ops := map[string]string{}
 	for _, e := range entries {
 		if e.Operator != "" {
@@ -297,11 +349,14 @@ func (f *File) Keys() (map[string]ed25519.PublicKey, error) {
 		}
 		pub, _ := base64.StdEncoding.DecodeString(e.Key)
 		keys[e.Host] = pub
+		if e.SealKey != "" {
+			seals[e.Host] = e.SealKey
+		}
 	}
 	if err != nil {
-		keys, ops = nil, nil
+		keys, seals, ops = nil, nil, nil
 	}
-	f.keys, f.ops, f.err, f.found, f.id = keys, ops, err, true, id
+	f.keys, f.seals, f.ops, f.err, f.found, f.id = keys, seals, ops, err, true, id
 	return keys, err
 }
 
@@ -312,6 +367,17 @@ func (f *File) Operators() map[string]string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.ops
+}
+
+// SealKey returns the sealing key (age1...) host's line announces; false
+// if the file does not trust host or its line announces none (a host
+// that predates sealing keys).
+func (f *File) SealKey(host string) (string, bool) {
+	f.Keys() // reread if it changed
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	k, ok := f.seals[host]
+	return k, ok
 }
 
 // Key returns host's key, if the file trusts host.

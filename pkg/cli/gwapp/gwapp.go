@@ -18,6 +18,7 @@ import (
 	"github.com/fleetd/fleet/pkg/config"
 	"github.com/fleetd/fleet/pkg/fault"
 	"github.com/fleetd/fleet/pkg/gateway"
+	"github.com/fleetd/fleet/pkg/seal"
 	"github.com/fleetd/fleet/pkg/trust"
 	ucli "github.com/urfave/cli/v2"
 )
@@ -70,8 +71,8 @@ func NewGatewayApp() *ucli.App {
 		},
 	}, {
 		Name:            "key",
-		Usage:           "print this host's trust line (HOST PUBLIC-KEY), creating its signing key if needed",
-		Description:     "Collect every host's line into each gateway's trust file (trust-file): across hosts, a message is admitted only when a host in it signed it.",
+		Usage:           "print this host's trust line (HOST PUBLIC-KEY SEALING-KEY), creating its signing and sealing keys if needed",
+		Description:     "Collect every host's line into each gateway's trust file (trust-file): across hosts, a message is admitted only when a host in it signed it. The third field is the host's public sealing key (age1..., STATE_DIR/seal.key), what other hosts will seal message bodies to.",
 		HideHelpCommand: true,
 		OnUsageError:    app.OnUsageError,
 		Flags:           gwFlags(),
@@ -80,18 +81,32 @@ func NewGatewayApp() *ucli.App {
 			if err != nil {
 				return err
 			}
-			priv, err := trust.HostKey(cfg.StateDir)
-			if fe := fault.NotPrivate(err); fe != nil {
-				return fe
-			}
+			priv, sealing, err := hostKeys(cfg.StateDir)
 			if err != nil {
-				return fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot read or create the host key in %s", cfg.StateDir)
+				return err
 			}
-			_, err = fmt.Fprintln(c.App.Writer, trust.Line(cfg.Host, priv.Public().(ed25519.PublicKey)))
+			_, err = fmt.Fprintln(c.App.Writer, trust.SealedLine(cfg.Host, priv.Public().(ed25519.PublicKey), sealing.Public().String()))
 			return err
 		},
 	}, statusCommand(app), trustCommand(app), certCommand(app), operatorCommand(app), joinCommand(app), brokerSetupCommand(app)}
 	return app
+}
+
+// hostKeys reads, or makes on first use, the host's signing key and,
+// beside it, its sealing key (pkg/seal): wherever one is made the other
+// is too.
+func hostKeys(stateDir string) (ed25519.PrivateKey, *seal.Keyring, error) {
+	priv, err := trust.HostKey(stateDir)
+	if err == nil {
+		var k *seal.Keyring
+		if k, err = seal.LoadKeyring(stateDir); err == nil {
+			return priv, k, nil
+		}
+	}
+	if fe := fault.NotPrivate(err); fe != nil {
+		return nil, nil, fe
+	}
+	return nil, nil, fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot read or create the host key in %s", stateDir)
 }
 
 // trustCommand is fleet-gw trust: the trust file, edited the way an
@@ -120,7 +135,7 @@ func trustCommand(app *ucli.App) *ucli.Command {
 		OnUsageError:    app.OnUsageError,
 		Subcommands: []*ucli.Command{{
 			Name:         "list",
-			Usage:        "print the trusted hosts (HOST KEY per line) and operators (operator NAME KEY); JSON Lines with --json",
+			Usage:        "print the trusted hosts (HOST KEY [SEALING-KEY] per line) and operators (operator NAME KEY); JSON Lines with --json",
 			UsageText:    "fleet-gw trust list [--json]",
 			OnUsageError: app.OnUsageError,
 			Flags:        flags(),
@@ -153,12 +168,21 @@ func trustCommand(app *ucli.App) *ucli.Command {
 				if len(entries) == 0 && !c.Bool("json") {
 					fmt.Fprintf(c.App.ErrWriter, "fleet-gw: no host is trusted (%s): messages from other hosts are refused\n", path)
 				}
+				var unsealed []string
+				for _, e := range entries {
+					if e.Host != "" && !e.Sealing() {
+						unsealed = append(unsealed, e.Host)
+					}
+				}
+				if len(unsealed) > 0 && !c.Bool("json") {
+					fmt.Fprintf(c.App.ErrWriter, "fleet-gw: no sealing key announced by %s (a line of before sealing keys): on each, run fleet-gw key and add its line here again\n", strings.Join(unsealed, ", "))
+				}
 				return nil
 			},
 		}, {
 			Name:         "add",
 			Usage:        "trust HOST's key (the line fleet-gw key prints on HOST), or an operator's (operator NAME KEY); replaces a key it had",
-			UsageText:    "fleet-gw trust add HOST KEY | fleet-gw trust add 'HOST KEY' | fleet-gw trust add 'operator NAME KEY'",
+			UsageText:    "fleet-gw trust add HOST KEY [SEALING-KEY] | fleet-gw trust add 'HOST KEY SEALING-KEY' | fleet-gw trust add 'operator NAME KEY'",
 			OnUsageError: app.OnUsageError,
 			Flags:        flags(),
 			Action: func(c *ucli.Context) error {
@@ -172,7 +196,7 @@ func trustCommand(app *ucli.App) *ucli.Command {
 				case 3:
 					e, err = trust.ParseLine(strings.Join(c.Args().Slice(), " "))
 				default:
-					return cli.Usage("fleet-gw trust add takes HOST KEY (or the line fleet-gw key prints)").
+					return cli.Usage("fleet-gw trust add takes HOST KEY [SEALING-KEY] (or the line fleet-gw key prints)").
 						WithHint("on the other host run: fleet-gw key")
 				}
 				if err != nil {

@@ -198,12 +198,9 @@ func joinCommand(app *ucli.App) *ucli.Command {
 				}
 				return fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot make the state folder %s", dir)
 			}
-			priv, err := trust.HostKey(dir)
-			if fe := fault.NotPrivate(err); fe != nil {
-				return fe
-			}
+			priv, _, err := hostKeys(dir)
 			if err != nil {
-				return fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot read the host key in %s", dir)
+				return err
 			}
 			if !bytes.Equal(b.Parsed.PublicKey(), priv.Public().(ed25519.PublicKey)) {
 				return badObject(fmt.Errorf("the bundle's certificate is for another key than this host's (made from another host's request, or another state folder: %s)", dir),

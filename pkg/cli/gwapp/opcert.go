@@ -14,6 +14,7 @@ import (
 	"github.com/fleetd/fleet/pkg/cli"
 	"github.com/fleetd/fleet/pkg/fault"
 	"github.com/fleetd/fleet/pkg/private"
+	"github.com/fleetd/fleet/pkg/seal"
 	"github.com/fleetd/fleet/pkg/trust"
 	ucli "github.com/urfave/cli/v2"
 )
@@ -242,19 +243,16 @@ func certJSON(c *trust.Cert) certView {
 
 func certCommand(app *ucli.App) *ucli.Command {
 	flags := func() []ucli.Flag { return append(gwFlags(), cli.JSONFlag()) }
-	hostKey := func(c *ucli.Context) (string, string, ed25519.PrivateKey, error) {
+	hostKey := func(c *ucli.Context) (string, string, ed25519.PrivateKey, *seal.Keyring, error) {
 		cfg, err := cli.LoadConfig(c)
 		if err != nil {
-			return "", "", nil, err
+			return "", "", nil, nil, err
 		}
-		priv, err := trust.HostKey(cfg.StateDir)
-		if fe := fault.NotPrivate(err); fe != nil {
-			return "", "", nil, fe
-		}
+		priv, sealing, err := hostKeys(cfg.StateDir)
 		if err != nil {
-			return "", "", nil, fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot read or create the host key in %s", cfg.StateDir)
+			return "", "", nil, nil, err
 		}
-		return cfg.Host, cfg.StateDir, priv, nil
+		return cfg.Host, cfg.StateDir, priv, sealing, nil
 	}
 	return &ucli.Command{
 		Name:  "cert",
@@ -274,11 +272,11 @@ func certCommand(app *ucli.App) *ucli.Command {
 				if c.NArg() > 0 {
 					return cli.Usage("fleet-gw cert request takes no arguments, got %q", c.Args().First())
 				}
-				host, _, priv, err := hostKey(c)
+				host, _, priv, sealing, err := hostKey(c)
 				if err != nil {
 					return err
 				}
-				req, err := trust.MakeRequest(host, priv)
+				req, err := trust.MakeSealedRequest(host, priv, sealing.Public().String())
 				if err != nil {
 					return cli.Usage("%v", err)
 				}
@@ -293,7 +291,7 @@ func certCommand(app *ucli.App) *ucli.Command {
 			OnUsageError: app.OnUsageError,
 			Flags:        flags(),
 			Action: func(c *ucli.Context) error {
-				host, dir, priv, err := hostKey(c)
+				host, dir, priv, sealing, err := hostKey(c)
 				if err != nil {
 					return err
 				}
@@ -311,6 +309,13 @@ func certCommand(app *ucli.App) *ucli.Command {
 				}
 				if err != nil {
 					return badObject(err, "ask the operator to certify this host's request: fleet-gw cert request")
+				}
+				switch cert.SealKey {
+				case sealing.Public().String():
+				case "":
+					fmt.Fprintf(c.App.ErrWriter, "fleet-gw: warning: this certificate names no sealing key (its request predates sealing keys): ask for a new one with: fleet-gw cert request\n")
+				default:
+					fmt.Fprintf(c.App.ErrWriter, "fleet-gw: warning: this certificate names sealing key %s, not this host's current one (%s): ask for a new one with: fleet-gw cert request\n", cert.SealKey, sealing.Public())
 				}
 				if cfg, err := cli.LoadConfig(c); err == nil {
 					if _, ok := trust.Open(cfg.TrustFile).Operators()[cert.Operator]; !ok {
