@@ -1,0 +1,306 @@
+package gateway
+
+import (
+	"errors"
+	"regexp"
+	"time"
+
+	"github.com/fleetd/fleet/pkg/api"
+	"github.com/fleetd/fleet/pkg/audit"
+	"github.com/fleetd/fleet/pkg/fault"
+	"github.com/fleetd/fleet/pkg/ident"
+	"github.com/fleetd/fleet/pkg/store"
+)
+
+// The entity verbs: join, leave, roster, status — what a request asks
+// of this host's entities.
+
+// nameRE is the grammar of entity names (ident.NamePattern); group names
+// are held to ident.ValidGroup.
+var nameRE = regexp.MustCompile(ident.NamePattern)
+
+func (g *Gateway) join(req *api.Request) (*api.Response, error) {
+	e := &store.Entity{
+		Name: req.Name, Mode: req.Mode,
+		TmuxTarget: req.TmuxTarget, Exec: req.Exec, Nudge: req.Nudge, Groups: req.Groups,
+		Program: req.Program, Turns: req.Turns, Paste: req.Paste, Header: req.Header, IdleScreen: req.IdleScreenMS,
+	}
+	token, path, err := g.register(e)
+	if err != nil {
+		return nil, err
+	}
+	row := g.row(*e, nil, nil)
+	return &api.Response{Entity: &row, Token: token, CredFile: path}, nil
+}
+
+// checkEntity validates a new entity's name, groups, mode and targets.
+func checkEntity(e *store.Entity) error {
+	if err := ident.CheckName(e.Name); err != nil {
+		return err
+	}
+	if err := ident.CheckMember(e.Groups); err != nil {
+		return err
+	}
+	switch e.Mode {
+	case "pull":
+		if e.TmuxTarget != "" || e.Exec != "" {
+			return fault.New(fault.Usage, fault.KindUsage, "a pull entity takes no --tmux-target or --exec")
+		}
+	case "hook":
+		// held as for pull; the agent CLI's own hooks take it (fleet-recv
+		// --hook). With a pane, the gateway types a wake notice there
+		// (wake.go) — never a message — when its agent idles with mail
+		if e.Exec != "" || e.Nudge != "" {
+			return fault.New(fault.Usage, fault.KindUsage, "a hook entity takes no --exec or --nudge: its agent's hooks run fleet-recv --hook")
+		}
+		if e.Turns == turnsNone {
+			return fault.New(fault.Usage, fault.KindUsage, "a hook entity's agent runs turn hooks: --turns none is for inject entities")
+		}
+	case "inject":
+		if (e.TmuxTarget == "") == (e.Exec == "") {
+			return fault.New(fault.Usage, fault.KindUsage, "an inject entity needs exactly one of --tmux-target or --exec")
+		}
+		if e.Nudge != "" {
+			return fault.New(fault.Usage, fault.KindUsage, "--nudge is for pull entities")
+		}
+	default:
+		return fault.New(fault.Usage, fault.KindUsage, "mode must be pull, inject or hook, not %q", e.Mode)
+	}
+	return checkPane(e)
+}
+
+// register validates e and registers it as a local entity: the one path of
+// fleet-roster join and fleet-spawn. It fills in the gid (unless preset),
+// host, credential hash, status and times; issues the credential and saves
+// it owner-only; starts delivery and announces the entity.
+func (g *Gateway) register(e *store.Entity) (token, credFile string, err error) {
+	if err := checkEntity(e); err != nil {
+		return "", "", err
+	}
+	if g.br != nil { // a name is one entity across the trusted hosts (names.go)
+		now := time.Now()
+		away := func(host string) string {
+			state, heard := g.peers.HostState(host, now, g.br.Connected(), g.cfg.PresenceTTL)
+			return hostAway(host, state, heard, now)
+		}
+		if err := g.names.Free(e.Name, g.remoteByName(e.Name, ""), away); err != nil {
+			return "", "", err
+		}
+	}
+	if e.Gid == "" {
+		e.Gid = ident.NewGid(g.cfg.Host)
+	}
+	gid := e.Gid
+	token, hash := ident.Issue(gid)
+	now := time.Now().UTC()
+	e.Host, e.TokenHash, e.Status, e.StatusAt, e.Created = g.cfg.Host, hash, stIdle, now, now
+	if e.TmuxTarget != "" {
+		// its pane and program, and starting until its agent's first hook
+		if err := bindPane(g.runCtx, e); err != nil {
+			return "", "", err
+		}
+		if other := paneTaken(g.reg, e.PaneID); other != "" {
+			return "", "", fault.New(fault.Usage, fault.KindNameTaken, "tmux pane %s is %s's already", e.TmuxTarget, other).
+				WithHint("one entity per pane: fleet-roster leave %s first", other)
+		}
+	}
+	// With a broker, the inbox is declared, bound and consumed while the
+	// store records the entity (both must succeed before join does; what
+	// one made is undone when the other fails).
+	var inbox chan error
+	if g.br != nil {
+		inbox = make(chan error, 1)
+		go func() { inbox <- g.br.AddInbox(gid, e.Groups) }()
+	}
+	undoInbox := func() {
+		if inbox != nil && <-inbox == nil {
+			if err := g.br.RemoveInbox(gid, e.Groups); err != nil {
+				g.log.Warn("removing the inbox of a registration that failed", "gid", gid, "err", err)
+			}
+		}
+	}
+	if err := g.st.CreateEntity(e); err != nil {
+		undoInbox()
+		if errors.Is(err, store.ErrNameTaken) {
+			return "", "", fault.New(fault.Usage, fault.KindNameTaken, "%s is already registered on this host", e.Name).
+				WithHint("choose another name, or remove it with: fleet-roster leave %s", e.Name)
+		}
+		return "", "", fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot register %s", e.Name)
+	}
+	if inbox != nil {
+		if err := <-inbox; err != nil {
+			g.st.DeleteEntity(gid, "registration failed")
+			return "", "", err
+		}
+	}
+	g.addBox(e)
+	// the credential file last: a spawned command waits for it and acts at
+	// once, so the entity must be live before it exists
+	path, err := ident.Save(g.cfg.StateDir, e.Name, token)
+	if err != nil {
+		// undone as a leave is: the inbox first, then the mailbox, then
+		// the entity (what reached it meanwhile is dead-lettered, told)
+		if _, uerr := g.unregister(gid, e.Name); uerr != nil {
+			g.log.Error("undoing a registration whose credential could not be saved", "entity", e.Name, "err", uerr)
+		}
+		if fe := fault.NotPrivate(err); fe != nil {
+			return "", "", fe
+		}
+		return "", "", fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot store the credential of %s", e.Name)
+	}
+	g.announceEntity(gid)
+	if g.br != nil { // heard of another one since it was checked: told at once
+		g.names.Tell(g.cfg.Host, e.Name, append(g.remoteByName(e.Name, ""), api.EntityRow{Name: e.Name, Host: e.Host, Gid: gid}))
+	}
+	g.audit.Write(audit.Line{Event: "joined", Entity: e.Name, Recipient: gid})
+	g.log.Info("entity joined", "entity", e.Name, "gid", gid, "mode", e.Mode)
+	return token, path, nil
+}
+
+func (g *Gateway) leave(req *api.Request) (*api.Response, error) {
+	gid, ok := g.reg.Named(req.Name)
+	if !ok {
+		return nil, fault.New(fault.NoRecipient, fault.KindUnknownEntity, "no entity named %s on this host", req.Name).
+			WithHint("list them with: fleet-roster")
+	}
+	n, err := g.unregister(gid, req.Name)
+	if err != nil {
+		return nil, err
+	}
+	return &api.Response{Count: n}, nil
+}
+
+// unregister removes local entity gid: the one path of fleet-roster leave
+// and fleet-stop. Its broker inbox stops receiving and what is queued there
+// is taken in; then everything waiting for it is dead-lettered ("recipient
+// left the fleet") and its credential dies. It returns how many messages
+// were dead-lettered.
+func (g *Gateway) unregister(gid, name string) (int, error) {
+	var groups []string
+	if b := g.box(gid); b != nil {
+		groups = b.snapshot().Groups
+	}
+	if g.onBroker(gid) {
+		// stop routing to it, take in what is queued, delete the queue.
+		// Without the broker that cannot be done, and a queue left behind
+		// would swallow mail nobody reads: refuse, and keep the entity.
+		if err := g.br.RemoveInbox(gid, groups); err != nil {
+			g.br.KeepInbox(gid, groups) // still ours: consumed again on reconnect
+			return 0, fault.Wrap(fault.Unavailable, fault.KindBrokerDown, err, "cannot remove %s now: its inbox queue on the broker must go with it", name).
+				WithHint("try again once the broker is back")
+		}
+	}
+	g.removeBox(gid)
+	g.follow.Forget(gid)
+	// what waits is dead-lettered a page at a time, never the whole inbox
+	// in memory: each sender hears why (bounce or receipt)
+	const left, page = "recipient left the fleet", 256
+	n := 0
+	for {
+		dead, err := g.st.KillHead(gid, left, page)
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return n, fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot remove %s", name)
+		}
+		for _, env := range dead {
+			g.settled(env, store.Dead, left, 0)
+		}
+		if n += len(dead); len(dead) < page {
+			break
+		}
+	}
+	m, err := g.st.DeleteEntity(gid, left)
+	if err != nil {
+		return n, fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot remove %s", name)
+	}
+	n += m
+	ident.Remove(g.cfg.StateDir, name)
+	if err := g.st.DeleteLaunched(gid); err != nil { // spawned: how it was started (control.go)
+		g.log.Warn("forgetting how an entity was launched", "entity", name, "gid", gid, "err", err)
+	}
+	g.side.Go(func() { g.announceGone(gid) })
+	g.audit.Write(audit.Line{Event: "left", Entity: name, Recipient: gid})
+	g.log.Info("entity left", "entity", name, "gid", gid, "dead_lettered", n)
+	return n, nil
+}
+
+// row is e's roster row; dead and pending are the counts of every entity
+// when the caller has them (one store operation each for a whole
+// roster), nil to look up e's alone.
+func (g *Gateway) row(e store.Entity, dead, pending map[string]int) api.EntityRow {
+	groups := e.Groups
+	if groups == nil {
+		groups = []string{}
+	}
+	target := e.TmuxTarget
+	if target == "" {
+		target = e.Exec
+	}
+	waiting := pending[e.Gid] // PendingAll leaves an empty inbox out
+	if pending == nil {
+		waiting = g.st.Pending(e.Gid)
+	}
+	status := e.Status
+	if status == "idle" && g.asks.Asking(e.Gid) {
+		status = "waiting" // on an ask of its own (U2)
+	}
+	return api.EntityRow{
+		Name: e.Name, Gid: e.Gid, Host: e.Host, Mode: e.Mode, Target: target, Groups: groups,
+		Status: status, StatusReason: e.StatusReason, Program: e.Program,
+		Pending: waiting, Dead: dead[e.Gid], LastDelivery: e.LastDelivery,
+	}
+}
+
+// localRows is this host's entities, exact.
+func (g *Gateway) localRows() ([]api.EntityRow, error) {
+	ents, err := g.st.Entities()
+	if err != nil {
+		return nil, err
+	}
+	dead, pending := g.st.DeadCounts(), g.st.PendingAll()
+	rows := make([]api.EntityRow, 0, len(ents))
+	for _, e := range ents {
+		rows = append(rows, g.row(*e, dead, pending))
+	}
+	return rows, nil
+}
+
+// roster is the union view: this host's entities, exact, and every other
+// host's as last heard.
+func (g *Gateway) roster() (*api.Response, error) {
+	rows, err := g.localRows()
+	if err != nil {
+		return nil, err
+	}
+	rows = append(rows, g.remoteRows()...)
+	mark(rows) // a name more than one trusted host has (names.go)
+	return &api.Response{Entities: rows}, nil
+}
+
+// setStatus is an agent's turn hook: busy or idle, from the entity whose
+// credential the request presents or, with Pane, whose tmux pane the
+// calling process runs in (agent.go: agentOf).
+func (g *Gateway) setStatus(pid int32, req *api.Request) (*api.Response, error) {
+	var b *mailbox
+	agent := 0
+	if req.Pane {
+		if b, agent = agentOf(g.reg, int(pid)); b == nil {
+			return nil, fault.New(fault.Refused, fault.KindNotAgent, "this process runs in no inject entity's tmux pane on this host").
+				WithHint("join the pane first: fleet-roster join NAME --mode inject|hook --tmux-target \"$TMUX_PANE\"")
+		}
+	} else {
+		var err error
+		if b, err = g.caller(req); err != nil {
+			return nil, err
+		}
+	}
+	e, program, err := b.hook(g.runCtx, g.st, req.Status, agent)
+	if err != nil {
+		return nil, err
+	}
+	if program != "" {
+		g.log.Info("agent's program learnt from its first hook", "entity", e.Name, "program", program)
+	}
+	g.announceEntity(e.Gid)
+	row := g.row(*e, nil, nil)
+	return &api.Response{Entity: &row}, nil
+}
