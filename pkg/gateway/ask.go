@@ -462,7 +462,7 @@ func (g *Gateway) onTooLate(n *envelope.Envelope) error {
 		}
 		return nil
 	}
-	_, err = g.accept(n)
+	_, err = g.in.Accept(n)
 	return err
 }
 

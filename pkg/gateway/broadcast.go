@@ -72,7 +72,7 @@ func (g *Gateway) broadcast(req *api.Request) (*api.Response, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := g.accept(&cp); err != nil {
+			if _, err := g.in.Accept(&cp); err != nil {
 				mu.Lock()
 				storeErr = err
 				mu.Unlock()

@@ -239,7 +239,7 @@ func (g *Gateway) spawnNow(env *envelope.Envelope, b spawnBody, log *slog.Logger
 		_ = g.st.DeleteLaunched(gid)
 		return failed(id, err)
 	}
-	g.crashAt("spawn-after-register")
+	g.crash.at(g.log, "spawn-after-register")
 	if err := proc.Settle(g.hardCtx, p.Grace); err != nil {
 		if _, uerr := g.unregister(gid, b.Name); uerr != nil {
 			log.Error("removing an entity whose command died at once", "err", uerr)

@@ -184,7 +184,7 @@ func (g *Gateway) deliverAgain(env *envelope.Envelope) (string, error) {
 			}
 			return "", err
 		}
-		rec, err := g.accept(env)
+		rec, err := g.in.Accept(env)
 		if err != nil {
 			return "", err
 		}

@@ -80,12 +80,13 @@ type Gateway struct {
 	wake     *wakes     // wake.go: set once the store is open
 	follow   *followers // follow.go: who reads the pull entities; set once the store is open
 	caps     *inboxCaps // inboxcap.go: set once the store is open
+	in       *intake    // intake.go: a message into its inbox; set once the store is open
 	records  signal     // a delivery record changed (receipt.go)
 
 	metrics  *metrics.Metrics  // metrics.go; nil: metrics-listen is off
 	endpoint *metrics.Endpoint // its /metrics, while serving
 
-	crash string // test hook: FLEET_CRASHPOINT
+	crash crashpoint // test hook: FLEET_CRASHPOINT
 
 	lock    *os.File
 	ln      net.Listener
@@ -124,7 +125,7 @@ func New(cfg *config.Config, log *slog.Logger) *Gateway {
 		said:     newAnnouncer(),
 		names:    newNameBook(log.With("host", cfg.Host), cfg.PresenceTTL),
 		reg:      newRegistry(),
-		crash:    os.Getenv("FLEET_CRASHPOINT"),
+		crash:    crashpoint(os.Getenv("FLEET_CRASHPOINT")),
 		asks:     newAsks(),
 		ready:    make(chan struct{}),
 	}
@@ -175,8 +176,8 @@ func (g *Gateway) Run(ctx context.Context) error {
 			Host: g.cfg.Host, Heartbeat: g.cfg.Heartbeat, PublishTimeout: g.cfg.PublishTimeout,
 			MaxBody: g.cfg.MaxBody, Attempts: g.cfg.DeliveryAttempts,
 			Limits: broker.Limits{MaxLength: g.cfg.InboxMaxLength, TTL: g.cfg.InboxTTL, DLQLength: broker.DLQLength, QueueType: g.cfg.InboxQueueType},
-		}, g.log, g.takeBroker) // control.go: control answers, then takeRemote
-		g.br.OnBatch(g.takeBrokerBatch) // intake.go: what an inbox's consumer had waiting, runs of mail stored at once
+		}, g.log, g.in.Take) // intake.go: a delivery to a local inbox, to the store or its part
+		g.br.OnBatch(g.in.TakeBatch) // intake.go: what an inbox's consumer had waiting, runs of mail stored at once
 		g.br.OnPresence(g.onPresence)
 		// names.go: what an untrusted host announces is named in a 67, never believed
 		g.br.OnUntrustedPresence(g.names.Heard)
@@ -445,6 +446,17 @@ func (g *Gateway) open() error {
 		},
 		dead: func(env *envelope.Envelope, reason string) { g.kill(env, reason, -1) },
 	})
+	g.in = &intake{
+		host: g.cfg.Host, stateDir: dir, st: st, log: g.log, audit: a, metrics: g.metrics,
+		reg: g.reg, rdv: g.rdv, caps: g.caps, crash: g.crash,
+		kill:          g.kill,
+		receipt:       g.onReceipt,
+		answer:        g.onAnswer,
+		tooLate:       g.onTooLate,
+		ask:           g.liveAdd,
+		controlResult: g.onControlResult,
+		traceResult:   g.onTraceResult,
+	}
 	return nil
 }
 
@@ -571,12 +583,14 @@ func (g *Gateway) janitor() {
 	}
 }
 
-// crashAt kills the process with SIGKILL when FLEET_CRASHPOINT names point.
-// It exists for the kill -9 tests of the delivery windows and does nothing
-// otherwise.
-func (g *Gateway) crashAt(point string) {
-	if g.crash == point {
-		g.log.Warn("FLEET_CRASHPOINT reached: killing myself", "point", point)
+// crashpoint is the FLEET_CRASHPOINT test hook: at kills the process with
+// SIGKILL when it names point. It exists for the kill -9 tests of the
+// delivery windows and does nothing otherwise.
+type crashpoint string
+
+func (c crashpoint) at(log *slog.Logger, point string) {
+	if c != "" && string(c) == point {
+		log.Warn("FLEET_CRASHPOINT reached: killing myself", "point", point)
 		syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		time.Sleep(time.Hour)
 	}

@@ -362,7 +362,7 @@ func (g *Gateway) injectLoop(ctx context.Context, b *mailbox) {
 			}
 		}
 		err = g.adapter(ent).Deliver(g.hardCtx, env)
-		g.crashAt("after-inject")
+		g.crash.at(g.log, "after-inject")
 
 		// a stop drains in-flight work: the proof is waited for until the
 		// drain bound (hardCtx), not only until the stop began
@@ -419,7 +419,7 @@ func (g *Gateway) injectLoop(ctx context.Context, b *mailbox) {
 			g.audit.Message("injected", env, attempt, "")
 			log.Info("delivered", "attempt", attempt, "mode", "inject")
 			g.settled(env, store.Delivered, "", attempt)
-			g.crashAt("after-record")
+			g.crash.at(g.log, "after-record")
 			continue
 		}
 		if errors.Is(err, deliver.ErrUncertain) {

@@ -256,7 +256,7 @@ func (g *Gateway) bounce(msgID, traceID, senderGid, to, reason string) {
 		envelope.Party{Gid: e.Gid, Name: e.Name, Host: e.Host},
 		fmt.Sprintf("your message %s to %s was dead-lettered: %s", msgID, to, reason))
 	env.TraceID, env.InReplyTo = traceID, msgID
-	if _, err := g.accept(env); err != nil {
+	if _, err := g.in.Accept(env); err != nil {
 		g.log.Warn("bounce not stored", "msg_id", msgID, "trace_id", traceID, "err", err)
 		return
 	}

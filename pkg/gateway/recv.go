@@ -291,7 +291,7 @@ func (s *recvStream) hand(batch []api.Delivery, seqs map[string]uint64) bool {
 		return false
 	}
 	// test hook: the client has written the batch out; nothing is recorded
-	s.g.crashAt("recv-before-commit")
+	s.g.crash.at(s.g.log, "recv-before-commit")
 	if !s.settle() { // at most one acknowledgement in flight
 		return false
 	}
@@ -395,7 +395,7 @@ func (g *Gateway) commitAck(b *mailbox, batch []api.Delivery, seqs map[string]ui
 		if err == nil {
 			g.audit.Messages("drained", done, 1, "")
 			g.settledAll(done, store.Delivered, 1)
-			g.crashAt("after-ack")
+			g.crash.at(g.log, "after-ack")
 		}
 		a.done <- err
 	}()
