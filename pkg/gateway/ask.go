@@ -309,10 +309,10 @@ func (g *Gateway) ask(c *conn, req *api.Request) {
 	env.Expires = time.Now().Add(ttl).UTC()
 	w := &askWaiter{gid: sender.Gid, turn: env.TurnID, to: rcpt.Gid, ch: make(chan *envelope.Envelope, 1)}
 	g.asks.Wait(env.MsgID, w)
-	g.announceStatusSoon(sender.Gid) // reads "waiting" in the roster
+	g.said.Soon(sender.Gid) // reads "waiting" in the roster
 	defer func() {
 		g.asks.Done(env.MsgID) // the turn is gone: later answers are TOO_LATE
-		g.announceStatusSoon(sender.Gid)
+		g.said.Soon(sender.Gid)
 	}()
 	g.audit.Message("asked", env, 0, "")
 	if t.box != nil {

@@ -183,7 +183,7 @@ func (g *Gateway) setGroups(req *api.Request) (*api.Response, error) {
 			g.log.Warn("inbox not rebound now; it will be on the next connection", "entity", e.Name, "err", err)
 		}
 	}
-	g.announceEntity(gid)
+	g.said.Change(gid)
 	row := g.row(*e, nil)
 	return &api.Response{Entity: &row}, nil
 }

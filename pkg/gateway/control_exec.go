@@ -191,7 +191,7 @@ func (g *Gateway) spawnNow(env *envelope.Envelope, b spawnBody, log *slog.Logger
 			WithHint("choose another name, or stop it first with: fleet-stop %s@%s", b.Name, g.cfg.Host))
 	}
 	if g.br != nil { // before anything starts; register checks again
-		if err := g.names.Free(b.Name, g.remoteByName(b.Name, ""), nil); err != nil {
+		if err := g.names.Free(b.Name, g.peers.ByName(b.Name, "", g.admit.trusted), nil); err != nil {
 			return failed(id, err)
 		}
 	}

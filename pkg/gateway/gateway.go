@@ -26,6 +26,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fleetd/fleet/pkg/api"
 	"github.com/fleetd/fleet/pkg/audit"
 	"github.com/fleetd/fleet/pkg/broker"
 	"github.com/fleetd/fleet/pkg/config"
@@ -74,14 +75,14 @@ type Gateway struct {
 	peers    *peerView
 	admits   *admitsView // admits.go: which hosts each other host admits
 	heardMu  sync.Mutex  // one save of peers' last words at a time (presence.go saveHeard)
-	said     *announcer
-	admit    *admission // nil: single-host mode
-	names    *nameBook  // names.go
-	wake     *wakes     // wake.go: set once the store is open
-	follow   *followers // follow.go: who reads the pull entities; set once the store is open
-	caps     *inboxCaps // inboxcap.go: set once the store is open
-	in       *intake    // intake.go: a message into its inbox; set once the store is open
-	records  signal     // a delivery record changed (receipt.go)
+	said     *announcer  // announcer.go: this host's presence chain
+	admit    *admission  // nil: single-host mode
+	names    *nameBook   // names.go
+	wake     *wakes      // wake.go: set once the store is open
+	follow   *followers  // follow.go: who reads the pull entities; set once the store is open
+	caps     *inboxCaps  // inboxcap.go: set once the store is open
+	in       *intake     // intake.go: a message into its inbox; set once the store is open
+	records  signal      // a delivery record changed (receipt.go)
 
 	metrics  *metrics.Metrics  // metrics.go; nil: metrics-listen is off
 	endpoint *metrics.Endpoint // its /metrics, while serving
@@ -105,8 +106,6 @@ type Gateway struct {
 	ready    chan struct{}
 	started  time.Time // when Run began serving (fleet-gw status)
 
-	presenceQuit, presenceDone chan struct{} // stop presenceLoop before the leaving notice
-
 	hostTaken bool // the broker gave this host id to another gateway: say nothing as it
 }
 
@@ -115,20 +114,45 @@ func New(cfg *config.Config, log *slog.Logger) *Gateway {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
-	return &Gateway{
+	g := &Gateway{
 		cfg:      cfg,
 		log:      log.With("host", cfg.Host),
 		rdv:      newRendezvous(),
 		traceSem: make(chan struct{}, traceSearches),
 		peers:    newPeerView(cfg.PresenceInterval, log.With("host", cfg.Host)),
 		admits:   newAdmitsView(cfg.Host, cfg.PresenceTTL),
-		said:     newAnnouncer(),
 		names:    newNameBook(log.With("host", cfg.Host), cfg.PresenceTTL),
 		reg:      newRegistry(),
 		crash:    crashpoint(os.Getenv("FLEET_CRASHPOINT")),
 		asks:     newAsks(),
 		ready:    make(chan struct{}),
 	}
+	g.said = newAnnouncer(cfg.Host, cfg.PresenceInterval, cfg.PresenceTTL, g.log, announceHooks{
+		row: func(gid string) (api.EntityRow, bool) {
+			b := g.reg.Get(gid)
+			if b == nil {
+				return api.EntityRow{}, false
+			}
+			return g.row(b.snapshot(), nil), true
+		},
+		rows: g.localRows,
+		cert: func() string {
+			cert, _ := g.admit.certified().Present()
+			return cert
+		},
+		extras: func() (revoked, admits []string, certified bool) {
+			g.admit.certified().Refresh() // a certificate installed, a revocation list imported
+			_, revoked = g.admit.certified().Present()
+			return revoked, admitsList(g.admit.trustedHosts()), g.admit.admitsCertified()
+		},
+		publish: func(env *envelope.Envelope, what string, ttl time.Duration) (func() error, error) {
+			return g.br.PublishPresence(env, what, ttl)
+		},
+		up: func() bool { return g.br.Connected() },
+		// a name more than one trusted host has, told once (names.go)
+		told: func() { g.names.TellAll(g.cfg.Host, append(g.reg.Rows(), g.remoteRows()...)) },
+	})
+	return g
 }
 
 // Ready is closed once the gateway listens on its socket.
@@ -244,9 +268,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	}()
 	var fatal <-chan error
 	if g.br != nil {
-		g.presenceQuit, g.presenceDone = make(chan struct{}), make(chan struct{})
-		g.workers.Add(1)
-		go g.presenceLoop()
+		g.said.Start(g.runCtx.Done(), g.br.Subscribe()) // announcer.go: presence, until the leaving notice
 		fatal = g.br.Fatal()
 	}
 	g.serveMetrics() // metrics.go
@@ -311,17 +333,12 @@ func (g *Gateway) shutdown() {
 		}
 	}
 	g.side.Close() // a timer firing from now on starts nothing
-	if g.br != nil && !g.hostTaken {
-		if g.presenceQuit != nil {
-			// no snapshot may follow the leaving notice (one in flight
-			// after it would bring this host back into other views)
-			close(g.presenceQuit)
-			select {
-			case <-g.presenceDone:
-			case <-time.After(g.cfg.PublishTimeout):
-			}
-		}
-		g.announceLeaving() // other hosts drop us now, not after the TTL
+	if g.hostTaken {
+		g.said.Stop() // say nothing on the broker on this host id's behalf
+	} else {
+		// the notices the drain made, then the leaving notice, the chain's
+		// last link: other hosts drop us now, not after the TTL
+		g.said.Leave(2 * g.cfg.PublishTimeout)
 	}
 	g.stopHard()
 	g.stopBr()
@@ -433,8 +450,8 @@ func (g *Gateway) open() error {
 		return fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot open the audit log in %s", dir)
 	}
 	g.audit = a
-	g.wake = newWakes(g.cfg, st, g.log, a, g.announceEntity)
-	g.follow = newFollowers(st, g.log, g.announceEntity)
+	g.wake = newWakes(g.cfg, st, g.log, a, g.said.Change)
+	g.follow = newFollowers(st, g.log, g.said.Change)
 	g.caps = newInboxCaps(st, g.cfg.InboxMaxLength, g.cfg.InboxTTL, g.log, a, g.metrics, capHooks{
 		held: func(gid, key string) bool {
 			b := g.reg.Get(gid)

@@ -249,7 +249,7 @@ func (g *Gateway) injectLoop(ctx context.Context, b *mailbox) {
 		ent := b.snapshot()
 		// the safety net (agent.go): a state that time or the pane
 		// changed is recorded before anything is pasted
-		if ent.TmuxTarget != "" && net.record(ctx, b, ent, g.st, g.log, g.announceEntity) {
+		if ent.TmuxTarget != "" && net.record(ctx, b, ent, g.st, g.log, g.said.Change) {
 			continue
 		}
 		if ent.Status != stIdle {
@@ -388,7 +388,7 @@ func (g *Gateway) injectLoop(ctx context.Context, b *mailbox) {
 			if perr := notPasted(b, g.st, err); perr != nil {
 				log.Error("recording the status", "err", perr)
 			}
-			g.announceEntity(ent.Gid)
+			g.said.Change(ent.Gid)
 			if errors.Is(err, deliver.ErrDetached) {
 				if ferr := g.st.Failed(store.Key(env), err.Error()); ferr != nil {
 					log.Error("recording failed attempt", "err", ferr)

@@ -51,7 +51,7 @@ func (g *Gateway) resolve(to string) (target, error) {
 	}
 	var remote []api.EntityRow
 	if g.br != nil && (!qualified || host != g.cfg.Host) {
-		remote = g.remoteByName(name, host)
+		remote = g.peers.ByName(name, host, g.admit.trusted)
 	}
 	rows := remote
 	if local != nil {
