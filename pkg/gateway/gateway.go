@@ -463,6 +463,7 @@ func (g *Gateway) open() error {
 		},
 		dead: func(env *envelope.Envelope, reason string) { g.kill(env, reason, -1) },
 	})
+	g.rdv.wire(st, g.reg, g.log, a, g.metrics, g.settled)
 	g.in = &intake{
 		host: g.cfg.Host, stateDir: dir, st: st, log: g.log, audit: a, metrics: g.metrics,
 		reg: g.reg, rdv: g.rdv, caps: g.caps, crash: g.crash,

@@ -304,10 +304,7 @@ func (g *Gateway) injectLoop(ctx context.Context, b *mailbox) {
 		if err != nil {
 			g.log.Error("reading inbox", "entity", ent.Name, "err", err)
 		}
-		// a reply being handed to an open send is not injected as well
-		for len(items) > 0 && g.rdv.Claimed(store.Key(items[0].Env)) {
-			items = items[1:]
-		}
+		items, _ = g.rdv.Free(items) // a reply being handed to an open send is not injected as well
 		if len(items) == 0 {
 			// an idle pane is looked at now and then too, so that an agent
 			// that exited reads detached before mail comes for it

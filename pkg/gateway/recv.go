@@ -196,7 +196,7 @@ func (s *recvStream) next(changed <-chan struct{}) (batch []api.Delivery, seqs m
 		}
 		read = true
 	}
-	left := 0 // read and left out of the batch
+	items, left := s.g.rdv.Free(items) // read and left out of the batch: replies being handed to an open send
 	batch = make([]api.Delivery, 0, len(asks)+len(items))
 	seqs = make(map[string]uint64, len(items))
 	for _, a := range asks {
@@ -204,9 +204,6 @@ func (s *recvStream) next(changed <-chan struct{}) (batch []api.Delivery, seqs m
 	}
 	for _, it := range items {
 		switch k := store.Key(it.Env); {
-		case s.g.rdv.Claimed(k):
-			left++
-			continue // being handed to an open send
 		case s.pend != nil && s.pend.keys[k]:
 			left++
 			continue // acknowledged; its commit is under way
