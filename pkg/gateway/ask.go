@@ -466,9 +466,10 @@ func (g *Gateway) onTooLate(n *envelope.Envelope) error {
 	return err
 }
 
-// answerReceipt signals an answerer's waiting send that its answer landed.
-func (g *Gateway) answerReceipt(msgID, host string) error {
-	a, err := g.asks.SentFrom(msgID, host, "")
+// Landed signals an answerer's waiting send that its answer landed on
+// host (an "answered" receipt from it).
+func (as *asks) Landed(msgID, host string) error {
+	a, err := as.SentFrom(msgID, host, "")
 	if err != nil {
 		return err
 	}

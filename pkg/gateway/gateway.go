@@ -82,7 +82,7 @@ type Gateway struct {
 	follow   *followers  // follow.go: who reads the pull entities; set once the store is open
 	caps     *inboxCaps  // inboxcap.go: set once the store is open
 	in       *intake     // intake.go: a message into its inbox; set once the store is open
-	records  signal      // a delivery record changed (receipt.go)
+	rcpt     *receipts   // receipt.go: records settled across hosts, bounces; set once the store is open
 
 	metrics  *metrics.Metrics  // metrics.go; nil: metrics-listen is off
 	endpoint *metrics.Endpoint // its /metrics, while serving
@@ -201,6 +201,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 			MaxBody: g.cfg.MaxBody, Attempts: g.cfg.DeliveryAttempts,
 			Limits: broker.Limits{MaxLength: g.cfg.InboxMaxLength, TTL: g.cfg.InboxTTL, DLQLength: broker.DLQLength, QueueType: g.cfg.InboxQueueType},
 		}, g.log, g.in.Take) // intake.go: a delivery to a local inbox, to the store or its part
+		g.rcpt.br = g.br             // receipts cross hosts from now on
 		g.br.OnBatch(g.in.TakeBatch) // intake.go: what an inbox's consumer had waiting, runs of mail stored at once
 		g.br.OnPresence(g.onPresence)
 		// names.go: what an untrusted host announces is named in a 67, never believed
@@ -217,6 +218,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 			}
 			return fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot set up this host's signing key")
 		}
+		g.rcpt.own = g.admit.own    // refusal notices name bytes this key signed
 		g.br.OnControl(g.onControl) // control.go: SPAWN/STOP for this host
 		g.br.OnDeath(g.onDeath)     // deaths.go: our messages dead in other hosts' inboxes
 		// One gateway per host id: nothing is delivered and no client is
@@ -458,23 +460,29 @@ func (g *Gateway) open() error {
 			return b == nil || b.handing() || g.rdv.Claimed(key)
 		},
 		bounce: func(env *envelope.Envelope, reason string) {
-			g.notifyRecords()
-			g.bounce(env.MsgID, env.TraceID, env.Sender.Gid, env.Recipient.String(), reason)
+			g.rcpt.Notify()
+			g.rcpt.Bounce(env.MsgID, env.TraceID, env.Sender.Gid, env.Recipient.String(), reason)
 		},
 		dead: func(env *envelope.Envelope, reason string) { g.kill(env, reason, -1) },
 	})
-	g.rdv.wire(st, g.reg, g.log, a, g.metrics, g.settled)
+	g.rcpt = &receipts{host: g.cfg.Host, st: st, log: g.log, audit: a, metrics: g.metrics, reg: g.reg, side: &g.side,
+		ctx:      func() context.Context { return g.hardCtx },
+		answered: g.asks.Landed,
+		named:    func(r *store.Record) string { return g.apiRecord(r).Recipient },
+	}
+	g.rdv.wire(st, g.reg, g.log, a, g.metrics, g.rcpt.Settled)
 	g.in = &intake{
 		host: g.cfg.Host, stateDir: dir, st: st, log: g.log, audit: a, metrics: g.metrics,
 		reg: g.reg, rdv: g.rdv, caps: g.caps, crash: g.crash,
 		kill:          g.kill,
-		receipt:       g.onReceipt,
+		receipt:       g.rcpt.Take,
 		answer:        g.onAnswer,
 		tooLate:       g.onTooLate,
 		ask:           g.liveAdd,
 		controlResult: g.onControlResult,
 		traceResult:   g.onTraceResult,
 	}
+	g.rcpt.in = g.in // a bounce is stored like any message
 	return nil
 }
 

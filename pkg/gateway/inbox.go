@@ -415,7 +415,7 @@ func (g *Gateway) injectLoop(ctx context.Context, b *mailbox) {
 			}
 			g.audit.Message("injected", env, attempt, "")
 			log.Info("delivered", "attempt", attempt, "mode", "inject")
-			g.settled(env, store.Delivered, "", attempt)
+			g.rcpt.Settled(env, store.Delivered, "", attempt)
 			g.crash.at(g.log, "after-record")
 			continue
 		}
@@ -453,7 +453,7 @@ func (g *Gateway) kill(env *envelope.Envelope, reason string, attempts int) {
 			g.log.Info("dead letter copied to bridge.dlq", "msg_id", env.MsgID, "trace_id", env.TraceID)
 		}
 	}
-	g.settled(env, store.Dead, reason, attempts)
+	g.rcpt.Settled(env, store.Dead, reason, attempts)
 }
 
 // nudgeLoop runs a pull entity's nudge hook while unread mail waits: first

@@ -391,7 +391,7 @@ func (g *Gateway) commitAck(b *mailbox, batch []api.Delivery, seqs map[string]ui
 		err := g.st.DeliveredSoon(keys, time.Now().UTC())
 		if err == nil {
 			g.audit.Messages("drained", done, 1, "")
-			g.settledAll(done, store.Delivered, 1)
+			g.rcpt.SettledAll(done, store.Delivered, 1)
 			g.crash.at(g.log, "after-ack")
 		}
 		a.done <- err

@@ -360,8 +360,8 @@ func (g *Gateway) publish(env *envelope.Envelope, retry bool) error {
 		} else {
 			// the call fails with 75 too; the bounce is for whoever reads
 			// the sender's inbox later (a script's exit status is gone)
-			g.notifyRecords()
-			g.bounce(env.MsgID, env.TraceID, env.Sender.Gid, env.Recipient.String(), reasonRemoteFull)
+			g.rcpt.Notify()
+			g.rcpt.Bounce(env.MsgID, env.TraceID, env.Sender.Gid, env.Recipient.String(), reasonRemoteFull)
 		}
 	case kind == fault.KindBrokerTimeout || kind == fault.KindOutcomeUnknown:
 		// outcome unknown: the record stays, and says so, until a receipt

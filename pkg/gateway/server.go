@@ -889,7 +889,7 @@ func (g *Gateway) unregister(gid, name string) (int, error) {
 		return 0, fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot remove %s", name)
 	}
 	for _, it := range waiting {
-		g.settled(it.Env, store.Dead, "recipient left the fleet", 0)
+		g.rcpt.Settled(it.Env, store.Dead, "recipient left the fleet", 0)
 	}
 	ident.Remove(g.cfg.StateDir, name)
 	if err := g.st.DeleteLaunched(gid); err != nil { // spawned: how it was started (control.go)
