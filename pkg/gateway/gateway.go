@@ -84,8 +84,8 @@ type Gateway struct {
 	in       *intake     // intake.go: a message into its inbox; set once the store is open
 	rcpt     *receipts   // receipt.go: records settled across hosts, bounces; set once the store is open
 
-	metrics  *metrics.Metrics  // metrics.go; nil: metrics-listen is off
-	endpoint *metrics.Endpoint // its /metrics, while serving
+	metrics *metrics.Metrics // the events counted (nil: metrics-listen is off)
+	scrape  *scrapes         // metrics.go: the /metrics endpoint
 
 	crash crashpoint // test hook: FLEET_CRASHPOINT
 
@@ -126,6 +126,7 @@ func New(cfg *config.Config, log *slog.Logger) *Gateway {
 		crash:    crashpoint(os.Getenv("FLEET_CRASHPOINT")),
 		asks:     newAsks(),
 		ready:    make(chan struct{}),
+		scrape:   &scrapes{log: log.With("host", cfg.Host)},
 	}
 	g.said = newAnnouncer(cfg.Host, cfg.PresenceInterval, cfg.PresenceTTL, g.log, announceHooks{
 		row: func(gid string) (api.EntityRow, bool) {
@@ -162,9 +163,11 @@ func (g *Gateway) Ready() <-chan struct{} { return g.ready }
 // socket until ctx is cancelled; then it drains in-flight work within the
 // configured bound and returns.
 func (g *Gateway) Run(ctx context.Context) error {
-	if err := g.listenMetrics(); err != nil { // metrics.go
-		return err
+	m, lerr := g.scrape.Listen(g.cfg.MetricsListen, g.cfg.Host) // metrics.go
+	if lerr != nil {
+		return lerr
 	}
+	g.metrics = m
 	if err := g.open(); err != nil {
 		g.closeState()
 		return err
@@ -206,7 +209,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 		g.br.OnPresence(g.onPresence)
 		// names.go: what an untrusted host announces is named in a 67, never believed
 		g.br.OnUntrustedPresence(g.names.Heard)
-		g.br.Observe(g.brokerObserver()) // metrics.go
+		g.br.Observe(g.scrape.Observer()) // metrics.go
 		if clear, where := broker.InClear(g.cfg.Broker); clear {
 			g.log.Warn("the broker URI is amqp://, not amqps://: task text and every message cross the network to "+where+" in clear, readable by anyone on the path",
 				"fix", "use amqps:// (man 7 fleet-broker: TLS)")
@@ -273,7 +276,13 @@ func (g *Gateway) Run(ctx context.Context) error {
 		g.said.Start(g.runCtx.Done(), g.br.Subscribe()) // announcer.go: presence, until the leaving notice
 		fatal = g.br.Fatal()
 	}
-	g.serveMetrics() // metrics.go
+	g.scrape.Serve(g.st, g.reg, g.asks, func() string { // metrics.go
+		if g.br == nil {
+			return "none"
+		}
+		state, _, _, _ := g.br.State()
+		return state
+	}, g.remoteRows)
 	g.log.Info("gateway ready", "socket", g.cfg.Socket, "state_dir", g.cfg.StateDir, "entities", g.reg.Len())
 	g.started = time.Now()
 	close(g.ready)
@@ -356,7 +365,7 @@ func (g *Gateway) shutdown() {
 }
 
 func (g *Gateway) closeState() {
-	g.stopMetrics() // metrics.go: no scrape reads a closing store
+	g.scrape.Close() // metrics.go: no scrape reads a closing store
 	if g.st != nil {
 		// the closed store stays in place: a straggler past the drain bound
 		// gets "store closed", not a nil pointer
