@@ -247,7 +247,7 @@ func (g *Gateway) spawnNow(env *envelope.Envelope, b spawnBody, log *slog.Logger
 		_ = launch.Stop(g.hardCtx, proc.Info)
 		return launchFailed(err)
 	}
-	if bx := g.box(gid); bx != nil {
+	if bx := g.reg.Get(gid); bx != nil {
 		g.follow.Spawned(bx, proc.Info) // a pull entity reads detached once its process is gone
 	}
 	g.audit.Write(audit.Line{Event: "spawned", TraceID: env.TraceID, MsgID: id, Sender: env.Sender.Gid, Entity: b.Name, Recipient: gid})
@@ -277,7 +277,7 @@ func (g *Gateway) handleStop(env *envelope.Envelope, b stopBody) *controlResult 
 // that cannot be stopped leaves the entity registered, for another try.
 func (g *Gateway) stopNow(env *envelope.Envelope, b stopBody, log *slog.Logger) *controlResult {
 	id := env.MsgID
-	bx := g.box(b.Gid)
+	bx := g.reg.Get(b.Gid)
 	if bx == nil {
 		what := b.Gid
 		if b.Name != "" {

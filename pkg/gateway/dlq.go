@@ -100,7 +100,7 @@ func (g *Gateway) replay(req *api.Request) (*api.Response, error) {
 			"message %s is %s on this host, not dead: its copy in bridge.dlq is not replayed", env.MsgID, r.State).
 			WithHint("purge the copy: fleet-dlq purge %s", env.MsgID)
 	}
-	if req.SignedBy != g.cfg.Host && g.box(env.Recipient.Gid) == nil {
+	if req.SignedBy != g.cfg.Host && g.reg.Get(env.Recipient.Gid) == nil {
 		return nil, fault.New(fault.Usage, fault.KindNotReplayable,
 			"dead letter %s was sent from %s to %s: only its sender's gateway signs it again", env.MsgID, env.Sender.String(), env.Recipient.String()).
 			WithHint("run fleet-dlq replay on host %s (or on the recipient's host)", env.Sender.Host)
@@ -156,7 +156,7 @@ func (g *Gateway) replayEnv(orig *envelope.Envelope, deadKey string) (*api.Respo
 // replayable says whether env can be delivered from here: to an entity
 // of this host, or published as this host's own message.
 func (g *Gateway) replayable(env *envelope.Envelope) error {
-	if g.box(env.Recipient.Gid) != nil {
+	if g.reg.Get(env.Recipient.Gid) != nil {
 		return nil
 	}
 	if ident.GidHost(env.Recipient.Gid) == g.cfg.Host {
@@ -176,7 +176,7 @@ func (g *Gateway) replayable(env *envelope.Envelope) error {
 // deliverAgain hands a replay to its recipient's inbox here or publishes
 // it; its state as a send reports it.
 func (g *Gateway) deliverAgain(env *envelope.Envelope) (string, error) {
-	if g.box(env.Recipient.Gid) != nil {
+	if g.reg.Get(env.Recipient.Gid) != nil {
 		if err := g.caps.Room(env); err != nil {
 			// refused, as by a full broker inbox below: no new dead letter
 			if derr := g.st.DropReplay(env.ReplayOf, env.Sender.Host); derr != nil {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -20,6 +21,7 @@ import (
 // mailbox is the live side of one local entity: its registry entry, a
 // change signal, the pull lease and the delivery worker.
 type mailbox struct {
+	writing  sync.Mutex // one change of the entity at a time (update): store, then memory
 	mu       sync.Mutex
 	ent      store.Entity
 	changed  signal               // new mail, a status change, a drained inbox
@@ -35,6 +37,31 @@ func (b *mailbox) snapshot() store.Entity {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.ent
+}
+
+// update changes the entity in the store and in memory together: fn
+// changes the stored entity inside the store's transaction (so two
+// changes at once are both kept, the second made on the first, never one
+// computed from the state before the other), and what was stored becomes
+// the mailbox's. Changes of one entity are made one at a time (writing),
+// so memory moves in the store's order; a reader (snapshot) never waits
+// for the store. It returns the entity before and after.
+func (b *mailbox) update(st *store.Store, fn func(*store.Entity) error) (before store.Entity, after *store.Entity, err error) {
+	b.writing.Lock()
+	defer b.writing.Unlock()
+	after, err = st.UpdateEntity(b.snapshot().Gid, func(e *store.Entity) error {
+		before = *e
+		before.Groups = slices.Clone(e.Groups)
+		return fn(e)
+	})
+	if err != nil {
+		return before, nil, err
+	}
+	b.mu.Lock()
+	b.ent = *after
+	b.ent.Groups = slices.Clone(after.Groups)
+	b.mu.Unlock()
+	return before, after, nil
 }
 
 // putStatus records the entity's status and why, durably, and wakes
@@ -53,7 +80,7 @@ var errStale = errors.New("the status changed meanwhile")
 // decide from a snapshot, and a hook that came in between wins.
 func (b *mailbox) putStatusFrom(st *store.Store, from *store.Entity, status, reason string, hook bool, program string) (*store.Entity, error) {
 	now := time.Now().UTC()
-	e, err := st.UpdateEntity(b.snapshot().Gid, func(e *store.Entity) error {
+	_, e, err := b.update(st, func(e *store.Entity) error {
 		if from != nil && (e.Status != from.Status || e.StatusReason != from.StatusReason || !e.StatusAt.Equal(from.StatusAt) || !e.HookAt.Equal(from.HookAt)) {
 			return errStale
 		}
@@ -71,12 +98,11 @@ func (b *mailbox) putStatusFrom(st *store.Store, from *store.Entity, status, rea
 	if err != nil {
 		return nil, err
 	}
-	b.mu.Lock()
-	b.ent.Status, b.ent.StatusReason, b.ent.StatusAt, b.ent.HookAt, b.ent.Program = e.Status, e.StatusReason, e.StatusAt, e.HookAt, e.Program
 	if hook && status == stBusy {
+		b.mu.Lock()
 		b.busyHook = now
+		b.mu.Unlock()
 	}
-	b.mu.Unlock()
 	b.notify()
 	return e, nil
 }
@@ -96,17 +122,11 @@ func (b *mailbox) bindAgent(st *store.Store, pid int) (*store.Entity, error) {
 	if e.AgentPID == pid && e.AgentStart == start {
 		return &e, nil
 	}
-	ne, err := st.UpdateEntity(e.Gid, func(x *store.Entity) error {
+	_, ne, err := b.update(st, func(x *store.Entity) error {
 		x.AgentPID, x.AgentStart = pid, start
 		return nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	b.mu.Lock()
-	b.ent.AgentPID, b.ent.AgentStart = ne.AgentPID, ne.AgentStart
-	b.mu.Unlock()
-	return ne, nil
+	return ne, err
 }
 
 // putFollows records, durably, whether a follower reads the entity
@@ -116,17 +136,11 @@ func (b *mailbox) putFollows(st *store.Store, on bool) error {
 	if e.Follows == on {
 		return nil
 	}
-	ne, err := st.UpdateEntity(e.Gid, func(x *store.Entity) error {
+	_, _, err := b.update(st, func(x *store.Entity) error {
 		x.Follows = on
 		return nil
 	})
-	if err != nil {
-		return err
-	}
-	b.mu.Lock()
-	b.ent.Follows = ne.Follows
-	b.mu.Unlock()
-	return nil
+	return err
 }
 
 // busySince says whether the agent's busy hook was heard after t.
@@ -218,10 +232,6 @@ func (g *Gateway) removeBox(gid string) {
 		b.stop()
 		<-b.done
 	}
-}
-
-func (g *Gateway) box(gid string) *mailbox {
-	return g.reg.Get(gid)
 }
 
 func (g *Gateway) adapter(e store.Entity) deliver.Adapter {

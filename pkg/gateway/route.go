@@ -33,7 +33,7 @@ type target struct {
 func (g *Gateway) resolve(to string) (target, error) {
 	name, host, qualified := strings.Cut(to, "@")
 	if ident.IsGid(to) {
-		if b := g.box(to); b != nil {
+		if b := g.reg.Get(to); b != nil {
 			return target{box: b}, nil
 		}
 		if g.br == nil {
@@ -408,7 +408,7 @@ func namedFault(err error, p envelope.Party) error {
 
 func (g *Gateway) apiRecord(r *store.Record) api.Record {
 	rcpt := r.Recipient
-	if b := g.box(r.Recipient); b != nil {
+	if b := g.reg.Get(r.Recipient); b != nil {
 		e := b.snapshot()
 		rcpt = e.Name + "@" + e.Host
 	} else if n := g.peers.Name(r.Recipient); n != "" {
