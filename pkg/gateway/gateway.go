@@ -1,15 +1,30 @@
 // Package gateway is fleet-gw: the one process per host that owns the
-// host's entities and their inboxes. Where things happen:
+// host's entities and their inboxes. A message's way through it:
 //
-//   - route.go   — the routing fork: resolve a recipient, then store the
-//     message locally (the embedded store) or, later, publish it to the broker
-//   - store (pkg/store) — where a message is stored, durably, before its
-//     sender hears "accepted"
-//   - inbox.go   — per-entity delivery: inject (tmux/exec adapters) with
-//     retry, backoff and dead-lettering, or hold for pull with nudges
-//   - recv.go    — pull delivery: batches to fleet-recv, acked after the
-//     client wrote them out
-//   - server.go  — the local socket API and caller identity
+//   - in: server.go reads a request on the local socket and names its
+//     caller by credential; route.go resolves the recipient (registry.go
+//     for this host, peers.go ByName for the others) — the routing fork.
+//   - stored: for a local recipient, intake.go Accept puts it in the
+//     recipient's inbox in the store (pkg/store), durably, before the
+//     sender hears "accepted"; a reply an open send waits for is handed to
+//     it there (rendezvous.go).
+//   - published: for another host, route.go publish records it and hands
+//     it to the broker (pkg/broker), confirmed before "accepted".
+//   - taken in: on the recipient's host, intake.go Take / TakeBatch is the
+//     broker's handler — checked, stored in the inbox (or handed to its
+//     part: receipts, answers, control and trace answers), and the error
+//     it returns is the broker's ack (nil), refusal (bridge.dlq) or hold.
+//   - delivered: inbox.go injects into a pane or a command (retry, backoff,
+//     dead-lettering); recv.go hands batches to fleet-recv, acked after
+//     the client wrote them; wake.go and follow.go serve hook and follow
+//     readers.
+//   - settled: receipt.go receipts records it delivered or dead, tells the
+//     sender's host (a RECEIPT) or bounces to the sender here.
+//
+// Beside it: announcer.go says this host's entities (presence) and
+// presence.go folds what other hosts say into peers.go; ask.go, control*.go,
+// trace.go, dlq.go and deaths.go serve their own kinds; metrics.go the
+// /metrics endpoint. Each part owns its state and lock (see Gateway).
 package gateway
 
 import (
@@ -41,23 +56,27 @@ import (
 
 // Gateway is one host's fleet-gw: a composition of parts, each of which
 // owns its state behind its own lock and small API. The Gateway wires them
-// together (the routing fork, delivery, the control plane are its methods)
-// and holds no feature state of its own:
+// together (the request handlers, the routing fork, delivery loops and the
+// control plane are still its methods) and holds no feature state of its
+// own:
 //
-//	reg    registry.go    the live entities, by gid and name
+//	reg    registry.go    the live entities, by gid and name (mailbox: one entity, inbox.go)
 //	st     pkg/store      everything durable: entities, inboxes, records
-//	rdv    rendezvous.go  open sends (--wait) and the replies handed to them
+//	in     intake.go      a message into its inbox: broker deliveries and local sends
+//	rcpt   receipt.go     records settled across hosts, receipts, bounces
+//	rdv    rendezvous.go  open sends (--wait), the replies handed to them, its claim rule
 //	asks   ask.go         open asks, asks delivered here, answers sent
 //	ctl    control.go     control requests waiting for their answers
 //	traces trace.go       trace queries waiting for the other hosts' answers
-//	peers  peers.go       what was heard of the other hosts (the remote roster)
-//	said   presence.go    what this host announced of its own entities
+//	peers  peers.go       what was heard of the other hosts (the remote roster, by name)
+//	said   announcer.go   this host's presence chain: what it announced of its entities
 //	admit  admit.go       what a message from the broker must prove
 //	names  names.go       a name is one entity: conflicts told, untrusted hosts' names
 //	wake   wake.go        the wake notices typed for hook entities with a pane
 //	caps   inboxcap.go    local inboxes held to inbox-max-length and inbox-ttl
 //	br     pkg/broker     the cross-host transport (nil: single-host mode)
-//	metrics pkg/metrics   counted events and the /metrics endpoint (nil: off; metrics.go)
+//	metrics pkg/metrics   counted events (nil: off)
+//	scrape metrics.go     the /metrics endpoint and what a scrape reads
 type Gateway struct {
 	cfg   *config.Config
 	log   *slog.Logger
