@@ -23,8 +23,8 @@ package gateway
 // The claims that need the gateway's state are checked where the message
 // is taken: presence speaks only for its own host and moves forward
 // (presence.go), a broadcast copy reaches only members of its group
-// (route.go, takeRemote), a replay is of a dead letter its signer sent
-// (dlq.go, replayClaim), answers, TOO_LATE notices, receipts and control
+// (intake.go), a replay is of a dead letter its signer sent
+// (intake.go, replayClaim), answers, TOO_LATE notices, receipts and control
 // results come only from the host the original went to (ask.go,
 // receipt.go, control.go), and a BOUNCE never crosses hosts. Whatever fails
 // is a *broker.Refusal: the broker copies it to bridge.dlq with the reason

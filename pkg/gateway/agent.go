@@ -246,7 +246,8 @@ func bindOld(ctx context.Context, b *mailbox, st *store.Store) {
 	if agentInFront(p) || deliver.ProgramOK(p.Command) && e.Turns == turnsNone {
 		program = p.Command
 	}
-	ne, err := st.UpdateEntity(e.Gid, func(x *store.Entity) error {
+	// not bound if the store fails: the next look tries again
+	b.update(st, func(x *store.Entity) error {
 		x.PaneID, x.PanePID = p.ID, p.PID
 		if x.Turns == "" {
 			x.Turns = turnsNone
@@ -256,12 +257,6 @@ func bindOld(ctx context.Context, b *mailbox, st *store.Store) {
 		}
 		return nil
 	})
-	if err != nil {
-		return
-	}
-	b.mu.Lock()
-	b.ent = *ne
-	b.mu.Unlock()
 }
 
 // tmuxAdapter is the tmux adapter for e: its pane by id, its program and

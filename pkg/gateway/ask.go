@@ -310,10 +310,10 @@ func (g *Gateway) ask(c *conn, req *api.Request) {
 	env.Expires = time.Now().Add(ttl).UTC()
 	w := &askWaiter{gid: sender.Gid, turn: env.TurnID, to: rcpt.Gid, ch: make(chan *envelope.Envelope, 1), refused: make(chan string, 1)}
 	g.asks.Wait(env.MsgID, w)
-	g.announceStatusSoon(sender.Gid) // reads "waiting" in the roster
+	g.said.Soon(sender.Gid) // reads "waiting" in the roster
 	defer func() {
 		g.asks.Done(env.MsgID) // the turn is gone: later answers are TOO_LATE
-		g.announceStatusSoon(sender.Gid)
+		g.said.Soon(sender.Gid)
 	}()
 	g.audit.Message("asked", env, 0, "")
 	if t.box != nil {
@@ -465,13 +465,14 @@ func (g *Gateway) onTooLate(n *envelope.Envelope) error {
 		}
 		return nil
 	}
-	_, err = g.accept(n)
+	_, err = g.in.Accept(n)
 	return err
 }
 
-// answerReceipt signals an answerer's waiting send that its answer landed.
-func (g *Gateway) answerReceipt(msgID, host string) error {
-	a, err := g.asks.SentFrom(msgID, host, "")
+// Landed signals an answerer's waiting send that its answer landed on
+// host (an "answered" receipt from it).
+func (as *asks) Landed(msgID, host string) error {
+	a, err := as.SentFrom(msgID, host, "")
 	if err != nil {
 		return err
 	}

@@ -72,7 +72,7 @@ func (g *Gateway) broadcast(req *api.Request) (*api.Response, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := g.accept(&cp); err != nil {
+			if _, err := g.in.Accept(&cp); err != nil {
 				mu.Lock()
 				storeErr = err
 				mu.Unlock()
@@ -156,34 +156,34 @@ func (g *Gateway) setGroups(req *api.Request) (*api.Response, error) {
 	if !ok {
 		return nil, fault.New(fault.NoRecipient, fault.KindUnknownEntity, "no entity named %s on this host", req.Name)
 	}
-	b := g.box(gid)
+	b := g.reg.Get(gid)
 	if b == nil { // left meanwhile
 		return nil, fault.New(fault.NoRecipient, fault.KindUnknownEntity, "no entity named %s on this host", req.Name)
 	}
 	if err := ident.CheckMember(req.Add); err != nil {
 		return nil, err
 	}
-	groups := slices.Clone(b.snapshot().Groups)
-	for _, gr := range req.Add {
-		if !slices.Contains(groups, gr) {
-			groups = append(groups, gr)
+	// the groups are changed on the stored entity, in its transaction: a
+	// change made at the same time is kept too, never overwritten
+	before, e, err := b.update(g.st, func(e *store.Entity) error {
+		for _, gr := range req.Add {
+			if !slices.Contains(e.Groups, gr) {
+				e.Groups = append(e.Groups, gr)
+			}
 		}
-	}
-	groups = slices.DeleteFunc(groups, func(gr string) bool { return slices.Contains(req.Remove, gr) })
-	old := b.snapshot().Groups
-	e, err := g.st.UpdateEntity(gid, func(e *store.Entity) error { e.Groups = groups; return nil })
+		e.Groups = slices.DeleteFunc(e.Groups, func(gr string) bool { return slices.Contains(req.Remove, gr) })
+		return nil
+	})
 	if err != nil {
 		return nil, fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot record the groups")
 	}
-	b.mu.Lock()
-	b.ent.Groups = e.Groups
-	b.mu.Unlock()
+	old := before.Groups
 	if g.onBroker(gid) {
 		if err := g.br.SetGroups(gid, old, e.Groups); err != nil {
 			g.log.Warn("inbox not rebound now; it will be on the next connection", "entity", e.Name, "err", err)
 		}
 	}
-	g.announceEntity(gid)
+	g.said.Change(gid)
 	row := g.row(*e, nil, nil)
 	return &api.Response{Entity: &row}, nil
 }

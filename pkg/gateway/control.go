@@ -15,7 +15,7 @@ package gateway
 //     control.<host> queue, carries it out and publishes the answer
 //     (SPAWN_RESULT / STOP_RESULT, in reply to the request id) to bridge.msg
 //     with key = the requester's gid: it arrives on the requester's own
-//     inbox consumer, where takeBroker hands it to the waiting call. An
+//     inbox consumer, where the intake (intake.go) hands it to the waiting call. An
 //     answer is never stored in an inbox: nobody waiting (the caller gave
 //     up, or a duplicate answer) means it is logged and dropped.
 //

@@ -191,7 +191,7 @@ func (g *Gateway) spawnNow(env *envelope.Envelope, b spawnBody, log *slog.Logger
 			WithHint("choose another name, or stop it first with: fleet-stop %s@%s", b.Name, g.cfg.Host))
 	}
 	if g.br != nil { // before anything starts; register checks again
-		if err := g.names.Free(b.Name, g.remoteByName(b.Name, ""), nil); err != nil {
+		if err := g.names.Free(b.Name, g.peers.ByName(b.Name, "", g.admit.trusted), nil); err != nil {
 			return failed(id, err)
 		}
 	}
@@ -239,7 +239,7 @@ func (g *Gateway) spawnNow(env *envelope.Envelope, b spawnBody, log *slog.Logger
 		_ = g.st.DeleteLaunched(gid)
 		return failed(id, err)
 	}
-	g.crashAt("spawn-after-register")
+	g.crash.at(g.log, "spawn-after-register")
 	if err := proc.Settle(g.hardCtx, p.Grace); err != nil {
 		if _, uerr := g.unregister(gid, b.Name); uerr != nil {
 			log.Error("removing an entity whose command died at once", "err", uerr)
@@ -247,7 +247,7 @@ func (g *Gateway) spawnNow(env *envelope.Envelope, b spawnBody, log *slog.Logger
 		_ = launch.Stop(g.hardCtx, proc.Info)
 		return launchFailed(err)
 	}
-	if bx := g.box(gid); bx != nil {
+	if bx := g.reg.Get(gid); bx != nil {
 		g.follow.Spawned(bx, proc.Info) // a pull entity reads detached once its process is gone
 	}
 	g.audit.Write(audit.Line{Event: "spawned", TraceID: env.TraceID, MsgID: id, Sender: env.Sender.Gid, Entity: b.Name, Recipient: gid})
@@ -277,7 +277,7 @@ func (g *Gateway) handleStop(env *envelope.Envelope, b stopBody) *controlResult 
 // that cannot be stopped leaves the entity registered, for another try.
 func (g *Gateway) stopNow(env *envelope.Envelope, b stopBody, log *slog.Logger) *controlResult {
 	id := env.MsgID
-	bx := g.box(b.Gid)
+	bx := g.reg.Get(b.Gid)
 	if bx == nil {
 		what := b.Gid
 		if b.Name != "" {

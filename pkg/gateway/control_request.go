@@ -252,21 +252,6 @@ func (g *Gateway) learn(host string, res *controlResult) {
 	g.saveHeard()
 }
 
-// takeBroker is the broker's handler for every local inbox: the answers to
-// this gateway's control requests are taken here, everything else goes on
-// to takeRemote.
-func (g *Gateway) takeBroker(env *envelope.Envelope) error {
-	switch env.Kind {
-	case envelope.SpawnResult, envelope.StopResult:
-		return g.onControlResult(env)
-	case envelope.TraceResult:
-		return g.onTraceResult(env) // trace.go
-	}
-	// the host's store cannot take anything now (a full disk): the
-	// broker holds this inbox's intake, in order, until it can
-	return holdFull(g.takeRemote(env))
-}
-
 func (g *Gateway) onControlResult(env *envelope.Envelope) error {
 	log := g.log.With("request_id", env.InReplyTo, "trace_id", env.TraceID, "kind", env.Kind, "peer", env.Sender.Host)
 	var res controlResult

@@ -79,7 +79,7 @@ func (g *Gateway) onDeath(d *broker.Death) error {
 	log.Warn("a message of this host died in the broker: dead here, its sender told", "recipient", env.Recipient.String(), "reason", d.Reason)
 	g.audit.Message("dead", env, d.Count, reason)
 	g.metrics.Dead(env.Kind, reason)
-	g.notifyRecords()
-	g.bounce(env.MsgID, env.TraceID, env.Sender.Gid, env.Recipient.String(), reason)
+	g.rcpt.Notify()
+	g.rcpt.Bounce(env.MsgID, env.TraceID, env.Sender.Gid, env.Recipient.String(), reason)
 	return nil
 }

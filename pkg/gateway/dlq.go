@@ -12,7 +12,7 @@ package gateway
 // recipient's store takes one replay per dead letter and recipient
 // (store.ReplayedKey: the original msg id and its sender's host, the host
 // that signs the replay); a claim by another host is never that replay
-// (replayClaim). A replay refused for sure (a full inbox, no route, a
+// (intake.go replayClaim). A replay refused for sure (a full inbox, no route, a
 // recipient gone) is forgotten, and the dead letter stays; one that dies
 // later, like any message, is a dead letter again, with a bounce.
 //
@@ -29,7 +29,6 @@ import (
 
 	"github.com/fleetd/fleet/pkg/api"
 	"github.com/fleetd/fleet/pkg/audit"
-	"github.com/fleetd/fleet/pkg/broker"
 	"github.com/fleetd/fleet/pkg/envelope"
 	"github.com/fleetd/fleet/pkg/fault"
 	"github.com/fleetd/fleet/pkg/ident"
@@ -100,7 +99,7 @@ func (g *Gateway) replay(req *api.Request) (*api.Response, error) {
 			"message %s is %s on this host, not dead: its copy in bridge.dlq is not replayed", env.MsgID, r.State).
 			WithHint("purge the copy: fleet-dlq purge %s", env.MsgID)
 	}
-	if req.SignedBy != g.cfg.Host && g.box(env.Recipient.Gid) == nil {
+	if req.SignedBy != g.cfg.Host && g.reg.Get(env.Recipient.Gid) == nil {
 		return nil, fault.New(fault.Usage, fault.KindNotReplayable,
 			"dead letter %s was sent from %s to %s: only its sender's gateway signs it again", env.MsgID, env.Sender.String(), env.Recipient.String()).
 			WithHint("run fleet-dlq replay on host %s (or on the recipient's host)", env.Sender.Host)
@@ -156,7 +155,7 @@ func (g *Gateway) replayEnv(orig *envelope.Envelope, deadKey string) (*api.Respo
 // replayable says whether env can be delivered from here: to an entity
 // of this host, or published as this host's own message.
 func (g *Gateway) replayable(env *envelope.Envelope) error {
-	if g.box(env.Recipient.Gid) != nil {
+	if g.reg.Get(env.Recipient.Gid) != nil {
 		return nil
 	}
 	if ident.GidHost(env.Recipient.Gid) == g.cfg.Host {
@@ -176,7 +175,7 @@ func (g *Gateway) replayable(env *envelope.Envelope) error {
 // deliverAgain hands a replay to its recipient's inbox here or publishes
 // it; its state as a send reports it.
 func (g *Gateway) deliverAgain(env *envelope.Envelope) (string, error) {
-	if g.box(env.Recipient.Gid) != nil {
+	if g.reg.Get(env.Recipient.Gid) != nil {
 		if err := g.caps.Room(env); err != nil {
 			// refused, as by a full broker inbox below: no new dead letter
 			if derr := g.st.DropReplay(env.ReplayOf, env.Sender.Host); derr != nil {
@@ -184,7 +183,7 @@ func (g *Gateway) deliverAgain(env *envelope.Envelope) (string, error) {
 			}
 			return "", err
 		}
-		rec, err := g.accept(env)
+		rec, err := g.in.Accept(env)
 		if err != nil {
 			return "", err
 		}
@@ -255,45 +254,6 @@ func replayedAs(st *store.Store, msgID string, prev []byte) (*api.Response, erro
 	}
 	return &api.Response{Sent: &api.Sent{MsgID: env.MsgID, TraceID: env.TraceID, State: state,
 		Recipient: env.Recipient.String(), Gid: env.Recipient.Gid, ReplayOf: env.ReplayOf, Again: true, SenderGid: env.Sender.Gid}}, nil
-}
-
-// replayClaim checks what a replay from the broker says of the dead
-// letter it names against what this host knows of that message. A dead
-// letter is its msg id and its sender's host: the replay keeps the
-// original's sender, whose host signed it (admission), and the
-// recipient's store takes one replay per such pair (store.ReplayedKey).
-// So another host naming the msg id in replay_of never stands in for the
-// real replay; when this host has the message itself (it was taken, or
-// died, here) and another host sent it, the claim is refused to
-// bridge.dlq. A msg id this host never saw is the signing host's word
-// about a message of its own.
-func replayClaim(st *store.Store, self string, env *envelope.Envelope) error {
-	if env.ReplayOf == "" {
-		return nil
-	}
-	if h := recordedSender(st, self, env.ReplayOf, env.ReplayOf+"/"+env.Recipient.Gid); h != "" && h != env.Sender.Host {
-		return broker.Refuse(broker.ReasonWrongHost, "a replay of message %s signed by %q, but this host has it from %q: only its sender's host replays it",
-			env.ReplayOf, env.Sender.Host, h)
-	}
-	return nil
-}
-
-// recordedSender is the host that sent the message of the first of keys
-// this host has a delivery record of, or "" for none. A gid names the
-// host it was made on; one made before gids did is of this host (self):
-// one from another host is never admitted.
-func recordedSender(st *store.Store, self string, keys ...string) string {
-	for _, k := range keys {
-		r, err := st.Record(k)
-		if err != nil || r.Sender == "" {
-			continue
-		}
-		if h := ident.GidHost(r.Sender); h != "" {
-			return h
-		}
-		return self
-	}
-	return ""
 }
 
 // replayed removes the dead letter a replay delivered, and says so.

@@ -83,7 +83,7 @@ func (g *Gateway) register(e *store.Entity) (token, credFile string, err error) 
 			state, heard := g.peers.HostState(host, now, g.br.Connected(), g.cfg.PresenceTTL)
 			return hostAway(host, state, heard, now)
 		}
-		if err := g.names.Free(e.Name, g.remoteByName(e.Name, ""), away); err != nil {
+		if err := g.names.Free(e.Name, g.peers.ByName(e.Name, "", g.admit.trusted), away); err != nil {
 			return "", "", err
 		}
 	}
@@ -148,9 +148,9 @@ func (g *Gateway) register(e *store.Entity) (token, credFile string, err error) 
 		}
 		return "", "", fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot store the credential of %s", e.Name)
 	}
-	g.announceEntity(gid)
+	g.said.Change(gid)
 	if g.br != nil { // heard of another one since it was checked: told at once
-		g.names.Tell(g.cfg.Host, e.Name, append(g.remoteByName(e.Name, ""), api.EntityRow{Name: e.Name, Host: e.Host, Gid: gid}))
+		g.names.Tell(g.cfg.Host, e.Name, append(g.peers.ByName(e.Name, "", g.admit.trusted), api.EntityRow{Name: e.Name, Host: e.Host, Gid: gid}))
 	}
 	g.audit.Write(audit.Line{Event: "joined", Entity: e.Name, Recipient: gid})
 	g.log.Info("entity joined", "entity", e.Name, "gid", gid, "mode", e.Mode)
@@ -177,7 +177,7 @@ func (g *Gateway) leave(req *api.Request) (*api.Response, error) {
 // were dead-lettered.
 func (g *Gateway) unregister(gid, name string) (int, error) {
 	var groups []string
-	if b := g.box(gid); b != nil {
+	if b := g.reg.Get(gid); b != nil {
 		groups = b.snapshot().Groups
 	}
 	if g.onBroker(gid) {
@@ -202,7 +202,7 @@ func (g *Gateway) unregister(gid, name string) (int, error) {
 			return n, fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot remove %s", name)
 		}
 		for _, env := range dead {
-			g.settled(env, store.Dead, left, 0)
+			g.rcpt.Settled(env, store.Dead, left, 0)
 		}
 		if n += len(dead); len(dead) < page {
 			break
@@ -217,7 +217,7 @@ func (g *Gateway) unregister(gid, name string) (int, error) {
 	if err := g.st.DeleteLaunched(gid); err != nil { // spawned: how it was started (control.go)
 		g.log.Warn("forgetting how an entity was launched", "entity", name, "gid", gid, "err", err)
 	}
-	g.side.Go(func() { g.announceGone(gid) })
+	g.said.Change(gid) // announcer.go: in the chain's turn
 	g.audit.Write(audit.Line{Event: "left", Entity: name, Recipient: gid})
 	g.log.Info("entity left", "entity", name, "gid", gid, "dead_lettered", n)
 	return n, nil
@@ -300,7 +300,7 @@ func (g *Gateway) setStatus(pid int32, req *api.Request) (*api.Response, error) 
 	if program != "" {
 		g.log.Info("agent's program learnt from its first hook", "entity", e.Name, "program", program)
 	}
-	g.announceEntity(e.Gid)
+	g.said.Change(e.Gid)
 	row := g.row(*e, nil, nil)
 	return &api.Response{Entity: &row}, nil
 }

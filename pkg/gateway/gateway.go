@@ -1,15 +1,30 @@
 // Package gateway is fleet-gw: the one process per host that owns the
-// host's entities and their inboxes. Where things happen:
+// host's entities and their inboxes. A message's way through it:
 //
-//   - route.go   — the routing fork: resolve a recipient, then store the
-//     message locally (the embedded store) or, later, publish it to the broker
-//   - store (pkg/store) — where a message is stored, durably, before its
-//     sender hears "accepted"
-//   - inbox.go   — per-entity delivery: inject (tmux/exec adapters) with
-//     retry, backoff and dead-lettering, or hold for pull with nudges
-//   - recv.go    — pull delivery: batches to fleet-recv, acked after the
-//     client wrote them out
-//   - server.go  — the local socket API and caller identity
+//   - in: server.go reads a request on the local socket and names its
+//     caller by credential; route.go resolves the recipient (registry.go
+//     for this host, peers.go ByName for the others) — the routing fork.
+//   - stored: for a local recipient, intake.go Accept puts it in the
+//     recipient's inbox in the store (pkg/store), durably, before the
+//     sender hears "accepted"; a reply an open send waits for is handed to
+//     it there (rendezvous.go).
+//   - published: for another host, route.go publish records it and hands
+//     it to the broker (pkg/broker), confirmed before "accepted".
+//   - taken in: on the recipient's host, intake.go Take / TakeBatch is the
+//     broker's handler — checked, stored in the inbox (or handed to its
+//     part: receipts, answers, control and trace answers), and the error
+//     it returns is the broker's ack (nil), refusal (bridge.dlq) or hold.
+//   - delivered: inbox.go injects into a pane or a command (retry, backoff,
+//     dead-lettering); recv.go hands batches to fleet-recv, acked after
+//     the client wrote them; wake.go and follow.go serve hook and follow
+//     readers.
+//   - settled: receipt.go receipts records it delivered or dead, tells the
+//     sender's host (a RECEIPT) or bounces to the sender here.
+//
+// Beside it: announcer.go says this host's entities (presence) and
+// presence.go folds what other hosts say into peers.go; ask.go, control*.go,
+// trace.go, dlq.go and deaths.go serve their own kinds; metrics.go the
+// /metrics endpoint. Each part owns its state and lock (see Gateway).
 package gateway
 
 import (
@@ -26,6 +41,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fleetd/fleet/pkg/api"
 	"github.com/fleetd/fleet/pkg/audit"
 	"github.com/fleetd/fleet/pkg/broker"
 	"github.com/fleetd/fleet/pkg/config"
@@ -40,23 +56,27 @@ import (
 
 // Gateway is one host's fleet-gw: a composition of parts, each of which
 // owns its state behind its own lock and small API. The Gateway wires them
-// together (the routing fork, delivery, the control plane are its methods)
-// and holds no feature state of its own:
+// together (the request handlers, the routing fork, delivery loops and the
+// control plane are still its methods) and holds no feature state of its
+// own:
 //
-//	reg    registry.go    the live entities, by gid and name
+//	reg    registry.go    the live entities, by gid and name (mailbox: one entity, inbox.go)
 //	st     pkg/store      everything durable: entities, inboxes, records
-//	rdv    rendezvous.go  open sends (--wait) and the replies handed to them
+//	in     intake.go      a message into its inbox: broker deliveries and local sends
+//	rcpt   receipt.go     records settled across hosts, receipts, bounces
+//	rdv    rendezvous.go  open sends (--wait), the replies handed to them, its claim rule
 //	asks   ask.go         open asks, asks delivered here, answers sent
 //	ctl    control.go     control requests waiting for their answers
 //	traces trace.go       trace queries waiting for the other hosts' answers
-//	peers  peers.go       what was heard of the other hosts (the remote roster)
-//	said   presence.go    what this host announced of its own entities
+//	peers  peers.go       what was heard of the other hosts (the remote roster, by name)
+//	said   announcer.go   this host's presence chain: what it announced of its entities
 //	admit  admit.go       what a message from the broker must prove
 //	names  names.go       a name is one entity: conflicts told, untrusted hosts' names
 //	wake   wake.go        the wake notices typed for hook entities with a pane
 //	caps   inboxcap.go    local inboxes held to inbox-max-length and inbox-ttl
 //	br     pkg/broker     the cross-host transport (nil: single-host mode)
-//	metrics pkg/metrics   counted events and the /metrics endpoint (nil: off; metrics.go)
+//	metrics pkg/metrics   counted events (nil: off)
+//	scrape metrics.go     the /metrics endpoint and what a scrape reads
 type Gateway struct {
 	cfg   *config.Config
 	log   *slog.Logger
@@ -74,18 +94,19 @@ type Gateway struct {
 	peers    *peerView
 	admits   *admitsView // admits.go: which hosts each other host admits
 	heardMu  sync.Mutex  // one save of peers' last words at a time (presence.go saveHeard)
-	said     *announcer
-	admit    *admission // nil: single-host mode
-	names    *nameBook  // names.go
-	wake     *wakes     // wake.go: set once the store is open
-	follow   *followers // follow.go: who reads the pull entities; set once the store is open
-	caps     *inboxCaps // inboxcap.go: set once the store is open
-	records  signal     // a delivery record changed (receipt.go)
+	said     *announcer  // announcer.go: this host's presence chain
+	admit    *admission  // nil: single-host mode
+	names    *nameBook   // names.go
+	wake     *wakes      // wake.go: set once the store is open
+	follow   *followers  // follow.go: who reads the pull entities; set once the store is open
+	caps     *inboxCaps  // inboxcap.go: set once the store is open
+	in       *intake     // intake.go: a message into its inbox; set once the store is open
+	rcpt     *receipts   // receipt.go: records settled across hosts, bounces; set once the store is open
 
-	metrics  *metrics.Metrics  // metrics.go; nil: metrics-listen is off
-	endpoint *metrics.Endpoint // its /metrics, while serving
+	metrics *metrics.Metrics // the events counted (nil: metrics-listen is off)
+	scrape  *scrapes         // metrics.go: the /metrics endpoint
 
-	crash string // test hook: FLEET_CRASHPOINT
+	crash crashpoint // test hook: FLEET_CRASHPOINT
 
 	lock    *os.File
 	ln      net.Listener
@@ -104,8 +125,6 @@ type Gateway struct {
 	ready    chan struct{}
 	started  time.Time // when Run began serving (fleet-gw status)
 
-	presenceQuit, presenceDone chan struct{} // stop presenceLoop before the leaving notice
-
 	hostTaken bool // the broker gave this host id to another gateway: say nothing as it
 }
 
@@ -114,20 +133,46 @@ func New(cfg *config.Config, log *slog.Logger) *Gateway {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
-	return &Gateway{
+	g := &Gateway{
 		cfg:      cfg,
 		log:      log.With("host", cfg.Host),
 		rdv:      newRendezvous(),
 		traceSem: make(chan struct{}, traceSearches),
 		peers:    newPeerView(cfg.PresenceInterval, log.With("host", cfg.Host)),
 		admits:   newAdmitsView(cfg.Host, cfg.PresenceTTL),
-		said:     newAnnouncer(),
 		names:    newNameBook(log.With("host", cfg.Host), cfg.PresenceTTL),
 		reg:      newRegistry(),
-		crash:    os.Getenv("FLEET_CRASHPOINT"),
+		crash:    crashpoint(os.Getenv("FLEET_CRASHPOINT")),
 		asks:     newAsks(),
 		ready:    make(chan struct{}),
+		scrape:   &scrapes{log: log.With("host", cfg.Host)},
 	}
+	g.said = newAnnouncer(cfg.Host, cfg.PresenceInterval, cfg.PresenceTTL, g.log, announceHooks{
+		row: func(gid string) (api.EntityRow, bool) {
+			b := g.reg.Get(gid)
+			if b == nil {
+				return api.EntityRow{}, false
+			}
+			return g.row(b.snapshot(), nil, nil), true
+		},
+		rows: g.localRows,
+		cert: func() string {
+			cert, _ := g.admit.certified().Present()
+			return cert
+		},
+		extras: func() (revoked, admits []string, certified bool) {
+			g.admit.certified().Refresh() // a certificate installed, a revocation list imported
+			_, revoked = g.admit.certified().Present()
+			return revoked, admitsList(g.admit.trustedHosts()), g.admit.admitsCertified()
+		},
+		publish: func(env *envelope.Envelope, what string, ttl time.Duration) (func() error, error) {
+			return g.br.PublishPresence(env, what, ttl)
+		},
+		up: func() bool { return g.br.Connected() },
+		// a name more than one trusted host has, told once (names.go)
+		told: func() { g.names.TellAll(g.cfg.Host, append(g.reg.Rows(), g.remoteRows()...)) },
+	})
+	return g
 }
 
 // Ready is closed once the gateway listens on its socket.
@@ -137,9 +182,11 @@ func (g *Gateway) Ready() <-chan struct{} { return g.ready }
 // socket until ctx is cancelled; then it drains in-flight work within the
 // configured bound and returns.
 func (g *Gateway) Run(ctx context.Context) error {
-	if err := g.listenMetrics(); err != nil { // metrics.go
-		return err
+	m, lerr := g.scrape.Listen(g.cfg.MetricsListen, g.cfg.Host) // metrics.go
+	if lerr != nil {
+		return lerr
 	}
+	g.metrics = m
 	if err := g.open(); err != nil {
 		g.closeState()
 		return err
@@ -175,12 +222,13 @@ func (g *Gateway) Run(ctx context.Context) error {
 			Host: g.cfg.Host, Heartbeat: g.cfg.Heartbeat, PublishTimeout: g.cfg.PublishTimeout,
 			MaxBody: g.cfg.MaxBody, Attempts: g.cfg.DeliveryAttempts,
 			Limits: broker.Limits{MaxLength: g.cfg.InboxMaxLength, TTL: g.cfg.InboxTTL, DLQLength: broker.DLQLength, QueueType: g.cfg.InboxQueueType},
-		}, g.log, g.takeBroker) // control.go: control answers, then takeRemote
-		g.br.OnBatch(g.takeBrokerBatch) // intake.go: what an inbox's consumer had waiting, runs of mail stored at once
+		}, g.log, g.in.Take) // intake.go: a delivery to a local inbox, to the store or its part
+		g.rcpt.br = g.br             // receipts cross hosts from now on
+		g.br.OnBatch(g.in.TakeBatch) // intake.go: what an inbox's consumer had waiting, runs of mail stored at once
 		g.br.OnPresence(g.onPresence)
 		// names.go: what an untrusted host announces is named in a 67, never believed
 		g.br.OnUntrustedPresence(g.names.Heard)
-		g.br.Observe(g.brokerObserver()) // metrics.go
+		g.br.Observe(g.scrape.Observer()) // metrics.go
 		if clear, where := broker.InClear(g.cfg.Broker); clear {
 			g.log.Warn("the broker URI is amqp://, not amqps://: task text and every message cross the network to "+where+" in clear, readable by anyone on the path",
 				"fix", "use amqps:// (man 7 fleet-broker: TLS)")
@@ -192,6 +240,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 			}
 			return fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot set up this host's signing key")
 		}
+		g.rcpt.own = g.admit.own    // refusal notices name bytes this key signed
 		g.br.OnControl(g.onControl) // control.go: SPAWN/STOP for this host
 		g.br.OnDeath(g.onDeath)     // deaths.go: our messages dead in other hosts' inboxes
 		// One gateway per host id: nothing is delivered and no client is
@@ -243,12 +292,16 @@ func (g *Gateway) Run(ctx context.Context) error {
 	}()
 	var fatal <-chan error
 	if g.br != nil {
-		g.presenceQuit, g.presenceDone = make(chan struct{}), make(chan struct{})
-		g.workers.Add(1)
-		go g.presenceLoop()
+		g.said.Start(g.runCtx.Done(), g.br.Subscribe()) // announcer.go: presence, until the leaving notice
 		fatal = g.br.Fatal()
 	}
-	g.serveMetrics() // metrics.go
+	g.scrape.Serve(g.st, g.reg, g.asks, func() string { // metrics.go
+		if g.br == nil {
+			return "none"
+		}
+		state, _, _, _ := g.br.State()
+		return state
+	}, g.remoteRows)
 	g.log.Info("gateway ready", "socket", g.cfg.Socket, "state_dir", g.cfg.StateDir, "entities", g.reg.Len())
 	g.started = time.Now()
 	close(g.ready)
@@ -310,17 +363,12 @@ func (g *Gateway) shutdown() {
 		}
 	}
 	g.side.Close() // a timer firing from now on starts nothing
-	if g.br != nil && !g.hostTaken {
-		if g.presenceQuit != nil {
-			// no snapshot may follow the leaving notice (one in flight
-			// after it would bring this host back into other views)
-			close(g.presenceQuit)
-			select {
-			case <-g.presenceDone:
-			case <-time.After(g.cfg.PublishTimeout):
-			}
-		}
-		g.announceLeaving() // other hosts drop us now, not after the TTL
+	if g.hostTaken {
+		g.said.Stop() // say nothing on the broker on this host id's behalf
+	} else {
+		// the notices the drain made, then the leaving notice, the chain's
+		// last link: other hosts drop us now, not after the TTL
+		g.said.Leave(2 * g.cfg.PublishTimeout)
 	}
 	g.stopHard()
 	g.stopBr()
@@ -336,7 +384,7 @@ func (g *Gateway) shutdown() {
 }
 
 func (g *Gateway) closeState() {
-	g.stopMetrics() // metrics.go: no scrape reads a closing store
+	g.scrape.Close() // metrics.go: no scrape reads a closing store
 	if g.st != nil {
 		// the closed store stays in place: a straggler past the drain bound
 		// gets "store closed", not a nil pointer
@@ -432,19 +480,38 @@ func (g *Gateway) open() error {
 		return fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot open the audit log in %s", dir)
 	}
 	g.audit = a
-	g.wake = newWakes(g.cfg, st, g.log, a, g.announceEntity)
-	g.follow = newFollowers(st, g.log, g.announceEntity)
+	g.wake = newWakes(g.cfg, st, g.log, a, g.said.Change)
+	g.follow = newFollowers(st, g.log, g.said.Change)
 	g.caps = newInboxCaps(st, g.cfg.InboxMaxLength, g.cfg.InboxTTL, g.log, a, g.metrics, capHooks{
 		held: func(gid, key string) bool {
 			b := g.reg.Get(gid)
 			return b == nil || b.handing() || g.rdv.Claimed(key)
 		},
 		bounce: func(env *envelope.Envelope, reason string) {
-			g.notifyRecords()
-			g.bounce(env.MsgID, env.TraceID, env.Sender.Gid, env.Recipient.String(), reason)
+			g.rcpt.Notify()
+			g.rcpt.Bounce(env.MsgID, env.TraceID, env.Sender.Gid, env.Recipient.String(), reason)
 		},
 		dead: func(env *envelope.Envelope, reason string) { g.kill(env, reason, -1) },
 	})
+	g.rcpt = &receipts{host: g.cfg.Host, st: st, log: g.log, audit: a, metrics: g.metrics, reg: g.reg, side: &g.side,
+		ctx:        func() context.Context { return g.hardCtx },
+		answered:   g.asks.Landed,
+		refusedAsk: g.asks.Refused,
+		named:      func(r *store.Record) string { return g.apiRecord(r).Recipient },
+	}
+	g.rdv.wire(st, g.reg, g.log, a, g.metrics, g.rcpt.Settled)
+	g.in = &intake{
+		host: g.cfg.Host, stateDir: dir, st: st, log: g.log, audit: a, metrics: g.metrics,
+		reg: g.reg, rdv: g.rdv, caps: g.caps, crash: g.crash,
+		kill:          g.kill,
+		receipt:       g.rcpt.Take,
+		answer:        g.onAnswer,
+		tooLate:       g.onTooLate,
+		ask:           g.liveAdd,
+		controlResult: g.onControlResult,
+		traceResult:   g.onTraceResult,
+	}
+	g.rcpt.in = g.in // a bounce is stored like any message
 	return nil
 }
 
@@ -571,12 +638,14 @@ func (g *Gateway) janitor() {
 	}
 }
 
-// crashAt kills the process with SIGKILL when FLEET_CRASHPOINT names point.
-// It exists for the kill -9 tests of the delivery windows and does nothing
-// otherwise.
-func (g *Gateway) crashAt(point string) {
-	if g.crash == point {
-		g.log.Warn("FLEET_CRASHPOINT reached: killing myself", "point", point)
+// crashpoint is the FLEET_CRASHPOINT test hook: at kills the process with
+// SIGKILL when it names point. It exists for the kill -9 tests of the
+// delivery windows and does nothing otherwise.
+type crashpoint string
+
+func (c crashpoint) at(log *slog.Logger, point string) {
+	if c != "" && string(c) == point {
+		log.Warn("FLEET_CRASHPOINT reached: killing myself", "point", point)
 		syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		time.Sleep(time.Hour)
 	}

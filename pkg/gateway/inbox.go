@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -20,6 +21,7 @@ import (
 // mailbox is the live side of one local entity: its registry entry, a
 // change signal, the pull lease and the delivery worker.
 type mailbox struct {
+	writing  sync.Mutex // one change of the entity at a time (update): store, then memory
 	mu       sync.Mutex
 	ent      store.Entity
 	changed  signal               // new mail, a status change, a drained inbox
@@ -35,6 +37,31 @@ func (b *mailbox) snapshot() store.Entity {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.ent
+}
+
+// update changes the entity in the store and in memory together: fn
+// changes the stored entity inside the store's transaction (so two
+// changes at once are both kept, the second made on the first, never one
+// computed from the state before the other), and what was stored becomes
+// the mailbox's. Changes of one entity are made one at a time (writing),
+// so memory moves in the store's order; a reader (snapshot) never waits
+// for the store. It returns the entity before and after.
+func (b *mailbox) update(st *store.Store, fn func(*store.Entity) error) (before store.Entity, after *store.Entity, err error) {
+	b.writing.Lock()
+	defer b.writing.Unlock()
+	after, err = st.UpdateEntity(b.snapshot().Gid, func(e *store.Entity) error {
+		before = *e
+		before.Groups = slices.Clone(e.Groups)
+		return fn(e)
+	})
+	if err != nil {
+		return before, nil, err
+	}
+	b.mu.Lock()
+	b.ent = *after
+	b.ent.Groups = slices.Clone(after.Groups)
+	b.mu.Unlock()
+	return before, after, nil
 }
 
 // putStatus records the entity's status and why, durably, and wakes
@@ -53,7 +80,7 @@ var errStale = errors.New("the status changed meanwhile")
 // decide from a snapshot, and a hook that came in between wins.
 func (b *mailbox) putStatusFrom(st *store.Store, from *store.Entity, status, reason string, hook bool, program string) (*store.Entity, error) {
 	now := time.Now().UTC()
-	e, err := st.UpdateEntity(b.snapshot().Gid, func(e *store.Entity) error {
+	_, e, err := b.update(st, func(e *store.Entity) error {
 		if from != nil && (e.Status != from.Status || e.StatusReason != from.StatusReason || !e.StatusAt.Equal(from.StatusAt) || !e.HookAt.Equal(from.HookAt)) {
 			return errStale
 		}
@@ -71,12 +98,11 @@ func (b *mailbox) putStatusFrom(st *store.Store, from *store.Entity, status, rea
 	if err != nil {
 		return nil, err
 	}
-	b.mu.Lock()
-	b.ent.Status, b.ent.StatusReason, b.ent.StatusAt, b.ent.HookAt, b.ent.Program = e.Status, e.StatusReason, e.StatusAt, e.HookAt, e.Program
 	if hook && status == stBusy {
+		b.mu.Lock()
 		b.busyHook = now
+		b.mu.Unlock()
 	}
-	b.mu.Unlock()
 	b.notify()
 	return e, nil
 }
@@ -96,17 +122,11 @@ func (b *mailbox) bindAgent(st *store.Store, pid int) (*store.Entity, error) {
 	if e.AgentPID == pid && e.AgentStart == start {
 		return &e, nil
 	}
-	ne, err := st.UpdateEntity(e.Gid, func(x *store.Entity) error {
+	_, ne, err := b.update(st, func(x *store.Entity) error {
 		x.AgentPID, x.AgentStart = pid, start
 		return nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	b.mu.Lock()
-	b.ent.AgentPID, b.ent.AgentStart = ne.AgentPID, ne.AgentStart
-	b.mu.Unlock()
-	return ne, nil
+	return ne, err
 }
 
 // putFollows records, durably, whether a follower reads the entity
@@ -116,17 +136,11 @@ func (b *mailbox) putFollows(st *store.Store, on bool) error {
 	if e.Follows == on {
 		return nil
 	}
-	ne, err := st.UpdateEntity(e.Gid, func(x *store.Entity) error {
+	_, _, err := b.update(st, func(x *store.Entity) error {
 		x.Follows = on
 		return nil
 	})
-	if err != nil {
-		return err
-	}
-	b.mu.Lock()
-	b.ent.Follows = ne.Follows
-	b.mu.Unlock()
-	return nil
+	return err
 }
 
 // busySince says whether the agent's busy hook was heard after t.
@@ -220,10 +234,6 @@ func (g *Gateway) removeBox(gid string) {
 	}
 }
 
-func (g *Gateway) box(gid string) *mailbox {
-	return g.reg.Get(gid)
-}
-
 func (g *Gateway) adapter(e store.Entity) deliver.Adapter {
 	if e.TmuxTarget != "" {
 		return tmuxAdapter(e, g.cfg)
@@ -249,7 +259,7 @@ func (g *Gateway) injectLoop(ctx context.Context, b *mailbox) {
 		ent := b.snapshot()
 		// the safety net (agent.go): a state that time or the pane
 		// changed is recorded before anything is pasted
-		if ent.TmuxTarget != "" && net.record(ctx, b, ent, g.st, g.log, g.announceEntity) {
+		if ent.TmuxTarget != "" && net.record(ctx, b, ent, g.st, g.log, g.said.Change) {
 			continue
 		}
 		if ent.Status != stIdle {
@@ -304,10 +314,7 @@ func (g *Gateway) injectLoop(ctx context.Context, b *mailbox) {
 		if err != nil {
 			g.log.Error("reading inbox", "entity", ent.Name, "err", err)
 		}
-		// a reply being handed to an open send is not injected as well
-		for len(items) > 0 && g.rdv.Claimed(store.Key(items[0].Env)) {
-			items = items[1:]
-		}
+		items, _ = g.rdv.Free(items) // a reply being handed to an open send is not injected as well
 		if len(items) == 0 {
 			// an idle pane is looked at now and then too, so that an agent
 			// that exited reads detached before mail comes for it
@@ -362,7 +369,7 @@ func (g *Gateway) injectLoop(ctx context.Context, b *mailbox) {
 			}
 		}
 		err = g.adapter(ent).Deliver(g.hardCtx, env)
-		g.crashAt("after-inject")
+		g.crash.at(g.log, "after-inject")
 
 		// a stop drains in-flight work: the proof is waited for until the
 		// drain bound (hardCtx), not only until the stop began
@@ -388,7 +395,7 @@ func (g *Gateway) injectLoop(ctx context.Context, b *mailbox) {
 			if perr := notPasted(b, g.st, err); perr != nil {
 				log.Error("recording the status", "err", perr)
 			}
-			g.announceEntity(ent.Gid)
+			g.said.Change(ent.Gid)
 			if errors.Is(err, deliver.ErrDetached) {
 				if ferr := g.st.Failed(store.Key(env), err.Error()); ferr != nil {
 					log.Error("recording failed attempt", "err", ferr)
@@ -418,8 +425,8 @@ func (g *Gateway) injectLoop(ctx context.Context, b *mailbox) {
 			}
 			g.audit.Message("injected", env, attempt, "")
 			log.Info("delivered", "attempt", attempt, "mode", "inject")
-			g.settled(env, store.Delivered, "", attempt)
-			g.crashAt("after-record")
+			g.rcpt.Settled(env, store.Delivered, "", attempt)
+			g.crash.at(g.log, "after-record")
 			continue
 		}
 		if errors.Is(err, deliver.ErrUncertain) {
@@ -456,7 +463,7 @@ func (g *Gateway) kill(env *envelope.Envelope, reason string, attempts int) {
 			g.log.Info("dead letter copied to bridge.dlq", "msg_id", env.MsgID, "trace_id", env.TraceID)
 		}
 	}
-	g.settled(env, store.Dead, reason, attempts)
+	g.rcpt.Settled(env, store.Dead, reason, attempts)
 }
 
 // nudgeLoop runs a pull entity's nudge hook while unread mail waits: first

@@ -36,6 +36,7 @@ type peerView struct {
 	// answer) or the broker has no inbox for it (Forget).
 	known  map[string]*knownRow           // gid -> its last word
 	onHost map[string]map[string]struct{} // host -> the gids known on it (at most maxSnapshotRows)
+	byName map[string]map[string]struct{} // name -> the gids known by it (ByName)
 	dirty  map[string]bool                // gids whose known row changed since the last save
 	gone   map[string]time.Time           // hosts that left or were dropped since this gateway started -> when last heard
 }
@@ -50,7 +51,7 @@ type knownRow struct {
 func newPeerView(interval time.Duration, log *slog.Logger) *peerView {
 	return &peerView{peers: map[string]*peer{}, streams: map[string]*stream{}, left: map[string]int64{},
 		legacy: map[string]bool{}, interval: interval, log: log,
-		known: map[string]*knownRow{}, onHost: map[string]map[string]struct{}{}, dirty: map[string]bool{}, gone: map[string]time.Time{}}
+		known: map[string]*knownRow{}, onHost: map[string]map[string]struct{}{}, byName: map[string]map[string]struct{}{}, dirty: map[string]bool{}, gone: map[string]time.Time{}}
 }
 
 // Remember loads the rows saved before this gateway started.
@@ -82,28 +83,45 @@ func (v *peerView) knowLocked(r api.EntityRow, seen time.Time) {
 
 // putLocked sets one known row, indexed by host. v.mu is held.
 func (v *peerView) putLocked(k *knownRow) {
-	if old := v.known[k.row.Gid]; old != nil && old.row.Host != k.row.Host {
-		delete(v.onHost[old.row.Host], k.row.Gid) // not by checkHeard: a gid names its host
+	if old := v.known[k.row.Gid]; old != nil {
+		if old.row.Host != k.row.Host {
+			unindex(v.onHost, old.row.Host, k.row.Gid) // not by checkHeard: a gid names its host
+		}
+		if old.row.Name != k.row.Name {
+			unindex(v.byName, old.row.Name, k.row.Gid) // its host calls it otherwise now
+		}
 	}
 	v.known[k.row.Gid] = k
-	gids := v.onHost[k.row.Host]
+	index(v.onHost, k.row.Host, k.row.Gid)
+	index(v.byName, k.row.Name, k.row.Gid)
+}
+
+// index adds gid to the set of key; unindex takes it out (and the set,
+// once empty).
+func index(m map[string]map[string]struct{}, key, gid string) {
+	gids := m[key]
 	if gids == nil {
 		gids = map[string]struct{}{}
-		v.onHost[k.row.Host] = gids
+		m[key] = gids
 	}
-	gids[k.row.Gid] = struct{}{}
+	gids[gid] = struct{}{}
+}
+
+func unindex(m map[string]map[string]struct{}, key, gid string) {
+	if gids := m[key]; gids != nil {
+		delete(gids, gid)
+		if len(gids) == 0 {
+			delete(m, key)
+		}
+	}
 }
 
 // forgetLocked drops the last word on one remote entity. v.mu is held.
 func (v *peerView) forgetLocked(gid string) {
 	if k := v.known[gid]; k != nil {
 		delete(v.known, gid)
-		if gids := v.onHost[k.row.Host]; gids != nil {
-			delete(gids, gid)
-			if len(gids) == 0 {
-				delete(v.onHost, k.row.Host)
-			}
-		}
+		unindex(v.onHost, k.row.Host, gid)
+		unindex(v.byName, k.row.Name, gid)
 		v.dirty[gid] = true
 	}
 }
@@ -149,6 +167,25 @@ func (v *peerView) Name(gid string) string {
 		}
 	}
 	return ""
+}
+
+// ByName is the remote entities known by name (on host, if not ""),
+// whose host trusted says is: who and where (name, host, gid, mode,
+// groups), not how they are doing. A lookup through the name index: it
+// neither sorts nor expires anything (Rows does, for a roster).
+func (v *peerView) ByName(name, host string, trusted func(host string) bool) []api.EntityRow {
+	v.mu.Lock()
+	var out []api.EntityRow
+	for gid := range v.byName[name] {
+		if k := v.known[gid]; host == "" || k.row.Host == host {
+			r := k.row
+			r.Groups = slices.Clone(r.Groups)
+			out = append(out, r)
+		}
+	}
+	v.mu.Unlock()
+	// trust is read outside the lock (it may read the trust file)
+	return slices.DeleteFunc(out, func(r api.EntityRow) bool { return !trusted(r.Host) })
 }
 
 // Forget drops what is known of gid: the broker has no inbox for it.

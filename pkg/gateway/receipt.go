@@ -1,9 +1,12 @@
 package gateway
 
 import (
+	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -12,6 +15,7 @@ import (
 	"github.com/fleetd/fleet/pkg/broker"
 	"github.com/fleetd/fleet/pkg/envelope"
 	"github.com/fleetd/fleet/pkg/fault"
+	"github.com/fleetd/fleet/pkg/metrics"
 	"github.com/fleetd/fleet/pkg/store"
 )
 
@@ -61,26 +65,53 @@ func quiet(k envelope.Kind) bool {
 	return false
 }
 
-// recordsChanged returns a channel closed at the next change of any
-// delivery record this gateway knows of.
-func (g *Gateway) recordsChanged() <-chan struct{} { return g.records.wait() }
+// receipts owns the settling of delivery records across hosts: what a
+// settled message owes its sender (a RECEIPT to its host, or a BOUNCE
+// here), the receipts that come back, and the signal that a record
+// changed (waitState, --until). Its broker and the host's signing key
+// come once the broker is set up (Run); until then nothing crosses hosts.
+type receipts struct {
+	host    string
+	st      *store.Store
+	log     *slog.Logger
+	audit   *audit.Log
+	metrics *metrics.Metrics // nil: off
+	reg     *registry
+	in      *intake                // a bounce is stored like any message
+	side    *tasks                 // receipts are published on the side of the work
+	records signal                 // a delivery record changed
+	ctx     func() context.Context // publishes are aborted past the drain bound (hardCtx)
 
-func (g *Gateway) notifyRecords() { g.records.notify() }
+	// set once in Run, before any delivery starts
+	br  *broker.Broker    // nil: single-host mode
+	own ed25519.PublicKey // this host's signing key (refusal notices, refusals.go)
 
-// settled is called once a message in a local inbox was delivered or died.
-func (g *Gateway) settled(env *envelope.Envelope, state, reason string, attempts int) {
-	if g.settledHere(env, state, reason) {
-		g.sendReceipts([]*envelope.Envelope{env}, state, reason, attempts)
+	answered   func(msgID, host string) error             // ask.go: an answer landed
+	refusedAsk func(msgID, asker, askee, why string) bool // refusals.go: an ask of ours refused there
+	named      func(r *store.Record) string               // a record's recipient as it is named here (route.go)
+}
+
+// Changed returns a channel closed at the next change of any delivery
+// record this gateway knows of.
+func (rc *receipts) Changed() <-chan struct{} { return rc.records.wait() }
+
+// Notify says a delivery record changed.
+func (rc *receipts) Notify() { rc.records.notify() }
+
+// Settled is called once a message in a local inbox was delivered or died.
+func (rc *receipts) Settled(env *envelope.Envelope, state, reason string, attempts int) {
+	if rc.here(env, state, reason) {
+		rc.send([]*envelope.Envelope{env}, state, reason, attempts)
 	}
 }
 
-// settledAll is settled for messages of one inbox delivered together (a
+// SettledAll is Settled for messages of one inbox delivered together (a
 // fleet-recv batch): one RECEIPT per sending host, not one per message.
-func (g *Gateway) settledAll(envs []*envelope.Envelope, state string, attempts int) {
+func (rc *receipts) SettledAll(envs []*envelope.Envelope, state string, attempts int) {
 	var hosts []string
 	byHost := map[string][]*envelope.Envelope{}
 	for _, env := range envs {
-		if !g.settledHere(env, state, "") {
+		if !rc.here(env, state, "") {
 			continue
 		}
 		h := env.Sender.Host
@@ -90,34 +121,34 @@ func (g *Gateway) settledAll(envs []*envelope.Envelope, state string, attempts i
 		byHost[h] = append(byHost[h], env)
 	}
 	for _, h := range hosts {
-		g.sendReceipts(byHost[h], state, "", attempts)
+		rc.send(byHost[h], state, "", attempts)
 	}
 }
 
-// settledHere does what a settled message needs on this host; true when
+// here does what a settled message needs on this host; true when
 // its sender's host, another one, is owed a RECEIPT.
-func (g *Gateway) settledHere(env *envelope.Envelope, state, reason string) bool {
-	g.metrics.Settled(env.Kind, state == store.Dead, reason)
-	g.notifyRecords()
+func (rc *receipts) here(env *envelope.Envelope, state, reason string) bool {
+	rc.metrics.Settled(env.Kind, state == store.Dead, reason)
+	rc.Notify()
 	if quiet(env.Kind) {
 		return false
 	}
-	if env.Sender.Host == g.cfg.Host || env.Sender.Gid == "" {
+	if env.Sender.Host == rc.host || env.Sender.Gid == "" {
 		if state == store.Dead {
-			g.bounce(env.MsgID, env.TraceID, env.Sender.Gid, env.Recipient.String(), reason)
+			rc.Bounce(env.MsgID, env.TraceID, env.Sender.Gid, env.Recipient.String(), reason)
 		}
 		return false
 	}
-	return g.br != nil
+	return rc.br != nil
 }
 
-// sendReceipts tells the gateway of envs' senders (all on one host, all
+// send tells the gateway of envs' senders (all on one host, all
 // to one recipient, at most maxReceiptItems) that they settled, in one
 // RECEIPT addressed to the first one's sender. If that sender's inbox is
 // gone (it left), the others are told again without it.
-func (g *Gateway) sendReceipts(envs []*envelope.Envelope, state, reason string, attempts int) {
+func (rc *receipts) send(envs []*envelope.Envelope, state, reason string, attempts int) {
 	if len(envs) > maxReceiptItems {
-		g.sendReceipts(envs[maxReceiptItems:], state, reason, attempts)
+		rc.send(envs[maxReceiptItems:], state, reason, attempts)
 		envs = envs[:maxReceiptItems]
 	}
 	first := envs[0]
@@ -130,11 +161,11 @@ func (g *Gateway) sendReceipts(envs []*envelope.Envelope, state, reason string, 
 	// from the recipient, so the sender's gateway can check that the
 	// receipt comes from where its message went
 	r := envelope.New(envelope.Receipt,
-		envelope.Party{Gid: first.Recipient.Gid, Name: first.Recipient.Name, Host: g.cfg.Host},
+		envelope.Party{Gid: first.Recipient.Gid, Name: first.Recipient.Name, Host: rc.host},
 		envelope.Party{Gid: first.Sender.Gid, Name: first.Sender.Name, Host: first.Sender.Host}, string(body))
 	r.TraceID, r.InReplyTo = first.TraceID, first.MsgID
-	g.side.Go(func() {
-		err := g.br.Publish(g.hardCtx, first.Sender.Gid, r, false)
+	rc.side.Go(func() {
+		err := rc.br.Publish(rc.ctx(), first.Sender.Gid, r, false)
 		if err == nil {
 			return
 		}
@@ -146,19 +177,19 @@ func (g *Gateway) sendReceipts(envs []*envelope.Envelope, state, reason string, 
 				}
 			}
 		}
-		g.log.Warn("receipt not sent", "msg_id", first.MsgID, "trace_id", first.TraceID, "messages", len(envs)-len(rest), "err", err)
+		rc.log.Warn("receipt not sent", "msg_id", first.MsgID, "trace_id", first.TraceID, "messages", len(envs)-len(rest), "err", err)
 		if len(rest) > 0 {
-			g.sendReceipts(rest, state, reason, attempts)
+			rc.send(rest, state, reason, attempts)
 		}
 	})
 }
 
-// onReceipt moves local outbound records forward. A receipt is believed
+// Take moves local outbound records forward. A receipt is believed
 // only from the host its messages went to: its sender is their recipient
 // (on the signing host, admit.go), and each message was sent from here to
 // that recipient by the entity the receipt names for it (the first: the
 // one it is addressed to).
-func (g *Gateway) onReceipt(env *envelope.Envelope) error {
+func (rc *receipts) Take(env *envelope.Envelope) error {
 	var rb receiptBody
 	if err := json.Unmarshal([]byte(env.Body), &rb); err != nil {
 		return broker.Refuse(broker.ReasonMalformed, "receipt body: %v", err)
@@ -169,51 +200,47 @@ func (g *Gateway) onReceipt(env *envelope.Envelope) error {
 	var k *believedRefusal
 	reason := clipReason(rb.Reason)
 	if rb.Refused != nil {
-		var own []byte
-		if g.admit != nil {
-			own = g.admit.own
-		}
 		var err error
-		k, err = believeRefusal(own, env, &rb, g.st.Sent)
+		k, err = believeRefusal(rc.own, env, &rb, rc.st.Sent)
 		var r *broker.Refusal
 		switch {
 		case errors.As(err, &r) && r.Reason == broker.ReasonForged:
 			// the refusal of bytes this host did not sign (a forgery in
 			// its name, refused there): nothing of ours, nothing to say
-			g.log.Debug("a refusal notice for a message this host did not sign: ignored", "msg_id", rb.MsgID, "from", env.Sender.Host)
+			rc.log.Debug("a refusal notice for a message this host did not sign: ignored", "msg_id", rb.MsgID, "from", env.Sender.Host)
 			return nil
-		case errors.Is(err, errNotKept) && g.asks.Refused(rb.MsgID, env.Recipient.Gid, env.Sender.Gid, reason):
+		case errors.Is(err, errNotKept) && rc.refusedAsk(rb.MsgID, env.Recipient.Gid, env.Sender.Gid, reason):
 			return nil // an ask too big to quote: its asker's wait ends, as an answer from there would
 		case errors.Is(err, errNotKept):
 			rb.Refused = nil // a digest of bytes not kept here: believed as any dead receipt from there
 		case err != nil:
 			return err
 		case k.env.Kind == envelope.Ask:
-			if g.asks.Refused(rb.MsgID, k.env.Sender.Gid, k.env.Recipient.Gid, reason) {
-				g.audit.Message("dead", k.env, 0, reason)
-				g.metrics.Dead(k.env.Kind, reason)
+			if rc.refusedAsk(rb.MsgID, k.env.Sender.Gid, k.env.Recipient.Gid, reason) {
+				rc.audit.Message("dead", k.env, 0, reason)
+				rc.metrics.Dead(k.env.Kind, reason)
 			}
 			return nil
 		}
 	}
 	if rb.Refused != nil {
-		dead, err := g.st.KillOutbound(rb.MsgID, k.raw, reason, k.at)
+		dead, err := rc.st.KillOutbound(rb.MsgID, k.raw, reason, k.at)
 		if err != nil || !dead {
 			return err // settled already (delivered, or told before), or not ours to track
 		}
-		g.log.Warn("a message of this host was refused by its recipient's host: dead here, its sender told",
+		rc.log.Warn("a message of this host was refused by its recipient's host: dead here, its sender told",
 			"msg_id", rb.MsgID, "trace_id", k.env.TraceID, "recipient", k.env.Recipient.String(), "reason", rb.Refused.Why)
-		g.audit.Message("dead", k.env, 0, reason)
-		g.metrics.Dead(k.env.Kind, reason)
-		g.notifyRecords()
-		g.bounce(rb.MsgID, k.env.TraceID, k.env.Sender.Gid, k.env.Recipient.String(), reason)
+		rc.audit.Message("dead", k.env, 0, reason)
+		rc.metrics.Dead(k.env.Kind, reason)
+		rc.Notify()
+		rc.Bounce(rb.MsgID, k.env.TraceID, k.env.Sender.Gid, k.env.Recipient.String(), reason)
 		return nil
 	}
 	if rb.State == "answered" {
 		if len(rb.More) > 0 {
 			return broker.Refuse(broker.ReasonMalformed, "an answered receipt for more than one message")
 		}
-		return g.answerReceipt(rb.MsgID, env.Sender.Host)
+		return rc.answered(rb.MsgID, env.Sender.Host)
 	}
 	if len(rb.More) >= maxReceiptItems {
 		return broker.Refuse(broker.ReasonMalformed, "a receipt for %d messages (at most %d)", len(rb.More)+1, maxReceiptItems)
@@ -227,15 +254,15 @@ func (g *Gateway) onReceipt(env *envelope.Envelope) error {
 		if it.State != store.Delivered && it.State != store.Dead {
 			return broker.Refuse(broker.ReasonMalformed, "a receipt with state %q", it.State)
 		}
-		if orig, err := g.st.Record(it.MsgID); err == nil && (orig.Recipient != env.Sender.Gid || orig.Sender != it.Sender) {
+		if orig, err := rc.st.Record(it.MsgID); err == nil && (orig.Recipient != env.Sender.Gid || orig.Sender != it.Sender) {
 			return broker.Refuse(broker.ReasonWrongHost, "a receipt for message %s from %s, which is not its recipient", it.MsgID, env.Sender.String())
 		}
 		settles = append(settles, store.Settle{MsgID: it.MsgID, State: it.State, Reason: clipReason(it.Reason), Attempts: it.Attempts, At: it.At})
 	}
-	recs, errs := g.st.SettleOutboundAll(settles)
+	recs, errs := rc.st.SettleOutboundAll(settles)
 	for i, it := range settles {
 		if errs[i] != nil {
-			g.log.Info("receipt for a message this host does not know", "msg_id", it.MsgID, "trace_id", env.TraceID)
+			rc.log.Info("receipt for a message this host does not know", "msg_id", it.MsgID, "trace_id", env.TraceID)
 			continue
 		}
 		// the message's own trace, from its record
@@ -244,37 +271,37 @@ func (g *Gateway) onReceipt(env *envelope.Envelope) error {
 		if i == 0 {
 			name = env.Recipient.Name
 		}
-		g.audit.Write(audit.Line{Event: "receipt", TraceID: trace, MsgID: it.MsgID, Kind: string(env.Kind), Reason: it.State,
+		rc.audit.Write(audit.Line{Event: "receipt", TraceID: trace, MsgID: it.MsgID, Kind: string(env.Kind), Reason: it.State,
 			Entity: name, Sender: env.Sender.Gid, Recipient: recs[i].Sender})
 		if it.State == store.Dead && recs[i].State == store.Dead {
 			to := env.Sender.String() // its recipient, named by its signing host
 			if env.Sender.Name == "" || env.Sender.Host == "" {
-				to = g.apiRecord(recs[i]).Recipient // as last heard, or its gid
+				to = rc.named(recs[i]) // as last heard, or its gid
 			}
-			g.bounce(it.MsgID, trace, recs[i].Sender, to, it.Reason)
+			rc.Bounce(it.MsgID, trace, recs[i].Sender, to, it.Reason)
 		}
 	}
-	g.notifyRecords()
+	rc.Notify()
 	return nil
 }
 
-// bounce tells the sender of a dead message why, in its inbox.
-func (g *Gateway) bounce(msgID, traceID, senderGid, to, reason string) {
-	b := g.box(senderGid)
+// Bounce tells the sender of a dead message why, in its inbox.
+func (rc *receipts) Bounce(msgID, traceID, senderGid, to, reason string) {
+	b := rc.reg.Get(senderGid)
 	if b == nil {
 		return
 	}
 	e := b.snapshot()
 	env := envelope.New(envelope.Bounce,
-		envelope.Party{Name: "fleet", Host: g.cfg.Host},
+		envelope.Party{Name: "fleet", Host: rc.host},
 		envelope.Party{Gid: e.Gid, Name: e.Name, Host: e.Host},
 		fmt.Sprintf("your message %s to %s was dead-lettered: %s", msgID, to, reason))
 	env.TraceID, env.InReplyTo = traceID, msgID
-	if _, err := g.accept(env); err != nil {
-		g.log.Warn("bounce not stored", "msg_id", msgID, "trace_id", traceID, "err", err)
+	if _, err := rc.in.Accept(env); err != nil {
+		rc.log.Warn("bounce not stored", "msg_id", msgID, "trace_id", traceID, "err", err)
 		return
 	}
-	g.audit.Write(audit.Line{Event: "bounced", TraceID: traceID, MsgID: msgID, Entity: e.Name, Sender: e.Gid, Reason: reason})
+	rc.audit.Write(audit.Line{Event: "bounced", TraceID: traceID, MsgID: msgID, Entity: e.Name, Sender: e.Gid, Reason: reason})
 }
 
 // waitState blocks until msgID's record reaches state (or dies, which is
@@ -287,7 +314,7 @@ func (g *Gateway) waitState(req *api.Request) (*api.Response, error) {
 	gid := b.snapshot().Gid
 	deadline := time.Now().Add(time.Duration(req.TimeoutMS) * time.Millisecond)
 	for {
-		changed := g.recordsChanged()
+		changed := g.rcpt.Changed()
 		r, err := g.st.Record(req.MsgID)
 		if err != nil || (r.Sender != gid && r.Recipient != gid) {
 			return nil, fault.New(fault.NoRecipient, fault.KindUnknownMessage, "no message %s sent or received by you", req.MsgID)

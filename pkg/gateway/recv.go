@@ -196,7 +196,7 @@ func (s *recvStream) next(changed <-chan struct{}) (batch []api.Delivery, seqs m
 		}
 		read = true
 	}
-	left := 0 // read and left out of the batch
+	items, left := s.g.rdv.Free(items) // read and left out of the batch: replies being handed to an open send
 	batch = make([]api.Delivery, 0, len(asks)+len(items))
 	seqs = make(map[string]uint64, len(items))
 	for _, a := range asks {
@@ -204,9 +204,6 @@ func (s *recvStream) next(changed <-chan struct{}) (batch []api.Delivery, seqs m
 	}
 	for _, it := range items {
 		switch k := store.Key(it.Env); {
-		case s.g.rdv.Claimed(k):
-			left++
-			continue // being handed to an open send
 		case s.pend != nil && s.pend.keys[k]:
 			left++
 			continue // acknowledged; its commit is under way
@@ -291,7 +288,7 @@ func (s *recvStream) hand(batch []api.Delivery, seqs map[string]uint64) bool {
 		return false
 	}
 	// test hook: the client has written the batch out; nothing is recorded
-	s.g.crashAt("recv-before-commit")
+	s.g.crash.at(s.g.log, "recv-before-commit")
 	if !s.settle() { // at most one acknowledgement in flight
 		return false
 	}
@@ -394,8 +391,8 @@ func (g *Gateway) commitAck(b *mailbox, batch []api.Delivery, seqs map[string]ui
 		err := g.st.DeliveredSoon(keys, time.Now().UTC())
 		if err == nil {
 			g.audit.Messages("drained", done, 1, "")
-			g.settledAll(done, store.Delivered, 1)
-			g.crashAt("after-ack")
+			g.rcpt.SettledAll(done, store.Delivered, 1)
+			g.crash.at(g.log, "after-ack")
 		}
 		a.done <- err
 	}()

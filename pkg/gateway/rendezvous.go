@@ -3,12 +3,15 @@ package gateway
 import (
 	"errors"
 	"io"
+	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/fleetd/fleet/pkg/api"
+	"github.com/fleetd/fleet/pkg/audit"
 	"github.com/fleetd/fleet/pkg/envelope"
 	"github.com/fleetd/fleet/pkg/fault"
+	"github.com/fleetd/fleet/pkg/metrics"
 	"github.com/fleetd/fleet/pkg/store"
 )
 
@@ -24,15 +27,40 @@ type replyWaiter struct {
 }
 
 // rendezvous owns the open sends waiting for their replies, and the reply
-// keys being handed to one (so no other delivery path takes them).
+// keys being handed to one — and its claim rule: a reply claimed for an
+// open send is taken by no other delivery path (Free, Claimed), and is
+// released to the inbox if the send goes first (Abandon). Its store and
+// hooks are wired once the store is open (wire); its lock guards only its
+// maps, never the store or a client.
 type rendezvous struct {
 	mu      sync.Mutex
 	waiters map[string]*replyWaiter // msg id of an open send -> its waiter
 	claimed map[string]bool         // reply keys being handed to an open send
+
+	st      *store.Store
+	reg     *registry
+	log     *slog.Logger
+	audit   *audit.Log
+	metrics *metrics.Metrics                                                 // nil: off
+	settled func(env *envelope.Envelope, state, reason string, attempts int) // receipt.go: a reply handed is delivered
 }
 
 func newRendezvous() *rendezvous {
 	return &rendezvous{waiters: map[string]*replyWaiter{}, claimed: map[string]bool{}}
+}
+
+// wire gives the rendezvous the store and what it tells once a reply is
+// handed (set in open, before any client is served).
+func (r *rendezvous) wire(st *store.Store, reg *registry, log *slog.Logger, a *audit.Log, m *metrics.Metrics,
+	settled func(env *envelope.Envelope, state, reason string, attempts int)) {
+	r.st, r.reg, r.log, r.audit, r.metrics, r.settled = st, reg, log, a, m, settled
+}
+
+// replyConn is the client an open send holds (server.go's conn).
+type replyConn interface {
+	reply(*api.Response) error
+	fail(error) error
+	read() (*api.Request, error)
 }
 
 // Open registers w as waiting for the replies to msgID.
@@ -67,11 +95,32 @@ func (r *rendezvous) Unclaim(key string) {
 	r.mu.Unlock()
 }
 
-// Claimed reports whether a message is being handed to an open send.
+// Claimed reports whether a message is being handed to an open send: no
+// other path may take it.
 func (r *rendezvous) Claimed(key string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.claimed[key]
+}
+
+// Free is items (an inbox read, in order) less the replies being handed
+// to an open send, and how many those were: what the other delivery
+// paths (inject, fleet-recv) may take.
+func (r *rendezvous) Free(items []store.Item) (free []store.Item, held int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.claimed) == 0 {
+		return items, 0
+	}
+	free = make([]store.Item, 0, len(items))
+	for _, it := range items {
+		if r.claimed[store.Key(it.Env)] {
+			held++
+			continue
+		}
+		free = append(free, it)
+	}
+	return free, held
 }
 
 // ClaimStored claims env, a reply to msgID already in the inbox, for w —
@@ -123,7 +172,7 @@ func (g *Gateway) sendWait(c *conn, req *api.Request) {
 		g.rdv.Close(msgID)
 		return
 	}
-	g.awaitReply(c, b, msgID, w, time.Duration(req.TimeoutMS)*time.Millisecond)
+	g.rdv.Await(g.runCtx.Done(), c, b, msgID, w, time.Duration(req.TimeoutMS)*time.Millisecond)
 }
 
 // waitReply serves fleet-send --wait-reply MSGID: the wait of an earlier
@@ -142,27 +191,36 @@ func (g *Gateway) waitReply(c *conn, req *api.Request) {
 			WithHint("delivery records are kept for the dedup window (%s)", g.cfg.DedupWindow))
 		return
 	}
-	w := &replyWaiter{gid: gid, ch: make(chan *envelope.Envelope, 1)}
-	g.rdv.Open(req.MsgID, w)
-	if env := g.storedReply(gid, req.MsgID); env != nil && g.rdv.ClaimStored(req.MsgID, w, env) {
-		w.ch <- env
-	}
-	g.awaitReply(c, b, req.MsgID, w, time.Duration(req.TimeoutMS)*time.Millisecond)
+	w := g.rdv.Resume(gid, req.MsgID)
+	g.rdv.Await(g.runCtx.Done(), c, b, req.MsgID, w, time.Duration(req.TimeoutMS)*time.Millisecond)
 }
 
-// storedReply is the first undelivered REPLY to msgID in gid's inbox.
-func (g *Gateway) storedReply(gid, msgID string) *envelope.Envelope {
-	env, _ := g.st.ReplyTo(gid, msgID) // one seek in the store's reply index, whatever the inbox holds
+// Resume opens a wait of gid's for the reply to msgID, an earlier send of
+// its: a reply that came while nobody waited, still in its inbox, is
+// claimed for it at once.
+func (r *rendezvous) Resume(gid, msgID string) *replyWaiter {
+	w := &replyWaiter{gid: gid, ch: make(chan *envelope.Envelope, 1)}
+	r.Open(msgID, w)
+	if env := r.stored(gid, msgID); env != nil && r.ClaimStored(msgID, w, env) {
+		w.ch <- env
+	}
+	return w
+}
+
+// stored is the first undelivered REPLY to msgID in gid's inbox.
+func (r *rendezvous) stored(gid, msgID string) *envelope.Envelope {
+	env, _ := r.st.ReplyTo(gid, msgID) // one seek in the store's reply index, whatever the inbox holds
 	return env
 }
 
-// awaitReply holds an open wait of b's for the reply to msgID: the reply
+// Await holds an open wait of b's for the reply to msgID: the reply
 // (handed and recorded as delivered), or — for a pull entity, which would
 // otherwise not see it until the wait ends (U1 + U2: a main waiting on a
 // worker that asks it something) — a live ASK to b, handed instead with
 // WaitingFor, which ends this wait (the reply, when it comes, waits for
 // --wait-reply or fleet-recv); or a timeout.
-func (g *Gateway) awaitReply(c *conn, b *mailbox, msgID string, w *replyWaiter, timeout time.Duration) {
+// It ends, too, when stop is closed (the gateway shuts down).
+func (r *rendezvous) Await(stop <-chan struct{}, c replyConn, b *mailbox, msgID string, w *replyWaiter, timeout time.Duration) {
 	gone := make(chan error, 1)
 	go func() {
 		_, err := c.read() // the client says nothing more: any read ends the wait
@@ -176,76 +234,76 @@ func (g *Gateway) awaitReply(c *conn, b *mailbox, msgID string, w *replyWaiter, 
 		if pull {
 			changed = b.watch()
 			if asks := b.liveHead(time.Now()); len(asks) > 0 && b.liveDone(asks[0].MsgID) {
-				g.abandon(msgID, w)
+				r.Abandon(msgID, w)
 				a := asks[0]
 				if c.reply(&api.Response{OK: true, Batch: []api.Delivery{{Envelope: a}}, WaitingFor: msgID}) != nil {
 					b.liveReturn(a) // the wait went away first: the ask is still to be shown
 					return
 				}
-				g.audit.Message("drained", a, 1, "ask surfaced on a wait for "+msgID)
-				g.metrics.Delivered(a.Kind)
+				r.audit.Message("drained", a, 1, "ask surfaced on a wait for "+msgID)
+				r.metrics.Delivered(a.Kind)
 				return
 			}
 		}
 		select {
 		case env := <-w.ch:
-			g.handReply(c, msgID, env)
+			r.Hand(c, msgID, env)
 			return
 		case <-changed:
 			continue
 		case <-t.C:
-			g.abandon(msgID, w)
+			r.Abandon(msgID, w)
 			c.fail(fault.New(fault.TempFail, fault.KindTimeout, "no reply to %s within %v", msgID, timeout).
 				WithHint("wait again with: fleet-send --wait-reply %s (a late reply also waits in your inbox: fleet-recv)", msgID))
 			return
 		case err := <-gone:
-			g.abandon(msgID, w)
+			r.Abandon(msgID, w)
 			if err != nil && !errors.Is(err, io.EOF) {
-				g.log.Warn("waiting send ended", "msg_id", msgID, "err", err)
+				r.log.Warn("waiting send ended", "msg_id", msgID, "err", err)
 			}
 			return
-		case <-g.runCtx.Done():
-			g.abandon(msgID, w)
+		case <-stop:
+			r.Abandon(msgID, w)
 			c.fail(fault.New(fault.Unavailable, fault.KindShuttingDown, "the gateway is shutting down"))
 			return
 		}
 	}
 }
 
-// handReply writes a claimed reply to the waiting send and records it
+// Hand writes a claimed reply to the waiting send and records it
 // delivered.
-func (g *Gateway) handReply(c *conn, msgID string, env *envelope.Envelope) {
+func (r *rendezvous) Hand(c replyConn, msgID string, env *envelope.Envelope) {
 	if env == nil { // the reply could not be stored
 		c.fail(fault.New(fault.CantCreate, fault.KindStateDir, "the reply to %s arrived but could not be stored", msgID))
 		return
 	}
 	key := store.Key(env)
 	defer func() {
-		g.rdv.Unclaim(key)
-		if bx := g.box(env.Recipient.Gid); bx != nil {
+		r.Unclaim(key)
+		if bx := r.reg.Get(env.Recipient.Gid); bx != nil {
 			bx.notify()
 		}
 	}()
 	if err := c.reply(&api.Response{OK: true, Batch: []api.Delivery{{Envelope: env}}}); err != nil {
 		return // the send went away: the reply stays in the inbox
 	}
-	if err := g.st.Delivered(key, time.Now().UTC()); err != nil {
-		g.log.Error("recording a reply handed to its send", "msg_id", env.MsgID, "trace_id", env.TraceID, "err", err)
+	if err := r.st.Delivered(key, time.Now().UTC()); err != nil {
+		r.log.Error("recording a reply handed to its send", "msg_id", env.MsgID, "trace_id", env.TraceID, "err", err)
 		return
 	}
-	g.audit.Message("drained", env, 1, "by the waiting send")
-	g.settled(env, store.Delivered, "", 1)
+	r.audit.Message("drained", env, 1, "by the waiting send")
+	r.settled(env, store.Delivered, "", 1)
 }
 
-// abandon ends a wait. If a reply already claimed the waiter, it is
+// Abandon ends a wait. If a reply already claimed the waiter, it is
 // released to the inbox like any late reply, never left claimed.
-func (g *Gateway) abandon(msgID string, w *replyWaiter) {
-	if g.rdv.Close(msgID) {
+func (r *rendezvous) Abandon(msgID string, w *replyWaiter) {
+	if r.Close(msgID) {
 		return
 	}
 	if env := <-w.ch; env != nil {
-		g.rdv.Unclaim(store.Key(env))
-		if bx := g.box(env.Recipient.Gid); bx != nil {
+		r.Unclaim(store.Key(env))
+		if bx := r.reg.Get(env.Recipient.Gid); bx != nil {
 			bx.notify()
 		}
 	}

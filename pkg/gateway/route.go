@@ -2,14 +2,12 @@ package gateway
 
 import (
 	"errors"
-	"fmt"
 	"slices"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/fleetd/fleet/pkg/api"
-	"github.com/fleetd/fleet/pkg/broker"
 	"github.com/fleetd/fleet/pkg/envelope"
 	"github.com/fleetd/fleet/pkg/fault"
 	"github.com/fleetd/fleet/pkg/ident"
@@ -35,7 +33,7 @@ type target struct {
 func (g *Gateway) resolve(to string) (target, error) {
 	name, host, qualified := strings.Cut(to, "@")
 	if ident.IsGid(to) {
-		if b := g.box(to); b != nil {
+		if b := g.reg.Get(to); b != nil {
 			return target{box: b}, nil
 		}
 		if g.br == nil {
@@ -53,7 +51,7 @@ func (g *Gateway) resolve(to string) (target, error) {
 	}
 	var remote []api.EntityRow
 	if g.br != nil && (!qualified || host != g.cfg.Host) {
-		remote = g.remoteByName(name, host)
+		remote = g.peers.ByName(name, host, g.admit.trusted)
 	}
 	rows := remote
 	if local != nil {
@@ -261,7 +259,7 @@ func (g *Gateway) sendWith(req *api.Request, before func(*envelope.Envelope)) (*
 	state := store.Accepted
 	warning := t.warning
 	if t.box != nil {
-		rec, err := g.accept(env)
+		rec, err := g.in.Accept(env)
 		if err != nil {
 			return nil, err
 		}
@@ -362,8 +360,8 @@ func (g *Gateway) publish(env *envelope.Envelope, retry bool) error {
 		} else {
 			// the call fails with 75 too; the bounce is for whoever reads
 			// the sender's inbox later (a script's exit status is gone)
-			g.notifyRecords()
-			g.bounce(env.MsgID, env.TraceID, env.Sender.Gid, env.Recipient.String(), reasonRemoteFull)
+			g.rcpt.Notify()
+			g.rcpt.Bounce(env.MsgID, env.TraceID, env.Sender.Gid, env.Recipient.String(), reasonRemoteFull)
 		}
 	case kind == fault.KindBrokerTimeout || kind == fault.KindOutcomeUnknown:
 		// outcome unknown: the record stays, and says so, until a receipt
@@ -408,179 +406,9 @@ func namedFault(err error, p envelope.Party) error {
 	return &named
 }
 
-// takeRemote takes a message from this host's broker inbox into the host
-// store (dedup by msg id) before the broker delivery is acked. From there
-// it follows the same delivery as a local message. Taking it in at once,
-// rather than holding the broker delivery until the entity has it, means
-// the gateway never nears RabbitMQ's consumer_timeout however long a pull
-// entity stays away, and one durable store carries every guarantee.
-func (g *Gateway) takeRemote(env *envelope.Envelope) error {
-	switch env.Kind { // for this gateway, not for the entity's inbox
-	case envelope.Receipt:
-		return g.onReceipt(env)
-	case envelope.Answer:
-		return g.onAnswer(env)
-	case envelope.Bounce:
-		// a bounce is made by the sender's own gateway from a receipt
-		return broker.Refuse(broker.ReasonMisrouted, "a BOUNCE never crosses hosts")
-	}
-	b, err := g.intakeBox(env)
-	if err != nil {
-		return err
-	}
-	if env.Recipient.Group == "" {
-		// the recipient is named as this host knows it, not as the
-		// sending host last heard it (a reply to a gid has no name)
-		e := b.snapshot()
-		env.Recipient.Name, env.Recipient.Host = e.Name, e.Host
-	}
-	switch env.Kind {
-	case envelope.Ask:
-		g.audit.Message("taken", env, 0, "")
-		g.liveAdd(b, env) // live-only: memory, never the store
-		return nil
-	case envelope.TooLate:
-		return g.onTooLate(env)
-	}
-	if g.ownCopy(env, b) {
-		return nil // our own broadcast, back from the broker
-	}
-	recs, dups, err := g.acceptAll([]*envelope.Envelope{env})
-	if err == nil {
-		g.expireTaken(env, recs[0], dups[0])
-	}
-	return err
-}
-
-// intakeBox is the local mailbox of a message from the broker; a
-// broadcast copy must be for a member.
-func (g *Gateway) intakeBox(env *envelope.Envelope) (*mailbox, error) {
-	b := g.box(env.Recipient.Gid)
-	if b == nil {
-		return nil, fmt.Errorf("no local entity %s", env.Recipient.Gid)
-	}
-	if g := env.Recipient.Group; g != "" && g != "all" && !slices.Contains(b.snapshot().Groups, g) {
-		// the broker copied it here by its routing key, which the
-		// publisher chose: membership is checked here, not believed
-		return nil, broker.Refuse(broker.ReasonNotMember, "a broadcast to %s in the inbox of %s, which is not a member", g, env.Recipient.Gid)
-	}
-	if err := replayClaim(g.st, g.cfg.Host, env); err != nil {
-		return nil, err
-	}
-	if err := idClaim(g.st, g.cfg.Host, env); err != nil {
-		return nil, err
-	}
-	return b, nil
-}
-
-// idClaim refuses a message from the broker under a msg id this host
-// already has from another host. A msg id is chosen by its sender, so a
-// host that learnt one (a broadcast member, a trace answer) could send a
-// message of its own under it first and make the real one a duplicate,
-// dropped as seen. Admission proved the signing host is the sender's
-// host: an id is that host's only. The second comes to bridge.dlq with
-// its reason (for an operator to replay), never dropped; the same
-// message again from its own host is still a plain duplicate.
-func idClaim(st *store.Store, self string, env *envelope.Envelope) error {
-	if h := recordedSender(st, self, store.Key(env)); h != "" && h != env.Sender.Host {
-		return broker.Refuse(broker.ReasonWrongHost, "message %s from %q, but this host has a message %s from %q: a msg id is its sender's host's only",
-			env.MsgID, env.Sender.Host, env.MsgID, h)
-	}
-	return nil
-}
-
-// ownCopy reports whether env is this entity's own broadcast back from
-// the broker (not taken in); a broadcast copy for another member is
-// addressed to it by name here.
-func (g *Gateway) ownCopy(env *envelope.Envelope, b *mailbox) bool {
-	if env.Recipient.Group == "" {
-		return false
-	}
-	if env.Sender.Gid == env.Recipient.Gid {
-		return true
-	}
-	e := b.snapshot()
-	env.Recipient.Name, env.Recipient.Host = e.Name, e.Host
-	return false
-}
-
-// expireTaken dead-letters a message just taken in that has expired: per-
-// message TTL acts only at a queue's head, so an expired message that
-// waited behind live ones is never delivered. One that is new here and
-// took its inbox past inbox-max-length dies too (inboxcap.go).
-func (g *Gateway) expireTaken(env *envelope.Envelope, rec *store.Record, dup bool) {
-	if rec.State == store.Accepted && env.Expired(time.Now()) {
-		g.kill(env, "expired before delivery", 0)
-		return
-	}
-	if !dup {
-		g.caps.Trim(env, rec)
-	}
-}
-
-// accept stores env in its local recipient's inbox (dedup by msg id) and
-// wakes the recipient's delivery.
-func (g *Gateway) accept(env *envelope.Envelope) (*store.Record, error) {
-	recs, _, err := g.acceptAll([]*envelope.Envelope{env})
-	if err != nil {
-		return nil, err
-	}
-	return recs[0], nil
-}
-
-// acceptAll is accept for several messages, in order, in one store
-// operation (one log record, one flush): all are stored (or known
-// duplicates: dups[i]), or, with an error, none is.
-func (g *Gateway) acceptAll(envs []*envelope.Envelope) ([]*store.Record, []bool, error) {
-	ws := make([]*replyWaiter, len(envs))
-	for i, env := range envs {
-		ws[i] = g.rdv.Claim(env) // a reply an open send waits for
-	}
-	recs, dups, err := g.st.AcceptBatch(envs, time.Now().UTC())
-	for i, w := range ws {
-		if w == nil {
-			continue
-		}
-		// always answer a claimed waiter: the reply, or nil for nothing
-		if err == nil && !dups[i] {
-			w.ch <- envs[i]
-		} else {
-			g.rdv.Unclaim(store.Key(envs[i]))
-			w.ch <- nil
-		}
-	}
-	if err != nil {
-		if errors.Is(err, store.ErrNotFound) {
-			return nil, nil, fault.New(fault.NoRecipient, fault.KindUnknownRecipient, "no recipient %s", envs[0].Recipient)
-		}
-		g.log.Error("storing a message", "msg_id", envs[0].MsgID, "trace_id", envs[0].TraceID, "messages", len(envs), "err", err)
-		return nil, nil, fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "could not store the message").
-			WithHint("free space in the state folder %s; nothing accepted before is lost", g.cfg.StateDir)
-	}
-	var woken *mailbox
-	for i, env := range envs {
-		if dups[i] {
-			g.log.Info("duplicate msg id: not stored again", "msg_id", env.MsgID, "trace_id", env.TraceID)
-			continue
-		}
-		event := "accepted" // from an entity of this host (or the gateway itself: a bounce)
-		if env.Sender.Host != "" && env.Sender.Host != g.cfg.Host {
-			event = "taken" // from the broker, into this host's store
-		}
-		g.audit.Message(event, env, 0, "")
-		g.metrics.Accepted(env.Kind)
-		g.crashAt("after-accept")
-		if b := g.box(env.Recipient.Gid); b != nil && b != woken {
-			b.notify()
-			woken = b
-		}
-	}
-	return recs, dups, nil
-}
-
 func (g *Gateway) apiRecord(r *store.Record) api.Record {
 	rcpt := r.Recipient
-	if b := g.box(r.Recipient); b != nil {
+	if b := g.reg.Get(r.Recipient); b != nil {
 		e := b.snapshot()
 		rcpt = e.Name + "@" + e.Host
 	} else if n := g.peers.Name(r.Recipient); n != "" {

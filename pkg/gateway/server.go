@@ -96,7 +96,7 @@ func (g *Gateway) caller(req *api.Request) (*mailbox, error) {
 		return nil, fault.New(fault.Refused, fault.KindBadCredential, "the credential is one of host %s, not of this host (%s)", h, g.cfg.Host).
 			WithHint("run the command on %s, where its entity lives; here, use a credential fleet-roster join printed on %s (or --as NAME)", h, g.cfg.Host)
 	}
-	b := g.box(gid)
+	b := g.reg.Get(gid)
 	if b == nil || !ident.Check(secret, b.snapshot().TokenHash) {
 		return nil, fault.New(fault.Refused, fault.KindBadCredential, "credential is not valid on this gateway").
 			WithHint("a credential is issued by fleet-roster join and dies with fleet-roster leave")

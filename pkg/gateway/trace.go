@@ -254,7 +254,7 @@ func (g *Gateway) nameHops(tr *api.Trace) {
 				continue
 			}
 			name := ""
-			if b := g.box(gid); b != nil {
+			if b := g.reg.Get(gid); b != nil {
 				name = b.snapshot().Name
 			} else {
 				name = g.peers.Name(gid)
@@ -284,7 +284,7 @@ func (g *Gateway) ownHops(trace string) *traceAnswer {
 		if ident.IsGid(h.Entity) {
 			// a message addressed by gid names no entity: say which, if
 			// it still lives here
-			if b := g.box(h.Entity); b != nil {
+			if b := g.reg.Get(h.Entity); b != nil {
 				h.Entity = b.snapshot().Name
 			}
 		}
