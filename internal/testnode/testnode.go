@@ -7,6 +7,9 @@
 package testnode
 
 import (
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	neturl "net/url"
@@ -16,8 +19,11 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/fleetd/fleet/pkg/broker"
+
+	amqp "github.com/rabbitmq/amqp091-go"
 )
 
 var (
@@ -80,31 +86,106 @@ func Node(args ...string) ([]byte, error) {
 // Ctl runs rabbitmqctl on the node.
 func Ctl(args ...string) ([]byte, error) { return Node(append([]string{"ctl"}, args...)...) }
 
+// ctlIn runs rabbitmqctl on the node with stdin as its standard input.
+func ctlIn(stdin string, args ...string) ([]byte, error) {
+	s, err := script()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(s, append([]string{"ctl"}, args...)...)
+	cmd.Stdin = strings.NewReader(stdin)
+	return cmd.CombinedOutput()
+}
+
 // Vhost makes a fresh vhost name for guest and returns its URL and its
-// removal.
-func Vhost(name string) (string, func(), error) {
+// removal; with hosts, their logins too (as Login makes them), in the
+// same call.
+//
+// Each rabbitmqctl call starts an Erlang VM (about a second of CPU, more
+// on a loaded machine), and the broker tests make hundreds: so a vhost
+// with its logins costs one call to make and one to remove. Whether an
+// earlier run left the vhost behind (killed before its removal) is asked
+// over AMQP, which is quick: only then is it deleted first. The vhost,
+// guest's permissions and the logins are one definitions import.
+func Vhost(name string, hosts ...string) (string, func(), error) {
 	base, err := URL()
 	if err != nil {
 		return "", nil, err
 	}
-	Ctl("delete_vhost", name)
-	if out, err := Ctl("add_vhost", name); err != nil {
-		return "", nil, fmt.Errorf("add_vhost: %v\n%s", err, out)
-	}
-	if out, err := Ctl("set_permissions", "-p", name, "guest", ".*", ".*", ".*"); err != nil {
-		return "", nil, fmt.Errorf("set_permissions: %v\n%s", err, out)
-	}
 	u := base + "/" + name
+	if vhostMayExist(u) {
+		Ctl("delete_vhost", name)
+	}
+	loginsMu.Lock()
+	forgetLogins(u) // of a vhost of this name made before
+	defs, made, err := loginDefs(u, hosts)
+	loginsMu.Unlock()
+	if err != nil {
+		return "", nil, err
+	}
+	type obj = map[string]any
+	if defs == nil {
+		defs = obj{"vhosts": []any{obj{"name": name}}}
+	}
+	perms, _ := defs["permissions"].([]any)
+	defs["permissions"] = append(perms, obj{"user": "guest", "vhost": name, "configure": ".*", "write": ".*", "read": ".*"})
+	if err := importDefs(defs); err != nil {
+		return "", nil, fmt.Errorf("vhost %s: %v", name, err)
+	}
+	// the import is applied when rabbitmqctl returns on the versions we
+	// run, though it says "asynchronous": wait for proof
+	if err := canOpen(u); err != nil {
+		return "", nil, fmt.Errorf("vhost %s: guest cannot open it: %v", name, err)
+	}
+	loginsMu.Lock()
+	err = proveLogins(u, made)
+	loginsMu.Unlock()
+	if err != nil {
+		return "", nil, err
+	}
 	return u, func() {
 		Ctl("delete_vhost", name) // its permissions go with it: so do the logins made in it
 		loginsMu.Lock()
-		for k := range logins {
-			if strings.HasPrefix(k, u+" ") {
-				delete(logins, k)
-			}
-		}
+		forgetLogins(u)
 		loginsMu.Unlock()
 	}, nil
+}
+
+// forgetLogins forgets the logins made in the vhost of u. loginsMu is held.
+func forgetLogins(u string) {
+	for k := range logins {
+		if strings.HasPrefix(k, u+" ") {
+			delete(logins, k)
+		}
+	}
+}
+
+// vhostMayExist says whether the vhost of u (guest's URL) may exist: false
+// only when the broker says it is not found.
+func vhostMayExist(u string) bool {
+	c, err := amqp.DialConfig(u, amqp.Config{Dial: amqp.DefaultDial(10 * time.Second)})
+	if err == nil {
+		c.Close()
+		return true
+	}
+	var ae *amqp.Error
+	return !(errors.As(err, &ae) && ae.Code == amqp.NotAllowed && strings.Contains(ae.Reason, "not found"))
+}
+
+// canOpen waits (up to 30s) until a connection to u opens.
+func canOpen(u string) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c, err := amqp.DialConfig(u, amqp.Config{Dial: amqp.DefaultDial(10 * time.Second)})
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // Lock takes the node's test lock, shared or exclusive, and returns its
@@ -146,18 +227,105 @@ var (
 // Vhost), made once per vhost and host, so a gateway that restarts keeps
 // its login.
 func Login(vhostURL, host string) (string, error) {
-	loginsMu.Lock()
-	defer loginsMu.Unlock()
-	key := vhostURL + " " + host
-	if u, ok := logins[key]; ok {
-		return u, nil
-	}
-	u, err := Provision(vhostURL, func(vhost string) broker.Grant { return broker.HostGrant(vhost, host) })
-	if err != nil {
+	if err := Logins(vhostURL, host); err != nil {
 		return "", err
 	}
-	logins[key] = u
-	return u, nil
+	loginsMu.Lock()
+	defer loginsMu.Unlock()
+	return logins[vhostURL+" "+host], nil
+}
+
+// Logins makes the logins of hosts in the vhost of vhostURL that Login has
+// not made yet, all in one rabbitmqctl call: a test that starts several
+// gateways asks for theirs at once (each call starts an Erlang VM).
+//
+// A login is made from what fleet-gw broker-setup imports (the fleet's
+// topology, broker.HostGrant, a random password as broker.HashPassword
+// hashes it: broker.Definitions), and proved by logging in with it.
+// broker.Provisioner's own checks before the import (an exchange of
+// another type, on a vhost of an older version) cannot apply to a vhost
+// Vhost made just now; Provision and the broker_setup scripts run it whole.
+func Logins(vhostURL string, hosts ...string) error {
+	loginsMu.Lock()
+	defer loginsMu.Unlock()
+	defs, made, err := loginDefs(vhostURL, hosts)
+	if err != nil || defs == nil {
+		return err
+	}
+	if err := importDefs(defs); err != nil {
+		return fmt.Errorf("provisioning the broker logins of %v: %v", hosts, err)
+	}
+	return proveLogins(vhostURL, made)
+}
+
+// loginDefs are the definitions that make the logins of hosts in the
+// vhost of vhostURL that are not made yet (nil if none), and those logins
+// by host. loginsMu is held.
+func loginDefs(vhostURL string, hosts []string) (map[string]any, map[string]string, error) {
+	u, err := neturl.Parse(vhostURL)
+	if err != nil {
+		return nil, nil, err
+	}
+	u.User = nil
+	_, vhost, err := broker.ParseBase(u.String())
+	if err != nil {
+		return nil, nil, err
+	}
+	var all map[string]any
+	made := map[string]string{}
+	for _, host := range hosts {
+		if _, ok := logins[vhostURL+" "+host]; ok {
+			continue
+		}
+		if _, ok := made[host]; ok {
+			continue
+		}
+		var raw [24]byte
+		if _, err := rand.Read(raw[:]); err != nil {
+			return nil, nil, err
+		}
+		password := base64.RawURLEncoding.EncodeToString(raw[:])
+		g := broker.HostGrant(vhost, host)
+		var d map[string]any
+		if err := json.Unmarshal(broker.Definitions(vhost, "", &g, broker.HashPassword(password)), &d); err != nil {
+			return nil, nil, err
+		}
+		if all == nil {
+			all = d
+		} else {
+			for _, k := range []string{"users", "permissions", "topic_permissions"} {
+				all[k] = append(all[k].([]any), d[k].([]any)...)
+			}
+		}
+		lu := *u
+		lu.User = neturl.UserPassword(g.User, password)
+		made[host] = lu.String()
+	}
+	return all, made, nil
+}
+
+// importDefs imports defs with rabbitmqctl import_definitions.
+func importDefs(defs map[string]any) error {
+	data, err := json.Marshal(defs)
+	if err != nil {
+		return err
+	}
+	if out, err := ctlIn(string(data), "import_definitions"); err != nil {
+		return fmt.Errorf("import_definitions: %v\n%s", err, out)
+	}
+	return nil
+}
+
+// proveLogins logs in with each login made (by host) and keeps it for
+// Login. loginsMu is held.
+func proveLogins(vhostURL string, made map[string]string) error {
+	for host, login := range made {
+		if err := canOpen(login); err != nil {
+			return fmt.Errorf("the new broker login of %s does not log in: %v", host, err)
+		}
+		logins[vhostURL+" "+host] = login
+	}
+	return nil
 }
 
 // Provision makes a login in the vhost of vhostURL the way a deployment

@@ -339,7 +339,9 @@ func brokerURL(t testing.TB) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(unlock)
-	url, drop, err := testnode.Vhost("t-inproc-" + strings.ReplaceAll(t.Name(), "/", "-") + "-" + treeTag)
+	// with h1's and h2's logins, which most tests here use: made with
+	// the vhost, they cost no rabbitmqctl call of their own
+	url, drop, err := testnode.Vhost("t-inproc-"+strings.ReplaceAll(t.Name(), "/", "-")+"-"+treeTag, "h1", "h2")
 	if err != nil {
 		t.Fatal(err)
 	}
