@@ -190,20 +190,50 @@ func canOpen(u string) error {
 
 // Lock takes the node's test lock, shared or exclusive, and returns its
 // release. It is a file lock, so tests in other processes respect it.
+//
+// An exclusive taker waits for the shared holders to finish, and no new
+// one starts meanwhile: shared takers first pass through a second lock
+// (pending.lock) that a waiting exclusive taker holds. Without it (flock
+// prefers nobody) the broker tests of one package, in parallel, could
+// keep the lock shared for as long as they run, and an outage script of
+// another package (and, behind its in-process lock, every broker script
+// there) would wait for all of them.
 func Lock(exclusive bool) (func(), error) {
 	dir := os.Getenv("FLEET_RMQ_DIR")
 	if dir == "" {
 		dir = fmt.Sprintf("/tmp/fleet-rmq-%d", os.Getuid())
 	}
-	return flock(dir, exclusive)
+	pending, err := flockFile(dir, "pending.lock", exclusive)
+	if err != nil {
+		return nil, err
+	}
+	if !exclusive {
+		pending()
+	}
+	unlock, err := flockFile(dir, "tests.lock", exclusive)
+	if err != nil {
+		if exclusive {
+			pending()
+		}
+		return nil, err
+	}
+	if exclusive {
+		return func() { unlock(); pending() }, nil
+	}
+	return unlock, nil
 }
 
 // flock takes dir/tests.lock, shared or exclusive, and returns its release.
 func flock(dir string, exclusive bool) (func(), error) {
+	return flockFile(dir, "tests.lock", exclusive)
+}
+
+// flockFile takes dir/name, shared or exclusive, and returns its release.
+func flockFile(dir, name string, exclusive bool) (func(), error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	f, err := os.OpenFile(filepath.Join(dir, "tests.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	f, err := os.OpenFile(filepath.Join(dir, name), os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, err
 	}

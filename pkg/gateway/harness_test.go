@@ -327,12 +327,20 @@ func faultOf(t testing.TB, err error, want fault.Code) *fault.Error {
 // lock (the outage scripts of the end-to-end tests take it exclusively).
 // make test starts the node and sets FLEET_TEST_BROKER; without it, the
 // test starts the node itself.
+//
+// A broker test runs in parallel with the others (t.Parallel, here, at its
+// first call): it spends its time waiting for the broker, for rabbitmqctl
+// and for presence rounds, in its own vhost, folder and gateways.
 func brokerURL(t testing.TB) string {
 	t.Helper()
 	vhostsMu.Lock()
-	defer vhostsMu.Unlock()
-	if u, ok := vhosts[t]; ok {
+	u, ok := vhosts[t]
+	vhostsMu.Unlock()
+	if ok {
 		return u
+	}
+	if pt, ok := t.(*testing.T); ok {
+		pt.Parallel()
 	}
 	unlock, err := testnode.Lock(false)
 	if err != nil {
@@ -345,7 +353,9 @@ func brokerURL(t testing.TB) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	vhostsMu.Lock()
 	vhosts[t] = url
+	vhostsMu.Unlock()
 	t.Cleanup(func() {
 		drop()
 		vhostsMu.Lock()
