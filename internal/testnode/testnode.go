@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -144,11 +145,40 @@ func Vhost(name string, hosts ...string) (string, func(), error) {
 		return "", nil, err
 	}
 	return u, func() {
-		Ctl("delete_vhost", name) // its permissions go with it: so do the logins made in it
 		loginsMu.Lock()
 		forgetLogins(u)
 		loginsMu.Unlock()
+		if !later.Load() {
+			Ctl("delete_vhost", name) // its permissions go with it: so do the logins made in it
+			return
+		}
+		drops.Add(1)
+		go func() {
+			defer drops.Done()
+			// under the shared lock of its own: an outage script
+			// waiting for the lock goes first, its node restored after
+			if unlock, err := Lock(false); err == nil {
+				defer unlock()
+			}
+			Ctl("delete_vhost", name)
+		}()
 	}, nil
+}
+
+var (
+	later atomic.Bool
+	drops sync.WaitGroup
+)
+
+// DropLater makes the removals of vhosts (Vhost's drop) return at once
+// and remove the vhost in the background, beside what the tests do next
+// (delete_vhost is a rabbitmqctl call: a second or more); the returned
+// function waits for the removals begun, for TestMain to call after the
+// tests. A removal a killed run leaves undone is made by the next Vhost
+// of the same name.
+func DropLater() (wait func()) {
+	later.Store(true)
+	return drops.Wait
 }
 
 // forgetLogins forgets the logins made in the vhost of u. loginsMu is held.
