@@ -30,6 +30,9 @@ build:
 # lock exclusively (internal/testnode: a waiting outage script goes
 # first), the cluster tests the cluster's; every broker test has a vhost
 # of its own, every script and agent rig its own tmux server and folder.
+# Four parallel tests at a time in a package (-parallel 4, not GOMAXPROCS'
+# 2): the scripts and pkg/gateway's broker tests mostly wait (presence
+# rounds, the broker, gateways' drains); the agent CLI tests stay serial.
 #
 # gotestsum (pinned, fetched through the module proxy on first use like
 # staticcheck) runs go test -json: it prints each package's result and the
@@ -43,7 +46,7 @@ test:
 	scripts/rabbitmq-node.sh start
 	scripts/rabbitmq-cluster.sh start
 	FLEET_TEST_BROKER=$$(scripts/rabbitmq-node.sh url) FLEET_TEST_CLUSTER=$$(scripts/rabbitmq-cluster.sh urls) \
-		$(GOTESTSUM) --format pkgname-and-test-fails --jsonfile $(TEST_JSON) -- -p 2 -count=1 -timeout 45m ./...; \
+		$(GOTESTSUM) --format pkgname-and-test-fails --jsonfile $(TEST_JSON) -- -p 2 -parallel 4 -count=1 -timeout 45m ./...; \
 		status=$$?; scripts/rabbitmq-cluster.sh stop; scripts/rabbitmq-node.sh stop; \
 		echo "the 20 slowest tests of this run:"; $(GOTESTSUM) tool slowest --jsonfile $(TEST_JSON) --num 20 --threshold 0s; \
 		exit $$status
