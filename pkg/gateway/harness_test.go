@@ -339,8 +339,13 @@ func brokerURL(t testing.TB) string {
 	if ok {
 		return u
 	}
-	if pt, ok := t.(*testing.T); ok {
+	vhostsMu.Lock()
+	isAlone := alone[t]
+	vhostsMu.Unlock()
+	if pt, ok := t.(*testing.T); ok && !isAlone {
 		pt.Parallel()
+		heavy.RLock()
+		t.Cleanup(heavy.RUnlock)
 	}
 	unlock, err := testnode.Lock(false)
 	if err != nil {
@@ -363,6 +368,34 @@ func brokerURL(t testing.TB) string {
 		vhostsMu.Unlock()
 	})
 	return url
+}
+
+// heavy orders this package's broker tests: they share it, and a test
+// that joins hundreds or thousands of entities (a queue and a consumer
+// each on the broker) takes it alone (brokerAlone): beside three others
+// on a loaded machine the node answered a join too late (an AMQP read
+// timing out).
+var heavy sync.RWMutex
+
+// alone are the tests that called brokerAlone.
+var alone = map[testing.TB]bool{}
+
+// brokerAlone makes t a broker test that runs while no other broker test
+// of this package does (still in parallel with the tests without one);
+// call it first, then brokerURL as any broker test.
+func brokerAlone(t *testing.T) {
+	t.Helper()
+	t.Parallel()
+	heavy.Lock()
+	t.Cleanup(heavy.Unlock)
+	vhostsMu.Lock()
+	alone[t] = true
+	vhostsMu.Unlock()
+	t.Cleanup(func() {
+		vhostsMu.Lock()
+		delete(alone, t)
+		vhostsMu.Unlock()
+	})
 }
 
 // treeTag tells apart the vhosts of two source trees (git worktrees)
