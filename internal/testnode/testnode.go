@@ -81,7 +81,23 @@ func Node(args ...string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	if len(args) > 0 && (args[0] == "ctl" || args[0] == "start") {
+		defer ctlSlot()()
+	}
 	return exec.Command(s, args...).CombinedOutput()
+}
+
+// ctlSlots bounds the rabbitmqctl calls of this process at once. Each
+// call is an Erlang node of its own, named at random among a thousand
+// names and listening on one of eleven ports (35672-35682): with the
+// broker tests in parallel, and two packages at a time, more calls at
+// once failed ("unable to perform an operation on node").
+var ctlSlots = make(chan struct{}, 3)
+
+// ctlSlot waits for a slot and returns its release.
+func ctlSlot() func() {
+	ctlSlots <- struct{}{}
+	return func() { <-ctlSlots }
 }
 
 // Ctl runs rabbitmqctl on the node.
@@ -93,6 +109,7 @@ func ctlIn(stdin string, args ...string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	defer ctlSlot()()
 	cmd := exec.Command(s, append([]string{"ctl"}, args...)...)
 	cmd.Stdin = strings.NewReader(stdin)
 	return cmd.CombinedOutput()
@@ -406,6 +423,7 @@ func Provision(vhostURL string, grant func(vhost string) broker.Grant) (string, 
 		return "", err
 	}
 	g := grant(vhost)
+	defer ctlSlot()() // Setup's calls are one after the other
 	login, err := broker.Provisioner{Ctl: []string{s, "ctl"}}.Setup(g, base.String())
 	if err != nil {
 		return "", fmt.Errorf("provisioning the broker login %s: %w", g.User, err)
