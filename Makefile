@@ -23,9 +23,16 @@ build:
 # (Claude Code, Codex, Gemini CLI, against a stub model on loopback), a
 # private RabbitMQ node and a private three-node RabbitMQ cluster
 # (installed when missing and running as root; node and cluster are
-# stopped after). One package at a time (-p 1): the agent CLIs and the
-# broker outage tests each load this 2-core machine, and the timing of
-# the outage tests is not to be shared.
+# stopped after). Two packages at a time (-p 2): the root package (the
+# end-to-end scripts and the agent CLIs, about 2/3 of the time) runs
+# beside the others, pkg/gateway the longest of them. What the two may
+# not share is locked: the broker outage scripts take the node's test
+# lock exclusively (internal/testnode: a waiting outage script goes
+# first), the cluster tests the cluster's; every broker test has a vhost
+# of its own, every script and agent rig its own tmux server and folder.
+# Four parallel tests at a time in a package (-parallel 4, not GOMAXPROCS'
+# 2): the scripts and pkg/gateway's broker tests mostly wait (presence
+# rounds, the broker, gateways' drains); the agent CLI tests stay serial.
 #
 # gotestsum (pinned, fetched through the module proxy on first use like
 # staticcheck) runs go test -json: it prints each package's result and the
@@ -39,7 +46,7 @@ test:
 	scripts/rabbitmq-node.sh start
 	scripts/rabbitmq-cluster.sh start
 	FLEET_TEST_BROKER=$$(scripts/rabbitmq-node.sh url) FLEET_TEST_CLUSTER=$$(scripts/rabbitmq-cluster.sh urls) \
-		$(GOTESTSUM) --format pkgname-and-test-fails --jsonfile $(TEST_JSON) -- -p 1 -count=1 -timeout 45m ./...; \
+		$(GOTESTSUM) --format pkgname-and-test-fails --jsonfile $(TEST_JSON) -- -p 2 -parallel 4 -count=1 -timeout 45m ./...; \
 		status=$$?; scripts/rabbitmq-cluster.sh stop; scripts/rabbitmq-node.sh stop; \
 		echo "the 20 slowest tests of this run:"; $(GOTESTSUM) tool slowest --jsonfile $(TEST_JSON) --num 20 --threshold 0s; \
 		exit $$status

@@ -531,7 +531,7 @@ func twoHostRig(t *testing.T, vhost string) (*agentRig, *testGW) {
 	t.Helper()
 	brokerLock.RLock()
 	t.Cleanup(brokerLock.RUnlock)
-	url, drop, err := testnode.Vhost(vhost)
+	url, drop, err := testnode.Vhost(vhost, "h1", "h2") // with their logins
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -76,22 +76,59 @@ func newAgentRig(t *testing.T, gwEnv ...string) *agentRig {
 		list.Env = r.env()
 		out, _ := list.Output()
 		var pids []int
+		started := map[int]string{} // each one's start time: a pid can be reused
 		for _, f := range strings.Fields(string(out)) {
 			if pid, err := strconv.Atoi(f); err == nil {
-				pids = append(pids, descendants(pid)...)
+				for _, p := range descendants(pid) {
+					pids = append(pids, p)
+					started[p] = procStart(p)
+				}
 			}
 		}
 		cmd := exec.Command("tmux", "kill-server")
 		cmd.Env = r.env()
 		cmd.Run()
-		deadline := time.Now().Add(10 * time.Second)
-		for _, pid := range pids {
-			for time.Now().Before(deadline) && syscall.Kill(pid, 0) == nil {
-				time.Sleep(50 * time.Millisecond)
+		// the hang-up ends them, most at once; one still there after 3s
+		// (Gemini CLI kept running 10s after it) is killed: nothing it
+		// would write as it exits can then race the removal either
+		alive := func(pid int) bool { st := procStart(pid); return st != "" && st == started[pid] }
+		wait := func(within time.Duration) (left []int) {
+			deadline := time.Now().Add(within)
+			for _, pid := range pids {
+				for time.Now().Before(deadline) && alive(pid) {
+					time.Sleep(50 * time.Millisecond)
+				}
+				if alive(pid) {
+					left = append(left, pid)
+				}
 			}
+			return left
+		}
+		if left := wait(3 * time.Second); len(left) > 0 {
+			t.Logf("killing what the hang-up left running: %v", left)
+			for _, pid := range left {
+				if alive(pid) {
+					syscall.Kill(pid, syscall.SIGKILL)
+				}
+			}
+			wait(10 * time.Second)
 		}
 	})
 	return r
+}
+
+// procStart is pid's start time (/proc/PID/stat), "" once it is gone.
+func procStart(pid int) string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return ""
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 20 {
+		return ""
+	}
+	return f[19]
 }
 
 // descendants is pid and every process below it, from /proc.

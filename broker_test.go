@@ -115,33 +115,23 @@ func setupBroker(env *testscript.Env, name string) error {
 }
 
 // hostLogin is host's own broker login for this script's vhost, made once
-// by the real `fleet-gw broker-setup`, as an operator would make it.
+// as fleet-gw broker-setup makes it (testnode.Login: the same definitions,
+// in one rabbitmqctl call for h1 and h2 together, where broker-setup
+// makes three per host, each starting an Erlang VM). The scripts that are
+// about broker-setup (broker_setup, broker_dlq, join_bundle ...) run the
+// real command.
 func hostLogin(ts *testscript.TestScript, host string) *url.Userinfo {
 	logins := ts.Value("logins").(map[string]*url.Userinfo)
 	if u, ok := logins[host]; ok {
 		return u
 	}
-	base, err := url.Parse(ts.Getenv("BROKER_URL"))
+	base := ts.Getenv("BROKER_URL")
+	if err := testnode.Logins(base, host, "h1", "h2"); err != nil {
+		ts.Fatalf("broker login of %s: %v", host, err)
+	}
+	login, err := testnode.Login(base, host)
 	ts.Check(err)
-	base.User = nil
-	// the node's rabbitmqctl as the script's own lines name it
-	// (FLEET_RABBITMQCTL pins a node other than the default)
-	ctl := ts.Getenv("FLEET_RABBITMQCTL")
-	if ctl == "" {
-		node, err := testnode.Script()
-		ts.Check(err)
-		ctl = node + " ctl"
-	}
-	cmd := exec.Command(filepath.Join(binDir, "fleet-gw"), "broker-setup", "--broker", base.String(), "--host", host,
-		"--rabbitmqctl", ctl)
-	cmd.Env = scriptEnv(ts)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		ts.Fatalf("fleet-gw broker-setup --host %s: %v\n%s", host, err, stderr.String())
-	}
-	u, err := url.Parse(strings.TrimSpace(string(out)))
+	u, err := url.Parse(login)
 	ts.Check(err)
 	logins[host] = u.User
 	return u.User

@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetd/fleet/internal/testnode"
 	"github.com/fleetd/fleet/pkg/api"
 	"github.com/fleetd/fleet/pkg/config"
 	"github.com/rogpeppe/go-internal/testscript"
@@ -53,7 +54,11 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binDir = dir
+	// the broker tests' vhosts are removed in the background, beside the
+	// next tests, and waited for here
+	waitDrops := testnode.DropLater()
 	code := m.Run()
+	waitDrops()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

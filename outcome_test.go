@@ -36,7 +36,7 @@ import (
 func TestSendOutcomesUnderCuts(t *testing.T) {
 	brokerLock.RLock()
 	t.Cleanup(brokerLock.RUnlock)
-	vurl, drop, err := testnode.Vhost("outcomes")
+	vurl, drop, err := testnode.Vhost("outcomes", "h1", "h2") // with their logins
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,7 @@ import (
 func TestConcurrentRemoteSendsAllConfirmed(t *testing.T) {
 	brokerLock.RLock()
 	defer brokerLock.RUnlock()
-	url, drop, err := testnode.Vhost("t-go-publish")
+	url, drop, err := testnode.Vhost("t-go-publish", "h1", "h2") // with their logins
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,9 @@
 package testnode
 
 import (
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	neturl "net/url"
@@ -15,9 +18,13 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/fleetd/fleet/pkg/broker"
+
+	amqp "github.com/rabbitmq/amqp091-go"
 )
 
 var (
@@ -74,55 +81,206 @@ func Node(args ...string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	if len(args) > 0 && (args[0] == "ctl" || args[0] == "start") {
+		defer ctlSlot()()
+	}
 	return exec.Command(s, args...).CombinedOutput()
+}
+
+// ctlSlots bounds the rabbitmqctl calls of this process at once. Each
+// call is an Erlang node of its own, named at random among a thousand
+// names and listening on one of eleven ports (35672-35682): with the
+// broker tests in parallel, and two packages at a time, more calls at
+// once failed ("unable to perform an operation on node").
+var ctlSlots = make(chan struct{}, 3)
+
+// ctlSlot waits for a slot and returns its release.
+func ctlSlot() func() {
+	ctlSlots <- struct{}{}
+	return func() { <-ctlSlots }
 }
 
 // Ctl runs rabbitmqctl on the node.
 func Ctl(args ...string) ([]byte, error) { return Node(append([]string{"ctl"}, args...)...) }
 
+// ctlIn runs rabbitmqctl on the node with stdin as its standard input.
+func ctlIn(stdin string, args ...string) ([]byte, error) {
+	s, err := script()
+	if err != nil {
+		return nil, err
+	}
+	defer ctlSlot()()
+	cmd := exec.Command(s, append([]string{"ctl"}, args...)...)
+	cmd.Stdin = strings.NewReader(stdin)
+	return cmd.CombinedOutput()
+}
+
 // Vhost makes a fresh vhost name for guest and returns its URL and its
-// removal.
-func Vhost(name string) (string, func(), error) {
+// removal; with hosts, their logins too (as Login makes them), in the
+// same call.
+//
+// Each rabbitmqctl call starts an Erlang VM (about a second of CPU, more
+// on a loaded machine), and the broker tests make hundreds: so a vhost
+// with its logins costs one call to make and one to remove. Whether an
+// earlier run left the vhost behind (killed before its removal) is asked
+// over AMQP, which is quick: only then is it deleted first. The vhost,
+// guest's permissions and the logins are one definitions import.
+func Vhost(name string, hosts ...string) (string, func(), error) {
 	base, err := URL()
 	if err != nil {
 		return "", nil, err
 	}
-	Ctl("delete_vhost", name)
-	if out, err := Ctl("add_vhost", name); err != nil {
-		return "", nil, fmt.Errorf("add_vhost: %v\n%s", err, out)
-	}
-	if out, err := Ctl("set_permissions", "-p", name, "guest", ".*", ".*", ".*"); err != nil {
-		return "", nil, fmt.Errorf("set_permissions: %v\n%s", err, out)
-	}
 	u := base + "/" + name
+	if vhostMayExist(u) {
+		Ctl("delete_vhost", name)
+	}
+	loginsMu.Lock()
+	forgetLogins(u) // of a vhost of this name made before
+	defs, made, err := loginDefs(u, hosts)
+	loginsMu.Unlock()
+	if err != nil {
+		return "", nil, err
+	}
+	type obj = map[string]any
+	if defs == nil {
+		defs = obj{"vhosts": []any{obj{"name": name}}}
+	}
+	perms, _ := defs["permissions"].([]any)
+	defs["permissions"] = append(perms, obj{"user": "guest", "vhost": name, "configure": ".*", "write": ".*", "read": ".*"})
+	if err := importDefs(defs); err != nil {
+		return "", nil, fmt.Errorf("vhost %s: %v", name, err)
+	}
+	// the import is applied when rabbitmqctl returns on the versions we
+	// run, though it says "asynchronous": wait for proof
+	if err := canOpen(u); err != nil {
+		return "", nil, fmt.Errorf("vhost %s: guest cannot open it: %v", name, err)
+	}
+	loginsMu.Lock()
+	err = proveLogins(u, made)
+	loginsMu.Unlock()
+	if err != nil {
+		return "", nil, err
+	}
 	return u, func() {
-		Ctl("delete_vhost", name) // its permissions go with it: so do the logins made in it
 		loginsMu.Lock()
-		for k := range logins {
-			if strings.HasPrefix(k, u+" ") {
-				delete(logins, k)
-			}
-		}
+		forgetLogins(u)
 		loginsMu.Unlock()
+		if !later.Load() {
+			Ctl("delete_vhost", name) // its permissions go with it: so do the logins made in it
+			return
+		}
+		drops.Add(1)
+		go func() {
+			defer drops.Done()
+			// under the shared lock of its own: an outage script
+			// waiting for the lock goes first, its node restored after
+			if unlock, err := Lock(false); err == nil {
+				defer unlock()
+			}
+			Ctl("delete_vhost", name)
+		}()
 	}, nil
+}
+
+var (
+	later atomic.Bool
+	drops sync.WaitGroup
+)
+
+// DropLater makes the removals of vhosts (Vhost's drop) return at once
+// and remove the vhost in the background, beside what the tests do next
+// (delete_vhost is a rabbitmqctl call: a second or more); the returned
+// function waits for the removals begun, for TestMain to call after the
+// tests. A removal a killed run leaves undone is made by the next Vhost
+// of the same name.
+func DropLater() (wait func()) {
+	later.Store(true)
+	return drops.Wait
+}
+
+// forgetLogins forgets the logins made in the vhost of u. loginsMu is held.
+func forgetLogins(u string) {
+	for k := range logins {
+		if strings.HasPrefix(k, u+" ") {
+			delete(logins, k)
+		}
+	}
+}
+
+// vhostMayExist says whether the vhost of u (guest's URL) may exist: false
+// only when the broker says it is not found.
+func vhostMayExist(u string) bool {
+	c, err := amqp.DialConfig(u, amqp.Config{Dial: amqp.DefaultDial(10 * time.Second)})
+	if err == nil {
+		c.Close()
+		return true
+	}
+	var ae *amqp.Error
+	return !(errors.As(err, &ae) && ae.Code == amqp.NotAllowed && strings.Contains(ae.Reason, "not found"))
+}
+
+// canOpen waits (up to 30s) until a connection to u opens.
+func canOpen(u string) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c, err := amqp.DialConfig(u, amqp.Config{Dial: amqp.DefaultDial(10 * time.Second)})
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // Lock takes the node's test lock, shared or exclusive, and returns its
 // release. It is a file lock, so tests in other processes respect it.
+//
+// An exclusive taker waits for the shared holders to finish, and no new
+// one starts meanwhile: shared takers first pass through a second lock
+// (pending.lock) that a waiting exclusive taker holds. Without it (flock
+// prefers nobody) the broker tests of one package, in parallel, could
+// keep the lock shared for as long as they run, and an outage script of
+// another package (and, behind its in-process lock, every broker script
+// there) would wait for all of them.
 func Lock(exclusive bool) (func(), error) {
 	dir := os.Getenv("FLEET_RMQ_DIR")
 	if dir == "" {
 		dir = fmt.Sprintf("/tmp/fleet-rmq-%d", os.Getuid())
 	}
-	return flock(dir, exclusive)
+	pending, err := flockFile(dir, "pending.lock", exclusive)
+	if err != nil {
+		return nil, err
+	}
+	if !exclusive {
+		pending()
+	}
+	unlock, err := flockFile(dir, "tests.lock", exclusive)
+	if err != nil {
+		if exclusive {
+			pending()
+		}
+		return nil, err
+	}
+	if exclusive {
+		return func() { unlock(); pending() }, nil
+	}
+	return unlock, nil
 }
 
 // flock takes dir/tests.lock, shared or exclusive, and returns its release.
 func flock(dir string, exclusive bool) (func(), error) {
+	return flockFile(dir, "tests.lock", exclusive)
+}
+
+// flockFile takes dir/name, shared or exclusive, and returns its release.
+func flockFile(dir, name string, exclusive bool) (func(), error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	f, err := os.OpenFile(filepath.Join(dir, "tests.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	f, err := os.OpenFile(filepath.Join(dir, name), os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, err
 	}
@@ -146,18 +304,105 @@ var (
 // Vhost), made once per vhost and host, so a gateway that restarts keeps
 // its login.
 func Login(vhostURL, host string) (string, error) {
-	loginsMu.Lock()
-	defer loginsMu.Unlock()
-	key := vhostURL + " " + host
-	if u, ok := logins[key]; ok {
-		return u, nil
-	}
-	u, err := Provision(vhostURL, func(vhost string) broker.Grant { return broker.HostGrant(vhost, host) })
-	if err != nil {
+	if err := Logins(vhostURL, host); err != nil {
 		return "", err
 	}
-	logins[key] = u
-	return u, nil
+	loginsMu.Lock()
+	defer loginsMu.Unlock()
+	return logins[vhostURL+" "+host], nil
+}
+
+// Logins makes the logins of hosts in the vhost of vhostURL that Login has
+// not made yet, all in one rabbitmqctl call: a test that starts several
+// gateways asks for theirs at once (each call starts an Erlang VM).
+//
+// A login is made from what fleet-gw broker-setup imports (the fleet's
+// topology, broker.HostGrant, a random password as broker.HashPassword
+// hashes it: broker.Definitions), and proved by logging in with it.
+// broker.Provisioner's own checks before the import (an exchange of
+// another type, on a vhost of an older version) cannot apply to a vhost
+// Vhost made just now; Provision and the broker_setup scripts run it whole.
+func Logins(vhostURL string, hosts ...string) error {
+	loginsMu.Lock()
+	defer loginsMu.Unlock()
+	defs, made, err := loginDefs(vhostURL, hosts)
+	if err != nil || defs == nil {
+		return err
+	}
+	if err := importDefs(defs); err != nil {
+		return fmt.Errorf("provisioning the broker logins of %v: %v", hosts, err)
+	}
+	return proveLogins(vhostURL, made)
+}
+
+// loginDefs are the definitions that make the logins of hosts in the
+// vhost of vhostURL that are not made yet (nil if none), and those logins
+// by host. loginsMu is held.
+func loginDefs(vhostURL string, hosts []string) (map[string]any, map[string]string, error) {
+	u, err := neturl.Parse(vhostURL)
+	if err != nil {
+		return nil, nil, err
+	}
+	u.User = nil
+	_, vhost, err := broker.ParseBase(u.String())
+	if err != nil {
+		return nil, nil, err
+	}
+	var all map[string]any
+	made := map[string]string{}
+	for _, host := range hosts {
+		if _, ok := logins[vhostURL+" "+host]; ok {
+			continue
+		}
+		if _, ok := made[host]; ok {
+			continue
+		}
+		var raw [24]byte
+		if _, err := rand.Read(raw[:]); err != nil {
+			return nil, nil, err
+		}
+		password := base64.RawURLEncoding.EncodeToString(raw[:])
+		g := broker.HostGrant(vhost, host)
+		var d map[string]any
+		if err := json.Unmarshal(broker.Definitions(vhost, "", &g, broker.HashPassword(password)), &d); err != nil {
+			return nil, nil, err
+		}
+		if all == nil {
+			all = d
+		} else {
+			for _, k := range []string{"users", "permissions", "topic_permissions"} {
+				all[k] = append(all[k].([]any), d[k].([]any)...)
+			}
+		}
+		lu := *u
+		lu.User = neturl.UserPassword(g.User, password)
+		made[host] = lu.String()
+	}
+	return all, made, nil
+}
+
+// importDefs imports defs with rabbitmqctl import_definitions.
+func importDefs(defs map[string]any) error {
+	data, err := json.Marshal(defs)
+	if err != nil {
+		return err
+	}
+	if out, err := ctlIn(string(data), "import_definitions"); err != nil {
+		return fmt.Errorf("import_definitions: %v\n%s", err, out)
+	}
+	return nil
+}
+
+// proveLogins logs in with each login made (by host) and keeps it for
+// Login. loginsMu is held.
+func proveLogins(vhostURL string, made map[string]string) error {
+	for host, login := range made {
+		if err := canOpen(login); err != nil {
+			return fmt.Errorf("the new broker login of %s does not log in: %v", host, err)
+		}
+		logins[vhostURL+" "+host] = login
+	}
+	return nil
 }
 
 // Provision makes a login in the vhost of vhostURL the way a deployment
@@ -178,6 +423,7 @@ func Provision(vhostURL string, grant func(vhost string) broker.Grant) (string, 
 		return "", err
 	}
 	g := grant(vhost)
+	defer ctlSlot()() // Setup's calls are one after the other
 	login, err := broker.Provisioner{Ctl: []string{s, "ctl"}}.Setup(g, base.String())
 	if err != nil {
 		return "", fmt.Errorf("provisioning the broker login %s: %w", g.User, err)

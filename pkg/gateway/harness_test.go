@@ -327,23 +327,40 @@ func faultOf(t testing.TB, err error, want fault.Code) *fault.Error {
 // lock (the outage scripts of the end-to-end tests take it exclusively).
 // make test starts the node and sets FLEET_TEST_BROKER; without it, the
 // test starts the node itself.
+//
+// A broker test runs in parallel with the others (t.Parallel, here, at its
+// first call): it spends its time waiting for the broker, for rabbitmqctl
+// and for presence rounds, in its own vhost, folder and gateways.
 func brokerURL(t testing.TB) string {
 	t.Helper()
 	vhostsMu.Lock()
-	defer vhostsMu.Unlock()
-	if u, ok := vhosts[t]; ok {
+	u, ok := vhosts[t]
+	vhostsMu.Unlock()
+	if ok {
 		return u
+	}
+	vhostsMu.Lock()
+	isAlone := alone[t]
+	vhostsMu.Unlock()
+	if pt, ok := t.(*testing.T); ok && !isAlone {
+		pt.Parallel()
+		heavy.RLock()
+		t.Cleanup(heavy.RUnlock)
 	}
 	unlock, err := testnode.Lock(false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(unlock)
-	url, drop, err := testnode.Vhost("t-inproc-" + strings.ReplaceAll(t.Name(), "/", "-") + "-" + treeTag)
+	// with h1's and h2's logins, which most tests here use: made with
+	// the vhost, they cost no rabbitmqctl call of their own
+	url, drop, err := testnode.Vhost("t-inproc-"+strings.ReplaceAll(t.Name(), "/", "-")+"-"+treeTag, "h1", "h2")
 	if err != nil {
 		t.Fatal(err)
 	}
+	vhostsMu.Lock()
 	vhosts[t] = url
+	vhostsMu.Unlock()
 	t.Cleanup(func() {
 		drop()
 		vhostsMu.Lock()
@@ -351,6 +368,34 @@ func brokerURL(t testing.TB) string {
 		vhostsMu.Unlock()
 	})
 	return url
+}
+
+// heavy orders this package's broker tests: they share it, and a test
+// that joins hundreds or thousands of entities (a queue and a consumer
+// each on the broker) takes it alone (brokerAlone): beside three others
+// on a loaded machine the node answered a join too late (an AMQP read
+// timing out).
+var heavy sync.RWMutex
+
+// alone are the tests that called brokerAlone.
+var alone = map[testing.TB]bool{}
+
+// brokerAlone makes t a broker test that runs while no other broker test
+// of this package does (still in parallel with the tests without one);
+// call it first, then brokerURL as any broker test.
+func brokerAlone(t *testing.T) {
+	t.Helper()
+	t.Parallel()
+	heavy.Lock()
+	t.Cleanup(heavy.Unlock)
+	vhostsMu.Lock()
+	alone[t] = true
+	vhostsMu.Unlock()
+	t.Cleanup(func() {
+		vhostsMu.Lock()
+		delete(alone, t)
+		vhostsMu.Unlock()
+	})
 }
 
 // treeTag tells apart the vhosts of two source trees (git worktrees)

@@ -20,6 +20,7 @@ func TestCrossManyEntities(t *testing.T) {
 	if testing.Short() {
 		t.Skip("joins 2,100 entities")
 	}
+	brokerAlone(t)
 	url := brokerURL(t)
 	g := startGW(t, t.TempDir(), "h1", settings{"broker": url, "presence-interval": "1h"})
 	const n = 2100
