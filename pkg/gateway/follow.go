@@ -71,7 +71,7 @@ type followers struct {
 	look     time.Duration
 
 	mu    sync.Mutex
-	open  map[string]bool       // gid: a follower holds the inbox now
+	open  map[string]int        // gid: followers holding the inbox now (2 while one ends as the next opens)
 	due   map[string]followDue  // gid: followed before the start, none back yet
 	procs map[string]followProc // gid: the spawned process, still believed up
 	kick  chan struct{}         // something to watch was added
@@ -91,7 +91,7 @@ type followProc struct {
 func newFollowers(st *store.Store, log *slog.Logger, announce func(string)) *followers {
 	return &followers{
 		st: st, log: log, announce: announce, alive: launch.Alive, grace: followGrace, look: procLook,
-		open: map[string]bool{}, due: map[string]followDue{}, procs: map[string]followProc{},
+		open: map[string]int{}, due: map[string]followDue{}, procs: map[string]followProc{},
 		kick: make(chan struct{}, 1), now: time.Now,
 	}
 }
@@ -141,7 +141,7 @@ func (f *followers) Opened(b *mailbox) {
 	ent := b.snapshot()
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.open[ent.Gid] = true
+	f.open[ent.Gid]++
 	delete(f.due, ent.Gid)
 	if err := b.putFollows(f.st, true); err != nil {
 		f.log.Error("recording that a follower reads the entity", "entity", ent.Name, "err", err)
@@ -156,6 +156,10 @@ func (f *followers) Closed(b *mailbox, stopping bool) {
 	ent := b.snapshot()
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.open[ent.Gid] > 1 { // the next follower opened as this one ended: it holds the inbox
+		f.open[ent.Gid]--
+		return
+	}
 	delete(f.open, ent.Gid)
 	if stopping {
 		return
@@ -178,28 +182,46 @@ func (f *followers) Drained(b *mailbox) {
 	if err := b.putFollows(f.st, false); err != nil && !errors.Is(err, store.ErrNotFound) {
 		f.log.Error("recording that no follower reads the entity", "entity", ent.Name, "err", err)
 	}
-	if ent.Status == stDetached && (ent.StatusReason == reasonFollowEnded || ent.StatusReason == reasonFollowAbsent) {
-		f.setLocked(b, stIdle, "")
-	}
+	f.put(b, stIdle, "", func(e *store.Entity) bool {
+		return e.Status == stDetached && (e.StatusReason == reasonFollowEnded || e.StatusReason == reasonFollowAbsent)
+	})
 }
 
 // setLocked records b's status: idle only from detached (a status the
 // entity's own hooks set stays), detached over anything but a detached
 // whose process is gone (for good: the more telling reason).
 func (f *followers) setLocked(b *mailbox, status, reason string) {
-	ent := b.snapshot()
-	switch {
-	case status == stIdle && ent.Status != stDetached,
-		status == stDetached && ent.Status == stDetached && (ent.StatusReason == reason || procReason(ent.StatusReason)):
-		return
-	}
-	if _, err := b.putStatusFrom(f.st, &ent, status, reason, false, ""); err != nil {
-		if errors.Is(err, errStale) || errors.Is(err, store.ErrNotFound) {
-			return // a hook of the entity's said otherwise meanwhile, or it left
+	f.put(b, status, reason, func(e *store.Entity) bool {
+		switch {
+		case status == stIdle && e.Status != stDetached,
+			status == stDetached && e.Status == stDetached && (e.StatusReason == reason || procReason(e.StatusReason)):
+			return false
 		}
-		f.log.Error("recording the status", "entity", ent.Name, "status", status, "err", err)
+		return true
+	})
+}
+
+// put records b's status if when says so of the entity as stored: the
+// check and the change are one store operation (mailbox.update), so a
+// status the store holds and memory does not show yet (a change being
+// made) is the one decided on — never one from before it.
+func (f *followers) put(b *mailbox, status, reason string, when func(*store.Entity) bool) {
+	now := time.Now().UTC()
+	_, ent, err := b.update(f.st, func(e *store.Entity) error {
+		if !when(e) {
+			return errStale
+		}
+		e.Status, e.StatusReason, e.StatusAt = status, reason, now
+		return nil
+	})
+	if err != nil {
+		if errors.Is(err, errStale) || errors.Is(err, store.ErrNotFound) {
+			return // nothing to change, or it left
+		}
+		f.log.Error("recording the status", "entity", b.snapshot().Name, "status", status, "err", err)
 		return
 	}
+	b.notify()
 	if status == stDetached {
 		f.log.Warn("pull entity detached: its mail waits", "entity", ent.Name, "reason", reason)
 	} else {
@@ -272,7 +294,7 @@ func (f *followers) step(ctx context.Context) (wait time.Duration, any bool) {
 		f.setLocked(p.b, stDetached, reasonProcGone(p.info))
 	}
 	for gid, d := range f.due {
-		if f.open[gid] {
+		if f.open[gid] > 0 {
 			delete(f.due, gid)
 			continue
 		}

@@ -116,17 +116,21 @@ func (s *recvStream) close() {
 	}
 	s.closed = true
 	close(s.gone)
-	// before the lease is given back: a follower that opens next is seen after
-	switch {
-	case s.follower:
-		s.g.follow.Closed(s.b, s.g.runCtx.Err() != nil)
-	case s.ended && !s.follow:
+	// a drain before the lease is given back: a follower that opens next
+	// is seen after it
+	if !s.follower && s.ended && !s.follow {
 		s.g.follow.Drained(s.b)
 	}
 	s.b.mu.Lock()
 	s.b.draining = false
 	s.b.drains++
 	s.b.mu.Unlock()
+	// a follower's end after: a client that sees its entity detached and
+	// opens the next follower at once never finds the inbox still held
+	// (Closed leaves the status to that next one if it opened first)
+	if s.follower {
+		s.g.follow.Closed(s.b, s.g.runCtx.Err() != nil)
+	}
 	s.b.notify()
 }
 
