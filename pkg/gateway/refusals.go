@@ -37,8 +37,9 @@ package gateway
 // control or trace answer) is not sent.
 //
 // A TRACE refused here is answered as refused (refusedTrace): fleet-trace
-// names this host with the reason at once, instead of as silent at its
-// timeout.
+// names this host `refused` with the reason at once (exit 77), instead of
+// as silent at its timeout. The requester believes it as any trace
+// answer: from a host it asked, about its trace, to a query still open.
 //
 // An ASK refused there is told the same way: the asker's fleet-ask fails
 // at once with the reason (77 refused_by_host), not at its TTL. An ask
@@ -259,7 +260,7 @@ func (n *refusalNotices) refusedTrace(m broker.RefusedMsg) {
 	if err := json.Unmarshal([]byte(env.Body), &q); err != nil || !idRE.MatchString(q.TraceID) {
 		return
 	}
-	body, err := json.Marshal(traceAnswer{TraceID: q.TraceID, Hops: []api.Hop{},
+	body, err := json.Marshal(traceAnswer{TraceID: q.TraceID, Hops: []api.Hop{}, Refused: true,
 		Error: clipReason("refused by " + n.host + ": " + m.Refusal.Error())})
 	if err != nil || len(body) > n.maxBody {
 		return

@@ -237,7 +237,7 @@ func TestRefusedTrace(t *testing.T) {
 		t.Fatal(err)
 	}
 	if res.Kind != envelope.TraceResult || res.InReplyTo != m.Env.MsgID || res.Recipient.Gid != alice.Gid ||
-		res.Sender.Host != "h2" || ans.TraceID != trace || len(ans.Hops) != 0 ||
+		res.Sender.Host != "h2" || ans.TraceID != trace || len(ans.Hops) != 0 || !ans.Refused ||
 		!strings.Contains(ans.Error, "refused by h2") || !strings.Contains(ans.Error, "not trusted") {
 		t.Fatalf("answer %+v: %s", res, res.Body)
 	}
