@@ -341,8 +341,10 @@ func (n *refusalNotices) offer(host, to string, env *envelope.Envelope, small fu
 			}
 		}
 		if len(n.runs) >= maxNoticeHosts {
+			// every one of them busy this minute: a flood of claimed
+			// host names (any refused message may claim one), not told
 			n.mu.Unlock()
-			n.log.Warn("refusal notice not sent: too many hosts owed notices", "host", host, "msg_id", env.InReplyTo, "hosts", len(n.runs))
+			n.log.Debug("refusal notice not sent: too many hosts owed notices", "host", host, "msg_id", env.InReplyTo, "hosts", maxNoticeHosts)
 			return
 		}
 	}
