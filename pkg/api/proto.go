@@ -211,6 +211,7 @@ const (
 	TraceAnswered    = "answered"    // its hops are in (Truncated: only the first of them)
 	TraceNoAnswer    = "no_answer"   // asked, and no answer came in time (down, or slow)
 	TraceUnreachable = "unreachable" // could not be asked (Detail says why)
+	TraceRefused     = "refused"     // refused the query (Detail: its reason, as that host gave it)
 )
 
 // TraceHost is how one host answered a trace query.

@@ -24,9 +24,22 @@ package gateway
 // this host's log noisy through another host.
 //
 // Noise: a notice goes for a real message only (never for presence,
-// receipts, bounces, broadcast copies or TRACE queries), and at most
-// noticesPerMinute a minute to one host; the rest are counted in one log
-// line a minute.
+// receipts, bounces or broadcast copies), and at most noticesPerMinute a
+// minute to one host. The notices over that wait, in order, for the next
+// minutes (offer): a burst of 200 refusals from one host is told in
+// full within three minutes, 60 notices a minute. The waiting ones are
+// bounded in memory (noticeQueueBytes, all hosts: full copies in its
+// first quarter, then the copy's digest, which the sender believes as
+// any dead receipt from there when it kept no bytes: the record is dead
+// and bounced, without a dead letter to replay); only past that is a
+// notice dropped, counted in one log line a minute, its copy in
+// bridge.dlq the only trace. An answer that expired while it waited (a
+// control or trace answer) is not sent.
+//
+// A TRACE refused here is answered as refused (refusedTrace): fleet-trace
+// names this host `refused` with the reason at once (exit 77), instead of
+// as silent at its timeout. The requester believes it as any trace
+// answer: from a host it asked, about its trace, to a query still open.
 //
 // An ASK refused there is told the same way: the asker's fleet-ask fails
 // at once with the reason (77 refused_by_host), not at its TTL. An ask
@@ -67,6 +80,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fleetd/fleet/pkg/api"
 	"github.com/fleetd/fleet/pkg/broker"
 	"github.com/fleetd/fleet/pkg/envelope"
 	"github.com/fleetd/fleet/pkg/fault"
@@ -74,8 +88,18 @@ import (
 	"github.com/fleetd/fleet/pkg/store"
 )
 
-// noticesPerMinute bounds the refusal notices sent to one host a minute.
-const noticesPerMinute = 60
+const (
+	// noticesPerMinute bounds the refusal notices sent to one host a
+	// minute; the rest wait for the next minutes (offer).
+	noticesPerMinute = 60
+	// noticeQueueBytes bounds the memory of the notices waiting, all
+	// hosts together. Full copies take at most a quarter of it; past
+	// that a notice waits as its digest form, about 1.5 KiB: at least
+	// eight thousand notices wait before one is dropped.
+	noticeQueueBytes = 16 << 20
+	// maxNoticeHosts bounds the hosts this gateway keeps a count for.
+	maxNoticeHosts = 256
+)
 
 // keepSentOver: a message this host publishes whose envelope is longer
 // than this keeps its bytes in the store until it settles, so a refusal
@@ -105,14 +129,22 @@ type refusalNotices struct {
 	publish func(to string, env *envelope.Envelope) // on the side: never blocks the caller
 	log     *slog.Logger
 
-	mu   sync.Mutex
-	runs map[string]*noticeRun // sender host -> this minute's notices
+	now   func() time.Time                // nil: time.Now (tests: a fake clock)
+	later func(d time.Duration, f func()) // nil: time.AfterFunc
+
+	mu     sync.Mutex
+	runs   map[string]*noticeRun // sender host -> this minute's notices
+	queued int                   // bytes of the notices queued, all hosts
 }
 
+// noticeRun is one host's minute: the notices sent in it, those waiting
+// for a later one (oldest first), those dropped.
 type noticeRun struct {
 	start   time.Time
 	sent    int
 	dropped int
+	queue   []*pendingNotice
+	timer   bool // a flush is armed for the end of the minute
 }
 
 // refused is the broker's OnRefusedMsg: it sends a notice for m when one
@@ -121,6 +153,10 @@ func (n *refusalNotices) refused(m broker.RefusedMsg) {
 	env := m.Env
 	if (env.Kind == envelope.Spawn || env.Kind == envelope.Stop) && m.Queue == broker.ControlQueue(n.host) {
 		n.refusedControl(m)
+		return
+	}
+	if env.Kind == envelope.Trace && m.Queue == broker.ControlQueue(n.host) {
+		n.refusedTrace(m)
 		return
 	}
 	switch {
@@ -133,28 +169,38 @@ func (n *refusalNotices) refused(m broker.RefusedMsg) {
 	case !ident.IsGid(env.Sender.Gid) || ident.GidHost(env.Sender.Gid) != m.SignedBy:
 		return
 	}
-	rc := refusedCopy{Why: m.Refusal.Reason, Body: base64.StdEncoding.EncodeToString(m.Body), Sig: base64.StdEncoding.EncodeToString(m.Sig)}
 	reason := clipReason("refused by " + n.host + ": " + m.Refusal.Error())
-	rb := receiptBody{MsgID: env.MsgID, State: store.Dead, Reason: reason, At: time.Now().UTC(), Refused: &rc}
-	body, err := json.Marshal(rb)
-	if err == nil && len(body) > n.maxBody {
+	at := n.clock().UTC()
+	// notice is the RECEIPT carrying the copy whole, or (digest) its
+	// sha256 and signature; nil when it does not fit a body
+	notice := func(digest bool) *envelope.Envelope {
+		rc := refusedCopy{Why: m.Refusal.Reason, Sig: base64.StdEncoding.EncodeToString(m.Sig)}
+		if digest {
+			sum := sha256.Sum256(m.Body)
+			rc.SHA256 = hexenc.EncodeToString(sum[:])
+		} else {
+			rc.Body = base64.StdEncoding.EncodeToString(m.Body)
+		}
+		body, err := json.Marshal(receiptBody{MsgID: env.MsgID, State: store.Dead, Reason: reason, At: at, Refused: &rc})
+		if err != nil || len(body) > n.maxBody {
+			return nil
+		}
+		r := envelope.New(envelope.Receipt,
+			envelope.Party{Gid: env.Recipient.Gid, Name: env.Recipient.Name, Host: n.host},
+			envelope.Party{Gid: env.Sender.Gid, Name: env.Sender.Name, Host: env.Sender.Host}, string(body))
+		r.TraceID, r.InReplyTo = env.TraceID, env.MsgID
+		return r
+	}
+	r := notice(false)
+	if r == nil {
 		// too big to carry back whole: its digest, for the sender to
 		// match against the bytes it kept
-		sum := sha256.Sum256(m.Body)
-		rc.Body, rc.SHA256 = "", hexenc.EncodeToString(sum[:])
-		body, err = json.Marshal(rb)
+		r = notice(true)
 	}
-	if err != nil || len(body) > n.maxBody {
+	if r == nil {
 		return
 	}
-	if !n.allow(m.SignedBy, time.Now()) {
-		return
-	}
-	r := envelope.New(envelope.Receipt,
-		envelope.Party{Gid: env.Recipient.Gid, Name: env.Recipient.Name, Host: n.host},
-		envelope.Party{Gid: env.Sender.Gid, Name: env.Sender.Name, Host: env.Sender.Host}, string(body))
-	r.TraceID, r.InReplyTo = env.TraceID, env.MsgID
-	n.publish(env.Sender.Gid, r)
+	n.offer(m.SignedBy, env.Sender.Gid, r, func() *envelope.Envelope { return notice(true) })
 }
 
 // refusedControl answers a SPAWN or STOP refused here as this host
@@ -182,12 +228,46 @@ func (n *refusalNotices) refusedControl(m broker.RefusedMsg) {
 	err := fault.New(fault.Refused, fault.KindRefusedByHost, "%s request %s was refused by %s: %s", what, env.MsgID, n.host, clipReason(m.Refusal.Error())).
 		WithHint("fix the cause on %s (fleet-gw trust list there; its log names the refusal), then run it again", n.host)
 	data, jerr := json.Marshal(failed(env.MsgID, err))
-	if jerr != nil || len(data) > n.maxBody || !n.allow(m.SignedBy, time.Now()) {
+	if jerr != nil || len(data) > n.maxBody {
 		return
 	}
 	ans := envelope.New(kind, envelope.Party{Host: n.host}, env.Sender, string(data))
 	ans.TraceID, ans.InReplyTo, ans.Expires = env.TraceID, env.MsgID, env.Expires
-	n.publish(env.Sender.Gid, ans)
+	n.offer(m.SignedBy, env.Sender.Gid, ans, nil)
+}
+
+// refusedTrace answers a TRACE refused here as this host answers a
+// query whose audit log it cannot read: a TRACE_RESULT with no hops and
+// the error "refused by HOST: reason", to the requester it names, so
+// fleet-trace names this host as refused at once instead of as silent at
+// its timeout. The requester's gateway takes it only for a query of its
+// own still waiting for this host, about that trace (onTraceResult); one
+// for a query it never sent (a forgery in its name, refused here) is
+// dropped there, as any answer with nobody waiting. A query already
+// expired, or one the requester would not match (no trace id), is not
+// answered: nobody waits for it.
+func (n *refusalNotices) refusedTrace(m broker.RefusedMsg) {
+	env := m.Env
+	switch {
+	case env.Recipient.Host != n.host || m.Unread || env.Expired(n.clock()):
+		return
+	case len(m.Sig) == 0 || m.SignedBy == "" || m.SignedBy == n.host || env.Sender.Host != m.SignedBy:
+		return
+	case !ident.IsGid(env.Sender.Gid) || ident.GidHost(env.Sender.Gid) != m.SignedBy:
+		return
+	}
+	var q traceQuery
+	if err := json.Unmarshal([]byte(env.Body), &q); err != nil || !idRE.MatchString(q.TraceID) {
+		return
+	}
+	body, err := json.Marshal(traceAnswer{TraceID: q.TraceID, Hops: []api.Hop{}, Refused: true,
+		Error: clipReason("refused by " + n.host + ": " + m.Refusal.Error())})
+	if err != nil || len(body) > n.maxBody {
+		return
+	}
+	res := envelope.New(envelope.TraceResult, envelope.Party{Host: n.host}, env.Sender, string(body))
+	res.TraceID, res.InReplyTo, res.Expires = env.TraceID, env.MsgID, env.Expires
+	n.offer(m.SignedBy, env.Sender.Gid, res, nil)
 }
 
 // keptBytes is what the store keeps of a message this host publishes to
@@ -229,37 +309,145 @@ func refusedAskFault(env *envelope.Envelope, why string) error {
 		WithHint("fix the cause on %s (fleet-gw trust list there; its log names the refusal), then ask again", env.Recipient.Host)
 }
 
-// allow counts a notice to host; false past noticesPerMinute this minute.
-func (n *refusalNotices) allow(host string, now time.Time) bool {
+// pendingNotice is a notice waiting for a minute with room.
+type pendingNotice struct {
+	to    string
+	env   *envelope.Envelope
+	small func() *envelope.Envelope // the same notice with a digest for its copy; nil: none smaller
+}
+
+// size is what a queued notice holds in memory, about.
+func (p *pendingNotice) size() int { return len(p.env.Body) + 1024 }
+
+// offer sends env to the gid to, on host, now when this minute's count
+// for host has room and nothing waits before it; else it queues it for
+// the next minute with room. Past noticeQueueBytes queued (all hosts), a
+// notice that has a smaller form (the copy's digest) is queued in that
+// form (so full copies take at most a quarter of it, and the rest holds
+// thousands of digests); one that still does not fit is dropped, counted in the minute's
+// log line (its copy in bridge.dlq is then the only trace).
+func (n *refusalNotices) offer(host, to string, env *envelope.Envelope, small func() *envelope.Envelope) {
+	p := &pendingNotice{to: to, env: env, small: small}
+	now := n.clock()
 	n.mu.Lock()
-	defer n.mu.Unlock()
 	if n.runs == nil {
 		n.runs = map[string]*noticeRun{}
 	}
 	run := n.runs[host]
-	if run == nil || now.Sub(run.start) >= time.Minute {
-		if run != nil && run.dropped > 0 {
-			n.log.Warn("refusal notices not sent: too many for one host", "host", host, "dropped", run.dropped, "per_minute", noticesPerMinute)
-		}
-		if run == nil && len(n.runs) >= 256 {
-			for h, r := range n.runs { // forget the stale ones; a flood of hosts stays bounded
-				if now.Sub(r.start) >= time.Minute {
-					delete(n.runs, h)
-				}
-			}
-			if len(n.runs) >= 256 {
-				return false
+	if run == nil && len(n.runs) >= maxNoticeHosts {
+		for h, r := range n.runs { // forget the idle ones; a flood of hosts stays bounded
+			if now.Sub(r.start) >= time.Minute && len(r.queue) == 0 && !r.timer {
+				delete(n.runs, h)
 			}
 		}
+		if len(n.runs) >= maxNoticeHosts {
+			// every one of them busy this minute: a flood of claimed
+			// host names (any refused message may claim one), not told
+			n.mu.Unlock()
+			n.log.Debug("refusal notice not sent: too many hosts owed notices", "host", host, "msg_id", env.InReplyTo, "hosts", maxNoticeHosts)
+			return
+		}
+	}
+	if run == nil {
 		run = &noticeRun{start: now}
 		n.runs[host] = run
 	}
-	if run.sent >= noticesPerMinute {
-		run.dropped++
-		return false
+	out := n.due(host, run, now)
+	if len(run.queue) == 0 && run.sent < noticesPerMinute {
+		run.sent++
+		out = append(out, p)
+	} else {
+		if n.queued+p.size() > noticeQueueBytes/4 && p.small != nil {
+			if e := p.small(); e != nil {
+				p.env, p.small = e, nil
+			}
+		}
+		if n.queued+p.size() <= noticeQueueBytes {
+			run.queue = append(run.queue, p)
+			n.queued += p.size()
+			n.schedule(host, run)
+		} else {
+			run.dropped++
+		}
 	}
-	run.sent++
-	return true
+	n.mu.Unlock()
+	n.send(out)
+}
+
+// due starts a new minute for host's run when its minute is over (the
+// dropped ones of the last logged), and takes from its queue the notices
+// the minute has room for. n.mu held.
+func (n *refusalNotices) due(host string, run *noticeRun, now time.Time) []*pendingNotice {
+	if now.Sub(run.start) < time.Minute {
+		return nil
+	}
+	if run.dropped > 0 {
+		n.log.Warn("refusal notices not sent: too many for one host, and the queue is full", "host", host,
+			"dropped", run.dropped, "per_minute", noticesPerMinute, "queue_bytes", noticeQueueBytes)
+	}
+	run.start, run.sent, run.dropped = now, 0, 0
+	var out []*pendingNotice
+	for len(run.queue) > 0 && run.sent < noticesPerMinute {
+		p := run.queue[0]
+		run.queue[0] = nil
+		run.queue = run.queue[1:]
+		n.queued -= p.size()
+		if p.env.Expired(now) {
+			continue // an answer nobody waits for any more
+		}
+		run.sent++
+		out = append(out, p)
+	}
+	if len(run.queue) == 0 {
+		run.queue = nil
+	}
+	return out
+}
+
+// schedule arms host's timer for the end of its run's minute, once.
+// n.mu held.
+func (n *refusalNotices) schedule(host string, run *noticeRun) {
+	if run.timer {
+		return
+	}
+	run.timer = true
+	later := n.later
+	if later == nil {
+		later = func(d time.Duration, f func()) { time.AfterFunc(d, f) }
+	}
+	later(run.start.Add(time.Minute).Sub(n.clock()), func() { n.flush(host) })
+}
+
+// flush sends what host's queue is due, and re-arms its timer while
+// notices wait.
+func (n *refusalNotices) flush(host string) {
+	now := n.clock()
+	n.mu.Lock()
+	run := n.runs[host]
+	if run == nil {
+		n.mu.Unlock()
+		return
+	}
+	run.timer = false
+	out := n.due(host, run, now)
+	if len(run.queue) > 0 {
+		n.schedule(host, run)
+	}
+	n.mu.Unlock()
+	n.send(out)
+}
+
+func (n *refusalNotices) send(out []*pendingNotice) {
+	for _, p := range out {
+		n.publish(p.to, p.env)
+	}
+}
+
+func (n *refusalNotices) clock() time.Time {
+	if n.now != nil {
+		return n.now()
+	}
+	return time.Now()
 }
 
 // believedRefusal is a refusal notice this host believes: its message's

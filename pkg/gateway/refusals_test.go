@@ -47,22 +47,207 @@ func TestAdmitsView(t *testing.T) {
 	}
 }
 
-func TestRefusalNoticeRate(t *testing.T) {
-	n := &refusalNotices{host: "h2", log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	now := time.Now()
-	for i := 0; i < noticesPerMinute; i++ {
-		if !n.allow("h1", now) {
-			t.Fatalf("notice %d refused", i)
+// fakeNotices is a refusalNotices on a fake clock: its timers run when
+// the test moves the clock past them.
+type fakeNotices struct {
+	*refusalNotices
+	t      *testing.T
+	clock  time.Time
+	timers []fakeTimer
+	got    []*envelope.Envelope
+	at     []time.Time // when each was published
+}
+
+type fakeTimer struct {
+	at time.Time
+	f  func()
+}
+
+func newFakeNotices(t *testing.T, maxBody int) *fakeNotices {
+	fn := &fakeNotices{t: t, clock: time.Date(2026, 12, 2, 3, 0, 0, 0, time.UTC)}
+	fn.refusalNotices = &refusalNotices{host: "h2", maxBody: maxBody, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		publish: func(to string, env *envelope.Envelope) {
+			fn.got = append(fn.got, env)
+			fn.at = append(fn.at, fn.clock)
+		},
+		now:   func() time.Time { return fn.clock },
+		later: func(d time.Duration, f func()) { fn.timers = append(fn.timers, fakeTimer{fn.clock.Add(d), f}) }}
+	return fn
+}
+
+// advance moves the clock by d, running the timers due on the way.
+func (fn *fakeNotices) advance(d time.Duration) {
+	end := fn.clock.Add(d)
+	for {
+		k := -1
+		for i, tm := range fn.timers {
+			if !tm.at.After(end) && (k < 0 || tm.at.Before(fn.timers[k].at)) {
+				k = i
+			}
+		}
+		if k < 0 {
+			break
+		}
+		tm := fn.timers[k]
+		fn.timers = append(fn.timers[:k], fn.timers[k+1:]...)
+		if tm.at.After(fn.clock) {
+			fn.clock = tm.at
+		}
+		tm.f()
+	}
+	fn.clock = end
+}
+
+// perMinute checks that no minute (from the first notice) saw more than
+// noticesPerMinute notices.
+func (fn *fakeNotices) perMinute() {
+	for i := range fn.at {
+		n := 0
+		for _, at := range fn.at[i:] {
+			if at.Sub(fn.at[i]) < time.Minute {
+				n++
+			}
+		}
+		if n > noticesPerMinute {
+			fn.t.Fatalf("%d notices in the minute from %s, over %d", n, fn.at[i].Format(time.TimeOnly), noticesPerMinute)
 		}
 	}
-	if n.allow("h1", now) {
-		t.Fatal("one notice too many a minute")
+}
+
+// A burst of refusals from one host over the minute's bound: every one
+// is told, the overflow in the next minutes, never more than
+// noticesPerMinute a minute; each notice is one the sender believes.
+func TestRefusalNoticeQueue(t *testing.T) {
+	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
+	alice := envelope.Party{Gid: "h1.01a23400-3365-77d8-a646-15bd4b212402", Name: "alice", Host: "h1"}
+	bob := envelope.Party{Gid: "h2.01a23400-3142-7e07-b4e3-15b27a9f1b77", Name: "bob", Host: "h2"}
+	carol := envelope.Party{Gid: "h3.01a23400-3142-7e07-b4e3-15b27a9f1b78", Name: "carol", Host: "h3"}
+	fn := newFakeNotices(t, 1<<20)
+	const burst = 200
+	sent := map[string]bool{}
+	for i := 0; i < burst; i++ {
+		msg := envelope.New(envelope.Send, alice, envelope.Party{Gid: bob.Gid}, "hello")
+		raw, _ := envelope.Encode(msg)
+		sent[msg.MsgID] = true
+		fn.refused(broker.RefusedMsg{Queue: broker.InboxQueue(bob.Gid), Refusal: broker.Refuse(broker.ReasonUntrusted, "h1 is not trusted"),
+			Env: msg, Body: raw, Sig: ed25519.Sign(priv, raw), SignedBy: "h1"})
 	}
-	if !n.allow("h3", now) {
-		t.Fatal("another host has its own count")
+	if len(fn.got) != noticesPerMinute {
+		t.Fatalf("%d notices at once, want %d", len(fn.got), noticesPerMinute)
 	}
-	if !n.allow("h1", now.Add(time.Minute)) {
-		t.Fatal("a new minute, a new count")
+	// another host has its own minute, even while h1's queue waits
+	other := envelope.New(envelope.Send, carol, envelope.Party{Gid: bob.Gid}, "hi")
+	raw, _ := envelope.Encode(other)
+	fn.refused(broker.RefusedMsg{Queue: broker.InboxQueue(bob.Gid), Refusal: broker.Refuse(broker.ReasonUntrusted, "h3"),
+		Env: other, Body: raw, Sig: ed25519.Sign(priv, raw), SignedBy: "h3"})
+	if len(fn.got) != noticesPerMinute+1 || fn.got[noticesPerMinute].InReplyTo != other.MsgID {
+		t.Fatal("h3's notice waited behind h1's")
+	}
+	fn.got, fn.at = fn.got[:noticesPerMinute], fn.at[:noticesPerMinute]
+	for m := 1; m <= 4 && len(fn.got) < burst; m++ {
+		fn.advance(time.Minute)
+	}
+	if len(fn.got) != burst {
+		t.Fatalf("%d of %d notices sent after 4 minutes", len(fn.got), burst)
+	}
+	if last := fn.at[len(fn.at)-1].Sub(fn.at[0]); last > 4*time.Minute {
+		t.Fatalf("the last notice went %v after the first", last)
+	}
+	fn.perMinute()
+	for _, env := range fn.got {
+		var rb receiptBody
+		if err := json.Unmarshal([]byte(env.Body), &rb); err != nil || rb.Refused == nil {
+			t.Fatalf("notice %s: %v", env.Body, err)
+		}
+		if !sent[rb.MsgID] {
+			t.Fatalf("a notice for %s: not refused, or told twice", rb.MsgID)
+		}
+		delete(sent, rb.MsgID)
+		if _, err := believeRefusal(pub, env, &rb, nil); err != nil {
+			t.Fatalf("the sender does not believe notice %s: %v", rb.MsgID, err)
+		}
+	}
+	if len(fn.timers) != 0 || fn.queued != 0 {
+		t.Fatalf("%d timers armed and %d bytes queued with nothing left", len(fn.timers), fn.queued)
+	}
+}
+
+// Past noticeQueueBytes queued, a notice waits as its digest: memory
+// stays bounded, and every message is still told.
+func TestRefusalNoticeQueueBytes(t *testing.T) {
+	_, priv, _ := ed25519.GenerateKey(rand.Reader)
+	alice := envelope.Party{Gid: "h1.01a23400-3365-77d8-a646-15bd4b212402", Name: "alice", Host: "h1"}
+	bob := envelope.Party{Gid: "h2.01a23400-3142-7e07-b4e3-15b27a9f1b77", Name: "bob", Host: "h2"}
+	fn := newFakeNotices(t, 1<<20)
+	big := strings.Repeat("x", 100<<10)
+	const burst = 300 // 300 copies of 100 KiB: twice noticeQueueBytes
+	for i := 0; i < burst; i++ {
+		msg := envelope.New(envelope.Send, alice, envelope.Party{Gid: bob.Gid}, big)
+		raw, _ := envelope.Encode(msg)
+		fn.refused(broker.RefusedMsg{Queue: broker.InboxQueue(bob.Gid), Refusal: broker.Refuse(broker.ReasonUntrusted, "h1"),
+			Env: msg, Body: raw, Sig: ed25519.Sign(priv, raw), SignedBy: "h1"})
+		if fn.queued > noticeQueueBytes {
+			t.Fatalf("%d bytes queued, over %d", fn.queued, noticeQueueBytes)
+		}
+	}
+	fn.advance(5 * time.Minute)
+	if len(fn.got) != burst {
+		t.Fatalf("%d of %d notices sent", len(fn.got), burst)
+	}
+	fn.perMinute()
+	digests := 0
+	for _, env := range fn.got {
+		var rb receiptBody
+		if err := json.Unmarshal([]byte(env.Body), &rb); err != nil || rb.Refused == nil {
+			t.Fatalf("notice: %v", err)
+		}
+		if rb.Refused.Body == "" {
+			digests++
+		}
+	}
+	t.Logf("%d digests; a digest notice holds %d bytes queued", digests, (&pendingNotice{env: fn.got[burst-1]}).size())
+	if digests == 0 || digests == burst {
+		t.Fatalf("%d of %d notices as digests: want some, not all", digests, burst)
+	}
+}
+
+// A TRACE refused here is answered as refused, to its requester, about
+// its trace; one expired or naming no requester is not answered.
+func TestRefusedTrace(t *testing.T) {
+	_, priv, _ := ed25519.GenerateKey(rand.Reader)
+	alice := envelope.Party{Gid: "h1.01a23400-3365-77d8-a646-15bd4b212402", Name: "alice", Host: "h1"}
+	fn := newFakeNotices(t, 1<<20)
+	trace := envelope.NewID()
+	query := func(exp time.Time, from envelope.Party) broker.RefusedMsg {
+		body, _ := json.Marshal(traceQuery{TraceID: trace})
+		q := envelope.New(envelope.Trace, from, envelope.Party{Host: "h2", Group: "control"}, string(body))
+		q.TraceID, q.Expires = q.MsgID, exp
+		raw, _ := envelope.Encode(q)
+		return broker.RefusedMsg{Queue: broker.ControlQueue("h2"), Refusal: broker.Refuse(broker.ReasonUntrusted, "h1 is not trusted"),
+			Env: q, Body: raw, Sig: ed25519.Sign(priv, raw), SignedBy: "h1"}
+	}
+	m := query(fn.clock.Add(5*time.Second), alice)
+	fn.refused(m)
+	if len(fn.got) != 1 {
+		t.Fatalf("%d answers, want 1", len(fn.got))
+	}
+	res := fn.got[0]
+	var ans traceAnswer
+	if err := json.Unmarshal([]byte(res.Body), &ans); err != nil {
+		t.Fatal(err)
+	}
+	if res.Kind != envelope.TraceResult || res.InReplyTo != m.Env.MsgID || res.Recipient.Gid != alice.Gid ||
+		res.Sender.Host != "h2" || ans.TraceID != trace || len(ans.Hops) != 0 || !ans.Refused ||
+		!strings.Contains(ans.Error, "refused by h2") || !strings.Contains(ans.Error, "not trusted") {
+		t.Fatalf("answer %+v: %s", res, res.Body)
+	}
+	if err := checkTraceAnswer(&ans, trace, "h2", fn.clock); err != nil {
+		t.Fatalf("the requester refuses the answer: %v", err)
+	}
+	fn.refused(query(fn.clock.Add(-time.Second), alice))
+	fn.refused(query(fn.clock.Add(5*time.Second), envelope.Party{Host: "h1"}))
+	if len(fn.got) != 1 {
+		t.Fatalf("%d answers: an expired query or one naming no requester was answered", len(fn.got))
 	}
 }
 

@@ -67,7 +67,8 @@ type traceAnswer struct {
 	TraceID   string    `json:"trace_id"`
 	Hops      []api.Hop `json:"hops"`
 	Truncated bool      `json:"truncated,omitempty"`
-	Error     string    `json:"error,omitempty"` // the host could not read its audit log
+	Error     string    `json:"error,omitempty"`   // the host could not read its audit log
+	Refused   bool      `json:"refused,omitempty"` // the host refused the query; Error says why (refusals.go)
 }
 
 // traceWaiters owns the trace queries of this gateway waiting for other
@@ -228,6 +229,9 @@ gather:
 			th.State, th.Hops, th.Truncated = api.TraceAnswered, len(r.ans.Hops), r.ans.Truncated
 			if r.ans.Error != "" {
 				th.State, th.Detail = api.TraceUnreachable, r.ans.Error
+			}
+			if r.ans.Refused {
+				th.State = api.TraceRefused
 			}
 			out.Hops = append(out.Hops, r.ans.Hops...)
 		case <-timer.C:

@@ -174,19 +174,28 @@ func (s *server) trace(ctx context.Context, req *mcp.CallToolRequest, in TraceIn
 	if len(out.Hops) > maxH {
 		out.Omitted, out.Hops = len(out.Hops)-maxH, out.Hops[:maxH]
 	}
-	var silent []string
+	var silent, refused []string
 	for _, h := range tr.Hosts {
 		if h.State == api.TraceNoAnswer || h.State == api.TraceUnreachable {
 			silent = append(silent, h.Host)
 		}
+		if h.State == api.TraceRefused {
+			refused = append(refused, h.Host+" ("+h.Detail+")")
+		}
 	}
-	if len(tr.Hops) == 0 && len(silent) == 0 {
+	if len(tr.Hops) == 0 && len(silent) == 0 && len(refused) == 0 {
 		return nil, TraceOut{}, toolError(fault.New(fault.NoRecipient, fault.KindUnknownTrace, "no host saw trace %s", in.TraceID),
 			"a trace id is in the results of send, ask and receive (trace_id); audit logs keep what their rotation keeps")
 	}
 	if len(silent) > 0 {
 		out.Note = fmt.Sprintf("no answer from %s within %ds: their hops are missing; call trace again, with a longer timeout_seconds (at most %d)",
 			strings.Join(silent, ", "), timeout, maxTraceSeconds)
+	}
+	if len(refused) > 0 {
+		if out.Note != "" {
+			out.Note += "; "
+		}
+		out.Note += "refused by " + strings.Join(refused, ", ") + ": their hops are missing"
 	}
 	out.Inbox = s.inbox.now()
 	return nil, out, nil

@@ -26,11 +26,12 @@ func NewTraceApp() *ucli.App {
 		"own audit log (the rotated files too) and, with a broker, asks every host in its trust file over the " +
 		"control plane, waiting at most --timeout for their answers; hosts that did not answer in time are named " +
 		"on stderr and the command exits 75 after printing what came; hosts it could not ask at all (the broker down) are named " +
-		"with the reason, and then, if every other host answered, it exits 69. Hops are ordered by time (each host's own " +
+		"with the reason, and then, if every other host answered, it exits 69; a host that refused the query (this host " +
+		"not admitted there, say) answers at once, is named with its reason, and the command exits 77. Hops are ordered by time (each host's own " +
 		"clock), ties in the order a flow takes. Audit lines hold no message text. " +
 		"The caller is an entity (FLEET_TOKEN or --as NAME): any entity of a trusted host may trace any trace id it knows. " +
 		"Output: a table on a terminal; JSON Lines otherwise or with --json: one {\"type\":\"hop\",...} object per hop, " +
-		"then one {\"type\":\"host\",...} object per host asked (state answered, no_answer or unreachable)."
+		"then one {\"type\":\"host\",...} object per host asked (state answered, no_answer, unreachable or refused)."
 	app.Flags = append(fleetcli.ConnFlags(), fleetcli.JSONFlag(), fleetcli.AsFlag(),
 		&ucli.DurationFlag{Name: "timeout", Value: 5 * time.Second, Usage: "wait at most this long for the other hosts' answers (exit 75 if one is missing)"},
 	)
@@ -92,7 +93,7 @@ func run(c *ucli.Context) error {
 	if err := printTrace(c, tr, asJSON); err != nil {
 		return err
 	}
-	var silent, unasked, truncated []string
+	var silent, unasked, refused, truncated []string
 	for _, h := range tr.Hosts {
 		switch {
 		case h.State == api.TraceNoAnswer:
@@ -100,6 +101,9 @@ func run(c *ucli.Context) error {
 		case h.State == api.TraceUnreachable:
 			unasked = append(unasked, h.Host)
 			fmt.Fprintf(c.App.ErrWriter, "fleet-trace: host %s could not be asked: %s\n", h.Host, h.Detail)
+		case h.State == api.TraceRefused:
+			refused = append(refused, h.Host)
+			fmt.Fprintf(c.App.ErrWriter, "fleet-trace: host %s refused the query: %s\n", h.Host, h.Detail)
 		case h.Truncated:
 			truncated = append(truncated, h.Host)
 		}
@@ -114,8 +118,19 @@ func run(c *ucli.Context) error {
 		if len(unasked) > 0 {
 			msg += fmt.Sprintf(", and %s could not be asked", strings.Join(unasked, ", "))
 		}
+		if len(refused) > 0 {
+			msg += fmt.Sprintf(", and %s refused the query", strings.Join(refused, ", "))
+		}
 		return fault.New(fault.TempFail, fault.KindTimeout, "%s: their hops are missing", msg).
 			WithHint("those gateways may be down (fleet-roster shows who is heard); try again, or with a longer --timeout")
+	}
+	if len(refused) > 0 {
+		msg := fmt.Sprintf("%s refused the query (why is said above)", strings.Join(refused, ", "))
+		if len(unasked) > 0 {
+			msg += fmt.Sprintf(", and %s could not be asked", strings.Join(unasked, ", "))
+		}
+		return fault.New(fault.Refused, fault.KindRefusedByHost, "%s: their hops are missing", msg).
+			WithHint("fix the cause on %s (fleet-gw trust list there; its log names the refusal), then trace again", refused[0])
 	}
 	if len(unasked) > 0 {
 		return fault.New(fault.Unavailable, fault.KindBrokerDown, "%s could not be asked (why is said above): their hops are missing", strings.Join(unasked, ", ")).
