@@ -43,7 +43,7 @@ type controlExec struct {
 	ctx        func() context.Context                                              // the work in flight's: cancelled past the drain bound
 	answer     func(ctx context.Context, gid string, env *envelope.Envelope) error // to the requester's inbox (the broker)
 	trace      func(env *envelope.Envelope) error                                  // a trace query, on the control queue too (trace.go)
-	free       func(name string) error                                             // no other trusted host has the name (names.go); nil: single host
+	free       func(name string) error                                             // no other trusted host has the name (names.go); nil: not checked
 	register   func(e *store.Entity) error                                         // entities.go
 	unregister func(gid, name string) (int, error)                                 // entities.go: what fleet-roster leave does
 }
