@@ -259,7 +259,7 @@ func checkFields(env *envelope.Envelope) error {
 // and groups, before the target records, logs or binds any of it: the name
 // becomes a file name, each group a routing key (ident.ValidGroup). A body
 // that is not a spawn request at all is answered as malformed by the
-// target (carryOut).
+// target (controlExec.CarryOut).
 func checkSpawn(body string) error {
 	var b spawnBody
 	if json.Unmarshal([]byte(body), &b) != nil {

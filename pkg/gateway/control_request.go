@@ -6,11 +6,14 @@ package gateway
 // the answer that comes back to the waiting call.
 
 import (
+	"context"
 	"encoding/json"
+	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/fleetd/fleet/pkg/api"
+	"github.com/fleetd/fleet/pkg/audit"
 	"github.com/fleetd/fleet/pkg/broker"
 	"github.com/fleetd/fleet/pkg/envelope"
 	"github.com/fleetd/fleet/pkg/fault"
@@ -19,11 +22,30 @@ import (
 	"github.com/fleetd/fleet/pkg/trust"
 )
 
-// controlState is the control plane's part of the gateway.
-type controlState struct {
+// controlRequests is the asking side of the control plane: fleet-spawn and
+// fleet-stop of the local entities, carried out here (exec) or sent to the
+// host asked, and the calls waiting for the answers that come back. What it
+// needs of the rest of the gateway comes as hooks, wired once (gateway.go
+// open).
+type controlRequests struct {
+	host     string
+	log      *slog.Logger
+	audit    *audit.Log
+	peers    *peerView     // the roster view learns an answer at once
+	interval time.Duration // presence-interval: how long what is learned stands
+	exec     *controlExec  // a request for this host is carried out here
+
 	mu      sync.Mutex
 	waiters map[string][]*ctlWaiter // request id -> calls waiting for its answer
-	run     sync.Mutex              // one control request carried out at a time on this host
+
+	caller  func(req *api.Request) (*mailbox, error)                             // server.go: the calling entity
+	resolve func(to string) (target, error)                                      // route.go
+	remote  func() []api.EntityRow                                               // presence.go: the other hosts' entities
+	linked  func() bool                                                          // a broker is configured: other hosts are reachable
+	send    func(ctx context.Context, host string, env *envelope.Envelope) error // to host's control queue (the broker)
+	heard   func()                                                               // presence.go: keep what was heard (saveHeard)
+	ctx     func() context.Context                                               // the work in flight's: cancelled past the drain bound
+	closing func() <-chan struct{}                                               // closed when shutdown starts
 }
 
 type ctlWaiter struct {
@@ -32,7 +54,7 @@ type ctlWaiter struct {
 	ch        chan *controlResult
 }
 
-func (c *controlState) wait(id, requester, host string) *ctlWaiter {
+func (c *controlRequests) wait(id, requester, host string) *ctlWaiter {
 	w := &ctlWaiter{requester: requester, host: host, ch: make(chan *controlResult, 1)}
 	c.mu.Lock()
 	if c.waiters == nil {
@@ -43,7 +65,7 @@ func (c *controlState) wait(id, requester, host string) *ctlWaiter {
 	return w
 }
 
-func (c *controlState) unwait(id string, w *ctlWaiter) {
+func (c *controlRequests) unwait(id string, w *ctlWaiter) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ws := c.waiters[id]
@@ -63,7 +85,7 @@ func (c *controlState) unwait(id string, w *ctlWaiter) {
 // hand gives res, from host, to every call of requester waiting for
 // request id and returns how many there were. An answer from another host
 // than the one asked is refused.
-func (c *controlState) hand(id, requester, host string, res *controlResult) (int, error) {
+func (c *controlRequests) hand(id, requester, host string, res *controlResult) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	n := 0
@@ -91,9 +113,9 @@ func controlTimeout(req *api.Request) time.Duration {
 	return defaultControlTimeout
 }
 
-// spawn serves fleet-spawn.
-func (g *Gateway) spawn(req *api.Request) (*api.Response, error) {
-	from, err := g.caller(req)
+// Spawn serves fleet-spawn.
+func (c *controlRequests) Spawn(req *api.Request) (*api.Response, error) {
+	from, err := c.caller(req)
 	if err != nil {
 		return nil, err
 	}
@@ -115,27 +137,27 @@ func (g *Gateway) spawn(req *api.Request) (*api.Response, error) {
 		profile = "default"
 	}
 	body := spawnBody{Name: req.Name, Profile: profile, Groups: req.Groups, Args: req.Args}
-	res, err := g.request(envelope.Spawn, req.Host, id, body, from.snapshot(), controlTimeout(req))
+	res, err := c.request(envelope.Spawn, req.Host, id, body, from.snapshot(), controlTimeout(req))
 	if err != nil {
 		return nil, err
 	}
 	return answered(res)
 }
 
-// stop serves fleet-stop.
-func (g *Gateway) stop(req *api.Request) (*api.Response, error) {
-	from, err := g.caller(req)
+// Stop serves fleet-stop.
+func (c *controlRequests) Stop(req *api.Request) (*api.Response, error) {
+	from, err := c.caller(req)
 	if err != nil {
 		return nil, err
 	}
 	if req.Target == "" {
 		return nil, fault.New(fault.Usage, fault.KindUsage, "no entity to stop")
 	}
-	gid, name, host, err := g.locate(req.Target)
+	gid, name, host, err := c.locate(req.Target)
 	if err != nil {
 		return nil, err
 	}
-	res, err := g.request(envelope.Stop, host, envelope.NewID(), stopBody{Gid: gid, Name: name}, from.snapshot(), controlTimeout(req))
+	res, err := c.request(envelope.Stop, host, envelope.NewID(), stopBody{Gid: gid, Name: name}, from.snapshot(), controlTimeout(req))
 	if err != nil {
 		return nil, err
 	}
@@ -151,20 +173,20 @@ func answered(res *controlResult) (*api.Response, error) {
 
 // locate finds the gid, name and host of an entity named by name,
 // name@host or gid, through the union roster view.
-func (g *Gateway) locate(to string) (gid, name, host string, err error) {
-	t, err := g.resolve(to)
+func (c *controlRequests) locate(to string) (gid, name, host string, err error) {
+	t, err := c.resolve(to)
 	if err != nil {
 		return "", "", "", err
 	}
 	switch {
 	case t.box != nil:
 		e := t.box.snapshot()
-		return e.Gid, e.Name, g.cfg.Host, nil
+		return e.Gid, e.Name, c.host, nil
 	case t.host != "" && !ident.IsGid(to):
 		return t.gid, t.name, t.host, nil
 	}
 	// a gid names its host, but only the view says the entity is there
-	for _, r := range g.remoteRows() {
+	for _, r := range c.remote() {
 		if r.Gid == t.gid {
 			return r.Gid, r.Name, r.Host, nil
 		}
@@ -175,9 +197,9 @@ func (g *Gateway) locate(to string) (gid, name, host string, err error) {
 
 // request carries out a control request here, or sends it to host and
 // waits for the answer until timeout.
-func (g *Gateway) request(kind envelope.Kind, host, id string, body any, from store.Entity, timeout time.Duration) (*controlResult, error) {
+func (c *controlRequests) request(kind envelope.Kind, host, id string, body any, from store.Entity, timeout time.Duration) (*controlResult, error) {
 	if host == "" {
-		host = g.cfg.Host
+		host = c.host
 	}
 	if !trust.HostRE.MatchString(host) {
 		// never a routing key the broker would refuse: a refused publish
@@ -191,25 +213,25 @@ func (g *Gateway) request(kind envelope.Kind, host, id string, body any, from st
 	env := envelope.New(kind, envelope.Party{Gid: from.Gid, Name: from.Name, Host: from.Host},
 		envelope.Party{Host: host, Group: "control"}, string(data))
 	env.MsgID = id
-	if host == g.cfg.Host {
-		return g.carryOut(env), nil
+	if host == c.host {
+		return c.exec.CarryOut(env), nil
 	}
-	if g.br == nil {
+	if !c.linked() {
 		return nil, fault.New(fault.NoRecipient, fault.KindUnknownHost, "no host %s: this gateway has no broker configured to reach other hosts", host)
 	}
 	env.Expires = time.Now().Add(timeout).UTC() // never carried out after the caller gave up
-	w := g.ctl.wait(id, from.Gid, host)
-	defer g.ctl.unwait(id, w)
-	if err := g.br.PublishControl(g.hardCtx, host, env); err != nil {
+	w := c.wait(id, from.Gid, host)
+	defer c.unwait(id, w)
+	if err := c.send(c.ctx(), host, env); err != nil {
 		return nil, err
 	}
-	g.audit.Message("control_sent", env, 0, "")
-	g.log.Info("control request sent", "kind", env.Kind, "request_id", id, "trace_id", env.TraceID, "peer", host, "entity", from.Name)
+	c.audit.Message("control_sent", env, 0, "")
+	c.log.Info("control request sent", "kind", env.Kind, "request_id", id, "trace_id", env.TraceID, "peer", host, "entity", from.Name)
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	select {
 	case res := <-w.ch:
-		g.learn(host, res)
+		c.learn(host, res)
 		return res, nil
 	case <-t.C:
 		if kind == envelope.Spawn {
@@ -218,7 +240,7 @@ func (g *Gateway) request(kind envelope.Kind, host, id string, body any, from st
 		}
 		return nil, fault.New(fault.TempFail, fault.KindTimeout, "no answer from host %s within %v: the stop may still happen", host, timeout).
 			WithHint("look with: fleet-roster --host %s; stopping again is safe", host)
-	case <-g.runCtx.Done():
+	case <-c.closing():
 		return nil, fault.New(fault.Unavailable, fault.KindShuttingDown, "the gateway is shutting down")
 	}
 }
@@ -227,7 +249,7 @@ func (g *Gateway) request(kind envelope.Kind, host, id string, body any, from st
 // of an entity just spawned there resolves, and one just stopped no longer
 // does, as soon as fleet-spawn or fleet-stop returns — not one presence
 // interval later. The host's next snapshot replaces all of it anyway.
-func (g *Gateway) learn(host string, res *controlResult) {
+func (c *controlRequests) learn(host string, res *controlResult) {
 	var add *api.EntityRow
 	drop := ""
 	switch {
@@ -244,16 +266,18 @@ func (g *Gateway) learn(host string, res *controlResult) {
 		return
 	}
 	if drop != "" {
-		g.peers.Drop(host, drop)
+		c.peers.Drop(host, drop)
 	}
 	if add != nil {
-		g.peers.Upsert(host, *add, time.Now(), g.cfg.PresenceInterval)
+		c.peers.Upsert(host, *add, time.Now(), c.interval)
 	}
-	g.saveHeard()
+	c.heard()
 }
 
-func (g *Gateway) onControlResult(env *envelope.Envelope) error {
-	log := g.log.With("request_id", env.InReplyTo, "trace_id", env.TraceID, "kind", env.Kind, "peer", env.Sender.Host)
+// Take is the intake's handler for a SPAWN_RESULT or STOP_RESULT: the
+// answer is handed to the calls waiting for it, or logged and dropped.
+func (c *controlRequests) Take(env *envelope.Envelope) error {
+	log := c.log.With("request_id", env.InReplyTo, "trace_id", env.TraceID, "kind", env.Kind, "peer", env.Sender.Host)
 	var res controlResult
 	if err := json.Unmarshal([]byte(env.Body), &res); err != nil {
 		return broker.Refuse(broker.ReasonMalformed, "control answer: %v", err)
@@ -264,7 +288,7 @@ func (g *Gateway) onControlResult(env *envelope.Envelope) error {
 	if err := checkControlResult(&res, env.Sender.Host); err != nil {
 		return err
 	}
-	n, err := g.ctl.hand(env.InReplyTo, env.Recipient.Gid, env.Sender.Host, &res)
+	n, err := c.hand(env.InReplyTo, env.Recipient.Gid, env.Sender.Host, &res)
 	if err != nil || n > 0 {
 		return err
 	}

@@ -5,7 +5,7 @@ import "testing"
 // An answer reaches only the calls of the entity that asked, each once;
 // a repeated answer neither blocks nor reaches anyone twice.
 func TestControlAnswersReachTheirRequesterOnce(t *testing.T) {
-	var c controlState
+	c := &controlRequests{}
 	a1 := c.wait("req-1", "gid-a", "h2")
 	a2 := c.wait("req-1", "gid-a", "h2") // the same request id, sent twice
 	b := c.wait("req-1", "gid-b", "h2")  // someone else reusing the id

@@ -56,9 +56,8 @@ import (
 
 // Gateway is one host's fleet-gw: a composition of parts, each of which
 // owns its state behind its own lock and small API. The Gateway wires them
-// together (the request handlers, the routing fork, delivery loops and the
-// control plane are still its methods) and holds no feature state of its
-// own:
+// together (the request handlers, the routing fork and delivery loops are
+// still its methods) and holds no feature state of its own:
 //
 //	reg    registry.go    the live entities, by gid and name (mailbox: one entity, inbox.go)
 //	st     pkg/store      everything durable: entities, inboxes, records
@@ -66,7 +65,8 @@ import (
 //	rcpt   receipt.go     records settled across hosts, receipts, bounces
 //	rdv    rendezvous.go  open sends (--wait), the replies handed to them, its claim rule
 //	asks   ask.go         open asks, asks delivered here, answers sent
-//	ctl    control.go     control requests waiting for their answers
+//	ctl    control_request.go  fleet-spawn, fleet-stop: asked of a host, calls waiting for answers
+//	exec   control_exec.go     the SPAWN and STOP asked of this host, carried out once per id
 //	traces trace.go       trace queries waiting for the other hosts' answers
 //	peers  peers.go       what was heard of the other hosts (the remote roster, by name)
 //	said   announcer.go   this host's presence chain: what it announced of its entities
@@ -87,7 +87,6 @@ type Gateway struct {
 	reg      *registry
 	rdv      *rendezvous
 	asks     *asks
-	ctl      controlState
 	traces   traceWaiters  // trace.go: trace queries waiting for the hosts' answers
 	replayMu sync.Mutex    // dlq.go: one replay at a time (its record, send and cleanup are one step)
 	traceSem chan struct{} // trace.go: searches running for other hosts' trace queries
@@ -102,6 +101,9 @@ type Gateway struct {
 	caps     *inboxCaps  // inboxcap.go: set once the store is open
 	in       *intake     // intake.go: a message into its inbox; set once the store is open
 	rcpt     *receipts   // receipt.go: records settled across hosts, bounces; set once the store is open
+
+	ctl  *controlRequests // control_request.go: spawn/stop asked of a host; set once the store is open
+	exec *controlExec     // control_exec.go: spawn/stop asked of this host; set once the store is open
 
 	metrics *metrics.Metrics // the events counted (nil: metrics-listen is off)
 	scrape  *scrapes         // metrics.go: the /metrics endpoint
@@ -241,7 +243,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 			return fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot set up this host's signing key")
 		}
 		g.rcpt.own = g.admit.own    // refusal notices name bytes this key signed
-		g.br.OnControl(g.onControl) // control.go: SPAWN/STOP for this host
+		g.br.OnControl(g.exec.Take) // control_exec.go: SPAWN/STOP for this host
 		g.br.OnDeath(g.onDeath)     // deaths.go: our messages dead in other hosts' inboxes
 		// One gateway per host id: nothing is delivered and no client is
 		// served until the broker has given this host id to us (or cannot
@@ -500,6 +502,33 @@ func (g *Gateway) open() error {
 		named:      func(r *store.Record) string { return g.apiRecord(r).Recipient },
 	}
 	g.rdv.wire(st, g.reg, g.log, a, g.metrics, g.rcpt.Settled)
+	g.exec = &controlExec{cfg: g.cfg, st: st, log: g.log, audit: a, reg: g.reg, follow: g.follow, crash: g.crash,
+		ctx: func() context.Context { return g.hardCtx },
+		answer: func(ctx context.Context, gid string, env *envelope.Envelope) error {
+			return g.br.Publish(ctx, gid, env, true)
+		},
+		trace: g.onTraceQuery,
+		free: func(name string) error {
+			if g.br == nil {
+				return nil
+			}
+			return g.names.Free(name, g.peers.ByName(name, "", g.admit.trusted), nil)
+		},
+		register: func(e *store.Entity) error {
+			_, _, err := g.register(e)
+			return err
+		},
+		unregister: g.unregister,
+	}
+	g.ctl = &controlRequests{host: g.cfg.Host, log: g.log, audit: a, peers: g.peers, interval: g.cfg.PresenceInterval, exec: g.exec,
+		caller: g.caller, resolve: g.resolve, remote: g.remoteRows, heard: g.saveHeard,
+		linked: func() bool { return g.br != nil },
+		send: func(ctx context.Context, host string, env *envelope.Envelope) error {
+			return g.br.PublishControl(ctx, host, env)
+		},
+		ctx:     func() context.Context { return g.hardCtx },
+		closing: func() <-chan struct{} { return g.runCtx.Done() },
+	}
 	g.in = &intake{
 		host: g.cfg.Host, stateDir: dir, st: st, log: g.log, audit: a, metrics: g.metrics,
 		reg: g.reg, rdv: g.rdv, caps: g.caps, crash: g.crash,
@@ -508,7 +537,7 @@ func (g *Gateway) open() error {
 		answer:        g.onAnswer,
 		tooLate:       g.onTooLate,
 		ask:           g.liveAdd,
-		controlResult: g.onControlResult,
+		controlResult: g.ctl.Take,
 		traceResult:   g.onTraceResult,
 	}
 	g.rcpt.in = g.in // a bounce is stored like any message
@@ -622,7 +651,7 @@ func (g *Gateway) janitor() {
 		} else if n > 0 {
 			g.log.Info("pruned delivery records past the dedup window", "count", n)
 		}
-		g.pruneControl() // control.go
+		g.exec.Prune() // control_exec.go
 		// dead letters past dead-retention; their records go with the
 		// dedup window (the next pass's Prune), never sooner
 		if n, err := g.st.PruneDead(time.Now().Add(-g.cfg.DeadRetention)); err != nil {

@@ -63,9 +63,9 @@ func (g *Gateway) dispatch(c *conn, req *api.Request) (*api.Response, error) {
 	case api.OpGroups:
 		return g.setGroups(req)
 	case api.OpSpawn: // control.go
-		return g.spawn(req)
+		return g.ctl.Spawn(req)
 	case api.OpStop: // control.go
-		return g.stop(req)
+		return g.ctl.Stop(req)
 	case api.OpDead:
 		return g.dead(req)
 	case api.OpReplay: // dlq.go
