@@ -24,42 +24,68 @@ package gateway
 // delivered here). Nobody else's message is ever signed anew.
 
 import (
+	"context"
 	"errors"
+	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/fleetd/fleet/pkg/api"
 	"github.com/fleetd/fleet/pkg/audit"
+	"github.com/fleetd/fleet/pkg/broker"
 	"github.com/fleetd/fleet/pkg/envelope"
 	"github.com/fleetd/fleet/pkg/fault"
 	"github.com/fleetd/fleet/pkg/ident"
 	"github.com/fleetd/fleet/pkg/store"
 )
 
-// replay serves OpReplay.
-func (g *Gateway) replay(req *api.Request) (*api.Response, error) {
-	g.replayMu.Lock()
-	defer g.replayMu.Unlock()
+// deadLetters owns fleet-dlq's replay and purge: one replay at a time
+// (its record, send and cleanup are one step, under its lock). The
+// Gateway wires it once the store is open.
+type deadLetters struct {
+	host     string
+	stateDir string
+	maxBody  int
+	st       *store.Store
+	log      *slog.Logger
+	audit    *audit.Log
+	reg      *registry
+	caps     *inboxCaps // a local replay is held to its inbox's cap
+	in       *intake    // a local replay goes into its inbox like any message
+
+	// read at each replay: set in Run, after the store is open
+	br    func() *broker.Broker  // nil: single-host mode
+	admit func() *admission      // nil: single-host mode
+	ctx   func() context.Context // publishes are aborted past the drain bound (hardCtx)
+
+	mu sync.Mutex // one replay at a time
+}
+
+// Replay serves OpReplay.
+func (d *deadLetters) Replay(req *api.Request) (*api.Response, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	if len(req.Raw) == 0 {
 		// a dead letter of this host's store is known by its msg id and
 		// its sender's host, even once replayed (its record stays)
-		d, derr := g.st.DeadLetter(req.MsgID)
+		dl, derr := d.st.DeadLetter(req.MsgID)
 		var env *envelope.Envelope
 		host := ""
-		if derr == nil && len(d.Envelope) > 0 {
+		if derr == nil && len(dl.Envelope) > 0 {
 			var err error
-			if env, err = envelope.Decode(d.Envelope, 1<<30); err != nil {
+			if env, err = envelope.Decode(dl.Envelope, 1<<30); err != nil {
 				return nil, err
 			}
 			host = env.Sender.Host
 		} else {
-			host = recordedSender(g.st, g.cfg.Host, req.MsgID)
+			host = recordedSender(d.st, d.host, req.MsgID)
 		}
-		prev := g.st.Replay(req.MsgID, host)
+		prev := d.st.Replay(req.MsgID, host)
 		if req.Known {
-			return replayedAs(g.st, req.MsgID, prev)
+			return replayedAs(d.st, req.MsgID, prev)
 		}
 		if prev != nil {
-			return g.resend(prev, req.MsgID)
+			return d.resend(prev, req.MsgID)
 		}
 		if derr != nil {
 			return nil, fault.New(fault.NoRecipient, fault.KindUnknownMessage, "no dead letter %s on this host", req.MsgID).
@@ -68,49 +94,50 @@ func (g *Gateway) replay(req *api.Request) (*api.Response, error) {
 		if env == nil {
 			return nil, fault.New(fault.Data, fault.KindNotReplayable, "dead letter %s kept no message to deliver again", req.MsgID)
 		}
-		return g.replayEnv(env, req.MsgID)
+		return d.replayEnv(env, req.MsgID)
 	}
-	env, err := envelope.Decode(req.Raw, g.cfg.MaxBody)
+	env, err := envelope.Decode(req.Raw, d.maxBody)
 	if err != nil {
 		return nil, err
 	}
-	if g.admit == nil {
+	admit := d.admit()
+	if admit == nil {
 		return nil, fault.New(fault.Unavailable, fault.KindBrokerDown, "this gateway runs without a broker: it cannot check a dead letter from bridge.dlq")
 	}
-	if err := g.admit.signed(req.SignedBy, req.Raw, req.Sig, env); err != nil {
+	if err := admit.signed(req.SignedBy, req.Raw, req.Sig, env); err != nil {
 		return nil, fault.New(fault.Refused, fault.KindNotAuthentic, "dead letter %s is not proven: %v", env.MsgID, err)
 	}
 	// proven: its sender's host signed it. A msg id is only what a host
 	// says it is: a copy from another host than the one this host has the
 	// message from is not that message
-	if h := recordedSender(g.st, g.cfg.Host, store.Key(env)); h != "" && h != env.Sender.Host {
+	if h := recordedSender(d.st, d.host, store.Key(env)); h != "" && h != env.Sender.Host {
 		return nil, fault.New(fault.Refused, fault.KindNotAuthentic,
 			"dead letter %s in bridge.dlq is signed by %s, but this host has message %s from %s: that copy is not it", env.MsgID, env.Sender.Host, env.MsgID, h).
 			WithHint("see both with: fleet-dlq show %s", env.MsgID)
 	}
-	if prev := g.st.Replay(env.MsgID, env.Sender.Host); prev != nil {
-		return g.resend(prev, "")
+	if prev := d.st.Replay(env.MsgID, env.Sender.Host); prev != nil {
+		return d.resend(prev, "")
 	}
 	// a signed copy in bridge.dlq is not proof that the message died: a
 	// host that received it could have put it there. Replayed only when
 	// this host knows nothing else of it, or knows it dead.
-	if r, err := g.st.Record(store.Key(env)); err == nil && r.State != store.Dead {
+	if r, err := d.st.Record(store.Key(env)); err == nil && r.State != store.Dead {
 		return nil, fault.New(fault.Usage, fault.KindNotReplayable,
 			"message %s is %s on this host, not dead: its copy in bridge.dlq is not replayed", env.MsgID, r.State).
 			WithHint("purge the copy: fleet-dlq purge %s", env.MsgID)
 	}
-	if req.SignedBy != g.cfg.Host && g.reg.Get(env.Recipient.Gid) == nil {
+	if req.SignedBy != d.host && d.reg.Get(env.Recipient.Gid) == nil {
 		return nil, fault.New(fault.Usage, fault.KindNotReplayable,
 			"dead letter %s was sent from %s to %s: only its sender's gateway signs it again", env.MsgID, env.Sender.String(), env.Recipient.String()).
 			WithHint("run fleet-dlq replay on host %s (or on the recipient's host)", env.Sender.Host)
 	}
-	return g.replayEnv(env, "")
+	return d.replayEnv(env, "")
 }
 
 // replayEnv delivers orig again under a new msg id. deadKey is this host's
 // dead letter of it, removed once the replay is delivered ("" for one from
 // bridge.dlq, which fleet-dlq acks itself).
-func (g *Gateway) replayEnv(orig *envelope.Envelope, deadKey string) (*api.Response, error) {
+func (d *deadLetters) replayEnv(orig *envelope.Envelope, deadKey string) (*api.Response, error) {
 	switch orig.Kind {
 	case envelope.Send, envelope.Reply, envelope.Broadcast:
 	default:
@@ -122,51 +149,51 @@ func (g *Gateway) replayEnv(orig *envelope.Envelope, deadKey string) (*api.Respo
 	if n.Recipient.Gid == "" {
 		return nil, fault.New(fault.Usage, fault.KindNotReplayable, "dead letter %s names no recipient entity", orig.MsgID)
 	}
-	if err := g.replayable(&n); err != nil {
+	if err := d.replayable(&n); err != nil {
 		return nil, err
 	}
 	raw, err := envelope.Encode(&n)
 	if err != nil {
 		return nil, err
 	}
-	prev, err := g.st.PutReplay(orig.MsgID, orig.Sender.Host, raw)
+	prev, err := d.st.PutReplay(orig.MsgID, orig.Sender.Host, raw)
 	if err != nil {
 		return nil, fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "could not record the replay").
-			WithHint("free space in the state folder %s", g.cfg.StateDir)
+			WithHint("free space in the state folder %s", d.stateDir)
 	}
 	if prev != nil { // a replay raced this one
-		return g.resend(prev, deadKey)
+		return d.resend(prev, deadKey)
 	}
-	state, err := g.deliverAgain(&n)
+	state, err := d.deliverAgain(&n)
 	if err != nil {
 		if fault.KindOf(err) == fault.KindUnknownRecipient {
 			// a local recipient that left (a remote one: deliverAgain)
-			if derr := g.st.DropReplay(orig.MsgID, orig.Sender.Host); derr != nil {
-				g.log.Error("forgetting a replay that did not happen", "msg_id", orig.MsgID, "err", derr)
+			if derr := d.st.DropReplay(orig.MsgID, orig.Sender.Host); derr != nil {
+				d.log.Error("forgetting a replay that did not happen", "msg_id", orig.MsgID, "err", derr)
 			}
 		}
 		return nil, err
 	}
-	g.replayed(orig.MsgID, deadKey, &n)
+	d.replayed(orig.MsgID, deadKey, &n)
 	return &api.Response{Sent: &api.Sent{MsgID: n.MsgID, TraceID: n.TraceID, State: state,
 		Recipient: n.Recipient.String(), Gid: n.Recipient.Gid, ReplayOf: orig.MsgID}}, nil
 }
 
 // replayable says whether env can be delivered from here: to an entity
 // of this host, or published as this host's own message.
-func (g *Gateway) replayable(env *envelope.Envelope) error {
-	if g.reg.Get(env.Recipient.Gid) != nil {
+func (d *deadLetters) replayable(env *envelope.Envelope) error {
+	if d.reg.Get(env.Recipient.Gid) != nil {
 		return nil
 	}
-	if ident.GidHost(env.Recipient.Gid) == g.cfg.Host {
+	if ident.GidHost(env.Recipient.Gid) == d.host {
 		return fault.New(fault.NoRecipient, fault.KindUnknownRecipient, "no recipient %s: it left this host; the dead letter stays", env.Recipient.String())
 	}
-	if env.Sender.Host != g.cfg.Host {
+	if env.Sender.Host != d.host {
 		return fault.New(fault.Usage, fault.KindNotReplayable,
 			"message %s was sent from %s: only its sender's gateway signs it again", env.ReplayOf, env.Sender.String()).
 			WithHint("run fleet-dlq replay on host %s", env.Sender.Host)
 	}
-	if g.br == nil {
+	if d.br() == nil {
 		return fault.New(fault.Unavailable, fault.KindBrokerDown, "recipient %s is on another host and this gateway has no broker", env.Recipient.String())
 	}
 	return nil
@@ -174,42 +201,42 @@ func (g *Gateway) replayable(env *envelope.Envelope) error {
 
 // deliverAgain hands a replay to its recipient's inbox here or publishes
 // it; its state as a send reports it.
-func (g *Gateway) deliverAgain(env *envelope.Envelope) (string, error) {
-	if g.reg.Get(env.Recipient.Gid) != nil {
-		if err := g.caps.Room(env); err != nil {
+func (d *deadLetters) deliverAgain(env *envelope.Envelope) (string, error) {
+	if d.reg.Get(env.Recipient.Gid) != nil {
+		if err := d.caps.Room(env); err != nil {
 			// refused, as by a full broker inbox below: no new dead letter
-			if derr := g.st.DropReplay(env.ReplayOf, env.Sender.Host); derr != nil {
-				g.log.Error("forgetting a refused replay", "replay_of", env.ReplayOf, "err", derr)
+			if derr := d.st.DropReplay(env.ReplayOf, env.Sender.Host); derr != nil {
+				d.log.Error("forgetting a refused replay", "replay_of", env.ReplayOf, "err", derr)
 			}
 			return "", err
 		}
-		rec, err := g.in.Accept(env)
+		rec, err := d.in.Accept(env)
 		if err != nil {
 			return "", err
 		}
 		return rec.State, nil
 	}
-	// not g.publish: a replay refused by a full inbox is not a new dead
+	// not Gateway.publish: a replay refused by a full inbox is not a new dead
 	// letter with a bounce — the dead letter it replays is still there
 	now := time.Now().UTC()
-	if err := g.st.RecordOutboundKeep(env, now, keptBytes(env))(); err != nil {
+	if err := d.st.RecordOutboundKeep(env, now, keptBytes(env))(); err != nil {
 		return "", fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "could not record the replay").
-			WithHint("free space in the state folder %s", g.cfg.StateDir)
+			WithHint("free space in the state folder %s", d.stateDir)
 	}
-	g.audit.Message("published", env, 0, "replay of "+env.ReplayOf)
-	err := g.br.Publish(g.hardCtx, env.Recipient.Gid, env, true)
+	d.audit.Message("published", env, 0, "replay of "+env.ReplayOf)
+	err := d.br().Publish(d.ctx(), env.Recipient.Gid, env, true)
 	switch kind := fault.KindOf(err); {
 	case err == nil:
-		g.audit.Message("confirmed", env, 0, "")
+		d.audit.Message("confirmed", env, 0, "")
 		return store.Accepted, nil
 	case kind == fault.KindInboxFull || kind == fault.KindUnknownRecipient:
 		// refused for sure (nacked, or returned unroutable): nothing of
 		// this replay exists anywhere; a later one starts afresh
-		if derr := g.st.ForgetRecord(env.MsgID); derr != nil {
-			g.log.Error("forgetting a refused replay", "msg_id", env.MsgID, "err", derr)
+		if derr := d.st.ForgetRecord(env.MsgID); derr != nil {
+			d.log.Error("forgetting a refused replay", "msg_id", env.MsgID, "err", derr)
 		}
-		if derr := g.st.DropReplay(env.ReplayOf, env.Sender.Host); derr != nil {
-			g.log.Error("forgetting a refused replay", "replay_of", env.ReplayOf, "err", derr)
+		if derr := d.st.DropReplay(env.ReplayOf, env.Sender.Host); derr != nil {
+			d.log.Error("forgetting a refused replay", "replay_of", env.ReplayOf, "err", derr)
 		}
 	}
 	// otherwise the outcome is unknown (no confirm, a lost connection):
@@ -220,19 +247,19 @@ func (g *Gateway) deliverAgain(env *envelope.Envelope) (string, error) {
 
 // resend sends a replay made before once more: a copy its recipient has
 // is dropped there by its msg id.
-func (g *Gateway) resend(raw []byte, deadKey string) (*api.Response, error) {
+func (d *deadLetters) resend(raw []byte, deadKey string) (*api.Response, error) {
 	env, err := envelope.Decode(raw, 1<<30)
 	if err != nil {
 		return nil, err
 	}
-	if err := g.replayable(env); err != nil {
+	if err := d.replayable(env); err != nil {
 		return nil, err
 	}
-	state, err := g.deliverAgain(env)
+	state, err := d.deliverAgain(env)
 	if err != nil {
 		return nil, err
 	}
-	g.replayed(env.ReplayOf, deadKey, env)
+	d.replayed(env.ReplayOf, deadKey, env)
 	return &api.Response{Sent: &api.Sent{MsgID: env.MsgID, TraceID: env.TraceID, State: state,
 		Recipient: env.Recipient.String(), Gid: env.Recipient.Gid, ReplayOf: env.ReplayOf, Again: true}}, nil
 }
@@ -257,23 +284,23 @@ func replayedAs(st *store.Store, msgID string, prev []byte) (*api.Response, erro
 }
 
 // replayed removes the dead letter a replay delivered, and says so.
-func (g *Gateway) replayed(orig, deadKey string, env *envelope.Envelope) {
+func (d *deadLetters) replayed(orig, deadKey string, env *envelope.Envelope) {
 	if deadKey != "" {
-		if _, err := g.st.ForgetDead([]string{deadKey}); err != nil {
-			g.log.Warn("a replayed dead letter was not removed", "msg_id", deadKey, "err", err)
+		if _, err := d.st.ForgetDead([]string{deadKey}); err != nil {
+			d.log.Warn("a replayed dead letter was not removed", "msg_id", deadKey, "err", err)
 		}
 	}
-	g.audit.Write(audit.Line{Event: "replayed", TraceID: env.TraceID, MsgID: env.MsgID, Kind: string(env.Kind),
+	d.audit.Write(audit.Line{Event: "replayed", TraceID: env.TraceID, MsgID: env.MsgID, Kind: string(env.Kind),
 		Sender: env.Sender.Gid, Recipient: env.Recipient.Gid, Reason: "replay of " + orig})
-	g.log.Info("dead letter delivered again", "replay_of", orig, "msg_id", env.MsgID, "trace_id", env.TraceID)
+	d.log.Info("dead letter delivered again", "replay_of", orig, "msg_id", env.MsgID, "trace_id", env.TraceID)
 }
 
-// purgeDead serves OpPurgeDead.
-func (g *Gateway) purgeDead(req *api.Request) (*api.Response, error) {
+// Purge serves OpPurgeDead.
+func (d *deadLetters) Purge(req *api.Request) (*api.Response, error) {
 	if len(req.MsgIDs) == 0 {
 		return nil, fault.New(fault.Usage, fault.KindUsage, "no dead letters named to purge")
 	}
-	n, err := g.st.ForgetDead(req.MsgIDs)
+	n, err := d.st.ForgetDead(req.MsgIDs)
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			n = 0
@@ -282,7 +309,7 @@ func (g *Gateway) purgeDead(req *api.Request) (*api.Response, error) {
 		}
 	}
 	for _, id := range req.MsgIDs {
-		g.audit.Write(audit.Line{Event: "purged", MsgID: id})
+		d.audit.Write(audit.Line{Event: "purged", MsgID: id})
 	}
 	return &api.Response{Count: n}, nil
 }

@@ -67,7 +67,8 @@ import (
 //	asks   ask.go         open asks, asks delivered here, answers sent
 //	ctl    control_request.go  fleet-spawn, fleet-stop: asked of a host, calls waiting for answers
 //	exec   control_exec.go     the SPAWN and STOP asked of this host, carried out once per id
-//	traces trace.go       trace queries waiting for the other hosts' answers
+//	tracer trace.go       fleet-trace: queries waiting for answers, searches for other hosts
+//	dlq    dlq.go         fleet-dlq: dead letters replayed (once) and purged
 //	peers  peers.go       what was heard of the other hosts (the remote roster, by name)
 //	said   announcer.go   this host's presence chain: what it announced of its entities
 //	admit  admit.go       what a message from the broker must prove
@@ -84,23 +85,22 @@ type Gateway struct {
 	audit *audit.Log
 	br    *broker.Broker // nil: single-host mode
 
-	reg      *registry
-	rdv      *rendezvous
-	asks     *asks
-	traces   traceWaiters  // trace.go: trace queries waiting for the hosts' answers
-	replayMu sync.Mutex    // dlq.go: one replay at a time (its record, send and cleanup are one step)
-	traceSem chan struct{} // trace.go: searches running for other hosts' trace queries
-	peers    *peerView
-	admits   *admitsView // admits.go: which hosts each other host admits
-	heardMu  sync.Mutex  // one save of peers' last words at a time (presence.go saveHeard)
-	said     *announcer  // announcer.go: this host's presence chain
-	admit    *admission  // nil: single-host mode
-	names    *nameBook   // names.go
-	wake     *wakes      // wake.go: set once the store is open
-	follow   *followers  // follow.go: who reads the pull entities; set once the store is open
-	caps     *inboxCaps  // inboxcap.go: set once the store is open
-	in       *intake     // intake.go: a message into its inbox; set once the store is open
-	rcpt     *receipts   // receipt.go: records settled across hosts, bounces; set once the store is open
+	reg     *registry
+	rdv     *rendezvous
+	asks    *asks
+	peers   *peerView
+	admits  *admitsView  // admits.go: which hosts each other host admits
+	heardMu sync.Mutex   // one save of peers' last words at a time (presence.go saveHeard)
+	said    *announcer   // announcer.go: this host's presence chain
+	admit   *admission   // nil: single-host mode
+	names   *nameBook    // names.go
+	wake    *wakes       // wake.go: set once the store is open
+	follow  *followers   // follow.go: who reads the pull entities; set once the store is open
+	caps    *inboxCaps   // inboxcap.go: set once the store is open
+	in      *intake      // intake.go: a message into its inbox; set once the store is open
+	rcpt    *receipts    // receipt.go: records settled across hosts, bounces; set once the store is open
+	tracer  *tracer      // trace.go: fleet-trace; set once the store is open
+	dlq     *deadLetters // dlq.go: fleet-dlq replay and purge; set once the store is open
 
 	ctl  *controlRequests // control_request.go: spawn/stop asked of a host; set once the store is open
 	exec *controlExec     // control_exec.go: spawn/stop asked of this host; set once the store is open
@@ -136,18 +136,17 @@ func New(cfg *config.Config, log *slog.Logger) *Gateway {
 		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
 	g := &Gateway{
-		cfg:      cfg,
-		log:      log.With("host", cfg.Host),
-		rdv:      newRendezvous(),
-		traceSem: make(chan struct{}, traceSearches),
-		peers:    newPeerView(cfg.PresenceInterval, log.With("host", cfg.Host)),
-		admits:   newAdmitsView(cfg.Host, cfg.PresenceTTL),
-		names:    newNameBook(log.With("host", cfg.Host), cfg.PresenceTTL),
-		reg:      newRegistry(),
-		crash:    crashpoint(os.Getenv("FLEET_CRASHPOINT")),
-		asks:     newAsks(),
-		ready:    make(chan struct{}),
-		scrape:   &scrapes{log: log.With("host", cfg.Host)},
+		cfg:    cfg,
+		log:    log.With("host", cfg.Host),
+		rdv:    newRendezvous(),
+		peers:  newPeerView(cfg.PresenceInterval, log.With("host", cfg.Host)),
+		admits: newAdmitsView(cfg.Host, cfg.PresenceTTL),
+		names:  newNameBook(log.With("host", cfg.Host), cfg.PresenceTTL),
+		reg:    newRegistry(),
+		crash:  crashpoint(os.Getenv("FLEET_CRASHPOINT")),
+		asks:   newAsks(),
+		ready:  make(chan struct{}),
+		scrape: &scrapes{log: log.With("host", cfg.Host)},
 	}
 	g.said = newAnnouncer(cfg.Host, cfg.PresenceInterval, cfg.PresenceTTL, g.log, announceHooks{
 		row: func(gid string) (api.EntityRow, bool) {
@@ -507,7 +506,7 @@ func (g *Gateway) open() error {
 		answer: func(ctx context.Context, gid string, env *envelope.Envelope) error {
 			return g.br.Publish(ctx, gid, env, true)
 		},
-		trace: g.onTraceQuery,
+		trace: func(env *envelope.Envelope) error { return g.tracer.Query(env) }, // tracer is made below
 		free: func(name string) error {
 			if g.br == nil {
 				return nil
@@ -538,9 +537,29 @@ func (g *Gateway) open() error {
 		tooLate:       g.onTooLate,
 		ask:           g.liveAdd,
 		controlResult: g.ctl.Take,
-		traceResult:   g.onTraceResult,
+		traceResult:   func(env *envelope.Envelope) error { return g.tracer.Result(env) },
 	}
 	g.rcpt.in = g.in // a bounce is stored like any message
+	// fleet-trace and fleet-dlq (trace.go, dlq.go): the broker and the
+	// admission are read at each use, set in Run after this
+	g.tracer = newTracer(g.cfg.Host, g.log, a, g.reg, g.peers, &g.workers)
+	g.tracer.caller = func(req *api.Request) (store.Entity, error) {
+		b, err := g.caller(req)
+		if err != nil {
+			return store.Entity{}, err
+		}
+		return b.snapshot(), nil
+	}
+	g.tracer.br = func() *broker.Broker { return g.br }
+	g.tracer.trusted = func() []string { return g.admit.trustedHosts() }
+	g.tracer.ctx = func() context.Context { return g.hardCtx }
+	g.tracer.done = func() <-chan struct{} { return g.runCtx.Done() }
+	g.dlq = &deadLetters{host: g.cfg.Host, stateDir: dir, maxBody: g.cfg.MaxBody,
+		st: st, log: g.log, audit: a, reg: g.reg, caps: g.caps, in: g.in,
+		br:    func() *broker.Broker { return g.br },
+		admit: func() *admission { return g.admit },
+		ctx:   func() context.Context { return g.hardCtx },
+	}
 	return nil
 }
 

@@ -69,11 +69,11 @@ func (g *Gateway) dispatch(c *conn, req *api.Request) (*api.Response, error) {
 	case api.OpDead:
 		return g.dead(req)
 	case api.OpReplay: // dlq.go
-		return g.replay(req)
+		return g.dlq.Replay(req)
 	case api.OpPurgeDead:
-		return g.purgeDead(req)
+		return g.dlq.Purge(req)
 	case api.OpTrace: // trace.go
-		return g.trace(req)
+		return g.tracer.Trace(req)
 	case api.OpAck:
 		return nil, fault.New(fault.Data, fault.KindProtocol, "ack outside recv")
 	}

@@ -32,7 +32,9 @@ package gateway
 // half-used.
 
 import (
+	"context"
 	"encoding/json"
+	"log/slog"
 	"regexp"
 	"sort"
 	"sync"
@@ -44,6 +46,7 @@ import (
 	"github.com/fleetd/fleet/pkg/envelope"
 	"github.com/fleetd/fleet/pkg/fault"
 	"github.com/fleetd/fleet/pkg/ident"
+	"github.com/fleetd/fleet/pkg/store"
 )
 
 const (
@@ -148,9 +151,38 @@ func (t *traceWaiters) Answer(id, requester, host string, ans *traceAnswer) bool
 	return true
 }
 
-// trace serves fleet-trace.
-func (g *Gateway) trace(req *api.Request) (*api.Response, error) {
-	from, err := g.caller(req)
+// tracer owns fleet-trace on this gateway: its own queries waiting for
+// the other hosts' answers, the searches it runs for other hosts' queries
+// (at most traceSearches at once) and their goroutines. The Gateway
+// wires it once the store is open.
+type tracer struct {
+	host    string
+	log     *slog.Logger
+	audit   *audit.Log
+	reg     *registry
+	peers   *peerView       // names of the other hosts' entities
+	workers *sync.WaitGroup // the searches for other hosts are waited for at shutdown
+
+	caller func(req *api.Request) (store.Entity, error) // the entity a request acts as (its credential)
+
+	// read at each query: set in Run, after the store is open
+	br      func() *broker.Broker  // nil: single-host mode
+	trusted func() []string        // the hosts asked: the trust file's, by line or certificate
+	ctx     func() context.Context // publishes are aborted past the drain bound (hardCtx)
+	done    func() <-chan struct{} // closed when shutdown starts (runCtx)
+
+	waits traceWaiters  // queries of this gateway waiting for answers
+	sem   chan struct{} // searches running for other hosts' queries
+}
+
+func newTracer(host string, log *slog.Logger, a *audit.Log, reg *registry, peers *peerView, workers *sync.WaitGroup) *tracer {
+	return &tracer{host: host, log: log, audit: a, reg: reg, peers: peers, workers: workers,
+		sem: make(chan struct{}, traceSearches)}
+}
+
+// Trace serves fleet-trace for the entity of this host req acts as.
+func (t *tracer) Trace(req *api.Request) (*api.Response, error) {
+	sender, err := t.caller(req)
 	if err != nil {
 		return nil, err
 	}
@@ -169,24 +201,24 @@ func (g *Gateway) trace(req *api.Request) (*api.Response, error) {
 	deadline := time.Now().Add(timeout)
 	out := &api.Trace{TraceID: id, Hops: []api.Hop{}}
 
-	own := g.ownHops(id)
+	own := t.ownHops(id)
 	out.Hops = append(out.Hops, own.Hops...)
-	self := api.TraceHost{Host: g.cfg.Host, State: api.TraceAnswered, Hops: len(own.Hops), Truncated: own.Truncated}
+	self := api.TraceHost{Host: t.host, State: api.TraceAnswered, Hops: len(own.Hops), Truncated: own.Truncated}
 	if own.Error != "" {
 		self.State, self.Detail = api.TraceUnreachable, own.Error
 	}
 	out.Hosts = append(out.Hosts, self)
-	if g.br == nil {
+	br := t.br()
+	if br == nil {
 		sortHops(out.Hops)
-		g.nameHops(out)
+		t.nameHops(out)
 		return &api.Response{Trace: out}, nil
 	}
 
-	hosts := g.admit.trustedHosts() // by line or certificate; an unreadable trust file admits no line
+	hosts := t.trusted() // by line or certificate; an unreadable trust file admits no line
 	qid := envelope.NewID()
-	sender := from.snapshot()
-	run := g.traces.Open(qid, id, sender.Gid, hosts)
-	defer g.traces.Close(qid)
+	run := t.waits.Open(qid, id, sender.Gid, hosts)
+	defer t.waits.Close(qid)
 	body, _ := json.Marshal(traceQuery{TraceID: id})
 	state := map[string]*api.TraceHost{}
 	var mu sync.Mutex
@@ -200,7 +232,7 @@ func (g *Gateway) trace(req *api.Request) (*api.Response, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := g.br.PublishQuery(g.hardCtx, h, env); err != nil {
+			if err := br.PublishQuery(t.ctx(), h, env); err != nil {
 				mu.Lock()
 				th.State, th.Detail = api.TraceUnreachable, err.Error()
 				mu.Unlock()
@@ -214,7 +246,7 @@ func (g *Gateway) trace(req *api.Request) (*api.Response, error) {
 			waiting++
 		}
 	}
-	g.log.Info("trace query sent", "trace_id", id, "query_id", qid, "entity", sender.Name, "hosts", len(hosts), "asked", waiting)
+	t.log.Info("trace query sent", "trace_id", id, "query_id", qid, "entity", sender.Name, "hosts", len(hosts), "asked", waiting)
 	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()
 gather:
@@ -236,7 +268,7 @@ gather:
 			out.Hops = append(out.Hops, r.ans.Hops...)
 		case <-timer.C:
 			break gather
-		case <-g.runCtx.Done():
+		case <-t.done():
 			return nil, fault.New(fault.Unavailable, fault.KindShuttingDown, "the gateway is shutting down")
 		}
 	}
@@ -244,24 +276,24 @@ gather:
 		out.Hosts = append(out.Hosts, *state[h])
 	}
 	sortHops(out.Hops)
-	g.nameHops(out)
+	t.nameHops(out)
 	return &api.Response{Trace: out}, nil
 }
 
 // nameHops gives the names this gateway knows of the hops' senders and
 // recipients (the hops themselves carry gids: a host speaks only for its
 // own entities, and names are this gateway's view).
-func (g *Gateway) nameHops(tr *api.Trace) {
+func (t *tracer) nameHops(tr *api.Trace) {
 	for _, h := range tr.Hops {
 		for _, gid := range []string{h.Sender, h.Recipient} {
 			if gid == "" || tr.Names[gid] != "" {
 				continue
 			}
 			name := ""
-			if b := g.reg.Get(gid); b != nil {
+			if b := t.reg.Get(gid); b != nil {
 				name = b.snapshot().Name
 			} else {
-				name = g.peers.Name(gid)
+				name = t.peers.Name(gid)
 			}
 			if name != "" {
 				if tr.Names == nil {
@@ -275,20 +307,20 @@ func (g *Gateway) nameHops(tr *api.Trace) {
 
 // ownHops are this host's hops of trace, from every file of its audit
 // log, in the grammar an answer must keep.
-func (g *Gateway) ownHops(trace string) *traceAnswer {
+func (t *tracer) ownHops(trace string) *traceAnswer {
 	ans := &traceAnswer{TraceID: trace, Hops: []api.Hop{}}
-	found, err := g.audit.Search(trace, traceLines)
+	found, err := t.audit.Search(trace, traceLines)
 	if err != nil {
-		g.log.Error("searching the audit log", "trace_id", trace, "err", err)
-		ans.Error = "host " + g.cfg.Host + " could not read its audit log"
+		t.log.Error("searching the audit log", "trace_id", trace, "err", err)
+		ans.Error = "host " + t.host + " could not read its audit log"
 	}
 	ans.Truncated = found.Truncated
 	for _, ln := range found.Lines {
-		h := hopOf(ln, g.cfg.Host)
+		h := hopOf(ln, t.host)
 		if ident.IsGid(h.Entity) {
 			// a message addressed by gid names no entity: say which, if
 			// it still lives here
-			if b := g.reg.Get(h.Entity); b != nil {
+			if b := t.reg.Get(h.Entity); b != nil {
 				h.Entity = b.snapshot().Name
 			}
 		}
@@ -334,16 +366,16 @@ var eventRE = regexp.MustCompile(`^[a-z][a-z_]{0,31}$`)
 // maxAttempt bounds an attempt count in a hop.
 const maxAttempt = 1 << 20
 
-// onTraceQuery answers a TRACE from another host (admitted as a control
+// Query answers a TRACE from another host (admitted as a control
 // request: signed by a trusted host, naming a requester of that host,
 // expiring within the control window) with this host's hops. It never
 // fails the delivery: a query that cannot be answered is simply not
 // answered, and the requester names this host as silent.
-func (g *Gateway) onTraceQuery(env *envelope.Envelope) error {
+func (t *tracer) Query(env *envelope.Envelope) error {
 	if env.Sender.Gid == "" {
 		return broker.Refuse(broker.ReasonMalformed, "a TRACE that names no requester")
 	}
-	log := g.log.With("query_id", env.MsgID, "peer", env.Sender.Host, "requester", env.Sender.String())
+	log := t.log.With("query_id", env.MsgID, "peer", env.Sender.Host, "requester", env.Sender.String())
 	var q traceQuery
 	if err := json.Unmarshal([]byte(env.Body), &q); err != nil || !idRE.MatchString(q.TraceID) {
 		return broker.Refuse(broker.ReasonMalformed, "a TRACE without a trace id")
@@ -357,19 +389,20 @@ func (g *Gateway) onTraceQuery(env *envelope.Envelope) error {
 	// behind it. At most traceSearches at once; more are not answered
 	// (their requester names this host as silent) rather than queued.
 	select {
-	case g.traceSem <- struct{}{}:
+	case t.sem <- struct{}{}:
 	default:
 		log.Warn("trace query not answered: other searches are running", "trace_id", q.TraceID)
 		return nil
 	}
-	g.workers.Add(1)
+	br := t.br()
+	t.workers.Add(1)
 	go func() {
-		defer func() { <-g.traceSem; g.workers.Done() }()
-		ans := g.ownHops(q.TraceID)
+		defer func() { <-t.sem; t.workers.Done() }()
+		ans := t.ownHops(q.TraceID)
 		body := fitAnswer(ans)
-		res := envelope.New(envelope.TraceResult, envelope.Party{Host: g.cfg.Host}, env.Sender, string(body))
+		res := envelope.New(envelope.TraceResult, envelope.Party{Host: t.host}, env.Sender, string(body))
 		res.TraceID, res.InReplyTo, res.Expires = env.TraceID, env.MsgID, env.Expires
-		if err := g.br.Publish(g.hardCtx, env.Sender.Gid, res, false); err != nil {
+		if err := br.Publish(t.ctx(), env.Sender.Gid, res, false); err != nil {
 			log.Warn("trace answer not sent", "trace_id", q.TraceID, "err", err)
 			return
 		}
@@ -379,7 +412,7 @@ func (g *Gateway) onTraceQuery(env *envelope.Envelope) error {
 }
 
 // traceSearches bounds the trace searches a gateway runs at once for
-// other hosts (Gateway.traceSem).
+// other hosts (tracer.sem).
 const traceSearches = 2
 
 // fitAnswer encodes ans within traceAnswerBytes, leaving out the last
@@ -399,16 +432,16 @@ func fitAnswer(ans *traceAnswer) []byte {
 	}
 }
 
-// onTraceResult takes a TRACE_RESULT for a query of this gateway: checked
+// Result takes a TRACE_RESULT for a query of this gateway: checked
 // whole, then handed to the waiting call; dropped when nobody waits.
-func (g *Gateway) onTraceResult(env *envelope.Envelope) error {
+func (t *tracer) Result(env *envelope.Envelope) error {
 	host := env.Sender.Host
-	trace, waiting, err := g.traces.Expect(env.InReplyTo, env.Recipient.Gid, host)
+	trace, waiting, err := t.waits.Expect(env.InReplyTo, env.Recipient.Gid, host)
 	if err != nil {
 		return err
 	}
 	if !waiting {
-		g.log.Info("trace answer with nobody waiting (the caller gave up, or a repeated answer): dropped",
+		t.log.Info("trace answer with nobody waiting (the caller gave up, or a repeated answer): dropped",
 			"query_id", env.InReplyTo, "peer", host)
 		return nil
 	}
@@ -419,7 +452,7 @@ func (g *Gateway) onTraceResult(env *envelope.Envelope) error {
 	if err := checkTraceAnswer(&ans, trace, host, time.Now()); err != nil {
 		return err
 	}
-	g.traces.Answer(env.InReplyTo, env.Recipient.Gid, host, &ans)
+	t.waits.Answer(env.InReplyTo, env.Recipient.Gid, host, &ans)
 	return nil
 }
 
