@@ -199,6 +199,32 @@ func cmdEnrol(ts *testscript.TestScript, neg bool, args []string) {
 			}
 		}
 	}
+	// gateways already running reread their trust files and say so in
+	// their next presence: wait (up to 30 s) until each running one hears
+	// that each other running one admits it, so a send right after the
+	// enrolment is not refused by the sender's own stale pre-check
+	deadline := time.Now().Add(30 * time.Second)
+	for _, h := range args {
+		for _, other := range args {
+			if other == h {
+				continue
+			}
+			want := "peer      " + other + " live, trusted, admits this host"
+			for {
+				cmd := exec.Command(filepath.Join(binDir, "fleet-gw"), "status")
+				cmd.Env = append(scriptEnv(ts), "FLEET_HOST="+h, "FLEET_STATE_DIR="+filepath.Join(work, h),
+					"FLEET_SOCKET="+filepath.Join(work, h+".sock"))
+				out, err := cmd.Output()
+				if err != nil || !strings.Contains(string(out), "peer      "+other+" ") {
+					break // h's gateway is not running, or has not heard other at all yet: nothing to settle
+				}
+				if strings.Contains(string(out), want) || time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		}
+	}
 }
 
 // broker stop|start|block|unblock|closeall — act on the node (outage
