@@ -61,6 +61,7 @@ import (
 //
 //	reg    registry.go    the live entities, by gid and name (mailbox: one entity, inbox.go)
 //	st     pkg/store      everything durable: entities, inboxes, records
+//	route  route.go       the routing fork: a send resolved, stored here or published; its record told
 //	in     intake.go      a message into its inbox: broker deliveries and local sends
 //	rcpt   receipt.go     records settled across hosts, receipts, bounces
 //	rdv    rendezvous.go  open sends (--wait), the replies handed to them, its claim rule
@@ -98,6 +99,7 @@ type Gateway struct {
 	follow  *followers   // follow.go: who reads the pull entities; set once the store is open
 	caps    *inboxCaps   // inboxcap.go: set once the store is open
 	in      *intake      // intake.go: a message into its inbox; set once the store is open
+	route   *router      // route.go: the routing fork, sends, what became of them; set once the store is open
 	rcpt    *receipts    // receipt.go: records settled across hosts, bounces; set once the store is open
 	tracer  *tracer      // trace.go: fleet-trace; set once the store is open
 	dlq     *deadLetters // dlq.go: fleet-dlq replay and purge; set once the store is open
@@ -498,7 +500,7 @@ func (g *Gateway) open() error {
 		ctx:        func() context.Context { return g.hardCtx },
 		answered:   g.asks.Landed,
 		refusedAsk: g.asks.Refused,
-		named:      func(r *store.Record) string { return g.apiRecord(r).Recipient },
+		named:      func(r *store.Record) string { return g.route.Record(r).Recipient },
 	}
 	g.rdv.wire(st, g.reg, g.log, a, g.metrics, g.rcpt.Settled)
 	g.exec = &controlExec{cfg: g.cfg, st: st, log: g.log, audit: a, reg: g.reg, follow: g.follow, crash: g.crash,
@@ -520,7 +522,7 @@ func (g *Gateway) open() error {
 		unregister: g.unregister,
 	}
 	g.ctl = &controlRequests{host: g.cfg.Host, log: g.log, audit: a, peers: g.peers, interval: g.cfg.PresenceInterval, exec: g.exec,
-		caller: g.caller, resolve: g.resolve, remote: g.remoteRows, heard: g.saveHeard,
+		caller: g.caller, resolve: func(to string) (target, error) { return g.route.Resolve(to) }, remote: g.remoteRows, heard: g.saveHeard,
 		linked: func() bool { return g.br != nil },
 		send: func(ctx context.Context, host string, env *envelope.Envelope) error {
 			return g.br.PublishControl(ctx, host, env)
@@ -540,6 +542,13 @@ func (g *Gateway) open() error {
 		traceResult:   func(env *envelope.Envelope) error { return g.tracer.Result(env) },
 	}
 	g.rcpt.in = g.in // a bounce is stored like any message
+	g.route = &router{cfg: g.cfg, st: st, log: g.log, audit: a, metrics: g.metrics,
+		reg: g.reg, peers: g.peers, names: g.names, admits: g.admits, caps: g.caps, in: g.in, rcpt: g.rcpt,
+		br:     func() *broker.Broker { return g.br },
+		admit:  func() *admission { return g.admit },
+		caller: g.caller, remote: g.remoteRows, heard: g.saveHeard,
+		ctx: func() context.Context { return g.hardCtx },
+	}
 	// fleet-trace and fleet-dlq (trace.go, dlq.go): the broker and the
 	// admission are read at each use, set in Run after this
 	g.tracer = newTracer(g.cfg.Host, g.log, a, g.reg, g.peers, &g.workers)

@@ -319,7 +319,7 @@ func (g *Gateway) waitState(req *api.Request) (*api.Response, error) {
 		if err != nil || (r.Sender != gid && r.Recipient != gid) {
 			return nil, fault.New(fault.NoRecipient, fault.KindUnknownMessage, "no message %s sent or received by you", req.MsgID)
 		}
-		rec := g.apiRecord(r)
+		rec := g.route.Record(r)
 		if r.State == req.Until || r.State == store.Dead {
 			if r.State != req.Until {
 				return &api.Response{Record: &rec}, fault.New(fault.TempFail, fault.KindTimeout,

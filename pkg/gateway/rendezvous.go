@@ -156,7 +156,7 @@ func (g *Gateway) sendWait(c *conn, req *api.Request) {
 	}
 	w := &replyWaiter{gid: b.snapshot().Gid, ch: make(chan *envelope.Envelope, 1)}
 	var msgID string
-	resp, err := g.sendWith(req, func(env *envelope.Envelope) {
+	resp, err := g.route.SendWith(req, func(env *envelope.Envelope) {
 		msgID = env.MsgID
 		g.rdv.Open(msgID, w)
 	})

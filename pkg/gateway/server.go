@@ -53,9 +53,9 @@ func (g *Gateway) dispatch(c *conn, req *api.Request) (*api.Response, error) {
 		if req.AnswerTo != "" {
 			return g.answer(req)
 		}
-		return g.send(req)
+		return g.route.Send(req)
 	case api.OpLookup:
-		return g.lookup(req)
+		return g.route.Lookup(req)
 	case api.OpWait:
 		return g.waitState(req)
 	case api.OpBcast:
@@ -123,7 +123,7 @@ func (g *Gateway) dead(req *api.Request) (*api.Response, error) {
 		if len(d.Envelope) > 0 {
 			env, _ = envelope.Decode(d.Envelope, 1<<30)
 		}
-		out = append(out, api.DeadLetter{Record: g.apiRecord(&d.Record), Envelope: env})
+		out = append(out, api.DeadLetter{Record: g.route.Record(&d.Record), Envelope: env})
 	}
 	return &api.Response{Dead: out}, nil
 }
