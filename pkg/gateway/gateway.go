@@ -59,7 +59,7 @@ import (
 // together (the request handlers, the routing fork and delivery loops are
 // still its methods) and holds no feature state of its own:
 //
-//	reg    registry.go    the live entities, by gid and name (mailbox: one entity, inbox.go)
+//	reg    registry.go    the live entities, by gid and name (mailbox: one entity, mailbox.go)
 //	st     pkg/store      everything durable: entities, inboxes, records
 //	route  route.go       the routing fork: a send resolved, stored here or published; its record told
 //	in     intake.go      a message into its inbox: broker deliveries and local sends
