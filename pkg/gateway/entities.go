@@ -133,7 +133,7 @@ func (g *Gateway) register(e *store.Entity) (token, credFile string, err error) 
 			return "", "", err
 		}
 	}
-	g.addBox(e)
+	g.boxes.Add(e)
 	// the credential file last: a spawned command waits for it and acts at
 	// once, so the entity must be live before it exists
 	path, err := ident.Save(g.cfg.StateDir, e.Name, token)
@@ -180,7 +180,7 @@ func (g *Gateway) unregister(gid, name string) (int, error) {
 	if b := g.reg.Get(gid); b != nil {
 		groups = b.snapshot().Groups
 	}
-	if g.onBroker(gid) {
+	if g.boxes.OnBroker(gid) {
 		// stop routing to it, take in what is queued, delete the queue.
 		// Without the broker that cannot be done, and a queue left behind
 		// would swallow mail nobody reads: refuse, and keep the entity.
@@ -190,7 +190,7 @@ func (g *Gateway) unregister(gid, name string) (int, error) {
 				WithHint("try again once the broker is back")
 		}
 	}
-	g.removeBox(gid)
+	g.boxes.Remove(gid)
 	g.follow.Forget(gid)
 	// what waits is dead-lettered a page at a time, never the whole inbox
 	// in memory: each sender hears why (bounce or receipt)

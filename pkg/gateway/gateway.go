@@ -61,6 +61,7 @@ import (
 //
 //	reg    registry.go    the live entities, by gid and name (mailbox: one entity, mailbox.go)
 //	st     pkg/store      everything durable: entities, inboxes, records
+//	boxes  inbox.go       entities made live (mailbox.go) and delivered to: pastes, commands, nudges
 //	route  route.go       the routing fork: a send resolved, stored here or published; its record told
 //	in     intake.go      a message into its inbox: broker deliveries and local sends
 //	rcpt   receipt.go     records settled across hosts, receipts, bounces
@@ -99,6 +100,7 @@ type Gateway struct {
 	follow  *followers   // follow.go: who reads the pull entities; set once the store is open
 	caps    *inboxCaps   // inboxcap.go: set once the store is open
 	in      *intake      // intake.go: a message into its inbox; set once the store is open
+	boxes   *inboxes     // inbox.go: entities made live, their delivery workers, dead-lettering; set once the store is open
 	route   *router      // route.go: the routing fork, sends, what became of them; set once the store is open
 	rcpt    *receipts    // receipt.go: records settled across hosts, bounces; set once the store is open
 	tracer  *tracer      // trace.go: fleet-trace; set once the store is open
@@ -494,7 +496,7 @@ func (g *Gateway) open() error {
 			g.rcpt.Notify()
 			g.rcpt.Bounce(env.MsgID, env.TraceID, env.Sender.Gid, env.Recipient.String(), reason)
 		},
-		dead: func(env *envelope.Envelope, reason string) { g.kill(env, reason, -1) },
+		dead: func(env *envelope.Envelope, reason string) { g.boxes.Kill(env, reason, -1) },
 	})
 	g.rcpt = &receipts{host: g.cfg.Host, st: st, log: g.log, audit: a, metrics: g.metrics, reg: g.reg, side: &g.side,
 		ctx:        func() context.Context { return g.hardCtx },
@@ -503,6 +505,14 @@ func (g *Gateway) open() error {
 		named:      func(r *store.Record) string { return g.route.Record(r).Recipient },
 	}
 	g.rdv.wire(st, g.reg, g.log, a, g.metrics, g.rcpt.Settled)
+	g.boxes = &inboxes{cfg: g.cfg, st: st, log: g.log, audit: a, metrics: g.metrics,
+		reg: g.reg, rdv: g.rdv, wake: g.wake, rcpt: g.rcpt, crash: g.crash, workers: &g.workers,
+		change: g.said.Change,
+		br:     func() *broker.Broker { return g.br },
+		admit:  func() *admission { return g.admit },
+		run:    func() context.Context { return g.runCtx },
+		ctx:    func() context.Context { return g.hardCtx },
+	}
 	g.exec = &controlExec{cfg: g.cfg, st: st, log: g.log, audit: a, reg: g.reg, follow: g.follow, crash: g.crash,
 		ctx: func() context.Context { return g.hardCtx },
 		answer: func(ctx context.Context, gid string, env *envelope.Envelope) error {
@@ -533,7 +543,7 @@ func (g *Gateway) open() error {
 	g.in = &intake{
 		host: g.cfg.Host, stateDir: dir, st: st, log: g.log, audit: a, metrics: g.metrics,
 		reg: g.reg, rdv: g.rdv, caps: g.caps, crash: g.crash,
-		kill:          g.kill,
+		kill:          g.boxes.Kill,
 		receipt:       g.rcpt.Take,
 		answer:        g.onAnswer,
 		tooLate:       g.onTooLate,
@@ -615,7 +625,7 @@ func (g *Gateway) loadEntities() error {
 		if ident.GidHost(e.Gid) != g.cfg.Host {
 			foreign = append(foreign, e.Name)
 		}
-		b := g.addBox(e)
+		b := g.boxes.Add(e)
 		if e.Mode == "pull" {
 			raw, _ := g.st.Launched(e.Gid) // spawned: its process is watched
 			g.follow.Load(b, raw)
