@@ -507,6 +507,7 @@ func (g *Gateway) open() error {
 	g.rdv.wire(st, g.reg, g.log, a, g.metrics, g.rcpt.Settled)
 	g.boxes = &inboxes{cfg: g.cfg, st: st, log: g.log, audit: a, metrics: g.metrics,
 		reg: g.reg, rdv: g.rdv, wake: g.wake, rcpt: g.rcpt, crash: g.crash, workers: &g.workers,
+		peers: g.peers, names: g.names, follow: g.follow,
 		change: g.said.Change,
 		br:     func() *broker.Broker { return g.br },
 		admit:  func() *admission { return g.admit },
@@ -526,10 +527,10 @@ func (g *Gateway) open() error {
 			return g.names.Free(name, g.peers.ByName(name, "", g.admit.trusted), nil)
 		},
 		register: func(e *store.Entity) error {
-			_, _, err := g.register(e)
+			_, _, err := g.boxes.Register(e)
 			return err
 		},
-		unregister: g.unregister,
+		unregister: g.boxes.Unregister,
 	}
 	g.ctl = &controlRequests{host: g.cfg.Host, log: g.log, audit: a, peers: g.peers, interval: g.cfg.PresenceInterval, exec: g.exec,
 		caller: g.caller, resolve: func(to string) (target, error) { return g.route.Resolve(to) }, remote: g.remoteRows, heard: g.saveHeard,

@@ -21,8 +21,10 @@ import (
 	"github.com/fleetd/fleet/pkg/store"
 )
 
-// inboxes makes this host's entities live and delivers to them: a
-// mailbox in the registry, its broker inbox kept consumed, and its
+// inboxes makes this host's entities live and delivers to them: an
+// entity registered (joined, spawned) or unregistered (left, stopped) in
+// the store, on the broker and in memory (entities.go Register,
+// Unregister); a mailbox in the registry, its broker inbox kept consumed, and its
 // delivery worker (an inject entity's paste or command, a pull entity's
 // nudge hook, a hook entity's wake notice: wake.go); a message that
 // cannot be delivered is dead-lettered here (Kill). Its workers belong to
@@ -39,7 +41,10 @@ type inboxes struct {
 	reg     *registry
 	rdv     *rendezvous // a reply being handed to an open send is not delivered as well
 	wake    *wakes
-	rcpt    *receipts // a message settled: its receipt or bounce
+	rcpt    *receipts  // a message settled: its receipt or bounce
+	peers   *peerView  // a name is one entity across the trusted hosts (Register)
+	names   *nameBook  // names.go
+	follow  *followers // follow.go: an entity that leaves is not followed
 	crash   crashpoint
 	workers *sync.WaitGroup // the delivery workers: the gateway's, waited for in the drain
 

@@ -12,6 +12,7 @@ import (
 	"github.com/fleetd/fleet/pkg/broker"
 	"github.com/fleetd/fleet/pkg/config"
 	"github.com/fleetd/fleet/pkg/envelope"
+	"github.com/fleetd/fleet/pkg/fault"
 	"github.com/fleetd/fleet/pkg/ident"
 	"github.com/fleetd/fleet/pkg/store"
 )
@@ -178,5 +179,64 @@ func TestInboxesNudge(t *testing.T) {
 			t.Fatalf("nudge hook wrote %q, want bob 1", data)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Register is the one path of an entity into this host: checked, stored,
+// live, its credential saved; Unregister the one path out: what waited
+// dead-lettered (its senders told), the credential and the entity gone.
+func TestInboxesRegisterUnregister(t *testing.T) {
+	r := newInboxesRig(t)
+	r.ib.follow = newFollowers(r.st, r.in.log, func(string) {})
+	var changed []string
+	r.ib.change = func(gid string) { changed = append(changed, gid) }
+	alice := r.live(&store.Entity{Name: "alice", Mode: "pull"})
+
+	e := &store.Entity{Name: "bob", Mode: "pull", Groups: []string{"ops"}}
+	token, path, err := r.ib.Register(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Gid == "" || e.Host != "h1" || e.Status != stIdle || r.in.reg.Get(e.Gid) == nil {
+		t.Fatalf("registered %+v, want a live idle entity of h1", e)
+	}
+	if saved, err := ident.Load(r.dir, "bob"); err != nil || saved != token || filepath.Dir(path) == "" {
+		t.Fatalf("credential saved %q at %s (%v), want the token issued", saved, path, err)
+	}
+	if gid, secret, err := ident.Parse(token); err != nil || gid != e.Gid || !ident.Check(secret, e.TokenHash) {
+		t.Fatalf("the token does not name and prove bob: %v", err)
+	}
+	if len(changed) != 1 || changed[0] != e.Gid {
+		t.Fatalf("presence told of %v, want bob", changed)
+	}
+	if _, _, err := r.ib.Register(&store.Entity{Name: "bob", Mode: "pull"}); kindOfErr(err) != fault.KindNameTaken {
+		t.Fatalf("bob again: %v, want name taken", err)
+	}
+	if _, _, err := r.ib.Register(&store.Entity{Name: "carl", Mode: "push"}); kindOfErr(err) != fault.KindUsage {
+		t.Fatalf("an unknown mode: %v, want usage", err)
+	}
+
+	bob := envelope.Party{Gid: e.Gid, Name: "bob", Host: "h1"}
+	for _, body := range []string{"1", "2"} {
+		if _, err := r.in.Accept(envelope.New(envelope.Send, alice, bob, body)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n, err := r.ib.Unregister(e.Gid, "bob")
+	if err != nil || n != 2 {
+		t.Fatalf("unregister: %d, %v; want 2 dead-lettered", n, err)
+	}
+	if r.in.reg.Get(e.Gid) != nil {
+		t.Fatal("bob is still live")
+	}
+	ents, err := r.st.Entities()
+	if err != nil || len(ents) != 1 || ents[0].Name != "alice" {
+		t.Fatalf("stored entities %v (%v), want alice alone", ents, err)
+	}
+	if _, err := ident.Load(r.dir, "bob"); err == nil {
+		t.Fatal("bob's credential outlived it")
+	}
+	if got := r.inbox(alice); len(got) != 2 || !strings.Contains(got[0], "recipient left the fleet") {
+		t.Fatalf("alice's inbox %q, want two bounces: left the fleet", got)
 	}
 }
