@@ -558,7 +558,8 @@ func (g *Gateway) open() error {
 		br:     func() *broker.Broker { return g.br },
 		admit:  func() *admission { return g.admit },
 		caller: g.caller, remote: g.remoteRows, heard: g.saveHeard,
-		ctx: func() context.Context { return g.hardCtx },
+		ctx:     func() context.Context { return g.hardCtx },
+		closing: func() <-chan struct{} { return g.runCtx.Done() },
 	}
 	// fleet-trace and fleet-dlq (trace.go, dlq.go): the broker and the
 	// admission are read at each use, set in Run after this
@@ -704,6 +705,29 @@ func (g *Gateway) janitor() {
 		case <-t.C:
 		}
 	}
+}
+
+// caller returns the entity whose credential the request presents.
+func (g *Gateway) caller(req *api.Request) (*mailbox, error) {
+	if req.Token == "" {
+		return nil, fault.New(fault.Refused, fault.KindNoCredential, "no credential: this command acts as an entity").
+			WithHint("set FLEET_TOKEN, or pass --as NAME for an entity registered on this host")
+	}
+	gid, secret, err := ident.Parse(req.Token)
+	if err != nil {
+		return nil, err
+	}
+	if h := ident.GidHost(gid); h != g.cfg.Host {
+		// the credential names its host: say so, rather than "not valid"
+		return nil, fault.New(fault.Refused, fault.KindBadCredential, "the credential is one of host %s, not of this host (%s)", h, g.cfg.Host).
+			WithHint("run the command on %s, where its entity lives; here, use a credential fleet-roster join printed on %s (or --as NAME)", h, g.cfg.Host)
+	}
+	b := g.reg.Get(gid)
+	if b == nil || !ident.Check(secret, b.snapshot().TokenHash) {
+		return nil, fault.New(fault.Refused, fault.KindBadCredential, "credential is not valid on this gateway").
+			WithHint("a credential is issued by fleet-roster join and dies with fleet-roster leave")
+	}
+	return b, nil
 }
 
 // crashpoint is the FLEET_CRASHPOINT test hook: at kills the process with

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fleetd/fleet/pkg/api"
 	"github.com/fleetd/fleet/pkg/audit"
 	"github.com/fleetd/fleet/pkg/broker"
 	"github.com/fleetd/fleet/pkg/envelope"
@@ -302,46 +301,6 @@ func (rc *receipts) Bounce(msgID, traceID, senderGid, to, reason string) {
 		return
 	}
 	rc.audit.Write(audit.Line{Event: "bounced", TraceID: traceID, MsgID: msgID, Entity: e.Name, Sender: e.Gid, Reason: reason})
-}
-
-// waitState blocks until msgID's record reaches state (or dies, which is
-// final), or the timeout passes: then TempFail naming the state reached.
-func (g *Gateway) waitState(req *api.Request) (*api.Response, error) {
-	b, err := g.caller(req)
-	if err != nil {
-		return nil, err
-	}
-	gid := b.snapshot().Gid
-	deadline := time.Now().Add(time.Duration(req.TimeoutMS) * time.Millisecond)
-	for {
-		changed := g.rcpt.Changed()
-		r, err := g.st.Record(req.MsgID)
-		if err != nil || (r.Sender != gid && r.Recipient != gid) {
-			return nil, fault.New(fault.NoRecipient, fault.KindUnknownMessage, "no message %s sent or received by you", req.MsgID)
-		}
-		rec := g.route.Record(r)
-		if r.State == req.Until || r.State == store.Dead {
-			if r.State != req.Until {
-				return &api.Response{Record: &rec}, fault.New(fault.TempFail, fault.KindTimeout,
-					"message %s is dead, not %s: %s", r.MsgID, req.Until, r.Reason)
-			}
-			return &api.Response{Record: &rec}, nil
-		}
-		wait := time.Until(deadline)
-		if wait <= 0 {
-			return &api.Response{Record: &rec}, fault.New(fault.TempFail, fault.KindTimeout,
-				"message %s is still %s, not %s, after %v", r.MsgID, r.State, req.Until, time.Duration(req.TimeoutMS)*time.Millisecond)
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-changed:
-		case <-t.C:
-		case <-g.runCtx.Done():
-			t.Stop()
-			return nil, fault.New(fault.Unavailable, fault.KindShuttingDown, "the gateway is shutting down")
-		}
-		t.Stop()
-	}
 }
 
 // clipReason keeps a reason from another host to one printable line of at

@@ -24,10 +24,10 @@ import (
 // router is the routing fork and the sender's side of a message: a
 // recipient resolved (this host's registry, or the peers' view of the
 // others), a send checked and stored here (intake) or published to the
-// broker and recorded, and what became of it told to its sender (Lookup).
-// It holds no state of its own: what it reads is wired in once (gateway.go
-// open); the broker and the admission are read at each use (set in Run,
-// nil in single-host mode).
+// broker and recorded, and what became of it told to its sender (Lookup,
+// WaitState). It holds no state of its own: what it reads is wired in once
+// (gateway.go open); the broker and the admission are read at each use
+// (set in Run, nil in single-host mode).
 type router struct {
 	cfg     *config.Config
 	st      *store.Store
@@ -42,12 +42,13 @@ type router struct {
 	in      *intake   // a local message into its inbox
 	rcpt    *receipts // a message dead here bounces
 
-	br     func() *broker.Broker                    // nil: single-host mode
-	admit  func() *admission                        // nil: single-host mode
-	caller func(req *api.Request) (*mailbox, error) // server.go: the calling entity
-	remote func() []api.EntityRow                   // presence.go: the other hosts' entities
-	heard  func()                                   // presence.go: keep what was heard (saveHeard)
-	ctx    func() context.Context                   // the work in flight's: cancelled past the drain bound
+	br      func() *broker.Broker                    // nil: single-host mode
+	admit   func() *admission                        // nil: single-host mode
+	caller  func(req *api.Request) (*mailbox, error) // server.go: the calling entity
+	remote  func() []api.EntityRow                   // presence.go: the other hosts' entities
+	heard   func()                                   // presence.go: keep what was heard (saveHeard)
+	ctx     func() context.Context                   // the work in flight's: cancelled past the drain bound
+	closing func() <-chan struct{}                   // closed when shutdown starts: a wait ends
 }
 
 // target is where a message goes: a local mailbox, or a gid on another
@@ -474,4 +475,44 @@ func (rt *router) Lookup(req *api.Request) (*api.Response, error) {
 	}
 	rec := rt.Record(r)
 	return &api.Response{Record: &rec}, nil
+}
+
+// WaitState blocks until msgID's record reaches state (or dies, which is
+// final), or the timeout passes: then TempFail naming the state reached.
+func (rt *router) WaitState(req *api.Request) (*api.Response, error) {
+	b, err := rt.caller(req)
+	if err != nil {
+		return nil, err
+	}
+	gid := b.snapshot().Gid
+	deadline := time.Now().Add(time.Duration(req.TimeoutMS) * time.Millisecond)
+	for {
+		changed := rt.rcpt.Changed()
+		r, err := rt.st.Record(req.MsgID)
+		if err != nil || (r.Sender != gid && r.Recipient != gid) {
+			return nil, fault.New(fault.NoRecipient, fault.KindUnknownMessage, "no message %s sent or received by you", req.MsgID)
+		}
+		rec := rt.Record(r)
+		if r.State == req.Until || r.State == store.Dead {
+			if r.State != req.Until {
+				return &api.Response{Record: &rec}, fault.New(fault.TempFail, fault.KindTimeout,
+					"message %s is dead, not %s: %s", r.MsgID, req.Until, r.Reason)
+			}
+			return &api.Response{Record: &rec}, nil
+		}
+		wait := time.Until(deadline)
+		if wait <= 0 {
+			return &api.Response{Record: &rec}, fault.New(fault.TempFail, fault.KindTimeout,
+				"message %s is still %s, not %s, after %v", r.MsgID, r.State, req.Until, time.Duration(req.TimeoutMS)*time.Millisecond)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-changed:
+		case <-t.C:
+		case <-rt.closing():
+			t.Stop()
+			return nil, fault.New(fault.Unavailable, fault.KindShuttingDown, "the gateway is shutting down")
+		}
+		t.Stop()
+	}
 }

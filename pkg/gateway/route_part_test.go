@@ -20,7 +20,7 @@ import (
 // server.go's).
 
 func newRouterRig(t *testing.T) (*intakeRig, *router) {
-	r := newIntakeRig(t)
+	r, rc := newReceiptsRig(t)
 	cfg := &config.Config{Host: "h1", MaxBody: 1024, DedupWindow: time.Hour, StateDir: t.TempDir()}
 	rt := &router{cfg: cfg, st: r.st, log: r.in.log, reg: r.in.reg, caps: r.in.caps, in: r.in,
 		peers: newPeerView(time.Minute, r.in.log), names: newNameBook(r.in.log, time.Minute),
@@ -32,8 +32,10 @@ func newRouterRig(t *testing.T) (*intakeRig, *router) {
 			}
 			return nil, fault.New(fault.Refused, fault.KindBadCredential, "no such caller")
 		},
-		remote: func() []api.EntityRow { return nil },
-		heard:  func() {},
+		remote:  func() []api.EntityRow { return nil },
+		heard:   func() {},
+		rcpt:    rc,
+		closing: func() <-chan struct{} { return nil },
 	}
 	return r, rt
 }
@@ -170,5 +172,55 @@ func TestRouterSendSameID(t *testing.T) {
 	}
 	if _, err := rt.Send(&api.Request{Token: "alice", To: "bob", Body: "x", MsgID: "not-an-id"}); kindOfErr(err) != fault.KindUsage {
 		t.Fatalf("a malformed id: %v, want usage", err)
+	}
+}
+
+// WaitState returns once the record reaches the state asked for (woken
+// by the receipts' change signal), says a dead one is not what was asked,
+// and names the state reached when the wait ends first.
+func TestRouterWaitState(t *testing.T) {
+	r, rt := newRouterRig(t)
+	r.entity("alice")
+	r.entity("bob")
+	r.entity("carol")
+	send := func(body string) string {
+		resp, err := rt.Send(&api.Request{Token: "alice", To: "bob", Body: body})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Sent.MsgID
+	}
+	id := send("one")
+	got := make(chan error, 1)
+	go func() {
+		resp, err := rt.WaitState(&api.Request{Token: "alice", MsgID: id, Until: store.Delivered, TimeoutMS: 60_000})
+		if err == nil && resp.Record.State != store.Delivered {
+			err = errors.New("returned " + resp.Record.State)
+		}
+		got <- err
+	}()
+	if err := r.st.Delivered(id, time.Now().UTC()); err != nil {
+		t.Fatal(err)
+	}
+	rt.rcpt.Notify()
+	if err := <-got; err != nil {
+		t.Fatalf("waiting for delivered: %v", err)
+	}
+
+	dead := send("two")
+	if err := r.st.Kill(dead, "why", 1); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := rt.WaitState(&api.Request{Token: "alice", MsgID: dead, Until: store.Delivered, TimeoutMS: 60_000})
+	if kindOfErr(err) != fault.KindTimeout || resp.Record.State != store.Dead || !strings.Contains(err.Error(), "is dead") {
+		t.Fatalf("waiting on a dead message: %+v, %v; want its record and 'is dead'", resp, err)
+	}
+	held := send("three")
+	resp, err = rt.WaitState(&api.Request{Token: "alice", MsgID: held, Until: store.Delivered, TimeoutMS: 1})
+	if kindOfErr(err) != fault.KindTimeout || resp.Record.State != store.Accepted {
+		t.Fatalf("a wait that ends first: %+v, %v; want the record, still accepted", resp, err)
+	}
+	if _, err := rt.WaitState(&api.Request{Token: "carol", MsgID: held, Until: store.Delivered, TimeoutMS: 1}); kindOfErr(err) != fault.KindUnknownMessage {
+		t.Fatalf("carol waiting on a message not hers: %v, want unknown message", err)
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"github.com/fleetd/fleet/pkg/api"
 	"github.com/fleetd/fleet/pkg/envelope"
 	"github.com/fleetd/fleet/pkg/fault"
-	"github.com/fleetd/fleet/pkg/ident"
 	"github.com/fleetd/fleet/pkg/version"
 )
 
@@ -57,7 +56,7 @@ func (g *Gateway) dispatch(c *conn, req *api.Request) (*api.Response, error) {
 	case api.OpLookup:
 		return g.route.Lookup(req)
 	case api.OpWait:
-		return g.waitState(req)
+		return g.route.WaitState(req)
 	case api.OpBcast:
 		return g.broadcast(req)
 	case api.OpGroups:
@@ -79,29 +78,6 @@ func (g *Gateway) dispatch(c *conn, req *api.Request) (*api.Response, error) {
 	}
 	return nil, fault.New(fault.Data, fault.KindProtocol, "unknown op %q", req.Op).
 		WithHint("use the fleet commands of the same release as fleet-gw")
-}
-
-// caller returns the entity whose credential the request presents.
-func (g *Gateway) caller(req *api.Request) (*mailbox, error) {
-	if req.Token == "" {
-		return nil, fault.New(fault.Refused, fault.KindNoCredential, "no credential: this command acts as an entity").
-			WithHint("set FLEET_TOKEN, or pass --as NAME for an entity registered on this host")
-	}
-	gid, secret, err := ident.Parse(req.Token)
-	if err != nil {
-		return nil, err
-	}
-	if h := ident.GidHost(gid); h != g.cfg.Host {
-		// the credential names its host: say so, rather than "not valid"
-		return nil, fault.New(fault.Refused, fault.KindBadCredential, "the credential is one of host %s, not of this host (%s)", h, g.cfg.Host).
-			WithHint("run the command on %s, where its entity lives; here, use a credential fleet-roster join printed on %s (or --as NAME)", h, g.cfg.Host)
-	}
-	b := g.reg.Get(gid)
-	if b == nil || !ident.Check(secret, b.snapshot().TokenHash) {
-		return nil, fault.New(fault.Refused, fault.KindBadCredential, "credential is not valid on this gateway").
-			WithHint("a credential is issued by fleet-roster join and dies with fleet-roster leave")
-	}
-	return b, nil
 }
 
 func (g *Gateway) dead(req *api.Request) (*api.Response, error) {
