@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/fleetd/fleet/pkg/audit"
@@ -301,19 +300,4 @@ func (rc *receipts) Bounce(msgID, traceID, senderGid, to, reason string) {
 		return
 	}
 	rc.audit.Write(audit.Line{Event: "bounced", TraceID: traceID, MsgID: msgID, Entity: e.Name, Sender: e.Gid, Reason: reason})
-}
-
-// clipReason keeps a reason from another host to one printable line of at
-// most 500 bytes: it is shown in fleet-roster dead and in bounce notices.
-func clipReason(s string) string {
-	s = strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
-			return ' '
-		}
-		return r
-	}, s)
-	if len(s) > 500 {
-		s = strings.ToValidUTF8(s[:500], "")
-	}
-	return s
 }
