@@ -1,30 +1,3 @@
-// Package gateway is fleet-gw: the one process per host that owns the
-// host's entities and their inboxes. A message's way through it:
-//
-//   - in: server.go reads a request on the local socket and names its
-//     caller by credential; route.go resolves the recipient (registry.go
-//     for this host, peers.go ByName for the others) — the routing fork.
-//   - stored: for a local recipient, intake.go Accept puts it in the
-//     recipient's inbox in the store (pkg/store), durably, before the
-//     sender hears "accepted"; a reply an open send waits for is handed to
-//     it there (rendezvous.go).
-//   - published: for another host, route.go publish records it and hands
-//     it to the broker (pkg/broker), confirmed before "accepted".
-//   - taken in: on the recipient's host, intake.go Take / TakeBatch is the
-//     broker's handler — checked, stored in the inbox (or handed to its
-//     part: receipts, answers, control and trace answers), and the error
-//     it returns is the broker's ack (nil), refusal (bridge.dlq) or hold.
-//   - delivered: inbox.go injects into a pane or a command (retry, backoff,
-//     dead-lettering); recv.go hands batches to fleet-recv, acked after
-//     the client wrote them; wake.go and follow.go serve hook and follow
-//     readers.
-//   - settled: receipt.go receipts records it delivered or dead, tells the
-//     sender's host (a RECEIPT) or bounces to the sender here.
-//
-// Beside it: announcer.go says this host's entities (presence) and
-// presence.go folds what other hosts say into peers.go; ask.go, control*.go,
-// trace.go, dlq.go and deaths.go serve their own kinds; metrics.go the
-// /metrics endpoint. Each part owns its state and lock (see Gateway).
 package gateway
 
 import (
@@ -56,8 +29,10 @@ import (
 
 // Gateway is one host's fleet-gw: a composition of parts, each of which
 // owns its state behind its own lock and small API. The Gateway wires them
-// together (the request handlers, the routing fork and delivery loops are
-// still its methods) and holds no feature state of its own:
+// together (open), runs and stops them (Run, shutdown), and answers the
+// requests that are not a part's (the handlers in entities.go, ask.go,
+// broadcast.go, recv.go, rendezvous.go); it holds no feature state of its
+// own:
 //
 //	reg    registry.go    the live entities, by gid and name (mailbox: one entity, mailbox.go)
 //	st     pkg/store      everything durable: entities, inboxes, records

@@ -66,7 +66,7 @@ func quiet(k envelope.Kind) bool {
 // receipts owns the settling of delivery records across hosts: what a
 // settled message owes its sender (a RECEIPT to its host, or a BOUNCE
 // here), the receipts that come back, and the signal that a record
-// changed (waitState, --until). Its broker and the host's signing key
+// changed (router.WaitState, --until). Its broker and the host's signing key
 // come once the broker is set up (Run); until then nothing crosses hosts.
 type receipts struct {
 	host    string

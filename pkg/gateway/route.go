@@ -44,7 +44,7 @@ type router struct {
 
 	br      func() *broker.Broker                    // nil: single-host mode
 	admit   func() *admission                        // nil: single-host mode
-	caller  func(req *api.Request) (*mailbox, error) // server.go: the calling entity
+	caller  func(req *api.Request) (*mailbox, error) // gateway.go: the calling entity
 	remote  func() []api.EntityRow                   // presence.go: the other hosts' entities
 	heard   func()                                   // presence.go: keep what was heard (saveHeard)
 	ctx     func() context.Context                   // the work in flight's: cancelled past the drain bound
