@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"regexp"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -292,4 +293,40 @@ func TestAllOpsListed(t *testing.T) {
 	if len(consts) != len(allOps) {
 		t.Errorf("%d op constants, %d in allOps", len(consts), len(allOps))
 	}
+}
+
+// BenchmarkDecodeRequest: the gateway's decoding of a send of 512 bytes,
+// the op read first and then the frame into SendRequest, beside a plain
+// json.Unmarshal into the one struct of earlier builds (legacy); and the
+// client's encoding of the same send, either way.
+func BenchmarkDecodeRequest(b *testing.B) {
+	req := &SendRequest{Head: Head{Op: OpSend, Token: "h1.0196a0c1-2b3c-7d4e-8f90-a1b2c3d4e5f6.c2VjcmV0c2VjcmV0c2VjcmV0"},
+		To: "bob", Body: strings.Repeat("a longer body é\n", 32), MsgID: "0196a0c1-2b3c-7d4e-8f90-a1b2c3d4e5f7"}
+	data, _ := json.Marshal(req)
+	b.Run("decode/types", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := DecodeRequest(data); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("decode/legacy", func(b *testing.B) {
+		for b.Loop() {
+			var r legacyRequest
+			if err := json.Unmarshal(data, &r); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("encode/types", func(b *testing.B) {
+		for b.Loop() {
+			json.Marshal(req)
+		}
+	})
+	old := &legacyRequest{Op: OpSend, Token: req.Token, To: req.To, Body: req.Body, MsgID: req.MsgID}
+	b.Run("encode/legacy", func(b *testing.B) {
+		for b.Loop() {
+			json.Marshal(old)
+		}
+	})
 }
