@@ -78,7 +78,13 @@ type ErrorBody struct {
 	Hint    string     `json:"hint,omitempty"`
 }
 
-// Response is every gateway→client frame.
+// Response is every gateway→client frame. Unlike requests it is one
+// type for every op: its members are pointers or omitempty, so a frame
+// carries only what its op answers, and an op's frames differ in shape
+// on one connection (a send --wait or an ask: Sent, then a Batch, a
+// WaitingFor or an error; recv: batches, then End; a broadcast done in
+// part: Sent with the error), which one type reads without knowing which
+// comes next.
 type Response struct {
 	OK    bool       `json:"ok"`
 	Error *ErrorBody `json:"error,omitempty"`

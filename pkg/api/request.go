@@ -38,9 +38,6 @@ type Request interface {
 // OpOf names r's op.
 func OpOf(r Request) string { return r.op() }
 
-// TokenOf is the credential r carries.
-func TokenOf(r Request) string { return r.head().Token }
-
 // HelloRequest opens every connection and fixes the protocol version.
 type HelloRequest struct {
 	Head
@@ -272,9 +269,9 @@ func (*StopRequest) op() string          { return OpStop }
 func (*TraceRequest) op() string         { return OpTrace }
 func (r *UnknownRequest) op() string     { return r.Op }
 
-// NewRequest is an empty request of op, for DecodeRequest to fill; an
+// newRequest is an empty request of op, for DecodeRequest to fill; an
 // op this build does not know is an *UnknownRequest.
-func NewRequest(op string) Request {
+func newRequest(op string) Request {
 	switch op {
 	case OpHello:
 		return &HelloRequest{}
@@ -334,7 +331,7 @@ func DecodeRequest(data []byte) (Request, error) {
 	if op == "" {
 		return nil, fault.New(fault.Data, fault.KindBadFrame, "malformed request: no op")
 	}
-	r := NewRequest(op)
+	r := newRequest(op)
 	if err := json.Unmarshal(data, r); err != nil {
 		return nil, fault.New(fault.Data, fault.KindBadFrame, "malformed request: %v", err)
 	}

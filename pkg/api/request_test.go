@@ -197,7 +197,7 @@ func TestRequestsReadByLegacy(t *testing.T) {
 	seen := map[reflect.Type]bool{}
 	for _, op := range allOps {
 		t.Run(op, func(t *testing.T) {
-			r := NewRequest(op)
+			r := newRequest(op)
 			if _, unknown := r.(*UnknownRequest); unknown {
 				t.Fatalf("op %s has no type", op)
 			}
@@ -275,7 +275,7 @@ func TestDecodeRequestRefuses(t *testing.T) {
 }
 
 // TestAllOpsListed: every op constant of proto.go is in allOps (so a
-// new op gets a type, a NewRequest case and a row in the tests above).
+// new op gets a type, a newRequest case and a row in the tests above).
 func TestAllOpsListed(t *testing.T) {
 	src, err := os.ReadFile("proto.go")
 	if err != nil {
