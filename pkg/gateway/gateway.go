@@ -543,8 +543,8 @@ func (g *Gateway) open() error {
 	// fleet-trace and fleet-dlq (trace.go, dlq.go): the broker and the
 	// admission are read at each use, set in Run after this
 	g.tracer = newTracer(g.cfg.Host, g.log, a, g.reg, g.peers, &g.workers)
-	g.tracer.caller = func(req *api.Request) (store.Entity, error) {
-		b, err := g.caller(req)
+	g.tracer.caller = func(token string) (store.Entity, error) {
+		b, err := g.caller(token)
 		if err != nil {
 			return store.Entity{}, err
 		}

@@ -306,8 +306,8 @@ func (rc *receipts) Bounce(msgID, traceID, senderGid, to, reason string) {
 
 // waitState blocks until msgID's record reaches state (or dies, which is
 // final), or the timeout passes: then TempFail naming the state reached.
-func (g *Gateway) waitState(req *api.Request) (*api.Response, error) {
-	b, err := g.caller(req)
+func (g *Gateway) waitState(req *api.WaitRequest) (*api.Response, error) {
+	b, err := g.caller(req.Token)
 	if err != nil {
 		return nil, err
 	}

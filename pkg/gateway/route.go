@@ -169,13 +169,13 @@ func (g *Gateway) nearName(name, host string) string {
 // from the request; the body is checked; a local message is durably in the
 // recipient's inbox, a remote one confirmed by the broker, before the
 // sender hears "accepted".
-func (g *Gateway) send(req *api.Request) (*api.Response, error) { return g.sendWith(req, nil) }
+func (g *Gateway) send(req *api.SendRequest) (*api.Response, error) { return g.sendWith(req, nil) }
 
 // sendWith is send; before is called with the envelope just before it is
 // stored or published (rendezvous.go registers an open send's waiter there,
 // so no reply can arrive unseen).
-func (g *Gateway) sendWith(req *api.Request, before func(*envelope.Envelope)) (*api.Response, error) {
-	from, err := g.caller(req)
+func (g *Gateway) sendWith(req *api.SendRequest, before func(*envelope.Envelope)) (*api.Response, error) {
+	from, err := g.caller(req.Token)
 	if err != nil {
 		return nil, err
 	}
@@ -424,8 +424,8 @@ func (g *Gateway) apiRecord(r *store.Record) api.Record {
 
 // lookup tells a message's sender (or recipient) its delivery state. To
 // anyone else the message does not exist.
-func (g *Gateway) lookup(req *api.Request) (*api.Response, error) {
-	b, err := g.caller(req)
+func (g *Gateway) lookup(req *api.LookupRequest) (*api.Response, error) {
+	b, err := g.caller(req.Token)
 	if err != nil {
 		return nil, err
 	}

@@ -184,7 +184,7 @@ func (c *conn) fail(err error) error {
 // the caller replies with it and closes. At most aheadSize bytes are read
 // ahead (frameReader): the buffer of a frame is the frame's own, and
 // grows only as its bytes arrive.
-func (c *conn) read() (*api.Request, error) {
+func (c *conn) read() (api.Request, error) {
 	data, err := api.ReadFrame(c.fr, c.max)
 	if c.fr.end() && errors.Is(err, os.ErrDeadlineExceeded) {
 		c.stalled = true
@@ -443,7 +443,7 @@ func (g *Gateway) handle(uc *net.UnixConn, gd *guard, sl *slot) {
 			}
 			return
 		}
-		if !c.good && req.Op != api.OpHello {
+		if _, hello := req.(*api.HelloRequest); !c.good && !hello {
 			c.fail(fault.New(fault.Data, fault.KindProtocol, "first request must be hello"))
 			return
 		}
@@ -452,19 +452,19 @@ func (g *Gateway) handle(uc *net.UnixConn, gd *guard, sl *slot) {
 		} else {
 			sl.set(holdBusy)
 		}
-		if req.Op == api.OpRecv {
+		switch req := req.(type) {
+		case *api.RecvRequest:
 			g.recv(c, req)
 			return
-		}
-		if req.Op == api.OpAsk {
+		case *api.AskRequest:
 			g.ask(c, req)
 			return
-		}
-		if req.Op == api.OpSend && req.Wait {
-			g.sendWait(c, req)
-			return
-		}
-		if req.Op == api.OpWaitReply {
+		case *api.SendRequest:
+			if req.Wait {
+				g.sendWait(c, req)
+				return
+			}
+		case *api.WaitReplyRequest:
 			g.waitReply(c, req)
 			return
 		}
@@ -498,12 +498,14 @@ func (g *Gateway) handle(uc *net.UnixConn, gd *guard, sl *slot) {
 
 // holdsOpen reports whether req holds its connection for as long as it waits:
 // a stream, or a wait for an answer or a state.
-func holdsOpen(req *api.Request) bool {
-	switch req.Op {
-	case api.OpRecv, api.OpAsk, api.OpWaitReply, api.OpWait:
+func holdsOpen(req api.Request) bool {
+	switch req := req.(type) {
+	case *api.RecvRequest, *api.AskRequest, *api.WaitReplyRequest, *api.WaitRequest:
 		return true
+	case *api.SendRequest:
+		return req.Wait
 	}
-	return req.Op == api.OpSend && req.Wait
+	return false
 }
 
 // checkPeer admits only processes of the gateway's own user (the socket's
