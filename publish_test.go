@@ -56,7 +56,7 @@ func TestConcurrentRemoteSendsAllConfirmed(t *testing.T) {
 			defer c.Close()
 			for j := range each {
 				to := names[(i+j)%len(names)]
-				resp, err := c.Call(&api.Request{Op: api.OpSend, To: to + "@h2", Body: fmt.Sprintf("m%d-%d", i, j)})
+				resp, err := c.Call(&api.SendRequest{To: to + "@h2", Body: fmt.Sprintf("m%d-%d", i, j)})
 				if err != nil {
 					errs <- fmt.Errorf("sender %d, message %d to %s: %w", i, j, to, err)
 					return

@@ -268,7 +268,7 @@ func TestClusterNodeLoss(t *testing.T) {
 	// the roster converges: every gateway sees the other hosts' entities
 	for _, g := range gws {
 		eventuallyWithin(t, time.Minute, g.Host+" sees every entity again", func() error {
-			resp, err := g.call("", &api.Request{Op: api.OpRoster})
+			resp, err := g.call("", &api.RosterRequest{})
 			if err != nil {
 				return err
 			}

@@ -144,7 +144,7 @@ func (c *conn) fail(err error) error {
 // the caller replies with it and closes. At most aheadSize bytes are read
 // ahead (frameReader): the buffer of a frame is the frame's own, and
 // grows only as its bytes arrive.
-func (c *conn) read() (*api.Request, error) {
+func (c *conn) read() (api.Request, error) {
 	data, err := api.ReadFrame(c.fr, c.max)
 	if c.fr.end() && errors.Is(err, os.ErrDeadlineExceeded) {
 		c.stalled = true

@@ -21,7 +21,7 @@ import (
 // are held to ident.ValidGroup.
 var nameRE = regexp.MustCompile(ident.NamePattern)
 
-func (g *Gateway) join(req *api.Request) (*api.Response, error) {
+func (g *Gateway) join(req *api.JoinRequest) (*api.Response, error) {
 	e := &store.Entity{
 		Name: req.Name, Mode: req.Mode,
 		TmuxTarget: req.TmuxTarget, Exec: req.Exec, Nudge: req.Nudge, Groups: req.Groups,
@@ -159,7 +159,7 @@ func (ib *inboxes) Register(e *store.Entity) (token, credFile string, err error)
 	return token, path, nil
 }
 
-func (g *Gateway) leave(req *api.Request) (*api.Response, error) {
+func (g *Gateway) leave(req *api.LeaveRequest) (*api.Response, error) {
 	gid, ok := g.reg.Named(req.Name)
 	if !ok {
 		return nil, fault.New(fault.NoRecipient, fault.KindUnknownEntity, "no entity named %s on this host", req.Name).
@@ -281,7 +281,7 @@ func (g *Gateway) roster() (*api.Response, error) {
 // setStatus is an agent's turn hook: busy or idle, from the entity whose
 // credential the request presents or, with Pane, whose tmux pane the
 // calling process runs in (agent.go: agentOf).
-func (g *Gateway) setStatus(pid int32, req *api.Request) (*api.Response, error) {
+func (g *Gateway) setStatus(pid int32, req *api.StatusRequest) (*api.Response, error) {
 	var b *mailbox
 	agent := 0
 	if req.Pane {
@@ -291,7 +291,7 @@ func (g *Gateway) setStatus(pid int32, req *api.Request) (*api.Response, error) 
 		}
 	} else {
 		var err error
-		if b, err = g.caller(req); err != nil {
+		if b, err = g.caller(req.Token); err != nil {
 			return nil, err
 		}
 	}

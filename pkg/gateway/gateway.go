@@ -539,8 +539,8 @@ func (g *Gateway) open() error {
 	// fleet-trace and fleet-dlq (trace.go, dlq.go): the broker and the
 	// admission are read at each use, set in Run after this
 	g.tracer = newTracer(g.cfg.Host, g.log, a, g.reg, g.peers, &g.workers)
-	g.tracer.caller = func(req *api.Request) (store.Entity, error) {
-		b, err := g.caller(req)
+	g.tracer.caller = func(token string) (store.Entity, error) {
+		b, err := g.caller(token)
 		if err != nil {
 			return store.Entity{}, err
 		}
@@ -682,13 +682,13 @@ func (g *Gateway) janitor() {
 	}
 }
 
-// caller returns the entity whose credential the request presents.
-func (g *Gateway) caller(req *api.Request) (*mailbox, error) {
-	if req.Token == "" {
+// caller returns the entity whose credential (a request's Token) is token.
+func (g *Gateway) caller(token string) (*mailbox, error) {
+	if token == "" {
 		return nil, fault.New(fault.Refused, fault.KindNoCredential, "no credential: this command acts as an entity").
 			WithHint("set FLEET_TOKEN, or pass --as NAME for an entity registered on this host")
 	}
-	gid, secret, err := ident.Parse(req.Token)
+	gid, secret, err := ident.Parse(token)
 	if err != nil {
 		return nil, err
 	}

@@ -191,7 +191,7 @@ func (g *testGW) dial(token string) *api.Client {
 }
 
 // call makes one request on a fresh connection.
-func (g *testGW) call(token string, req *api.Request) (*api.Response, error) {
+func (g *testGW) call(token string, req api.Request) (*api.Response, error) {
 	c, err := api.Dial(g.Cfg.Socket)
 	if err != nil {
 		return nil, err
@@ -202,11 +202,11 @@ func (g *testGW) call(token string, req *api.Request) (*api.Response, error) {
 }
 
 // must is call that fails the test on an error.
-func (g *testGW) must(token string, req *api.Request) *api.Response {
+func (g *testGW) must(token string, req api.Request) *api.Response {
 	g.t.Helper()
 	resp, err := g.call(token, req)
 	if err != nil {
-		g.t.Fatalf("%s on %s: %v", req.Op, g.Host, err)
+		g.t.Fatalf("%s on %s: %v", api.OpOf(req), g.Host, err)
 	}
 	return resp
 }
@@ -218,20 +218,20 @@ type entity struct {
 }
 
 // join registers a pull entity (or as req says) and returns it.
-func (g *testGW) join(name string, req ...api.Request) entity {
+func (g *testGW) join(name string, req ...api.JoinRequest) entity {
 	g.t.Helper()
-	r := api.Request{Mode: "pull"}
+	r := api.JoinRequest{Mode: "pull"}
 	if len(req) > 0 {
 		r = req[0]
 	}
-	r.Op, r.Name = api.OpJoin, name
+	r.Name = name
 	resp := g.must("", &r)
 	return entity{Name: name, Gid: resp.Entity.Gid, Token: resp.Token, gw: g}
 }
 
 // send sends body from e to "to" and returns what the gateway said.
 func (e entity) send(to, body string) (*api.Sent, error) {
-	resp, err := e.gw.call(e.Token, &api.Request{Op: api.OpSend, To: to, Body: body})
+	resp, err := e.gw.call(e.Token, &api.SendRequest{To: to, Body: body})
 	if err != nil {
 		return nil, err
 	}
@@ -253,7 +253,7 @@ func (e entity) mustSend(to, body string) *api.Sent {
 func (e entity) recv() []api.Delivery {
 	e.gw.t.Helper()
 	c := e.gw.dial(e.Token)
-	if err := c.Send(&api.Request{Op: api.OpRecv}); err != nil {
+	if err := c.Send(&api.RecvRequest{}); err != nil {
 		e.gw.t.Fatal(err)
 	}
 	var got []api.Delivery
@@ -270,7 +270,7 @@ func (e entity) recv() []api.Delivery {
 			got = append(got, d)
 			acks = append(acks, d.Envelope.MsgID)
 		}
-		if err := c.Send(&api.Request{Op: api.OpAck, Acks: acks}); err != nil {
+		if err := c.Send(&api.AckRequest{Acks: acks}); err != nil {
 			e.gw.t.Fatal(err)
 		}
 	}

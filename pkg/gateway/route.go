@@ -42,13 +42,13 @@ type router struct {
 	in      *intake   // a local message into its inbox
 	rcpt    *receipts // a message dead here bounces
 
-	br      func() *broker.Broker                    // nil: single-host mode
-	admit   func() *admission                        // nil: single-host mode
-	caller  func(req *api.Request) (*mailbox, error) // gateway.go: the calling entity
-	remote  func() []api.EntityRow                   // presence.go: the other hosts' entities
-	heard   func()                                   // presence.go: keep what was heard (saveHeard)
-	ctx     func() context.Context                   // the work in flight's: cancelled past the drain bound
-	closing func() <-chan struct{}                   // closed when shutdown starts: a wait ends
+	br      func() *broker.Broker                // nil: single-host mode
+	admit   func() *admission                    // nil: single-host mode
+	caller  func(token string) (*mailbox, error) // gateway.go: the entity whose credential a request presents
+	remote  func() []api.EntityRow               // presence.go: the other hosts' entities
+	heard   func()                               // presence.go: keep what was heard (saveHeard)
+	ctx     func() context.Context               // the work in flight's: cancelled past the drain bound
+	closing func() <-chan struct{}               // closed when shutdown starts: a wait ends
 }
 
 // target is where a message goes: a local mailbox, or a gid on another
@@ -205,13 +205,13 @@ func (rt *router) nearName(name, host string) string {
 // from the request; the body is checked; a local message is durably in the
 // recipient's inbox, a remote one confirmed by the broker, before the
 // sender hears "accepted".
-func (rt *router) Send(req *api.Request) (*api.Response, error) { return rt.SendWith(req, nil) }
+func (rt *router) Send(req *api.SendRequest) (*api.Response, error) { return rt.SendWith(req, nil) }
 
 // SendWith is Send; before is called with the envelope just before it is
 // stored or published (rendezvous.go registers an open send's waiter there,
 // so no reply can arrive unseen).
-func (rt *router) SendWith(req *api.Request, before func(*envelope.Envelope)) (*api.Response, error) {
-	from, err := rt.caller(req)
+func (rt *router) SendWith(req *api.SendRequest, before func(*envelope.Envelope)) (*api.Response, error) {
+	from, err := rt.caller(req.Token)
 	if err != nil {
 		return nil, err
 	}
@@ -462,8 +462,8 @@ func (rt *router) Record(r *store.Record) api.Record {
 
 // Lookup tells a message's sender (or recipient) its delivery state. To
 // anyone else the message does not exist.
-func (rt *router) Lookup(req *api.Request) (*api.Response, error) {
-	b, err := rt.caller(req)
+func (rt *router) Lookup(req *api.LookupRequest) (*api.Response, error) {
+	b, err := rt.caller(req.Token)
 	if err != nil {
 		return nil, err
 	}
@@ -479,8 +479,8 @@ func (rt *router) Lookup(req *api.Request) (*api.Response, error) {
 
 // WaitState blocks until msgID's record reaches state (or dies, which is
 // final), or the timeout passes: then TempFail naming the state reached.
-func (rt *router) WaitState(req *api.Request) (*api.Response, error) {
-	b, err := rt.caller(req)
+func (rt *router) WaitState(req *api.WaitRequest) (*api.Response, error) {
+	b, err := rt.caller(req.Token)
 	if err != nil {
 		return nil, err
 	}

@@ -17,7 +17,7 @@ import (
 // The router alone (route.go), on the intake rig's store, without a broker
 // (single-host mode): what is resolved, stored and told here. The caller
 // is the entity named by the request's Token (the credential check is
-// server.go's).
+// gateway.go's).
 
 func newRouterRig(t *testing.T) (*intakeRig, *router) {
 	r, rc := newReceiptsRig(t)
@@ -26,8 +26,8 @@ func newRouterRig(t *testing.T) (*intakeRig, *router) {
 		peers: newPeerView(time.Minute, r.in.log), names: newNameBook(r.in.log, time.Minute),
 		br:    func() *broker.Broker { return nil },
 		admit: func() *admission { return nil },
-		caller: func(req *api.Request) (*mailbox, error) {
-			if b := r.in.reg.ByName(req.Token); b != nil {
+		caller: func(token string) (*mailbox, error) {
+			if b := r.in.reg.ByName(token); b != nil {
 				return b, nil
 			}
 			return nil, fault.New(fault.Refused, fault.KindBadCredential, "no such caller")
@@ -78,7 +78,7 @@ func TestRouterSendLocalAndLookup(t *testing.T) {
 	alice, bob := r.entity("alice"), r.entity("bob")
 	r.entity("carol")
 	var before *envelope.Envelope
-	resp, err := rt.SendWith(&api.Request{Token: "alice", To: "bob", Body: "hi"}, func(env *envelope.Envelope) {
+	resp, err := rt.SendWith(&api.SendRequest{Head: api.Head{Token: "alice"}, To: "bob", Body: "hi"}, func(env *envelope.Envelope) {
 		if got := r.inbox(bob); len(got) != 0 {
 			t.Errorf("bob's inbox %q before the hook, want empty", got)
 		}
@@ -95,18 +95,18 @@ func TestRouterSendLocalAndLookup(t *testing.T) {
 		t.Fatalf("bob's inbox %q, want hi", got)
 	}
 	for _, who := range []string{"alice", "bob"} {
-		resp, err := rt.Lookup(&api.Request{Token: who, MsgID: s.MsgID})
+		resp, err := rt.Lookup(&api.LookupRequest{Head: api.Head{Token: who}, MsgID: s.MsgID})
 		if err != nil || resp.Record.Recipient != "bob@h1" || resp.Record.Gid != bob.Gid || resp.Record.State != store.Accepted {
 			t.Fatalf("%s's lookup: %+v, %v; want the record, accepted, to bob@h1", who, resp, err)
 		}
 	}
-	if _, err := rt.Lookup(&api.Request{Token: "carol", MsgID: s.MsgID}); kindOfErr(err) != fault.KindUnknownMessage {
+	if _, err := rt.Lookup(&api.LookupRequest{Head: api.Head{Token: "carol"}, MsgID: s.MsgID}); kindOfErr(err) != fault.KindUnknownMessage {
 		t.Fatalf("carol's lookup of a message not hers: %v, want unknown message", err)
 	}
-	if _, err := rt.Send(&api.Request{Token: "alice", To: "bob", Body: strings.Repeat("x", 2048)}); err == nil {
+	if _, err := rt.Send(&api.SendRequest{Head: api.Head{Token: "alice"}, To: "bob", Body: strings.Repeat("x", 2048)}); err == nil {
 		t.Fatal("a body past max-body was sent")
 	}
-	if _, err := rt.Send(&api.Request{Token: "alice", Body: "to nobody"}); kindOfErr(err) != fault.KindUsage {
+	if _, err := rt.Send(&api.SendRequest{Head: api.Head{Token: "alice"}, Body: "to nobody"}); kindOfErr(err) != fault.KindUsage {
 		t.Fatalf("a send without a recipient: %v, want usage", err)
 	}
 	_ = alice
@@ -118,18 +118,18 @@ func TestRouterReply(t *testing.T) {
 	r, rt := newRouterRig(t)
 	alice, bob := r.entity("alice"), r.entity("bob")
 	r.entity("carol")
-	sent, err := rt.Send(&api.Request{Token: "alice", To: "bob", Body: "question"})
+	sent, err := rt.Send(&api.SendRequest{Head: api.Head{Token: "alice"}, To: "bob", Body: "question"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	id := sent.Sent.MsgID
-	if _, err := rt.Send(&api.Request{Token: "carol", ReplyTo: id, Body: "not mine"}); kindOfErr(err) != fault.KindUnknownMessage {
+	if _, err := rt.Send(&api.SendRequest{Head: api.Head{Token: "carol"}, ReplyTo: id, Body: "not mine"}); kindOfErr(err) != fault.KindUnknownMessage {
 		t.Fatalf("a reply from carol to bob's message: %v, want unknown message", err)
 	}
-	if _, err := rt.Send(&api.Request{Token: "bob", ReplyTo: id, To: "carol", Body: "both"}); kindOfErr(err) != fault.KindUsage {
+	if _, err := rt.Send(&api.SendRequest{Head: api.Head{Token: "bob"}, ReplyTo: id, To: "carol", Body: "both"}); kindOfErr(err) != fault.KindUsage {
 		t.Fatalf("a reply with a recipient too: %v, want usage", err)
 	}
-	rep, err := rt.Send(&api.Request{Token: "bob", ReplyTo: id, Body: "answer"})
+	rep, err := rt.Send(&api.SendRequest{Head: api.Head{Token: "bob"}, ReplyTo: id, Body: "answer"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +150,7 @@ func TestRouterSendSameID(t *testing.T) {
 	r.entity("alice")
 	bob := r.entity("bob")
 	id := envelope.NewID()
-	req := &api.Request{Token: "alice", To: "bob", Body: "once", MsgID: id}
+	req := &api.SendRequest{Head: api.Head{Token: "alice"}, To: "bob", Body: "once", MsgID: id}
 	for range 2 {
 		resp, err := rt.Send(req)
 		if err != nil || resp.Sent.MsgID != id || resp.Sent.Warning != "" {
@@ -167,10 +167,10 @@ func TestRouterSendSameID(t *testing.T) {
 	if err != nil || resp.Sent.State != store.Delivered || !strings.Contains(resp.Sent.Warning, "not sent again") {
 		t.Fatalf("a retry of a delivered message: %+v, %v; want delivered, not sent again", resp, err)
 	}
-	if _, err := rt.Send(&api.Request{Token: "bob", To: "alice", Body: "other", MsgID: id}); kindOfErr(err) != fault.KindUsage {
+	if _, err := rt.Send(&api.SendRequest{Head: api.Head{Token: "bob"}, To: "alice", Body: "other", MsgID: id}); kindOfErr(err) != fault.KindUsage {
 		t.Fatalf("another message under the same id: %v, want usage", err)
 	}
-	if _, err := rt.Send(&api.Request{Token: "alice", To: "bob", Body: "x", MsgID: "not-an-id"}); kindOfErr(err) != fault.KindUsage {
+	if _, err := rt.Send(&api.SendRequest{Head: api.Head{Token: "alice"}, To: "bob", Body: "x", MsgID: "not-an-id"}); kindOfErr(err) != fault.KindUsage {
 		t.Fatalf("a malformed id: %v, want usage", err)
 	}
 }
@@ -184,7 +184,7 @@ func TestRouterWaitState(t *testing.T) {
 	r.entity("bob")
 	r.entity("carol")
 	send := func(body string) string {
-		resp, err := rt.Send(&api.Request{Token: "alice", To: "bob", Body: body})
+		resp, err := rt.Send(&api.SendRequest{Head: api.Head{Token: "alice"}, To: "bob", Body: body})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -193,7 +193,7 @@ func TestRouterWaitState(t *testing.T) {
 	id := send("one")
 	got := make(chan error, 1)
 	go func() {
-		resp, err := rt.WaitState(&api.Request{Token: "alice", MsgID: id, Until: store.Delivered, TimeoutMS: 60_000})
+		resp, err := rt.WaitState(&api.WaitRequest{Head: api.Head{Token: "alice"}, MsgID: id, Until: store.Delivered, TimeoutMS: 60_000})
 		if err == nil && resp.Record.State != store.Delivered {
 			err = errors.New("returned " + resp.Record.State)
 		}
@@ -211,16 +211,16 @@ func TestRouterWaitState(t *testing.T) {
 	if err := r.st.Kill(dead, "why", 1); err != nil {
 		t.Fatal(err)
 	}
-	resp, err := rt.WaitState(&api.Request{Token: "alice", MsgID: dead, Until: store.Delivered, TimeoutMS: 60_000})
+	resp, err := rt.WaitState(&api.WaitRequest{Head: api.Head{Token: "alice"}, MsgID: dead, Until: store.Delivered, TimeoutMS: 60_000})
 	if kindOfErr(err) != fault.KindTimeout || resp.Record.State != store.Dead || !strings.Contains(err.Error(), "is dead") {
 		t.Fatalf("waiting on a dead message: %+v, %v; want its record and 'is dead'", resp, err)
 	}
 	held := send("three")
-	resp, err = rt.WaitState(&api.Request{Token: "alice", MsgID: held, Until: store.Delivered, TimeoutMS: 1})
+	resp, err = rt.WaitState(&api.WaitRequest{Head: api.Head{Token: "alice"}, MsgID: held, Until: store.Delivered, TimeoutMS: 1})
 	if kindOfErr(err) != fault.KindTimeout || resp.Record.State != store.Accepted {
 		t.Fatalf("a wait that ends first: %+v, %v; want the record, still accepted", resp, err)
 	}
-	if _, err := rt.WaitState(&api.Request{Token: "carol", MsgID: held, Until: store.Delivered, TimeoutMS: 1}); kindOfErr(err) != fault.KindUnknownMessage {
+	if _, err := rt.WaitState(&api.WaitRequest{Head: api.Head{Token: "carol"}, MsgID: held, Until: store.Delivered, TimeoutMS: 1}); kindOfErr(err) != fault.KindUnknownMessage {
 		t.Fatalf("carol waiting on a message not hers: %v, want unknown message", err)
 	}
 }

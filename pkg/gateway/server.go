@@ -12,12 +12,12 @@ import (
 
 // dispatch hands a request to its verb: the socket (socket.go) reads
 // it, the entity verbs (entities.go), the sends and the parts answer it.
-func (g *Gateway) dispatch(c *conn, req *api.Request) (*api.Response, error) {
+func (g *Gateway) dispatch(c *conn, req api.Request) (*api.Response, error) {
 	if g.runCtx.Err() != nil {
 		return nil, fault.New(fault.Unavailable, fault.KindShuttingDown, "the gateway is shutting down")
 	}
-	switch req.Op {
-	case api.OpHello:
+	switch req := req.(type) {
+	case *api.HelloRequest:
 		if req.Proto != api.Proto {
 			return nil, fault.New(fault.Data, fault.KindProtocol,
 				"client speaks socket protocol %d, this gateway speaks %d", req.Proto, api.Proto).
@@ -28,14 +28,14 @@ func (g *Gateway) dispatch(c *conn, req *api.Request) (*api.Response, error) {
 			Proto: api.Proto, Host: g.cfg.Host, Version: version.Version,
 			MaxBody: g.cfg.MaxBody, Pid: os.Getpid(),
 		}}, nil
-	case api.OpJoin:
+	case *api.JoinRequest:
 		return g.join(req)
-	case api.OpLeave:
+	case *api.LeaveRequest:
 		return g.leave(req)
-	case api.OpRoster:
+	case *api.RosterRequest:
 		return g.roster()
-	case api.OpWhoami:
-		b, err := g.caller(req)
+	case *api.WhoamiRequest:
+		b, err := g.caller(req.Token)
 		if err != nil {
 			return nil, err
 		}
@@ -44,43 +44,43 @@ func (g *Gateway) dispatch(c *conn, req *api.Request) (*api.Response, error) {
 		// new-mail check must see them too
 		row.Asks = len(b.liveHead(time.Now()))
 		return &api.Response{Entity: &row}, nil
-	case api.OpStatus:
+	case *api.StatusRequest:
 		return g.setStatus(c.pid, req)
-	case api.OpGatewayStatus:
+	case *api.GatewayStatusRequest:
 		return g.gatewayStatus()
-	case api.OpSend:
+	case *api.SendRequest:
 		if req.AnswerTo != "" {
 			return g.answer(req)
 		}
 		return g.route.Send(req)
-	case api.OpLookup:
+	case *api.LookupRequest:
 		return g.route.Lookup(req)
-	case api.OpWait:
+	case *api.WaitRequest:
 		return g.route.WaitState(req)
-	case api.OpBcast:
+	case *api.BcastRequest:
 		return g.broadcast(req)
-	case api.OpGroups:
+	case *api.GroupsRequest:
 		return g.setGroups(req)
-	case api.OpSpawn: // control.go
+	case *api.SpawnRequest: // control.go
 		return g.ctl.Spawn(req)
-	case api.OpStop: // control.go
+	case *api.StopRequest: // control.go
 		return g.ctl.Stop(req)
-	case api.OpDead:
+	case *api.DeadRequest:
 		return g.dead(req)
-	case api.OpReplay: // dlq.go
+	case *api.ReplayRequest: // dlq.go
 		return g.dlq.Replay(req)
-	case api.OpPurgeDead:
+	case *api.PurgeDeadRequest:
 		return g.dlq.Purge(req)
-	case api.OpTrace: // trace.go
+	case *api.TraceRequest: // trace.go
 		return g.tracer.Trace(req)
-	case api.OpAck:
+	case *api.AckRequest:
 		return nil, fault.New(fault.Data, fault.KindProtocol, "ack outside recv")
 	}
-	return nil, fault.New(fault.Data, fault.KindProtocol, "unknown op %q", req.Op).
+	return nil, fault.New(fault.Data, fault.KindProtocol, "unknown op %q", api.OpOf(req)).
 		WithHint("use the fleet commands of the same release as fleet-gw")
 }
 
-func (g *Gateway) dead(req *api.Request) (*api.Response, error) {
+func (g *Gateway) dead(req *api.DeadRequest) (*api.Response, error) {
 	gid := ""
 	if req.Name != "" {
 		var ok bool

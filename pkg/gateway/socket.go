@@ -104,7 +104,7 @@ func (g *Gateway) handle(uc *net.UnixConn, gd *guard, sl *slot) {
 			}
 			return
 		}
-		if !c.good && req.Op != api.OpHello {
+		if _, hello := req.(*api.HelloRequest); !c.good && !hello {
 			c.fail(fault.New(fault.Data, fault.KindProtocol, "first request must be hello"))
 			return
 		}
@@ -113,19 +113,19 @@ func (g *Gateway) handle(uc *net.UnixConn, gd *guard, sl *slot) {
 		} else {
 			sl.set(holdBusy)
 		}
-		if req.Op == api.OpRecv {
+		switch req := req.(type) {
+		case *api.RecvRequest:
 			g.recv(c, req)
 			return
-		}
-		if req.Op == api.OpAsk {
+		case *api.AskRequest:
 			g.ask(c, req)
 			return
-		}
-		if req.Op == api.OpSend && req.Wait {
-			g.sendWait(c, req)
-			return
-		}
-		if req.Op == api.OpWaitReply {
+		case *api.SendRequest:
+			if req.Wait {
+				g.sendWait(c, req)
+				return
+			}
+		case *api.WaitReplyRequest:
 			g.waitReply(c, req)
 			return
 		}
@@ -159,10 +159,12 @@ func (g *Gateway) handle(uc *net.UnixConn, gd *guard, sl *slot) {
 
 // holdsOpen reports whether req holds its connection for as long as it waits:
 // a stream, or a wait for an answer or a state.
-func holdsOpen(req *api.Request) bool {
-	switch req.Op {
-	case api.OpRecv, api.OpAsk, api.OpWaitReply, api.OpWait:
+func holdsOpen(req api.Request) bool {
+	switch req := req.(type) {
+	case *api.RecvRequest, *api.AskRequest, *api.WaitReplyRequest, *api.WaitRequest:
 		return true
+	case *api.SendRequest:
+		return req.Wait
 	}
-	return req.Op == api.OpSend && req.Wait
+	return false
 }
