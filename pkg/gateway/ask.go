@@ -273,7 +273,7 @@ func (g *Gateway) ask(c *conn, req *api.AskRequest) {
 	if ttl <= 0 {
 		ttl = g.cfg.AskTTL
 	}
-	t, err := g.resolve(req.To)
+	t, err := g.route.Resolve(req.To)
 	if err != nil {
 		c.fail(err)
 		return

@@ -178,7 +178,7 @@ func (g *Gateway) setGroups(req *api.GroupsRequest) (*api.Response, error) {
 		return nil, fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot record the groups")
 	}
 	old := before.Groups
-	if g.onBroker(gid) {
+	if g.boxes.OnBroker(gid) {
 		if err := g.br.SetGroups(gid, old, e.Groups); err != nil {
 			g.log.Warn("inbox not rebound now; it will be on the next connection", "entity", e.Name, "err", err)
 		}

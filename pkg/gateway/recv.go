@@ -212,11 +212,11 @@ func (s *recvStream) next(changed <-chan struct{}) (batch []api.Delivery, seqs m
 			left++
 			continue // acknowledged; its commit is under way
 		case it.Env.Expired(now):
-			s.g.kill(it.Env, "expired before delivery", 0)
+			s.g.boxes.Kill(it.Env, "expired before delivery", 0)
 			killed++
 			continue
 		case !s.g.admit.trusted(it.Env.Sender.Host): // its host was removed from the trust file since
-			s.g.kill(it.Env, "sender host "+it.Env.Sender.Host+" is no longer trusted", 0)
+			s.g.boxes.Kill(it.Env, "sender host "+it.Env.Sender.Host+" is no longer trusted", 0)
 			killed++
 			continue
 		}

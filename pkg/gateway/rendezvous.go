@@ -56,7 +56,7 @@ func (r *rendezvous) wire(st *store.Store, reg *registry, log *slog.Logger, a *a
 	r.st, r.reg, r.log, r.audit, r.metrics, r.settled = st, reg, log, a, m, settled
 }
 
-// replyConn is the client an open send holds (server.go's conn).
+// replyConn is the client an open send holds (conn.go's conn).
 type replyConn interface {
 	reply(*api.Response) error
 	fail(error) error
@@ -156,7 +156,7 @@ func (g *Gateway) sendWait(c *conn, req *api.SendRequest) {
 	}
 	w := &replyWaiter{gid: b.snapshot().Gid, ch: make(chan *envelope.Envelope, 1)}
 	var msgID string
-	resp, err := g.sendWith(req, func(env *envelope.Envelope) {
+	resp, err := g.route.SendWith(req, func(env *envelope.Envelope) {
 		msgID = env.MsgID
 		g.rdv.Open(msgID, w)
 	})

@@ -7,7 +7,6 @@ import (
 	"github.com/fleetd/fleet/pkg/api"
 	"github.com/fleetd/fleet/pkg/envelope"
 	"github.com/fleetd/fleet/pkg/fault"
-	"github.com/fleetd/fleet/pkg/ident"
 	"github.com/fleetd/fleet/pkg/version"
 )
 
@@ -53,11 +52,11 @@ func (g *Gateway) dispatch(c *conn, req api.Request) (*api.Response, error) {
 		if req.AnswerTo != "" {
 			return g.answer(req)
 		}
-		return g.send(req)
+		return g.route.Send(req)
 	case *api.LookupRequest:
-		return g.lookup(req)
+		return g.route.Lookup(req)
 	case *api.WaitRequest:
-		return g.waitState(req)
+		return g.route.WaitState(req)
 	case *api.BcastRequest:
 		return g.broadcast(req)
 	case *api.GroupsRequest:
@@ -81,29 +80,6 @@ func (g *Gateway) dispatch(c *conn, req api.Request) (*api.Response, error) {
 		WithHint("use the fleet commands of the same release as fleet-gw")
 }
 
-// caller returns the entity whose credential (a request's Token) is token.
-func (g *Gateway) caller(token string) (*mailbox, error) {
-	if token == "" {
-		return nil, fault.New(fault.Refused, fault.KindNoCredential, "no credential: this command acts as an entity").
-			WithHint("set FLEET_TOKEN, or pass --as NAME for an entity registered on this host")
-	}
-	gid, secret, err := ident.Parse(token)
-	if err != nil {
-		return nil, err
-	}
-	if h := ident.GidHost(gid); h != g.cfg.Host {
-		// the credential names its host: say so, rather than "not valid"
-		return nil, fault.New(fault.Refused, fault.KindBadCredential, "the credential is one of host %s, not of this host (%s)", h, g.cfg.Host).
-			WithHint("run the command on %s, where its entity lives; here, use a credential fleet-roster join printed on %s (or --as NAME)", h, g.cfg.Host)
-	}
-	b := g.reg.Get(gid)
-	if b == nil || !ident.Check(secret, b.snapshot().TokenHash) {
-		return nil, fault.New(fault.Refused, fault.KindBadCredential, "credential is not valid on this gateway").
-			WithHint("a credential is issued by fleet-roster join and dies with fleet-roster leave")
-	}
-	return b, nil
-}
-
 func (g *Gateway) dead(req *api.DeadRequest) (*api.Response, error) {
 	gid := ""
 	if req.Name != "" {
@@ -123,7 +99,7 @@ func (g *Gateway) dead(req *api.DeadRequest) (*api.Response, error) {
 		if len(d.Envelope) > 0 {
 			env, _ = envelope.Decode(d.Envelope, 1<<30)
 		}
-		out = append(out, api.DeadLetter{Record: g.apiRecord(&d.Record), Envelope: env})
+		out = append(out, api.DeadLetter{Record: g.route.Record(&d.Record), Envelope: env})
 	}
 	return &api.Response{Dead: out}, nil
 }
