@@ -150,6 +150,37 @@ func (b *mailbox) handing() bool {
 	return b.draining
 }
 
+// handOver bounds how long a fleet-recv waits for the inbox's drain lease
+// held by another: a client that was killed or closed its connection
+// gives it back as soon as the gateway reads the end of its connection
+// (milliseconds), and the next one, started at once, must not be told
+// "busy" for that. A lease still held after it is a real second reader.
+const handOver = time.Second
+
+// takeDrain takes the inbox's drain lease, waiting up to within for the
+// holder to give it back; false if it was not given back in time.
+func (b *mailbox) takeDrain(ctx context.Context, within time.Duration) bool {
+	timer := time.NewTimer(within)
+	defer timer.Stop()
+	for {
+		w := b.watch() // before the check: a release after it wakes us
+		b.mu.Lock()
+		if !b.draining {
+			b.draining = true
+			b.mu.Unlock()
+			return true
+		}
+		b.mu.Unlock()
+		select {
+		case <-w:
+		case <-timer.C:
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
 // watch returns a channel closed at the next change.
 func (b *mailbox) watch() <-chan struct{} { return b.changed.wait() }
 

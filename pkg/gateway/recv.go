@@ -85,14 +85,10 @@ func (g *Gateway) openRecv(c *conn, req *api.RecvRequest) (*recvStream, error) {
 	if ent.Mode != "pull" && ent.Mode != "hook" {
 		return nil, fault.New(fault.Usage, fault.KindUsage, "%s is an inject entity: its messages go to %s, not to fleet-recv", ent.Name, g.row(ent, nil, nil).Target)
 	}
-	b.mu.Lock()
-	if b.draining {
-		b.mu.Unlock()
+	if !b.takeDrain(g.runCtx, handOver) {
 		return nil, fault.New(fault.TempFail, fault.KindInboxBusy, "another fleet-recv is draining %s", ent.Name).
 			WithHint("stop it, or wait for it to finish")
 	}
-	b.draining = true
-	b.mu.Unlock()
 	follower := req.Follow && req.Max <= 0 && ent.Mode == "pull"
 	if follower {
 		g.follow.Opened(b)
