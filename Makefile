@@ -32,7 +32,11 @@ build:
 # of its own, every script and agent rig its own tmux server and folder.
 # Four parallel tests at a time in a package (-parallel 4, not GOMAXPROCS'
 # 2): the scripts and pkg/gateway's broker tests mostly wait (presence
-# rounds, the broker, gateways' drains); the agent CLI tests stay serial.
+# rounds, the broker, gateways' drains). In the root package and
+# pkg/gateway, internal/testsched hands out the four places: the agent CLI
+# tests run beside the scripts, two CLIs at most; a test waiting for the
+# node (an outage script or a test with 2,000 entities has it alone) or
+# for the cluster holds no place; the longest tests start first.
 #
 # gotestsum (pinned, fetched through the module proxy on first use like
 # staticcheck) runs go test -json: it prints each package's result and the
