@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/fleetd/fleet/internal/testnode"
+	"github.com/fleetd/fleet/internal/testsched"
 
 	"github.com/fleetd/fleet/pkg/api"
 )
@@ -18,6 +19,7 @@ import (
 // sequence number under the lock its confirm reader needed), after which
 // every publish of the gateway timed out.
 func TestConcurrentRemoteSendsAllConfirmed(t *testing.T) {
+	testsched.Take(t, testsched.Need{Group: "node"})
 	brokerLock.RLock()
 	defer brokerLock.RUnlock()
 	url, drop, err := testnode.Vhost("t-go-publish", "h1", "h2") // with their logins

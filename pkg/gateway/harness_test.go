@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/fleetd/fleet/internal/testnode"
+	"github.com/fleetd/fleet/internal/testsched"
 
 	"github.com/fleetd/fleet/pkg/api"
 	"github.com/fleetd/fleet/pkg/config"
@@ -30,6 +31,14 @@ import (
 	"github.com/fleetd/fleet/pkg/gateway"
 	"github.com/fleetd/fleet/pkg/trust"
 )
+
+// TestMain hands this package's parallel tests to testsched: -parallel N
+// places, and a test waiting for the broker node (while a test has it
+// alone) or for the cluster holds none of them.
+func TestMain(m *testing.M) {
+	testsched.Main()
+	os.Exit(m.Run())
+}
 
 // testGW is one gateway running in this process.
 type testGW struct {
@@ -328,9 +337,11 @@ func faultOf(t testing.TB, err error, want fault.Code) *fault.Error {
 // make test starts the node and sets FLEET_TEST_BROKER; without it, the
 // test starts the node itself.
 //
-// A broker test runs in parallel with the others (t.Parallel, here, at its
-// first call): it spends its time waiting for the broker, for rabbitmqctl
-// and for presence rounds, in its own vhost, folder and gateways.
+// A broker test runs in parallel with the others (testsched.Take, here,
+// at its first call): it spends its time waiting for the broker, for
+// rabbitmqctl and for presence rounds, in its own vhost, folder and
+// gateways. It shares the node with the other broker tests of this
+// package, unless one has it alone (brokerAlone).
 func brokerURL(t testing.TB) string {
 	t.Helper()
 	vhostsMu.Lock()
@@ -343,9 +354,7 @@ func brokerURL(t testing.TB) string {
 	isAlone := alone[t]
 	vhostsMu.Unlock()
 	if pt, ok := t.(*testing.T); ok && !isAlone {
-		pt.Parallel()
-		heavy.RLock()
-		t.Cleanup(heavy.RUnlock)
+		testsched.Take(pt, testsched.Need{Group: "node"})
 	}
 	unlock, err := testnode.Lock(false)
 	if err != nil {
@@ -370,24 +379,21 @@ func brokerURL(t testing.TB) string {
 	return url
 }
 
-// heavy orders this package's broker tests: they share it, and a test
-// that joins hundreds or thousands of entities (a queue and a consumer
-// each on the broker) takes it alone (brokerAlone): beside three others
-// on a loaded machine the node answered a join too late (an AMQP read
-// timing out).
-var heavy sync.RWMutex
+// A test that joins hundreds or thousands of entities (a queue and a
+// consumer each on the broker) has the node alone (brokerAlone): beside
+// three others on a loaded machine the node answered a join too late (an
+// AMQP read timing out).
 
 // alone are the tests that called brokerAlone.
 var alone = map[testing.TB]bool{}
 
 // brokerAlone makes t a broker test that runs while no other broker test
 // of this package does (still in parallel with the tests without one);
-// call it first, then brokerURL as any broker test.
-func brokerAlone(t *testing.T) {
+// call it first, then brokerURL as any broker test. long is about how
+// long it takes (the longest tests start first).
+func brokerAlone(t *testing.T, long time.Duration) {
 	t.Helper()
-	t.Parallel()
-	heavy.Lock()
-	t.Cleanup(heavy.Unlock)
+	testsched.Take(t, testsched.Need{Group: "node", Alone: true, Long: long})
 	vhostsMu.Lock()
 	alone[t] = true
 	vhostsMu.Unlock()

@@ -152,7 +152,7 @@ func readPresence(t *testing.T, d amqp.Delivery) wirePresence {
 // snapshot, one page of all 500 rows each interval; the other host's
 // roster shows every one of them.
 func TestCrossPresenceManyEntitiesOneMessage(t *testing.T) {
-	brokerAlone(t)
+	brokerAlone(t, 15*time.Second)
 	h1, h2 := twoHosts(t)
 	const n = 500
 	c := h2.dial("")

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fleetd/fleet/internal/testnode"
 
@@ -20,7 +21,7 @@ func TestCrossManyEntities(t *testing.T) {
 	if testing.Short() {
 		t.Skip("joins 2,100 entities")
 	}
-	brokerAlone(t)
+	brokerAlone(t, time.Minute)
 	url := brokerURL(t)
 	g := startGW(t, t.TempDir(), "h1", settings{"broker": url, "presence-interval": "1h"})
 	const n = 2100
