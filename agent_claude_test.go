@@ -526,7 +526,8 @@ func containsSeq(names []string, want ...string) bool {
 
 // twoHostRig is an agent rig on host h1 and a second gateway h2, each
 // with its own login on a fresh vhost of the private broker node, trusting
-// each other, presence every 300 ms. The vhost goes when the test ends,
+// each other, presence every second (a TTL of 3 s: a
+// loaded machine delays presence past 900 ms). The vhost goes when the test ends,
 // after the gateways.
 func twoHostRig(t *testing.T, vhost string) (*agentRig, *testGW) {
 	t.Helper()
@@ -544,8 +545,8 @@ func twoHostRig(t *testing.T, vhost string) (*agentRig, *testGW) {
 		}
 		return "FLEET_BROKER=" + u
 	}
-	rig := newAgentRig(t, login("h1"), "FLEET_PRESENCE_INTERVAL=300ms")
-	h2 := newTestGW(t, rig.dir, "h2", login("h2"), "FLEET_PRESENCE_INTERVAL=300ms")
+	rig := newAgentRig(t, login("h1"), "FLEET_PRESENCE_INTERVAL=1s")
+	h2 := newTestGW(t, rig.dir, "h2", login("h2"), "FLEET_PRESENCE_INTERVAL=1s")
 	enrolGWs(t, rig.gw, h2)
 	return rig, h2
 }
