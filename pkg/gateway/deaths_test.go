@@ -12,6 +12,7 @@ import (
 	"github.com/fleetd/fleet/pkg/envelope"
 	"github.com/fleetd/fleet/pkg/fault"
 	"github.com/fleetd/fleet/pkg/gateway"
+	"github.com/fleetd/fleet/pkg/seal"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
@@ -46,8 +47,19 @@ func TestCrossDeathInBrokerInbox(t *testing.T) {
 		t.Fatalf("alice got %+v", got)
 	}
 	dead := h1.must("", &api.Request{Op: api.OpDead}).Dead
-	if len(dead) != 1 || dead[0].Record.MsgID != s.MsgID || dead[0].Envelope == nil || dead[0].Envelope.Body != "never taken" {
+	if len(dead) != 1 || dead[0].Record.MsgID != s.MsgID || dead[0].Envelope == nil {
 		t.Fatalf("h1's dead letters: %+v", dead)
+	}
+	// kept as published: sealed (issue 27), to h2 and to h1, which opens it
+	if e := dead[0].Envelope; e.Body != "never taken" {
+		ring, err := seal.LoadKeyring(h1.Cfg.StateDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text, err := seal.Open(seal.Bind(string(e.Kind), e.MsgID, "h1"), e.Sealed, ring)
+		if err != nil || string(text) != "never taken" {
+			t.Fatalf("h1's dead letter: %q, %v", text, err)
+		}
 	}
 
 	// the operators' copy, with the broker's death history

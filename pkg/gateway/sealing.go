@@ -4,7 +4,9 @@ package gateway
 //
 // Every message this gateway publishes that carries text (sealKinds) has
 // its body sealed (pkg/seal) to the hosts that will deliver it, and to
-// this host too: the sender opens its own bounces and dead letters. One
+// this host too: the sender opens its own bounces and dead letters (and
+// a dead letter's copy this host publishes to bridge.dlq of another
+// host's message is sealed to that sender's host as well). One
 // stanza per host, sealed once per message however many copies the
 // broker makes: a message to one entity or a control request names its
 // host; a broadcast to a group names each host with members in the group
@@ -81,6 +83,11 @@ type sealing struct {
 	// presence says; everyone the hosts trusted now.
 	members  func(group string) []string
 	everyone func() []string
+	// trusted says whether this gateway admits host (nil: every host).
+	// A host it does not trust and knows no key of gets sealed bytes it
+	// cannot open, not a 77: the broker answers whether it exists (67)
+	// and it refuses the message if it does.
+	trusted func(host string) bool
 	now      func() time.Time // nil: time.Now
 
 	mu     sync.Mutex
@@ -210,6 +217,9 @@ func (s *sealing) Seal(env *envelope.Envelope) error {
 			plain = append(plain, h)
 			continue
 		}
+		if s.trusted != nil && !s.trusted(h) {
+			continue // not ours to talk to: it gets nothing it can read
+		}
 		if env.Kind != envelope.Broadcast {
 			return fault.New(fault.Refused, fault.KindNoSealKey,
 				"host %s announces no sealing key: no text is sent to it (the broker would hold it readable); %s %s not sent", h, strings.ToLower(string(env.Kind)), env.MsgID).
@@ -228,6 +238,13 @@ func (s *sealing) Seal(env *envelope.Envelope) error {
 				"peer", h, "msg_id", env.MsgID, "trace_id", env.TraceID, "kind", string(env.Kind))
 		}
 		return nil
+	}
+	if h := env.Sender.Host; h != "" && h != s.host {
+		// a copy this host publishes of another host's message (a dead
+		// letter to bridge.dlq): its sender may open it too, if it can
+		if k := s.keyOf(h); k != nil {
+			to = append(to, k)
+		}
 	}
 	sealed, err := seal.Seal(seal.Bind(string(env.Kind), env.MsgID, s.host), []byte(env.Body), to)
 	if err != nil {

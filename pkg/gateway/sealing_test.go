@@ -258,3 +258,32 @@ func TestSealingKeyOrder(t *testing.T) {
 		t.Fatalf("a host nobody knows has key %v", k)
 	}
 }
+
+// A copy of another host's message that this host publishes (a dead
+// letter to bridge.dlq) is sealed to its sender's host too; a host this
+// one does not trust, with no key known, gets bytes it cannot open
+// rather than a 77 (the broker says whether it exists).
+func TestSealingSenderAndUntrusted(t *testing.T) {
+	hs := sealHosts(t, []string{"h1", "h2", "h3"})
+	dead := sendTo("h2", "died on h2")
+	if err := hs["h2"].s.Seal(dead); err != nil {
+		t.Fatal(err)
+	}
+	o := *dead
+	if err := hs["h1"].s.Open("h2", &o); err != nil || o.Body != "died on h2" {
+		t.Fatalf("the sender cannot open the dead letter's copy: %v", err)
+	}
+	o = *dead
+	wantRefusal(t, hs["h3"].s.Open("h2", &o), broker.ReasonSealedElsewhere)
+
+	s := hs["h1"].s
+	s.trusted = func(h string) bool { return h != "h9" }
+	sp := envelope.New(envelope.Spawn, envelope.Party{Gid: "h1.0c0ffee0-0000-4000-8000-000000000001", Host: "h1"},
+		envelope.Party{Group: "control", Host: "h9"}, `{"name":"x"}`)
+	if err := s.Seal(sp); err != nil || sp.Sealed == nil {
+		t.Fatalf("a spawn on an untrusted host: %v", err)
+	}
+	if ids, _ := seal.Recipients(sp.Sealed); len(ids) != 1 || ids[0] != hs["h1"].ring.Public().ID() {
+		t.Fatalf("sealed to %v, want this host alone", ids)
+	}
+}
