@@ -123,6 +123,7 @@ func (g *Gateway) setupAuth() error {
 		return hosts
 	}
 	g.br.SetSealer(sl)
+	g.seal = sl
 	g.br.OnRefused(g.admit.noteRefused)
 	notices := &refusalNotices{host: g.cfg.Host, maxBody: g.cfg.MaxBody, log: g.log,
 		publish: func(to string, env *envelope.Envelope) {

@@ -93,6 +93,7 @@ type Gateway struct {
 	heardMu sync.Mutex   // one save of peers' last words at a time (presence.go saveHeard)
 	said    *announcer   // announcer.go: this host's presence chain
 	admit   *admission   // nil: single-host mode
+	seal    *sealing     // sealing.go: text sealed to the hosts that deliver it (nil: single-host mode)
 	names   *nameBook    // names.go
 	wake    *wakes       // wake.go: set once the store is open
 	follow  *followers   // follow.go: who reads the pull entities; set once the store is open

@@ -329,7 +329,7 @@ func (g *Gateway) publish(env *envelope.Envelope, retry bool) error {
 	// before the broker's confirm does, and its SettleOutbound, queued
 	// after, finds it — and goes to disk while the broker confirms: the
 	// sender hears once both are done.
-	recorded := g.st.RecordOutboundKeep(env, now, keptBytes(env)) // refusals.go
+	recorded := g.st.RecordOutboundKeep(env, now, g.seal.Kept(env)) // sealing.go, refusals.go
 	g.audit.Message("published", env, 0, "")
 	err := g.br.Publish(g.hardCtx, env.Recipient.Gid, env, true)
 	if rerr := recorded(); rerr != nil && err == nil {

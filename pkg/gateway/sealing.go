@@ -88,16 +88,26 @@ type sealing struct {
 	// cannot open, not a 77: the broker answers whether it exists (67)
 	// and it refuses the message if it does.
 	trusted func(host string) bool
-	now      func() time.Time // nil: time.Now
+	now     func() time.Time // nil: time.Now
 
 	mu     sync.Mutex
 	parsed map[string]*seal.Recipient // age1... -> parsed
 	warned map[string]time.Time       // what was said -> when, for the rate limits
+	kept   map[string]keptSeal        // msg id -> sealed ahead by Kept, for its Seal
 }
+
+// keptSeal is a body sealed by Kept ahead of its publish.
+type keptSeal struct {
+	body   string
+	sealed []byte
+}
+
+// maxKept bounds the bodies sealed ahead and not published yet.
+const maxKept = 64
 
 func newSealing(host string, keys *seal.Keyring, file *trust.File, c *certs, plaintext []string, maxBody int, log *slog.Logger) *sealing {
 	s := &sealing{host: host, keys: keys, file: file, certs: c, maxBody: maxBody, log: log,
-		plaintext: map[string]bool{}, parsed: map[string]*seal.Recipient{}, warned: map[string]time.Time{}}
+		plaintext: map[string]bool{}, parsed: map[string]*seal.Recipient{}, warned: map[string]time.Time{}, kept: map[string]keptSeal{}}
 	for _, h := range plaintext {
 		s.plaintext[h] = true
 	}
@@ -198,6 +208,18 @@ func (s *sealing) hosts(env *envelope.Envelope) []string {
 // Seal seals env's body to the hosts that deliver it and this one (the
 // broker's Sealer; env is the broker's copy).
 func (s *sealing) Seal(env *envelope.Envelope) error {
+	s.mu.Lock()
+	k, ok := s.kept[env.MsgID]
+	delete(s.kept, env.MsgID)
+	s.mu.Unlock()
+	if ok && k.body == env.Body && env.Sealed == nil {
+		env.Sealed, env.Body = k.sealed, "" // as Kept recorded it
+		return nil
+	}
+	return s.seal(env)
+}
+
+func (s *sealing) seal(env *envelope.Envelope) error {
 	if env.Sealed != nil {
 		// sealed bytes are bound to their message: sent again under
 		// another id or host, nobody could open them
@@ -252,6 +274,32 @@ func (s *sealing) Seal(env *envelope.Envelope) error {
 	}
 	env.Sealed, env.Body = sealed, ""
 	return nil
+}
+
+// Kept is what the store keeps of a message this host publishes (see
+// keptBytes, refusals.go): the envelope exactly as it will be published,
+// so a refusal notice that carries only the digest of the sealed bytes
+// matches it. The body is sealed here, ahead, and Seal reuses it for the
+// same message. nil: nothing kept (a short message, or no sealing).
+func (s *sealing) Kept(env *envelope.Envelope) []byte {
+	if s == nil || keptBytes(env) == nil {
+		return keptBytes(env)
+	}
+	c := *env
+	if err := s.seal(&c); err != nil || c.Sealed == nil {
+		return keptBytes(env) // in the clear, or not published at all
+	}
+	raw, err := envelope.Encode(&c)
+	if err != nil {
+		return nil
+	}
+	s.mu.Lock()
+	if len(s.kept) >= maxKept {
+		clear(s.kept) // published by now, or never: sealed again then
+	}
+	s.kept[env.MsgID] = keptSeal{body: env.Body, sealed: c.Sealed}
+	s.mu.Unlock()
+	return raw
 }
 
 // Open opens env's sealed body (the broker's Sealer), env signed by host

@@ -287,3 +287,32 @@ func TestSealingSenderAndUntrusted(t *testing.T) {
 		t.Fatalf("sealed to %v, want this host alone", ids)
 	}
 }
+
+// What the store keeps of a large message is the envelope exactly as it
+// is published, sealed: a refusal notice's digest of the published bytes
+// matches it.
+func TestSealingKeptIsWhatIsPublished(t *testing.T) {
+	hs := sealHosts(t, []string{"h1", "h2"})
+	s := hs["h1"].s
+	env := sendTo("h2", strings.Repeat("big text ", 40<<10))
+	raw := s.Kept(env)
+	if raw == nil || strings.Contains(string(raw), "big text") {
+		t.Fatalf("kept %d bytes, in the clear: %v", len(raw), raw != nil && strings.Contains(string(raw), "big text"))
+	}
+	c := *env
+	if err := s.Seal(&c); err != nil {
+		t.Fatal(err)
+	}
+	pub, err := envelope.Encode(&c)
+	if err != nil || string(pub) != string(raw) {
+		t.Fatalf("published bytes differ from the kept ones (%d, %d bytes)", len(pub), len(raw))
+	}
+	// a short message keeps nothing, and is sealed afresh
+	if b := s.Kept(sendTo("h2", "short")); b != nil {
+		t.Fatalf("kept %d bytes of a short message", len(b))
+	}
+	var none *sealing
+	if b := none.Kept(env); b == nil || !strings.Contains(string(b), "big text") {
+		t.Fatal("without sealing, the plain envelope is kept")
+	}
+}
