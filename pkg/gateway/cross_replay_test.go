@@ -64,6 +64,13 @@ func publishSigned(t *testing.T, from *testGW, to entity, env *envelope.Envelope
 	t.Helper()
 	sealAs(t, from, env, to.gw)
 	raw, sig := signAs(t, from, env)
+	publishBytes(t, from, to, env, raw, sig)
+}
+
+// publishBytes publishes raw, the encoding of env, with sig as from's
+// signature, to to's inbox.
+func publishBytes(t *testing.T, from *testGW, to entity, env *envelope.Envelope, raw, sig []byte) {
+	t.Helper()
 	ch, done := brokerChannel(t)
 	defer done()
 	if err := ch.Confirm(false); err != nil {
