@@ -232,9 +232,17 @@ func cmdEnrol(ts *testscript.TestScript, neg bool, args []string) {
 // cleared its memory alarm, so publishers are blocked from then on);
 // broker queues — print this script's queues: name, ready,
 // unacknowledged, consumers.
+//
+// broker store MARKER — look for MARKER in every file of the node's data
+// folder (its message stores and queue indexes: what a disk or a backup
+// of the broker holds); print the files that hold it. With !, none may.
 func cmdBroker(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) == 2 && args[0] == "store" {
+		brokerStore(ts, neg, args[1])
+		return
+	}
 	if len(args) != 1 {
-		ts.Fatalf("usage: broker stop|start|block|unblock|closeall|queues")
+		ts.Fatalf("usage: broker stop|start|block|unblock|closeall|queues|store MARKER")
 	}
 	var out []byte
 	var err error
@@ -268,6 +276,43 @@ func cmdBroker(ts *testscript.TestScript, neg bool, args []string) {
 	}
 	if err != nil {
 		ts.Fatalf("rabbitmqctl %s: %v\n%s", args[0], err, out)
+	}
+}
+
+// brokerStore is "broker store MARKER".
+func brokerStore(ts *testscript.TestScript, neg bool, marker string) {
+	tlsDir, err := testnode.Node("tls-dir") // $dir/tls, beside $dir/mnesia
+	ts.Check(err)
+	data := filepath.Join(filepath.Dir(strings.TrimSpace(string(tlsDir))), "mnesia")
+	var found []string
+	files := 0
+	err = filepath.WalkDir(data, func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !d.Type().IsRegular() {
+			return nil // a file the node removed meanwhile
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil
+		}
+		files++
+		if strings.Contains(string(b), marker) {
+			rel, _ := filepath.Rel(data, path)
+			found = append(found, rel)
+		}
+		return nil
+	})
+	ts.Check(err)
+	if files == 0 {
+		ts.Fatalf("no file in the node's data folder %s", data)
+	}
+	for _, f := range found {
+		fmt.Fprintln(ts.Stdout(), f)
+	}
+	switch {
+	case neg && len(found) > 0:
+		ts.Fatalf("%q is readable in %d files of the broker's data folder: %v", marker, len(found), found)
+	case !neg && len(found) == 0:
+		ts.Fatalf("%q is in none of the %d files of the broker's data folder", marker, files)
 	}
 }
 
@@ -410,6 +455,42 @@ func cmdAMQP(ts *testscript.TestScript, neg bool, args []string) {
 		_, err := ch.QueueDeclare(q, false, false, false, false, nil)
 		ts.Check(err)
 		ts.Check(ch.QueueBind(q, args[3], args[2], false, nil))
+	case "clean":
+		// amqp clean QUEUE MARKER [keep] — read every message in QUEUE
+		// (taken, or with keep given back when done) and fail unless
+		// there is at least one and none holds MARKER in its body or a
+		// header; print how many were read, by kind (AMQP type)
+		if len(args) != 3 && len(args) != 4 {
+			ts.Fatalf("usage: amqp clean QUEUE MARKER [keep]")
+		}
+		keep := len(args) == 4 && args[3] == "keep"
+		kinds := map[string]int{}
+		n := 0
+		for {
+			d, ok, err := ch.Get(args[1], !keep)
+			ts.Check(err)
+			if !ok {
+				break
+			}
+			n++
+			kinds[d.Type]++
+			if strings.Contains(string(d.Body), args[2]) || strings.Contains(fmt.Sprint(d.Headers), args[2]) {
+				ts.Fatalf("%s holds %q readable: type %s, msg id %s: %s", args[1], args[2], d.Type, d.MessageId, d.Body)
+			}
+		}
+		if n == 0 {
+			ts.Fatalf("nothing in %s to look at", args[1])
+		}
+		names := make([]string, 0, len(kinds))
+		for k := range kinds {
+			names = append(names, k)
+		}
+		sort.Strings(names)
+		fmt.Fprintf(ts.Stdout(), "%d messages:", n)
+		for _, k := range names {
+			fmt.Fprintf(ts.Stdout(), " %s=%d", k, kinds[k])
+		}
+		fmt.Fprintln(ts.Stdout())
 	case "replay":
 		// amqp replay NAME EXCHANGE KEY — take one captured message and
 		// publish it again, bytes and headers (signature included) as they
