@@ -302,6 +302,33 @@ func (s *sealing) Kept(env *envelope.Envelope) []byte {
 	return raw
 }
 
+// Plain is a message this host signed and published (raw, as it came
+// back: a broker death, a refusal notice's copy, the bytes kept), with
+// its body opened, for its sender's dead letter on this host: the local
+// store holds text as it always did, and a replay seals it anew. raw as
+// it is when it is not sealed or does not open (never an error: the
+// dead letter is kept either way).
+func (s *sealing) Plain(raw []byte) []byte {
+	if s == nil {
+		return raw
+	}
+	env, err := envelope.Decode(raw, 1<<30)
+	if err != nil || env.Sealed == nil {
+		return raw
+	}
+	plain, err := seal.Open(seal.Bind(string(env.Kind), env.MsgID, s.host), env.Sealed, s.keys)
+	if err != nil || !utf8.Valid(plain) {
+		s.log.Warn("a dead letter of this host's does not open with its keys: kept sealed", "msg_id", env.MsgID, "err", err)
+		return raw
+	}
+	env.Body, env.Sealed = string(plain), nil
+	out, err := envelope.Encode(env)
+	if err != nil {
+		return raw
+	}
+	return out
+}
+
 // Open opens env's sealed body (the broker's Sealer), env signed by host
 // and admitted; a text in the clear is accepted only from a host named
 // in plaintext-hosts.

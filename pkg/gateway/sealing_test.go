@@ -316,3 +316,30 @@ func TestSealingKeptIsWhatIsPublished(t *testing.T) {
 		t.Fatal("without sealing, the plain envelope is kept")
 	}
 }
+
+// A message of this host's that comes back sealed (a death in the
+// broker, a refusal notice's copy) is kept as its dead letter with its
+// text opened: the store holds text as ever, and a replay seals anew.
+func TestSealingPlain(t *testing.T) {
+	hs := sealHosts(t, []string{"h1", "h2"})
+	env := sendTo("h2", "came back")
+	c := *env
+	if err := hs["h1"].s.Seal(&c); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := envelope.Encode(&c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := envelope.Decode(hs["h1"].s.Plain(raw), 1<<20)
+	if err != nil || got.Body != "came back" || got.Sealed != nil || got.MsgID != env.MsgID {
+		t.Fatalf("opened %+v, %v", got, err)
+	}
+	// another host's message, or bytes that are no envelope: as they are
+	if b := hs["h2"].s.Plain(raw); string(b) != string(raw) {
+		t.Fatal("h2 opened a message h1 signed as its own")
+	}
+	if b := hs["h1"].s.Plain([]byte("junk")); string(b) != "junk" {
+		t.Fatal("junk changed")
+	}
+}
