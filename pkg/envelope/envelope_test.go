@@ -355,12 +355,25 @@ func TestDecodeSealed(t *testing.T) {
 	e, err = Decode(mustJSON(t, m), 10)
 	wantFault(t, e, err, fault.KindBadEnvelope)
 
-	m["sealed"] = base64.StdEncoding.EncodeToString(make([]byte, 10+SealOverhead(10)+1))
+	// bounded by the body limit plus what sealing adds for the hosts
+	// the bytes name (two here)
+	sized := func(n int) string {
+		b := make([]byte, n)
+		copy(b, "fsl1\x02")
+		return base64.StdEncoding.EncodeToString(b)
+	}
+	m["sealed"] = sized(10 + SealOverhead(10, 2) + 1)
 	e, err = Decode(mustJSON(t, m), 10)
 	wantFault(t, e, err, fault.KindBodyTooLarge)
-	m["sealed"] = base64.StdEncoding.EncodeToString(make([]byte, 10+SealOverhead(10)))
+	m["sealed"] = sized(10 + SealOverhead(10, 2))
 	if _, err := Decode(mustJSON(t, m), 10); err != nil {
 		t.Errorf("sealed bytes at the limit refused: %v", err)
+	}
+	// not sealed bytes at all (no frame, no host)
+	for _, b := range []string{"plain text", "fsl1", "fsl1\x00"} {
+		m["sealed"] = base64.StdEncoding.EncodeToString([]byte(b))
+		e, err = Decode(mustJSON(t, m), 10)
+		wantFault(t, e, err, fault.KindBadEnvelope)
 	}
 
 	// without the field, nothing is sealed and encoding leaves it out

@@ -343,3 +343,28 @@ func TestSealingPlain(t *testing.T) {
 		t.Fatal("junk changed")
 	}
 }
+
+// A body at the limit, sealed, still decodes within the bound Decode
+// puts on sealed bytes (envelope.SealOverhead); one a few KiB over (the
+// bound allows a little slack) does not.
+func TestSealingWithinDecodeBound(t *testing.T) {
+	hs := sealHosts(t, []string{"h1", "h2", "h3"})
+	for _, n := range []int{1 << 20, 1<<20 + 3000} {
+		b := envelope.New(envelope.Broadcast, envelope.Party{Gid: "h1.0c0ffee0-0000-4000-8000-000000000001", Host: "h1"},
+			envelope.Party{Group: "all"}, strings.Repeat("x", n))
+		if err := hs["h1"].s.Seal(b); err != nil {
+			t.Fatal(err)
+		}
+		raw, err := envelope.Encode(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = envelope.Decode(raw, 1<<20)
+		if n == 1<<20 && err != nil {
+			t.Fatalf("a sealed body at the limit refused: %v", err)
+		}
+		if n > 1<<20 && fault.KindOf(err) != fault.KindBodyTooLarge {
+			t.Fatalf("a sealed body over the limit: %v", err)
+		}
+	}
+}
