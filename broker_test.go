@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/fleetd/fleet/internal/testnode"
+	"github.com/fleetd/fleet/pkg/envelope"
+	"github.com/fleetd/fleet/pkg/seal"
 	"github.com/fleetd/fleet/pkg/trust"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -376,10 +378,12 @@ func cmdAMQP(ts *testscript.TestScript, neg bool, args []string) {
 			ts.Fatalf("publish not confirmed")
 		}
 	case "publish-signed":
-		// amqp publish-signed KEYFILE HOST EXCHANGE KEY @BODY — sign as a
-		// gateway would, with the key in KEYFILE, naming HOST
-		if len(args) != 6 {
-			ts.Fatalf("usage: amqp publish-signed KEYFILE HOST EXCHANGE KEY @BODY")
+		// amqp publish-signed KEYFILE HOST EXCHANGE KEY @BODY [DIR...] —
+		// sign as a gateway would, with the key in KEYFILE, naming HOST;
+		// with DIRs (state folders), its body sealed first to their hosts'
+		// sealing keys, bound to it as HOST's gateway binds (issue 27)
+		if len(args) < 6 {
+			ts.Fatalf("usage: amqp publish-signed KEYFILE HOST EXCHANGE KEY @BODY [DIR...]")
 		}
 		seed, err := base64.StdEncoding.DecodeString(strings.TrimSpace(ts.ReadFile(args[1])))
 		ts.Check(err)
@@ -388,6 +392,9 @@ func cmdAMQP(ts *testscript.TestScript, neg bool, args []string) {
 			key = strings.TrimSpace(ts.ReadFile(key[1:]))
 		}
 		body := []byte(fillTimes(ts.ReadFile(strings.TrimPrefix(args[5], "@"))))
+		if dirs := args[6:]; len(dirs) > 0 {
+			body = sealFor(ts, args[2], body, dirs)
+		}
 		sig := ed25519.Sign(ed25519.NewKeyFromSeed(seed), body)
 		ts.Check(ch.Confirm(false))
 		dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), args[3], key, false, false,
@@ -581,6 +588,25 @@ func cmdAMQP(ts *testscript.TestScript, neg bool, args []string) {
 	default:
 		ts.Fatalf("unknown amqp command %q", args[0])
 	}
+}
+
+// sealFor is raw, an envelope, with its body sealed to the hosts whose
+// state folders are dirs, bound to its kind, msg id and signing host.
+func sealFor(ts *testscript.TestScript, host string, raw []byte, dirs []string) []byte {
+	var env envelope.Envelope
+	ts.Check(envelope.Unmarshal(raw, &env))
+	var to []*seal.Recipient
+	for _, d := range dirs {
+		ring, err := seal.LoadKeyring(ts.MkAbs(d))
+		ts.Check(err)
+		to = append(to, ring.Public())
+	}
+	sealed, err := seal.Seal(seal.Bind(string(env.Kind), env.MsgID, host), []byte(env.Body), to)
+	ts.Check(err)
+	env.Sealed, env.Body = sealed, ""
+	out, err := envelope.Encode(&env)
+	ts.Check(err)
+	return out
 }
 
 // awaitMemoryAlarm waits (30s) until the node's memory alarm is raised
