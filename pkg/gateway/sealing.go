@@ -36,6 +36,7 @@ package gateway
 // (unsealed): refused to bridge.dlq with that reason, like any refusal.
 
 import (
+	"crypto/sha256"
 	"errors"
 	"log/slog"
 	"slices"
@@ -94,7 +95,18 @@ type sealing struct {
 	parsed map[string]*seal.Recipient // age1... -> parsed
 	warned map[string]time.Time       // what was said -> when, for the rate limits
 	kept   map[string]keptSeal        // msg id -> sealed ahead by Kept, for its Seal
+	opened map[[32]byte]string        // a broadcast's sealed bytes and binding -> its text
+	order  [][32]byte                 // opened, oldest first
+	size   int                        // bytes of text in opened
 }
+
+// A broadcast reaches a host as one copy per member inbox, the same
+// sealed bytes each time: its text is kept after the first open (at most
+// maxOpened broadcasts, openedBytes of text), so the others cost a hash.
+const (
+	maxOpened   = 64
+	openedBytes = 8 << 20
+)
 
 // keptSeal is a body sealed by Kept ahead of its publish.
 type keptSeal struct {
@@ -107,7 +119,7 @@ const maxKept = 64
 
 func newSealing(host string, keys *seal.Keyring, file *trust.File, c *certs, plaintext []string, maxBody int, log *slog.Logger) *sealing {
 	s := &sealing{host: host, keys: keys, file: file, certs: c, maxBody: maxBody, log: log,
-		plaintext: map[string]bool{}, parsed: map[string]*seal.Recipient{}, warned: map[string]time.Time{}, kept: map[string]keptSeal{}}
+		plaintext: map[string]bool{}, parsed: map[string]*seal.Recipient{}, warned: map[string]time.Time{}, kept: map[string]keptSeal{}, opened: map[[32]byte]string{}}
 	for _, h := range plaintext {
 		s.plaintext[h] = true
 	}
@@ -339,7 +351,23 @@ func (s *sealing) Open(host string, env *envelope.Envelope) error {
 		}
 		return nil
 	}
-	plain, err := seal.Open(seal.Bind(string(env.Kind), env.MsgID, host), env.Sealed, s.keys)
+	bind := seal.Bind(string(env.Kind), env.MsgID, host)
+	var memo [32]byte
+	if env.Kind == envelope.Broadcast {
+		h := sha256.New()
+		h.Write([]byte(bind))
+		h.Write([]byte{0})
+		h.Write(env.Sealed)
+		h.Sum(memo[:0])
+		s.mu.Lock()
+		text, ok := s.opened[memo]
+		s.mu.Unlock()
+		if ok {
+			env.Body, env.Sealed = text, nil
+			return nil
+		}
+	}
+	plain, err := seal.Open(bind, env.Sealed, s.keys)
 	if err != nil {
 		var se *seal.Error
 		reason := broker.ReasonTampered
@@ -360,8 +388,29 @@ func (s *sealing) Open(host string, env *envelope.Envelope) error {
 		return broker.Refuse(broker.ReasonMalformed, "sealed body is not UTF-8 text")
 	}
 	env.Body, env.Sealed = string(plain), nil
+	if env.Kind == envelope.Broadcast && len(plain) <= openedBytes/8 {
+		s.remember(memo, env.Body)
+	}
 	if env.Kind == envelope.Spawn {
 		return checkSpawn(env.Body) // as admission does for a body it can read
 	}
 	return nil
+}
+
+// remember keeps a broadcast's text for its other copies.
+func (s *sealing) remember(key [32]byte, text string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.opened[key]; ok {
+		return
+	}
+	for len(s.order) > 0 && (len(s.order) >= maxOpened || s.size+len(text) > openedBytes) {
+		old := s.order[0]
+		s.order = s.order[1:]
+		s.size -= len(s.opened[old])
+		delete(s.opened, old)
+	}
+	s.opened[key] = text
+	s.order = append(s.order, key)
+	s.size += len(text)
 }

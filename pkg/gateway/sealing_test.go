@@ -368,3 +368,33 @@ func TestSealingWithinDecodeBound(t *testing.T) {
 		}
 	}
 }
+
+// The copies of one broadcast (the same sealed bytes, one per member
+// inbox) are opened once; other bytes, or the same bytes under another
+// binding, are opened (or refused) afresh.
+func TestSealingBroadcastOpenedOnce(t *testing.T) {
+	hs := sealHosts(t, []string{"h1", "h2"})
+	b := envelope.New(envelope.Broadcast, envelope.Party{Gid: "h1.0c0ffee0-0000-4000-8000-000000000001", Host: "h1"}, envelope.Party{Group: "all"}, "to all")
+	if err := hs["h1"].s.Seal(b); err != nil {
+		t.Fatal(err)
+	}
+	r := hs["h2"].s
+	for i := 0; i < 3; i++ {
+		o := *b
+		if err := r.Open("h1", &o); err != nil || o.Body != "to all" {
+			t.Fatalf("copy %d: %q, %v", i, o.Body, err)
+		}
+	}
+	if len(r.opened) != 1 {
+		t.Fatalf("%d broadcasts remembered, want 1", len(r.opened))
+	}
+	o := *b
+	o.MsgID = envelope.NewID()
+	wantRefusal(t, r.Open("h1", &o), broker.ReasonTampered)
+	for i := 0; i < maxOpened+5; i++ {
+		r.remember([32]byte{byte(i), 1}, "x")
+	}
+	if len(r.opened) != maxOpened || len(r.order) != maxOpened {
+		t.Fatalf("%d remembered, over %d", len(r.opened), maxOpened)
+	}
+}
