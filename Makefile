@@ -32,13 +32,18 @@ build:
 # of its own, every script and agent rig its own tmux server and folder.
 # Four parallel tests at a time in a package (-parallel 4, not GOMAXPROCS'
 # 2): the scripts and pkg/gateway's broker tests mostly wait (presence
-# rounds, the broker, gateways' drains); the agent CLI tests stay serial.
+# rounds, the broker, gateways' drains). In the root package and
+# pkg/gateway, internal/testsched hands out the four places: the agent CLI
+# tests run beside the scripts, two CLIs at most; a test waiting for the
+# node (an outage script or a test with 2,000 entities has it alone) or
+# for the cluster holds no place; the longest tests start first.
 #
 # gotestsum (pinned, fetched through the module proxy on first use like
 # staticcheck) runs go test -json: it prints each package's result and the
 # whole output of every failed test, keeps every event in TEST_JSON, and
-# the run ends with the 20 slowest tests and scripts (what the suite's
-# time goes to).
+# the run ends with what the suite's time went to (scripts/testslowest):
+# the run's and the longest packages' wall times and the 20 slowest tests
+# and scripts, each without its wait for a turn.
 GOTESTSUM ?= $(GO) run gotest.tools/gotestsum@v1.13.0
 TEST_JSON ?= $(or $(TMPDIR),/tmp)/fleet-test-events.json
 test:
@@ -48,7 +53,7 @@ test:
 	FLEET_TEST_BROKER=$$(scripts/rabbitmq-node.sh url) FLEET_TEST_CLUSTER=$$(scripts/rabbitmq-cluster.sh urls) \
 		$(GOTESTSUM) --format pkgname-and-test-fails --jsonfile $(TEST_JSON) -- -p 2 -parallel 4 -count=1 -timeout 45m ./...; \
 		status=$$?; scripts/rabbitmq-cluster.sh stop; scripts/rabbitmq-node.sh stop; \
-		echo "the 20 slowest tests of this run:"; $(GOTESTSUM) tool slowest --jsonfile $(TEST_JSON) --num 20 --threshold 0s; \
+		$(GO) run ./scripts/testslowest $(TEST_JSON); \
 		exit $$status
 
 # Hygiene gates: gofmt (tracked and new files), go vet, go.mod/go.sum tidy,

@@ -22,6 +22,7 @@ import (
 // acknowledged only then. What the model received is read from the
 // stub's record of each request as sent.
 func TestClaudeCodeHookMode(t *testing.T) {
+	agentTest(t)
 	agentBin(t, "claude")
 	rig := newAgentRig(t)
 	rig.fleet("fleet-roster", "join", "alice", "--mode", "pull")

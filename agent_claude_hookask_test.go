@@ -21,6 +21,7 @@ import (
 // credential, and boss's fleet-ask prints the answer. An ask no hook takes
 // expires: the asker is told so, and the record says where it stopped.
 func TestClaudeCodeHookAskAcrossHosts(t *testing.T) {
+	agentBrokerTest(t)
 	agentBin(t, "claude")
 	rig, h2 := twoHostRig(t, "t-go-agent-hookask")
 	t.Cleanup(func() {

@@ -299,6 +299,7 @@ func (r *agentRig) sub(t *testing.T) *agentRig {
 }
 
 func TestClaudeCode(t *testing.T) {
+	agentTest(t)
 	agentBin(t, "claude")
 	// an interrupted turn runs no hook: the safety net's stuck-after and
 	// idle-screen bring the entity back (short here)
@@ -590,6 +591,7 @@ func (c *claudeRun) hookCount(t *testing.T, event string) int {
 // with the entity's credential, and the reply reaches boss's open send on
 // h2 — the whole U1 loop through a real agent CLI and a real broker.
 func TestClaudeCodeReplyAcrossHosts(t *testing.T) {
+	agentBrokerTest(t)
 	agentBin(t, "claude")
 	rig, h2 := twoHostRig(t, "t-go-agent-reply")
 	bossTok := h2.join("boss")
@@ -644,6 +646,7 @@ func TestClaudeCodeReplyAcrossHosts(t *testing.T) {
 // credential), the held message is one turn, and hooks doctor --watch
 // sees the live loop: busy, then idle.
 func TestClaudeCodeJoinedAfterStart(t *testing.T) {
+	agentTest(t)
 	agentBin(t, "claude")
 	rig := newAgentRig(t)
 	rig.fleet("fleet-roster", "join", "alice", "--mode", "pull")

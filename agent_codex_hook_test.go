@@ -22,6 +22,7 @@ import (
 // and acknowledged only then. What the model received is read from the
 // stub's record of each request as sent (docs/agent-clis/codex.md).
 func TestCodexHookMode(t *testing.T) {
+	agentTest(t)
 	r := newCodexRig(t)
 	r.fleet("fleet-roster", "join", "alice", "--mode", "pull")
 	token := strings.Fields(r.fleet("fleet-roster", "join", "cx", "--mode", "hook"))[0]

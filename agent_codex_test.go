@@ -161,6 +161,7 @@ func (r *codexRig) startInShell(name string) string {
 }
 
 func TestCodex(t *testing.T) {
+	agentTest(t)
 	r := newCodexRig(t)
 	r.fleet("fleet-roster", "join", "alice", "--mode", "pull")
 	pane := r.start("codex")
@@ -350,6 +351,7 @@ func TestCodex(t *testing.T) {
 // --idle-screen 2s), and the next message is a turn of its own. A rig of
 // its own: stuck-after 5s would make every slow turn above stuck too.
 func TestCodexAPIError(t *testing.T) {
+	agentTest(t)
 	r := newCodexRig(t, "FLEET_STUCK_AFTER=5s", "FLEET_CONFIRM_WITHIN=10s")
 	r.fleet("fleet-roster", "join", "alice", "--mode", "pull")
 	pane := r.start("codex")

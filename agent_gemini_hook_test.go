@@ -24,6 +24,7 @@ import (
 // of each request as sent. Waking an idle Gemini is not a hook's (Gemini
 // has no async hooks): mail to an idle agent waits for its next turn.
 func TestGeminiHookMode(t *testing.T) {
+	agentTest(t)
 	gemini := agentBin(t, "gemini")
 	rig := newAgentRig(t)
 	events := filepath.Join(rig.dir, "events.jsonl")

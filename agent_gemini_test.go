@@ -90,6 +90,7 @@ func geminiEvents(t *testing.T, events string) []map[string]any {
 }
 
 func TestGeminiCLI(t *testing.T) {
+	agentTest(t)
 	gemini := agentBin(t, "gemini")
 	for _, tc := range []struct {
 		name string

@@ -123,6 +123,7 @@ func checkWoken(t *testing.T, r *agentRig, name, pane, idle string) {
 }
 
 func TestCodexHookWake(t *testing.T) {
+	agentTest(t)
 	codex := agentBin(t, "codex")
 	r := newCodexRig(t, "FLEET_NUDGE_AFTER=2s", "FLEET_NUDGE_MAX=4s")
 	// the shipped recipe, installed and trusted by newCodexRig
@@ -153,6 +154,7 @@ func TestCodexHookWake(t *testing.T) {
 }
 
 func TestGeminiHookWake(t *testing.T) {
+	agentTest(t)
 	gemini := agentBin(t, "gemini")
 	r := newAgentRig(t, "FLEET_NUDGE_AFTER=2s", "FLEET_NUDGE_MAX=4s")
 	events := filepath.Join(r.dir, "events.jsonl")

@@ -40,6 +40,7 @@ func mcpToolResult(t *testing.T, stub *stubmodel.Server, from int, want string) 
 }
 
 func TestMCPClaudeCode(t *testing.T) {
+	agentTest(t)
 	claude := agentBin(t, "claude")
 	r := newAgentRig(t)
 	writeJSONFile(t, filepath.Join(r.home, ".claude.json"), map[string]any{
@@ -162,6 +163,7 @@ var mcpClaudeEnv = []string{"ENABLE_TOOL_SEARCH=false"}
 // "workspace-write": whoami runs, send does not until it is approved.
 // With full access (the rig's danger-full-access) nothing needs approval.
 func TestMCPCodex(t *testing.T) {
+	agentTest(t)
 	codex := agentBin(t, "codex")
 	r := newAgentRig(t)
 	home := filepath.Join(r.home, ".codex")
@@ -250,6 +252,7 @@ func mcpAnyToolResult(t *testing.T, stub *stubmodel.Server, from int) string {
 // nothing passed; an entry written by hand that passes FLEET_TOKEN on
 // (the README's way for a credential in the environment) works too.
 func TestMCPGemini(t *testing.T) {
+	agentTest(t)
 	gemini := agentBin(t, "gemini")
 	for _, tc := range []struct {
 		name  string

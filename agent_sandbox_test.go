@@ -14,6 +14,7 @@ import (
 // that the gateway belongs to another user, which would send the user the
 // wrong way.
 func TestCodexSandboxRefusesSocket(t *testing.T) {
+	agentTest(t)
 	codex := agentBin(t, "codex")
 	r := newAgentRig(t)
 	home := filepath.Join(r.dir, "codex-home")

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fleetd/fleet/internal/stubmodel"
+	"github.com/fleetd/fleet/internal/testsched"
 )
 
 // The agent CLI rig: the real Claude Code, Codex CLI and Gemini CLI
@@ -27,6 +28,39 @@ type agentRig struct {
 	work string // the project folder the CLIs run in
 	stub *stubmodel.Server
 	gw   *testGW
+}
+
+// agentTest makes t an agent CLI test: in parallel with the scripts, at
+// most two agent CLIs at a time (each is a node program that takes most
+// of a core as it starts and answers; the rest of each test waits for
+// the model stub, tmux and the gateway). Each test has its own tmux
+// server, stub (its own port), HOME, project folder, gateway and socket
+// (newAgentRig). Call it first.
+func agentTest(t *testing.T) {
+	t.Helper()
+	testsched.Take(t, testsched.Need{Lane: "agent", LaneCap: 2, Long: agentLong[t.Name()]})
+}
+
+// agentBrokerTest is agentTest for a test with a second host across the
+// broker node (twoHostRig): it shares the node, which an outage script
+// has alone.
+func agentBrokerTest(t *testing.T) {
+	t.Helper()
+	testsched.Take(t, testsched.Need{Lane: "agent", LaneCap: 2, Group: "node", Long: agentLong[t.Name()]})
+}
+
+// agentLong is about how long each agent CLI test takes (one run of make
+// test, 2 cores): the longest start first, so the two lanes end
+// together. Only the order depends on it.
+var agentLong = map[string]time.Duration{
+	"TestGeminiCLI": 80 * time.Second, "TestCodex": 45 * time.Second,
+	"TestGeminiHookMode": 40 * time.Second, "TestClaudeCode": 35 * time.Second,
+	"TestCodexHookMode": 33 * time.Second, "TestMCPGemini": 26 * time.Second,
+	"TestClaudeCodeHookAskAcrossHosts": 25 * time.Second, "TestCodexAPIError": 24 * time.Second,
+	"TestGeminiHookWake": 22 * time.Second, "TestClaudeCodeHookMode": 20 * time.Second,
+	"TestClaudeCodeJoinedAfterStart": 18 * time.Second, "TestCodexHookWake": 17 * time.Second,
+	"TestMCPCodex": 12 * time.Second, "TestClaudeCodeReplyAcrossHosts": 10 * time.Second,
+	"TestMCPClaudeCode": 6 * time.Second,
 }
 
 // agentBin is an agent CLI's executable; the test fails if it is missing
@@ -58,7 +92,12 @@ func newAgentRig(t *testing.T, gwEnv ...string) *agentRig {
 	}
 	t.Cleanup(func() { stub.Close() })
 	r.stub = stub
-	env := append([]string{"TMUX_TMPDIR=" + dir, "TMUX=", "FLEET_RETRY_BASE=100ms", "FLEET_RETRY_MAX=500ms"}, gwEnv...)
+	// a paste's proof (the agent's busy hook) within 30s, not 15s: two
+	// CLIs start and answer at once here beside the scripts, and on a
+	// 2-core machine at load 25 Claude Code, just past its trust dialog,
+	// showed no busy hook within 15s of a paste (a test may set its own)
+	env := append([]string{"TMUX_TMPDIR=" + dir, "TMUX=", "FLEET_RETRY_BASE=100ms", "FLEET_RETRY_MAX=500ms",
+		"FLEET_CONFIRM_WITHIN=30s"}, gwEnv...)
 	r.gw = newTestGW(t, dir, "h1", env...)
 	t.Cleanup(func() {
 		if t.Failed() {

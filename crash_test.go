@@ -43,7 +43,7 @@ func TestKillDuringLoadLosesNothing(t *testing.T) {
 					mu.Lock()
 					tried[body] = true
 					mu.Unlock()
-					resp, err := c.Call(&api.Request{Op: api.OpSend, To: "sink", Body: body})
+					resp, err := c.Call(&api.SendRequest{To: "sink", Body: body})
 					if err != nil {
 						return // the gateway went away mid-call: outcome unknown
 					}
@@ -66,7 +66,7 @@ func TestKillDuringLoadLosesNothing(t *testing.T) {
 	// drain everything and compare
 	c := gw.dial(rtok)
 	defer c.Close()
-	if err := c.Send(&api.Request{Op: api.OpRecv}); err != nil {
+	if err := c.Send(&api.RecvRequest{}); err != nil {
 		t.Fatal(err)
 	}
 	got := map[string]int{}
@@ -83,7 +83,7 @@ func TestKillDuringLoadLosesNothing(t *testing.T) {
 			got[d.Envelope.Body]++
 			acks = append(acks, d.Envelope.MsgID)
 		}
-		if err := c.Send(&api.Request{Op: api.OpAck, Acks: acks}); err != nil {
+		if err := c.Send(&api.AckRequest{Acks: acks}); err != nil {
 			t.Fatal(err)
 		}
 	}

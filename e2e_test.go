@@ -94,7 +94,7 @@ func (g *testGW) join(name string) string {
 	g.t.Helper()
 	c := g.dial("")
 	defer c.Close()
-	resp, err := c.Call(&api.Request{Op: api.OpJoin, Name: name, Mode: "pull"})
+	resp, err := c.Call(&api.JoinRequest{Name: name, Mode: "pull"})
 	if err != nil {
 		g.t.Fatalf("join %s: %v", name, err)
 	}

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/fleetd/fleet/internal/testnode"
+	"github.com/fleetd/fleet/internal/testsched"
 	"github.com/fleetd/fleet/pkg/api"
 	"github.com/fleetd/fleet/pkg/config"
 	"github.com/rogpeppe/go-internal/testscript"
@@ -31,6 +32,10 @@ import (
 var binDir string
 
 func TestMain(m *testing.M) {
+	// the scripts and the agent CLI tests run beside each other, -parallel
+	// N at a time, two agent CLIs at most (agentTest); a test waiting for
+	// its turn holds no place (internal/testsched)
+	testsched.Main()
 	dir, err := os.MkdirTemp("", "fleet-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -63,7 +68,10 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// TestScripts runs beside the agent CLI tests: each script waits for its
+// place in setup.
 func TestScripts(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("tmux"); err != nil {
 		t.Fatal("tmux is required (make test installs it): ", err)
 	}
@@ -113,6 +121,16 @@ type gwProc struct {
 
 func setup(env *testscript.Env) error {
 	work := env.WorkDir
+	name := filepath.Base(work)[len("script-"):]
+	// its place (given back last: the first deferred runs last); the
+	// broker scripts share the node, an outage script has it alone
+	need := testsched.Need{Long: scriptLong[name]}
+	if strings.HasPrefix(name, "broker_") || strings.HasPrefix(name, "outage_") {
+		need.Group, need.Alone = "node", strings.HasPrefix(name, "outage_")
+	}
+	start := time.Now()
+	env.Defer(testsched.Acquire(need))
+	testsched.LogWait(env.T(), time.Since(start))
 	env.Setenv("PATH", binDir+string(os.PathListSeparator)+npmBin+string(os.PathListSeparator)+os.Getenv("PATH"))
 	env.Setenv("HOME", work)
 	env.Setenv("XDG_CONFIG_HOME", work+"/.config")
@@ -146,7 +164,20 @@ func setup(env *testscript.Env) error {
 		tm.Env = append(os.Environ(), "TMUX_TMPDIR="+work)
 		tm.Run()
 	})
-	return setupBroker(env, filepath.Base(work)[len("script-"):])
+	return setupBroker(env, name)
+}
+
+// scriptLong is about how long the longest scripts take (one run of make
+// test, 2 cores): they start first. Only the order depends on it.
+var scriptLong = map[string]time.Duration{
+	"outage_broker": 50 * time.Second, "broker_setup": 45 * time.Second,
+	"completion": 40 * time.Second, "broker_spawn": 40 * time.Second,
+	"broker_opcert": 35 * time.Second, "broker_refusal_stale": 30 * time.Second,
+	"broker_unknown": 30 * time.Second, "broker_dlq": 30 * time.Second,
+	"broker_mcp_inspector": 25 * time.Second, "broker_trust": 25 * time.Second,
+	"broker_exclusive": 25 * time.Second, "broker_diskfull": 25 * time.Second,
+	"hook_wake": 25 * time.Second, "mcp_inspector": 20 * time.Second,
+	"inject_states": 20 * time.Second,
 }
 
 func scriptEnv(ts *testscript.TestScript) []string {

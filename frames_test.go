@@ -168,7 +168,7 @@ func TestFramesBoundLocalResources(t *testing.T) {
 	}
 	// the held connections were idle all along: still open (no deadline
 	// between frames)
-	if resp := rawCall(t, held[0], &api.Request{Op: api.OpRoster}); !resp.OK {
+	if resp := rawCall(t, held[0], &api.RosterRequest{}); !resp.OK {
 		t.Errorf("an idle connection held through the burst: %+v", resp.Error)
 	}
 
@@ -225,11 +225,11 @@ func dialHello(t *testing.T, sock string) (net.Conn, *api.Response) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return c, rawCall(t, c, &api.Request{Op: api.OpHello, Proto: api.Proto})
+	return c, rawCall(t, c, &api.HelloRequest{Proto: api.Proto})
 }
 
 // rawCall sends one request frame on c and reads one response frame.
-func rawCall(t *testing.T, c net.Conn, req *api.Request) *api.Response {
+func rawCall(t *testing.T, c net.Conn, req api.Request) *api.Response {
 	t.Helper()
 	c.SetDeadline(time.Now().Add(30 * time.Second)) // only so that a hang ends
 	defer c.SetDeadline(time.Time{})
@@ -238,7 +238,7 @@ func rawCall(t *testing.T, c net.Conn, req *api.Request) *api.Response {
 	api.WriteFrame(c, req)
 	data, err := api.ReadFrame(c, 1<<20)
 	if err != nil {
-		t.Fatalf("reading the answer to %s: %v", req.Op, err)
+		t.Fatalf("reading the answer to %s: %v", api.OpOf(req), err)
 	}
 	var resp api.Response
 	if err := json.Unmarshal(data, &resp); err != nil {

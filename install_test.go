@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/fleetd/fleet/internal/testsched"
 )
 
 // make install puts the commands, their man pages (and the config file's
@@ -15,6 +17,7 @@ import (
 // config in place; systemd itself accepts the units, and each shell reads
 // its installed completions from where it looks.
 func TestMakeInstall(t *testing.T) {
+	testsched.Take(t, testsched.Need{})
 	prefix := t.TempDir()
 	if out, err := exec.Command("make", "install", "PREFIX="+prefix).CombinedOutput(); err != nil {
 		t.Fatalf("make install: %v\n%s", err, out)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/fleetd/fleet/internal/testnode"
+	"github.com/fleetd/fleet/internal/testsched"
 )
 
 // The exit status of a send says what happened to the message (issue 26,
@@ -34,6 +35,7 @@ import (
 // A send that breaks one of these is misreported; the figure printed must
 // be 0. Nothing may arrive twice.
 func TestSendOutcomesUnderCuts(t *testing.T) {
+	testsched.Take(t, testsched.Need{Group: "node"})
 	brokerLock.RLock()
 	t.Cleanup(brokerLock.RUnlock)
 	vurl, drop, err := testnode.Vhost("outcomes", "h1", "h2") // with their logins

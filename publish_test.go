@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/fleetd/fleet/internal/testnode"
+	"github.com/fleetd/fleet/internal/testsched"
 
 	"github.com/fleetd/fleet/pkg/api"
 )
@@ -18,6 +19,7 @@ import (
 // sequence number under the lock its confirm reader needed), after which
 // every publish of the gateway timed out.
 func TestConcurrentRemoteSendsAllConfirmed(t *testing.T) {
+	testsched.Take(t, testsched.Need{Group: "node"})
 	brokerLock.RLock()
 	defer brokerLock.RUnlock()
 	url, drop, err := testnode.Vhost("t-go-publish", "h1", "h2") // with their logins
@@ -56,7 +58,7 @@ func TestConcurrentRemoteSendsAllConfirmed(t *testing.T) {
 			defer c.Close()
 			for j := range each {
 				to := names[(i+j)%len(names)]
-				resp, err := c.Call(&api.Request{Op: api.OpSend, To: to + "@h2", Body: fmt.Sprintf("m%d-%d", i, j)})
+				resp, err := c.Call(&api.SendRequest{To: to + "@h2", Body: fmt.Sprintf("m%d-%d", i, j)})
 				if err != nil {
 					errs <- fmt.Errorf("sender %d, message %d to %s: %w", i, j, to, err)
 					return

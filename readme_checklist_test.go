@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/fleetd/fleet/internal/testnode"
+	"github.com/fleetd/fleet/internal/testsched"
 )
 
 // TestReadmeChecklist runs the README's multi-host checklist ("## Three
@@ -33,6 +34,7 @@ import (
 // A line must succeed (exit 0); a line whose comment quotes 'TEXT' must
 // print TEXT. Three hosts joined from bundles end messaging each other.
 func TestReadmeChecklist(t *testing.T) {
+	testsched.Take(t, testsched.Need{Group: "node"})
 	steps := readmeChecklist(t)
 	brokerLock.RLock()
 	defer brokerLock.RUnlock()

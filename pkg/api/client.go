@@ -51,7 +51,7 @@ func Dial(socket string) (*Client, error) {
 			WithHint("start one with: fleet-gw run")
 	}
 	c := &Client{conn: conn, r: bufio.NewReaderSize(conn, 64<<10)}
-	resp, err := c.Call(&Request{Op: OpHello, Proto: Proto})
+	resp, err := c.Call(&HelloRequest{Proto: Proto})
 	if err != nil {
 		conn.Close()
 		return nil, err
@@ -100,11 +100,8 @@ func (c *Client) Close() error { return c.conn.Close() }
 
 // Call sends one request and reads one response. A gateway error comes back
 // as a *fault.Error.
-func (c *Client) Call(req *Request) (*Response, error) {
-	if req.Token == "" {
-		req.Token = c.Token
-	}
-	if err := WriteFrame(c.conn, req); err != nil {
+func (c *Client) Call(req Request) (*Response, error) {
+	if err := c.write(req); err != nil {
 		// the gateway may have said why before it closed (a refused peer)
 		c.conn.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
 		if _, rerr := c.Read(); fault.KindOf(rerr) != fault.KindNoGateway && rerr != nil {
@@ -117,14 +114,20 @@ func (c *Client) Call(req *Request) (*Response, error) {
 
 // Send writes a request without reading a response (recv's acks are
 // answered by the next batch).
-func (c *Client) Send(req *Request) error {
-	if req.Token == "" {
-		req.Token = c.Token
-	}
-	if err := WriteFrame(c.conn, req); err != nil {
+func (c *Client) Send(req Request) error {
+	if err := c.write(req); err != nil {
 		return c.lost(err)
 	}
 	return nil
+}
+
+// write sends req with the client's credential unless it carries its
+// own (WriteFrame fills in its op).
+func (c *Client) write(req Request) error {
+	if h := req.head(); h.Token == "" {
+		h.Token = c.Token
+	}
+	return WriteFrame(c.conn, req)
 }
 
 // Read reads one response frame.

@@ -20,7 +20,6 @@ package api
 import (
 	"encoding/binary"
 	"encoding/json"
-	"fmt"
 	"io"
 	"time"
 
@@ -70,80 +69,6 @@ const (
 	OpTrace = "trace"
 )
 
-// Request is every client→gateway frame.
-type Request struct {
-	Proto int    `json:"proto,omitempty"` // hello only
-	Op    string `json:"op"`
-	Token string `json:"token,omitempty"` // the caller's credential
-
-	// join / leave / dead
-	Name       string   `json:"name,omitempty"`
-	Mode       string   `json:"mode,omitempty"`
-	TmuxTarget string   `json:"tmux_target,omitempty"`
-	Exec       string   `json:"exec,omitempty"`
-	Nudge      string   `json:"nudge,omitempty"`
-	Groups     []string `json:"groups,omitempty"`
-	// join, tmux: the agent in the pane (store.Entity's fields of the same names)
-	Program      string `json:"program,omitempty"`
-	Turns        string `json:"turns,omitempty"`
-	Paste        string `json:"paste,omitempty"`
-	Header       string `json:"header,omitempty"`
-	IdleScreenMS int64  `json:"idle_screen_ms,omitempty"`
-
-	// send
-	To      string `json:"to,omitempty"`
-	Body    string `json:"body,omitempty"`
-	ReplyTo string `json:"reply_to,omitempty"`
-	Wait    bool   `json:"wait,omitempty"`  // hold the send open for the reply
-	Group   string `json:"group,omitempty"` // bcast: "" or "all", or a group
-
-	// ask / answer
-	TurnID   string `json:"turn_id,omitempty"`
-	AnswerTo string `json:"answer_to,omitempty"`     // send: answer the ask with this msg id
-	WaitHost bool   `json:"wait_for_host,omitempty"` // ask: wait even if the askee's host reads stale or gone
-
-	// spawn (with Name, Groups, TimeoutMS) / stop (with TimeoutMS)
-	Host      string   `json:"host,omitempty"`       // spawn: the target host ("" = this one)
-	Profile   string   `json:"profile,omitempty"`    // spawn: the target's launcher profile
-	Args      []string `json:"args,omitempty"`       // spawn: arguments of the profile's command
-	RequestID string   `json:"request_id,omitempty"` // spawn: carried out once per id ("" = a fresh one)
-	Target    string   `json:"target,omitempty"`     // stop: NAME, NAME@HOST or GID
-
-	// groups
-	Add    []string `json:"add,omitempty"`
-	Remove []string `json:"remove,omitempty"`
-
-	// status; Pane: the caller is the agent of the tmux pane it runs in,
-	// proven by its process's ancestry (no credential)
-	Status string `json:"status,omitempty"`
-	Pane   bool   `json:"pane,omitempty"`
-
-	// recv: Hook, an agent CLI's hook takes the mail (fleet-recv --hook),
-	// which only a hook entity's inbox gives it
-	Hook bool `json:"hook,omitempty"`
-
-	// trace (with TimeoutMS)
-	TraceID string `json:"trace_id,omitempty"`
-
-	// lookup / wait
-	MsgID     string `json:"msg_id,omitempty"`
-	Until     string `json:"until,omitempty"`
-	TimeoutMS int64  `json:"timeout_ms,omitempty"`
-
-	// recv / ack
-	Max    int      `json:"max,omitempty"`
-	Follow bool     `json:"follow,omitempty"`
-	Window int      `json:"window,omitempty"`
-	Acks   []string `json:"acks,omitempty"`
-
-	// replay (with MsgID) / purge_dead
-	Known    bool     `json:"known,omitempty"`     // replay: only what MsgID was replayed as (Sent, Again); nothing is sent
-	Raw      []byte   `json:"raw,omitempty"`       // a dead letter's body from bridge.dlq
-	Sig      []byte   `json:"sig,omitempty"`       // its fleet-sig header
-	SignedBy string   `json:"signed_by,omitempty"` // its fleet-host header
-	MsgIDs   []string `json:"msg_ids,omitempty"`
-}
-
 // ErrorBody is a failure carried on the socket; it maps one to one onto
 // fault.Error.
 type ErrorBody struct {
@@ -153,7 +78,13 @@ type ErrorBody struct {
 	Hint    string     `json:"hint,omitempty"`
 }
 
-// Response is every gateway→client frame.
+// Response is every gateway→client frame. Unlike requests it is one
+// type for every op: its members are pointers or omitempty, so a frame
+// carries only what its op answers, and an op's frames differ in shape
+// on one connection (a send --wait or an ask: Sent, then a Batch, a
+// WaitingFor or an error; recv: batches, then End; a broadcast done in
+// part: Sent with the error), which one type reads without knowing which
+// comes next.
 type Response struct {
 	OK    bool       `json:"ok"`
 	Error *ErrorBody `json:"error,omitempty"`
@@ -375,17 +306,21 @@ func (e *ErrorBody) Fault() *fault.Error {
 // the other fields.
 func MaxFrame(maxBody int) int { return 6*maxBody + 64<<10 }
 
-// WriteFrame writes v as one frame, by json.Marshal. A request frame was
-// once written by hand (and the hello's and a send's answers decoded into
-// a four-member struct, and request frames read by a scanner in the
-// gateway) to spare a short command encoding/json's reflection over
-// Request's 36 fields; five runs of scripts/bench-local.sh alternating
+// WriteFrame writes v as one frame, by json.Marshal; a Request's Head
+// gets its op. A request frame was once written by hand (and the hello's
+// and a send's answers decoded into a four-member struct, and request
+// frames read by a scanner in the gateway) to spare a short command
+// encoding/json's reflection over the 36 fields of the one request
+// struct of the time; five runs of scripts/bench-local.sh alternating
 // the two builds (2026-12-02, load average 19-29 on 2 cores) showed no
-// clear gain: fleet-send per call 2.06-2.71x a static hello world by hand,
-// 1.94-2.48x through encoding/json; the gateway's CPU per message, 1
-// sender, 965-1285 us by hand and 835-1230 us, 8 senders 280-365 and
+// clear gain: fleet-send per call 2.06-2.71x a static hello world by
+// hand, 1.94-2.48x through encoding/json; the gateway's CPU per message,
+// 1 sender, 965-1285 us by hand and 835-1230 us, 8 senders 280-365 and
 // 310-365 us. So the library does it.
 func WriteFrame(w io.Writer, v any) error {
+	if r, ok := v.(Request); ok {
+		r.head().Op = r.op() // a request says its op, whoever writes it
+	}
 	data, err := json.Marshal(v)
 	if err != nil {
 		return err
@@ -440,18 +375,3 @@ func ReadFrame(r io.Reader, max int) ([]byte, error) {
 	}
 	return buf, nil
 }
-
-// DecodeRequest parses a request frame.
-func DecodeRequest(data []byte) (*Request, error) {
-	var r Request
-	if err := json.Unmarshal(data, &r); err != nil {
-		return nil, fault.New(fault.Data, fault.KindBadFrame, "malformed request: %v", err)
-	}
-	if r.Op == "" {
-		return nil, fault.New(fault.Data, fault.KindBadFrame, "malformed request: no op")
-	}
-	return &r, nil
-}
-
-// String is for logs.
-func (r *Request) String() string { return fmt.Sprintf("op=%s", r.Op) }

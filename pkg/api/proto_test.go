@@ -38,12 +38,12 @@ func TestReadFrameRoundTrip(t *testing.T) {
 	big := strings.Repeat("ü-é", 700_000) // about 3.5 MB of JSON string: many chunks
 	for _, tc := range []struct {
 		name string
-		req  *Request
+		req  *SendRequest
 	}{
-		{"empty-ish", &Request{Op: OpHello, Proto: Proto}},
-		{"small", &Request{Op: OpSend, To: "bob", Body: "hi"}},
-		{"exactly-one-chunk", &Request{Op: OpSend, Body: strings.Repeat("x", frameChunk-len(`{"op":"send","body":""}`))}},
-		{"large", &Request{Op: OpSend, To: "bob", Body: big}},
+		{"empty-ish", &SendRequest{Head: Head{Op: OpSend}}},
+		{"small", &SendRequest{Head: Head{Op: OpSend}, To: "bob", Body: "hi"}},
+		{"exactly-one-chunk", &SendRequest{Head: Head{Op: OpSend}, Body: strings.Repeat("x", frameChunk-len(`{"op":"send","body":""}`))}},
+		{"large", &SendRequest{Head: Head{Op: OpSend}, To: "bob", Body: big}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var buf bytes.Buffer
@@ -74,7 +74,7 @@ func TestReadFrameRoundTrip(t *testing.T) {
 					t.Errorf("%s: buffer cap %d for a %d-byte frame", rd.name, cap(data), len(data))
 				}
 				req, err := DecodeRequest(data)
-				if err != nil || req.Op != tc.req.Op || req.Body != tc.req.Body {
+				if sr, ok := req.(*SendRequest); err != nil || !ok || sr.Op != tc.req.Op || sr.Body != tc.req.Body {
 					t.Fatalf("%s: decoded %v, %v", rd.name, req, err)
 				}
 			}
@@ -85,7 +85,7 @@ func TestReadFrameRoundTrip(t *testing.T) {
 func TestReadFrameSequence(t *testing.T) {
 	var buf bytes.Buffer
 	for _, body := range []string{"one", strings.Repeat("two", 50_000), "three"} {
-		WriteFrame(&buf, &Request{Op: OpSend, Body: body})
+		WriteFrame(&buf, &SendRequest{Head: Head{Op: OpSend}, Body: body})
 	}
 	r := iotest.HalfReader(&buf)
 	for _, want := range []string{"one", strings.Repeat("two", 50_000), "three"} {
@@ -94,8 +94,9 @@ func TestReadFrameSequence(t *testing.T) {
 			t.Fatal(err)
 		}
 		req, err := DecodeRequest(data)
-		if err != nil || req.Body != want {
-			t.Fatalf("got %.20q, %v; want %.20q", req.Body, err, want)
+		sr, ok := req.(*SendRequest)
+		if err != nil || !ok || sr.Body != want {
+			t.Fatalf("got %#.20v, %v; want %.20q", req, err, want)
 		}
 	}
 	if _, err := ReadFrame(r, 1<<20); err != io.EOF {

@@ -261,8 +261,9 @@ type RefusedMsg struct {
 // may go, and the host it goes to believes it only for bytes it signed
 // itself (gateway/refusals.go).
 func unreadHead(d amqp.Delivery, queue, signedBy string) *envelope.Envelope {
-	gid, ok := strings.CutPrefix(queue, "agent.")
-	if gid, ok = strings.CutSuffix(gid, ".inbox"); !ok || !ident.IsGid(gid) {
+	gid, inbox := strings.CutPrefix(queue, "agent.")
+	gid, suffix := strings.CutSuffix(gid, ".inbox")
+	if !inbox || !suffix || !ident.IsGid(gid) {
 		return nil // a control queue, the roster: no inbox, nobody to tell
 	}
 	env := &envelope.Envelope{MsgID: d.MessageId, Kind: envelope.Kind(d.Type), Recipient: envelope.Party{Gid: gid}}

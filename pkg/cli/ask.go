@@ -50,7 +50,7 @@ func NewAskApp() *cli.App {
 			turn = os.Getenv("FLEET_TURN_ID")
 		}
 		ttl := c.Duration("ttl")
-		resp, err := s.client.Call(&api.Request{Op: api.OpAsk, To: args[0], Body: body, TurnID: turn, TimeoutMS: ttl.Milliseconds(),
+		resp, err := s.client.Call(&api.AskRequest{To: args[0], Body: body, TurnID: turn, TimeoutMS: ttl.Milliseconds(),
 			ReplyTo: c.String("about"), WaitHost: c.Bool("wait-for-host")})
 		if err != nil {
 			return err

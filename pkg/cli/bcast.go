@@ -40,7 +40,7 @@ func NewBcastApp() *cli.App {
 		if err != nil {
 			return err
 		}
-		resp, err := s.client.Call(&api.Request{Op: api.OpBcast, Group: c.String("group"), Body: body})
+		resp, err := s.client.Call(&api.BcastRequest{Group: c.String("group"), Body: body})
 		if resp == nil || resp.Sent == nil {
 			if err == nil {
 				err = fault.New(fault.Unavailable, fault.KindProtocol, "the gateway's answer names no message")

@@ -132,7 +132,7 @@ func runRecv(c *cli.Context) error {
 		<-c.Context.Done()
 		r.close()
 	}()
-	req := &api.Request{Op: api.OpRecv, Max: max, Follow: follow}
+	req := &api.RecvRequest{Max: max, Follow: follow}
 	// a follower (--follow, no --max) rides out the gateway's restarts
 	rides := follow && max == 0 && !c.Bool("no-reconnect")
 	for {
@@ -204,7 +204,7 @@ func (r *reader) use(cl *api.Client) bool {
 
 // stream runs one recv stream on the current connection: nil when the
 // gateway ends it (--max reached, or the inbox drained).
-func (r *reader) stream(req *api.Request) error {
+func (r *reader) stream(req *api.RecvRequest) error {
 	cl := r.client()
 	if err := cl.Send(req); err != nil {
 		return err
@@ -244,7 +244,7 @@ func (r *reader) stream(req *api.Request) error {
 			// test hook: die like kill -9 between writing and acknowledging
 			syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		}
-		if err := cl.Send(&api.Request{Op: api.OpAck, Acks: acks}); err != nil {
+		if err := cl.Send(&api.AckRequest{Acks: acks}); err != nil {
 			return err
 		}
 	}

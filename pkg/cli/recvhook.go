@@ -178,7 +178,7 @@ func takeHook(cfg *config.Config, token string, seen *seenFile, shape hookShape,
 			return 0, err
 		}
 		cl.Token = token
-		if err = cl.Send(&api.Request{Op: api.OpRecv, Max: hookBatch, Window: hookBatch, Hook: true}); err == nil {
+		if err = cl.Send(&api.RecvRequest{Max: hookBatch, Window: hookBatch, Hook: true}); err == nil {
 			resp, err = cl.Read()
 		}
 		if err == nil {
@@ -218,7 +218,7 @@ func takeHook(cfg *config.Config, token string, seen *seenFile, shape hookShape,
 	if len(d.acks) == 0 {
 		return len(d.handed), nil
 	}
-	if err := cl.Send(&api.Request{Op: api.OpAck, Acks: d.acks}); err != nil {
+	if err := cl.Send(&api.AckRequest{Acks: d.acks}); err != nil {
 		fmt.Fprintf(errw, "fleet-recv: the acknowledgement did not reach the gateway (the messages come again, and are not shown twice): %v\n", err)
 		return len(d.handed), nil
 	}

@@ -85,7 +85,7 @@ func runSend(c *cli.Context) error {
 		id = envelope.NewID()
 	}
 	// a send's answer is the sent message or an error
-	resp, err := s.client.Call(&api.Request{Op: api.OpSend, To: to, Body: body, ReplyTo: c.String("reply-to"),
+	resp, err := s.client.Call(&api.SendRequest{To: to, Body: body, ReplyTo: c.String("reply-to"),
 		AnswerTo: c.String("answer"), Wait: wait, TimeoutMS: timeout.Milliseconds(), MsgID: id})
 	if fault.KindOf(err) == fault.KindNoGateway && id != "" {
 		return fault.Wrap(fault.OutcomeUnknown, fault.KindOutcomeUnknown, err, "message %s: outcome unknown", id).
@@ -169,7 +169,7 @@ func runWaitReply(c *cli.Context, id string) error {
 		return err
 	}
 	defer s.client.Close()
-	if err := s.client.Send(&api.Request{Op: api.OpWaitReply, MsgID: id, TimeoutMS: c.Duration("timeout").Milliseconds()}); err != nil {
+	if err := s.client.Send(&api.WaitReplyRequest{MsgID: id, TimeoutMS: c.Duration("timeout").Milliseconds()}); err != nil {
 		return err
 	}
 	return awaitReply(c, s, id)
@@ -270,7 +270,7 @@ func runStatus(c *cli.Context, id string) error {
 	if until := c.String("until"); until != "" {
 		return waitUntil(c, s, id, until, "")
 	}
-	resp, err := s.client.Call(&api.Request{Op: api.OpLookup, MsgID: id})
+	resp, err := s.client.Call(&api.LookupRequest{MsgID: id})
 	if err != nil {
 		return err
 	}
@@ -287,7 +287,7 @@ func waitUntil(c *cli.Context, s *session, id, state, warning string) error {
 	if isTerminal(os.Stderr) && timeout > time.Second {
 		fmt.Fprintf(c.App.ErrWriter, "fleet-send: waiting up to %v for %s to be %s\n", timeout, id, state)
 	}
-	resp, err := s.client.Call(&api.Request{Op: api.OpWait, MsgID: id, Until: state, TimeoutMS: timeout.Milliseconds()})
+	resp, err := s.client.Call(&api.WaitRequest{MsgID: id, Until: state, TimeoutMS: timeout.Milliseconds()})
 	if err != nil {
 		return err
 	}

@@ -58,8 +58,7 @@ func runSpawn(c *cli.Context) error {
 		host = s.client.Hello.Host
 	}
 	defer waitNotice(c, fmt.Sprintf("waiting for host %s to spawn %s (at most %v)", host, name, timeout))()
-	resp, err := s.client.Call(&api.Request{
-		Op: api.OpSpawn, Name: name, Host: host, Profile: c.String("profile"), Groups: c.StringSlice("group"),
+	resp, err := s.client.Call(&api.SpawnRequest{Name: name, Host: host, Profile: c.String("profile"), Groups: c.StringSlice("group"),
 		Args: args, RequestID: c.String("request-id"), TimeoutMS: timeout.Milliseconds(),
 	})
 	if err != nil {

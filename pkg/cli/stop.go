@@ -39,7 +39,7 @@ func runStop(c *cli.Context) error {
 	defer s.client.Close()
 	target := c.Args().First()
 	defer waitNotice(c, fmt.Sprintf("waiting for %s to stop (at most %v)", target, timeout))()
-	resp, err := s.client.Call(&api.Request{Op: api.OpStop, Target: target, TimeoutMS: timeout.Milliseconds()})
+	resp, err := s.client.Call(&api.StopRequest{Target: target, TimeoutMS: timeout.Milliseconds()})
 	if err != nil {
 		return err
 	}

@@ -123,7 +123,7 @@ func (g *Gateway) setupAuth() error {
 		return hosts
 	}
 	g.br.SetSealer(sl)
-	g.seal, g.rcpt.plain = sl, sl.Plain
+	g.seal, g.rcpt.plain, g.route.seal = sl, sl.Plain, sl
 	g.br.OnRefused(g.admit.noteRefused)
 	notices := &refusalNotices{host: g.cfg.Host, maxBody: g.cfg.MaxBody, log: g.log,
 		publish: func(to string, env *envelope.Envelope) {

@@ -499,6 +499,28 @@ func agentOf(reg *registry, pid int) (*mailbox, int) {
 	return best, 0
 }
 
+// bindAgent records pid as the entity's agent process (with its start
+// time), when it is not already.
+func (b *mailbox) bindAgent(st *store.Store, pid int) (*store.Entity, error) {
+	var start uint64
+	if pid != 0 { // 0: forget it
+		var ok bool
+		if _, start, ok = stat(pid); !ok {
+			e := b.snapshot()
+			return &e, nil
+		}
+	}
+	e := b.snapshot()
+	if e.AgentPID == pid && e.AgentStart == start {
+		return &e, nil
+	}
+	_, ne, err := b.update(st, func(x *store.Entity) error {
+		x.AgentPID, x.AgentStart = pid, start
+		return nil
+	})
+	return ne, err
+}
+
 // stat reads fields of /proc/PID/stat after the command name: tpgid (the
 // terminal's foreground process group) and the start time in clock ticks.
 func stat(pid int) (tpgid int, start uint64, ok bool) {

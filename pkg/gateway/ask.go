@@ -259,8 +259,8 @@ func (b *mailbox) liveDone(msgID string) bool {
 }
 
 // ask serves fleet-ask: the Sent frame, then the answer or a timeout.
-func (g *Gateway) ask(c *conn, req *api.Request) {
-	from, err := g.caller(req)
+func (g *Gateway) ask(c *conn, req *api.AskRequest) {
+	from, err := g.caller(req.Token)
 	if err != nil {
 		c.fail(err)
 		return
@@ -273,7 +273,7 @@ func (g *Gateway) ask(c *conn, req *api.Request) {
 	if ttl <= 0 {
 		ttl = g.cfg.AskTTL
 	}
-	t, err := g.resolve(req.To)
+	t, err := g.route.Resolve(req.To)
 	if err != nil {
 		c.fail(err)
 		return
@@ -366,8 +366,8 @@ func (g *Gateway) handAnswer(ans *envelope.Envelope) bool {
 }
 
 // answer serves fleet-send --answer ASK_ID.
-func (g *Gateway) answer(req *api.Request) (*api.Response, error) {
-	from, err := g.caller(req)
+func (g *Gateway) answer(req *api.SendRequest) (*api.Response, error) {
+	from, err := g.caller(req.Token)
 	if err != nil {
 		return nil, err
 	}

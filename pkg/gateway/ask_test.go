@@ -15,7 +15,7 @@ import (
 // open call and its Sent frame.
 func (e entity) ask(to, body, turn string, ttlMS int64) (*api.Client, *api.Sent) {
 	e.gw.t.Helper()
-	c, sent, err := e.gw.open(e.Token, &api.Request{Op: api.OpAsk, To: to, Body: body, TurnID: turn, TimeoutMS: ttlMS})
+	c, sent, err := e.gw.open(e.Token, &api.AskRequest{To: to, Body: body, TurnID: turn, TimeoutMS: ttlMS})
 	if err != nil {
 		e.gw.t.Fatalf("ask from %s to %s: %v", e.Name, to, err)
 	}
@@ -24,7 +24,7 @@ func (e entity) ask(to, body, turn string, ttlMS int64) (*api.Client, *api.Sent)
 
 // answer answers ask id as e (fleet-send --answer).
 func (e entity) answer(id, body string) (*api.Sent, error) {
-	resp, err := e.gw.call(e.Token, &api.Request{Op: api.OpSend, AnswerTo: id, Body: body})
+	resp, err := e.gw.call(e.Token, &api.SendRequest{AnswerTo: id, Body: body})
 	if err != nil {
 		return nil, err
 	}
@@ -75,9 +75,9 @@ func TestLocalAskAnswered(t *testing.T) {
 		return nil
 	})
 	// live only: neither the ask nor the answer is in a store or an inbox
-	_, err = g.call(alice.Token, &api.Request{Op: api.OpLookup, MsgID: sent.MsgID})
+	_, err = g.call(alice.Token, &api.LookupRequest{MsgID: sent.MsgID})
 	faultOf(t, err, fault.NoRecipient)
-	_, err = g.call(bob.Token, &api.Request{Op: api.OpLookup, MsgID: a.MsgID})
+	_, err = g.call(bob.Token, &api.LookupRequest{MsgID: a.MsgID})
 	faultOf(t, err, fault.NoRecipient)
 	alice.empty(bob)
 	bob.empty(alice)
@@ -96,7 +96,7 @@ func TestLocalAskExpires(t *testing.T) {
 		t.Fatalf("timed out: %v (%s), hint %q", fe, fe.Kind, fe.Hint)
 	}
 	eventually(t, "the expired ask in the audit log", func() error {
-		resp, err := g.call(alice.Token, &api.Request{Op: api.OpTrace, TraceID: sent.TraceID})
+		resp, err := g.call(alice.Token, &api.TraceRequest{TraceID: sent.TraceID})
 		if err != nil {
 			return err
 		}
@@ -107,7 +107,7 @@ func TestLocalAskExpires(t *testing.T) {
 		}
 		return fault.New(fault.TempFail, "", "hops: %+v", resp.Trace.Hops)
 	})
-	if resp, err := g.call(bob.Token, &api.Request{Op: api.OpWhoami}); err != nil || resp.Entity.Asks != 0 {
+	if resp, err := g.call(bob.Token, &api.WhoamiRequest{}); err != nil || resp.Entity.Asks != 0 {
 		t.Fatalf("bob's asks waiting after the expiry: %+v %v", resp, err)
 	}
 	bob.empty(alice) // an expired ask is never shown
@@ -187,15 +187,15 @@ func TestLocalAskRefusals(t *testing.T) {
 		req  api.Request
 		exit fault.Code
 	}{
-		{"no credential", "", api.Request{Op: api.OpAsk, To: "bob", Body: "q"}, fault.Refused},
-		{"empty question", alice.Token, api.Request{Op: api.OpAsk, To: "bob", Body: " "}, fault.Data},
-		{"oversized question", alice.Token, api.Request{Op: api.OpAsk, To: "bob", Body: strings.Repeat("x", 33)}, fault.Data},
-		{"unknown askee", alice.Token, api.Request{Op: api.OpAsk, To: "nobody", Body: "q"}, fault.NoRecipient},
-		{"askee on a host without a broker", alice.Token, api.Request{Op: api.OpAsk, To: "bob@h2", Body: "q"}, fault.NoRecipient},
-		{"answer to no ask", bob.Token, api.Request{Op: api.OpSend, AnswerTo: "01a22a93-8b62-7719-997e-dae6eae12382", Body: "a"}, fault.NoRecipient},
-		{"answer without credential", "", api.Request{Op: api.OpSend, AnswerTo: "01a22a93-8b62-7719-997e-dae6eae12382", Body: "a"}, fault.Refused},
+		{"no credential", "", &api.AskRequest{To: "bob", Body: "q"}, fault.Refused},
+		{"empty question", alice.Token, &api.AskRequest{To: "bob", Body: " "}, fault.Data},
+		{"oversized question", alice.Token, &api.AskRequest{To: "bob", Body: strings.Repeat("x", 33)}, fault.Data},
+		{"unknown askee", alice.Token, &api.AskRequest{To: "nobody", Body: "q"}, fault.NoRecipient},
+		{"askee on a host without a broker", alice.Token, &api.AskRequest{To: "bob@h2", Body: "q"}, fault.NoRecipient},
+		{"answer to no ask", bob.Token, &api.SendRequest{AnswerTo: "01a22a93-8b62-7719-997e-dae6eae12382", Body: "a"}, fault.NoRecipient},
+		{"answer without credential", "", &api.SendRequest{AnswerTo: "01a22a93-8b62-7719-997e-dae6eae12382", Body: "a"}, fault.Refused},
 	} {
-		_, _, err := g.open(c.tok, &c.req)
+		_, _, err := g.open(c.tok, c.req)
 		if codeOf(err) != c.exit {
 			t.Errorf("%s: %v, want exit %d", c.name, err, c.exit)
 		}
@@ -221,7 +221,7 @@ func TestLocalAskInjected(t *testing.T) {
 	out := filepath.Join(dir, "hook.out")
 	g := startGW(t, dir, "h1", nil)
 	alice := g.join("alice")
-	hook := g.join("hook", api.Request{Mode: "inject", Exec: "cat >> " + out})
+	hook := g.join("hook", api.JoinRequest{Mode: "inject", Exec: "cat >> " + out})
 	setStatus(t, hook, "busy")
 	s := alice.mustSend("hook", "stored mail")
 	c, sent := alice.ask("hook", "live question", "", 10_000)
@@ -270,7 +270,7 @@ func TestLocalAskGatewayRestart(t *testing.T) {
 // setStatus sets e's status as fleet-roster status does.
 func setStatus(t testing.TB, e entity, status string) api.EntityRow {
 	t.Helper()
-	resp, err := e.gw.call(e.Token, &api.Request{Op: api.OpStatus, Status: status})
+	resp, err := e.gw.call(e.Token, &api.StatusRequest{Status: status})
 	if err != nil {
 		t.Fatalf("status %s of %s: %v", status, e.Name, err)
 	}
@@ -285,7 +285,7 @@ func setStatus(t testing.TB, e entity, status string) api.EntityRow {
 func TestLocalAskInjectFails(t *testing.T) {
 	g := startGW(t, t.TempDir(), "h1", nil)
 	alice := g.join("alice")
-	g.join("hook", api.Request{Mode: "inject", Exec: "echo refused >&2; exit 1"})
+	g.join("hook", api.JoinRequest{Mode: "inject", Exec: "echo refused >&2; exit 1"})
 	c, sent := alice.ask("hook", "can you hear me?", "", 300)
 	_, err := second(t, c)
 	faultOf(t, err, fault.TempFail)

@@ -21,8 +21,8 @@ import (
 // them are dropped by the dedup (one record per msg id and member). The
 // sender never gets its own broadcast.
 
-func (g *Gateway) broadcast(req *api.Request) (*api.Response, error) {
-	from, err := g.caller(req)
+func (g *Gateway) broadcast(req *api.BcastRequest) (*api.Response, error) {
+	from, err := g.caller(req.Token)
 	if err != nil {
 		return nil, err
 	}
@@ -151,7 +151,7 @@ func (g *Gateway) members(group string) []*mailbox {
 }
 
 // setGroups changes an entity's groups; its inbox is rebound at once.
-func (g *Gateway) setGroups(req *api.Request) (*api.Response, error) {
+func (g *Gateway) setGroups(req *api.GroupsRequest) (*api.Response, error) {
 	gid, ok := g.reg.Named(req.Name)
 	if !ok {
 		return nil, fault.New(fault.NoRecipient, fault.KindUnknownEntity, "no entity named %s on this host", req.Name)
@@ -178,7 +178,7 @@ func (g *Gateway) setGroups(req *api.Request) (*api.Response, error) {
 		return nil, fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot record the groups")
 	}
 	old := before.Groups
-	if g.onBroker(gid) {
+	if g.boxes.OnBroker(gid) {
 		if err := g.br.SetGroups(gid, old, e.Groups); err != nil {
 			g.log.Warn("inbox not rebound now; it will be on the next connection", "entity", e.Name, "err", err)
 		}

@@ -11,12 +11,12 @@ import (
 
 // bcast is fleet-bcast as e.
 func (e entity) bcast(group, body string) (*api.Response, error) {
-	return e.gw.call(e.Token, &api.Request{Op: api.OpBcast, Group: group, Body: body})
+	return e.gw.call(e.Token, &api.BcastRequest{Group: group, Body: body})
 }
 
 // groups is fleet-roster group NAME --add/--remove.
 func (g *testGW) groups(name string, add, remove []string) (*api.EntityRow, error) {
-	resp, err := g.call("", &api.Request{Op: api.OpGroups, Name: name, Add: add, Remove: remove})
+	resp, err := g.call("", &api.GroupsRequest{Name: name, Add: add, Remove: remove})
 	if err != nil {
 		return nil, err
 	}
@@ -29,8 +29,8 @@ func (g *testGW) groups(name string, add, remove []string) (*api.EntityRow, erro
 func TestLocalBroadcast(t *testing.T) {
 	g := startGW(t, t.TempDir(), "h1", nil)
 	main := g.join("main")
-	r1 := g.join("r1", api.Request{Mode: "pull", Groups: []string{"reviewers"}})
-	r2 := g.join("r2", api.Request{Mode: "pull", Groups: []string{"reviewers", "ci"}})
+	r1 := g.join("r1", api.JoinRequest{Mode: "pull", Groups: []string{"reviewers"}})
+	r2 := g.join("r2", api.JoinRequest{Mode: "pull", Groups: []string{"reviewers", "ci"}})
 	other := g.join("other")
 
 	resp, err := main.bcast("", "everyone: report")
@@ -58,7 +58,7 @@ func TestLocalBroadcast(t *testing.T) {
 	other.empty(main)
 
 	// a reply to a broadcast goes to its sender, in its trace
-	rep, err := g.call(r2.Token, &api.Request{Op: api.OpSend, ReplyTo: resp.Sent.MsgID, Body: "on it"})
+	rep, err := g.call(r2.Token, &api.SendRequest{ReplyTo: resp.Sent.MsgID, Body: "on it"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +103,7 @@ func TestLocalBroadcast(t *testing.T) {
 // only member (67), bad bodies and groups.
 func TestLocalBroadcastRefusals(t *testing.T) {
 	g := startGW(t, t.TempDir(), "h1", settings{"max-body": "32"})
-	solo := g.join("solo", api.Request{Mode: "pull", Groups: []string{"lonely"}})
+	solo := g.join("solo", api.JoinRequest{Mode: "pull", Groups: []string{"lonely"}})
 	other := g.join("other")
 	for _, c := range []struct {
 		name        string
@@ -117,7 +117,7 @@ func TestLocalBroadcastRefusals(t *testing.T) {
 		{"oversized body", solo.Token, "", "0123456789012345678901234567890123", fault.Data},
 		{"no credential", "", "", "hello", fault.Refused},
 	} {
-		_, err := g.call(c.tok, &api.Request{Op: api.OpBcast, Group: c.group, Body: c.body})
+		_, err := g.call(c.tok, &api.BcastRequest{Group: c.group, Body: c.body})
 		if codeOf(err) != c.exit {
 			t.Errorf("%s: %v, want exit %d", c.name, err, c.exit)
 		}

@@ -57,7 +57,7 @@ func TestLocalBrokerDownLocalWorks(t *testing.T) {
 		t.Fatalf("groups: %+v %v", row, err)
 	}
 	g.waitLog(`"msg":"inbox not rebound now; it will be on the next connection"`)
-	rows := g.must("", &api.Request{Op: api.OpRoster}).Entities
+	rows := g.must("", &api.RosterRequest{}).Entities
 	if len(rows) != 2 {
 		t.Fatalf("roster %+v", rows)
 	}
@@ -90,15 +90,15 @@ func TestLocalBrokerDownRemoteRefused(t *testing.T) {
 	faultOf(t, err, fault.NoRecipient)
 	_, err = alice.send("carol@h9", "a host not trusted") // never heard
 	faultOf(t, err, fault.NoRecipient)
-	_, _, err = g.open(alice.Token, &api.Request{Op: api.OpAsk, To: remote, Body: "q", TimeoutMS: 1000})
+	_, _, err = g.open(alice.Token, &api.AskRequest{To: remote, Body: "q", TimeoutMS: 1000})
 	faultOf(t, err, fault.Unavailable)
-	_, err = g.call(alice.Token, &api.Request{Op: api.OpSpawn, Name: "w", Host: "h2", TimeoutMS: 1000})
+	_, err = g.call(alice.Token, &api.SpawnRequest{Name: "w", Host: "h2", TimeoutMS: 1000})
 	if fe := faultOf(t, err, fault.Unavailable); fe.Kind != "broker_down" {
 		t.Fatalf("spawn on h2: %v (%s)", fe, fe.Kind)
 	}
 	_, err = alice.stopEntity(remote)
 	faultOf(t, err, fault.NoRecipient) // not in the view
-	_, err = g.call(alice.Token, &api.Request{Op: api.OpSend, To: remote, Body: "x", Wait: true, TimeoutMS: 1000})
+	_, err = g.call(alice.Token, &api.SendRequest{To: remote, Body: "x", Wait: true, TimeoutMS: 1000})
 	faultOf(t, err, fault.Unavailable)
 	// nothing of these reached bob, and alice's inbox is clean
 	bob.empty(alice)
@@ -111,7 +111,7 @@ func TestLocalBrokerDownRemoteRefused(t *testing.T) {
 func TestLocalBrokerDownBroadcast(t *testing.T) {
 	g := startDown(t, nil)
 	main := g.join("main")
-	r1 := g.join("r1", api.Request{Mode: "pull", Groups: []string{"reviewers"}})
+	r1 := g.join("r1", api.JoinRequest{Mode: "pull", Groups: []string{"reviewers"}})
 	r2 := g.join("r2")
 	resp, err := main.bcast("", "to all")
 	fe := faultOf(t, err, fault.Partial)
@@ -139,13 +139,13 @@ func TestLocalBrokerDownLeaveRefused(t *testing.T) {
 	g := startDown(t, nil)
 	alice, bob := g.join("alice"), g.join("bob")
 	alice.mustSend("bob", "still here")
-	_, err := g.call("", &api.Request{Op: api.OpLeave, Name: "bob"})
+	_, err := g.call("", &api.LeaveRequest{Name: "bob"})
 	if fe := faultOf(t, err, fault.Unavailable); fe.Kind != "broker_down" || !strings.Contains(fe.Hint, "once the broker is back") {
 		t.Fatalf("leave: %v (%s, hint %q)", fe, fe.Kind, fe.Hint)
 	}
 	_, err = alice.stopEntity("bob")
 	faultOf(t, err, fault.Unavailable)
-	if resp, err := g.call(bob.Token, &api.Request{Op: api.OpWhoami}); err != nil || resp.Entity.Gid != bob.Gid {
+	if resp, err := g.call(bob.Token, &api.WhoamiRequest{}); err != nil || resp.Entity.Gid != bob.Gid {
 		t.Fatalf("bob after the refused leave: %+v %v", resp, err)
 	}
 	bob.collect("still here")

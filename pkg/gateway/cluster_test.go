@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fleetd/fleet/internal/testnode"
+	"github.com/fleetd/fleet/internal/testsched"
 	"github.com/fleetd/fleet/pkg/api"
 	"github.com/fleetd/fleet/pkg/broker"
 	"github.com/fleetd/fleet/pkg/fault"
@@ -20,12 +21,15 @@ import (
 // The cluster tests run three gateways against the private three-node
 // RabbitMQ cluster (scripts/rabbitmq-cluster.sh), each gateway connected
 // to another node first, with quorum inboxes. They kill and stop nodes, so
-// they run one at a time (a file lock shared with nothing else).
+// they run one at a time (a file lock shared with nothing else), in
+// parallel with this package's other tests (which use the single node),
+// started first: the node-loss test is this package's longest.
 
 // clusterGWs starts h1..h3 on the cluster in a fresh vhost, enrolled, h_i
 // connected to node i first.
 func clusterGWs(t *testing.T, vhost string) []*testGW {
 	t.Helper()
+	testsched.Take(t, testsched.Need{Group: "cluster", Alone: true, Long: 2 * time.Minute})
 	if _, err := testnode.Cluster(); err != nil {
 		t.Fatal(err)
 	}
@@ -268,7 +272,7 @@ func TestClusterNodeLoss(t *testing.T) {
 	// the roster converges: every gateway sees the other hosts' entities
 	for _, g := range gws {
 		eventuallyWithin(t, time.Minute, g.Host+" sees every entity again", func() error {
-			resp, err := g.call("", &api.Request{Op: api.OpRoster})
+			resp, err := g.call("", &api.RosterRequest{})
 			if err != nil {
 				return err
 			}

@@ -41,20 +41,19 @@ func profiles(dir string) string {
 }
 
 // spawn is fleet-spawn as e; what it starts is stopped when the test ends.
-func (e entity) spawn(req api.Request) (*api.Spawned, error) {
-	req.Op = api.OpSpawn
+func (e entity) spawn(req api.SpawnRequest) (*api.Spawned, error) {
 	resp, err := e.gw.call(e.Token, &req)
 	if err != nil {
 		return nil, err
 	}
 	name := resp.Spawned.Name
-	e.gw.t.Cleanup(func() { e.gw.call(e.Token, &api.Request{Op: api.OpStop, Target: name}) })
+	e.gw.t.Cleanup(func() { e.gw.call(e.Token, &api.StopRequest{Target: name}) })
 	return resp.Spawned, nil
 }
 
 // stopEntity is fleet-stop as e.
 func (e entity) stopEntity(target string) (*api.Stopped, error) {
-	resp, err := e.gw.call(e.Token, &api.Request{Op: api.OpStop, Target: target})
+	resp, err := e.gw.call(e.Token, &api.StopRequest{Target: target})
 	if err != nil {
 		return nil, err
 	}
@@ -83,7 +82,7 @@ func TestLocalSpawnStop(t *testing.T) {
 	dir := t.TempDir()
 	g := startGW(t, dir, "h1", settings{"file": profiles(dir)})
 	main := g.join("main")
-	sp, err := main.spawn(api.Request{Name: "w1", Profile: "w", Groups: []string{"ci"}, RequestID: "nightly-42"})
+	sp, err := main.spawn(api.SpawnRequest{Name: "w1", Profile: "w", Groups: []string{"ci"}, RequestID: "nightly-42"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +95,7 @@ func TestLocalSpawnStop(t *testing.T) {
 	}
 	g.waitLog(`"msg":"entity spawned"`)
 
-	again, err := main.spawn(api.Request{Name: "w1", Profile: "w", Groups: []string{"ci"}, RequestID: "nightly-42"})
+	again, err := main.spawn(api.SpawnRequest{Name: "w1", Profile: "w", Groups: []string{"ci"}, RequestID: "nightly-42"})
 	if err != nil || again.Gid != sp.Gid {
 		t.Fatalf("the same request again: %+v %v, want gid %s", again, err, sp.Gid)
 	}
@@ -104,12 +103,12 @@ func TestLocalSpawnStop(t *testing.T) {
 	if n := g.logCount(`"msg":"entity spawned"`); n != 1 {
 		t.Fatalf("%d spawns logged for one request id", n)
 	}
-	_, err = main.spawn(api.Request{Name: "w2", Profile: "w", RequestID: "nightly-42"})
+	_, err = main.spawn(api.SpawnRequest{Name: "w2", Profile: "w", RequestID: "nightly-42"})
 	if fe := faultOf(t, err, fault.Usage); !strings.Contains(fe.Msg, "was used before for another request") {
 		t.Fatalf("a request id reused: %v", fe)
 	}
 	// a host id that is not one never becomes a routing key
-	_, err = main.spawn(api.Request{Name: "w3", Profile: "w", Host: "x.y"})
+	_, err = main.spawn(api.SpawnRequest{Name: "w3", Profile: "w", Host: "x.y"})
 	if fe := faultOf(t, err, fault.Usage); !strings.Contains(fe.Msg, `"x.y" is not a host id`) {
 		t.Fatalf("spawn on host x.y: %v", fe)
 	}
@@ -134,7 +133,7 @@ func TestLocalSpawnStop(t *testing.T) {
 	faultOf(t, err, fault.NoRecipient)
 
 	// the name is free again; a spawned entity is stopped after a restart too
-	sp2, err := main.spawn(api.Request{Name: "w1", Profile: "w"})
+	sp2, err := main.spawn(api.SpawnRequest{Name: "w1", Profile: "w"})
 	if err != nil || sp2.Gid == sp.Gid || sp2.RequestID == "" {
 		t.Fatalf("spawn again: %+v %v", sp2, err)
 	}
@@ -157,32 +156,31 @@ func TestLocalSpawnRefusals(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		tok  string
-		req  api.Request
+		req  api.SpawnRequest
 		exit fault.Code
 		kind fault.Kind
 	}{
-		{"unknown profile", main.Token, api.Request{Name: "x", Profile: "nope"}, fault.Usage, "unknown_profile"},
-		{"default profile missing", main.Token, api.Request{Name: "x"}, fault.Usage, "unknown_profile"},
-		{"bad name", main.Token, api.Request{Name: "1x", Profile: "w"}, fault.Usage, fault.KindUsage},
-		{"bad request id", main.Token, api.Request{Name: "x", Profile: "w", RequestID: "no spaces"}, fault.Usage, fault.KindUsage},
-		{"name taken", main.Token, api.Request{Name: "taken", Profile: "w"}, fault.Usage, fault.KindNameTaken},
-		{"bad group", main.Token, api.Request{Name: "x", Profile: "w", Groups: []string{"all"}}, fault.Usage, fault.KindUsage},
-		{"other host without a broker", main.Token, api.Request{Name: "x", Profile: "w", Host: "h2"}, fault.NoRecipient, "unknown_host"},
-		{"no credential", "", api.Request{Name: "x", Profile: "w"}, fault.Refused, fault.KindNoCredential},
+		{"unknown profile", main.Token, api.SpawnRequest{Name: "x", Profile: "nope"}, fault.Usage, "unknown_profile"},
+		{"default profile missing", main.Token, api.SpawnRequest{Name: "x"}, fault.Usage, "unknown_profile"},
+		{"bad name", main.Token, api.SpawnRequest{Name: "1x", Profile: "w"}, fault.Usage, fault.KindUsage},
+		{"bad request id", main.Token, api.SpawnRequest{Name: "x", Profile: "w", RequestID: "no spaces"}, fault.Usage, fault.KindUsage},
+		{"name taken", main.Token, api.SpawnRequest{Name: "taken", Profile: "w"}, fault.Usage, fault.KindNameTaken},
+		{"bad group", main.Token, api.SpawnRequest{Name: "x", Profile: "w", Groups: []string{"all"}}, fault.Usage, fault.KindUsage},
+		{"other host without a broker", main.Token, api.SpawnRequest{Name: "x", Profile: "w", Host: "h2"}, fault.NoRecipient, "unknown_host"},
+		{"no credential", "", api.SpawnRequest{Name: "x", Profile: "w"}, fault.Refused, fault.KindNoCredential},
 	} {
-		c.req.Op = api.OpSpawn
 		_, err := g.call(c.tok, &c.req)
 		if codeOf(err) != c.exit || fault.KindOf(err) != c.kind {
 			t.Errorf("%s: %v (%s), want exit %d %s", c.name, err, fault.KindOf(err), c.exit, c.kind)
 		}
 	}
-	_, err := g.call(main.Token, &api.Request{Op: api.OpSpawn, Name: "x", Profile: "nope"})
+	_, err := g.call(main.Token, &api.SpawnRequest{Name: "x", Profile: "nope"})
 	if !strings.Contains(fault.HintOf(err), "profile.nope.command") || !strings.Contains(err.Error(), "(it has: dies, env, inj, nodir, w)") {
 		t.Errorf("unknown profile: %v (hint %q)", err, fault.HintOf(err))
 	}
 
 	for i := range 2 { // forgotten after a clean failure: the same id fails afresh
-		_, err := main.spawn(api.Request{Name: "d", Profile: "dies", RequestID: "try-dies"})
+		_, err := main.spawn(api.SpawnRequest{Name: "d", Profile: "dies", RequestID: "try-dies"})
 		fe := faultOf(t, err, 71)
 		if fe.Kind != "launch_failed" || !strings.Contains(fe.Msg, "no such model") || !strings.Contains(fe.Msg, "exited at once") {
 			t.Fatalf("try %d: a command that dies at once: %v (%s)", i, fe, fe.Kind)
@@ -191,7 +189,7 @@ func TestLocalSpawnRefusals(t *testing.T) {
 			t.Fatalf("try %d: the entity of a failed spawn stays", i)
 		}
 	}
-	_, err = main.spawn(api.Request{Name: "d", Profile: "nodir", TimeoutMS: 5000})
+	_, err = main.spawn(api.SpawnRequest{Name: "d", Profile: "nodir", TimeoutMS: 5000})
 	if fe := faultOf(t, err, 71); !strings.Contains(fe.Msg, "not a folder") {
 		t.Fatalf("a profile whose folder is missing: %v", fe)
 	}
@@ -208,7 +206,7 @@ func TestLocalSpawnRefusals(t *testing.T) {
 			t.Errorf("stop %s: %v, want exit %d", c.name, err, c.exit)
 		}
 	}
-	_, err = g.call("", &api.Request{Op: api.OpStop, Target: "taken"})
+	_, err = g.call("", &api.StopRequest{Target: "taken"})
 	faultOf(t, err, fault.Refused)
 	if _, ok := g.rosterRow("taken"); !ok {
 		t.Error("a refused stop removed the entity")
@@ -222,7 +220,7 @@ func TestLocalSpawnEnvironmentAndInject(t *testing.T) {
 	dir := t.TempDir()
 	g := startGW(t, dir, "h1", settings{"file": profiles(dir)})
 	main := g.join("main")
-	job, err := main.spawn(api.Request{Name: "job7", Profile: "env", Args: []string{"--since", "yesterday"}})
+	job, err := main.spawn(api.SpawnRequest{Name: "job7", Profile: "env", Args: []string{"--since", "yesterday"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,7 +243,7 @@ func TestLocalSpawnEnvironmentAndInject(t *testing.T) {
 		t.Errorf("the command's output log: %v", err)
 	}
 
-	sp, err := main.spawn(api.Request{Name: "inj1", Profile: "inj"})
+	sp, err := main.spawn(api.SpawnRequest{Name: "inj1", Profile: "inj"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,10 +271,10 @@ func TestLocalStopJoined(t *testing.T) {
 	if st.Gid != bob.Gid || st.Process != "" || st.DeadLettered != 0 {
 		t.Fatalf("stopped %+v", st)
 	}
-	_, err = g.call(bob.Token, &api.Request{Op: api.OpWhoami})
+	_, err = g.call(bob.Token, &api.WhoamiRequest{})
 	faultOf(t, err, fault.Refused)
 	// no profiles at all: the error says so
-	_, err = g.call(main.Token, &api.Request{Op: api.OpSpawn, Name: "x", Profile: "w"})
+	_, err = g.call(main.Token, &api.SpawnRequest{Name: "x", Profile: "w"})
 	if fe := faultOf(t, err, fault.Usage); !strings.Contains(fe.Msg, "(it has: none)") {
 		t.Fatalf("spawn without profiles: %v", fe)
 	}

@@ -38,7 +38,7 @@ type controlRequests struct {
 	mu      sync.Mutex
 	waiters map[string][]*ctlWaiter // request id -> calls waiting for its answer
 
-	caller  func(req *api.Request) (*mailbox, error)                             // server.go: the calling entity
+	caller  func(token string) (*mailbox, error)                                 // server.go: the calling entity
 	resolve func(to string) (target, error)                                      // route.go
 	remote  func() []api.EntityRow                                               // presence.go: the other hosts' entities
 	linked  func() bool                                                          // a broker is configured: other hosts are reachable
@@ -106,16 +106,17 @@ func (c *controlRequests) hand(id, requester, host string, res *controlResult) (
 	return n, nil
 }
 
-func controlTimeout(req *api.Request) time.Duration {
-	if req.TimeoutMS > 0 {
-		return time.Duration(req.TimeoutMS) * time.Millisecond
+// controlTimeout is how long a request that waits timeoutMS waits.
+func controlTimeout(timeoutMS int64) time.Duration {
+	if timeoutMS > 0 {
+		return time.Duration(timeoutMS) * time.Millisecond
 	}
 	return defaultControlTimeout
 }
 
 // Spawn serves fleet-spawn.
-func (c *controlRequests) Spawn(req *api.Request) (*api.Response, error) {
-	from, err := c.caller(req)
+func (c *controlRequests) Spawn(req *api.SpawnRequest) (*api.Response, error) {
+	from, err := c.caller(req.Token)
 	if err != nil {
 		return nil, err
 	}
@@ -137,7 +138,7 @@ func (c *controlRequests) Spawn(req *api.Request) (*api.Response, error) {
 		profile = "default"
 	}
 	body := spawnBody{Name: req.Name, Profile: profile, Groups: req.Groups, Args: req.Args}
-	res, err := c.request(envelope.Spawn, req.Host, id, body, from.snapshot(), controlTimeout(req))
+	res, err := c.request(envelope.Spawn, req.Host, id, body, from.snapshot(), controlTimeout(req.TimeoutMS))
 	if err != nil {
 		return nil, err
 	}
@@ -145,8 +146,8 @@ func (c *controlRequests) Spawn(req *api.Request) (*api.Response, error) {
 }
 
 // Stop serves fleet-stop.
-func (c *controlRequests) Stop(req *api.Request) (*api.Response, error) {
-	from, err := c.caller(req)
+func (c *controlRequests) Stop(req *api.StopRequest) (*api.Response, error) {
+	from, err := c.caller(req.Token)
 	if err != nil {
 		return nil, err
 	}
@@ -157,7 +158,7 @@ func (c *controlRequests) Stop(req *api.Request) (*api.Response, error) {
 	if err != nil {
 		return nil, err
 	}
-	res, err := c.request(envelope.Stop, host, envelope.NewID(), stopBody{Gid: gid, Name: name}, from.snapshot(), controlTimeout(req))
+	res, err := c.request(envelope.Stop, host, envelope.NewID(), stopBody{Gid: gid, Name: name}, from.snapshot(), controlTimeout(req.TimeoutMS))
 	if err != nil {
 		return nil, err
 	}

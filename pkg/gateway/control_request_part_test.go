@@ -42,7 +42,7 @@ func newRequestsRig(t *testing.T) *requestsRig {
 	r := &requestsRig{t: t, linked: true, closing: make(chan struct{})}
 	peers := newPeerView(time.Minute, log)
 	r.c = &controlRequests{host: "h1", log: log, peers: peers, interval: time.Minute,
-		caller: func(*api.Request) (*mailbox, error) { return &mailbox{ent: ralice}, nil },
+		caller: func(string) (*mailbox, error) { return &mailbox{ent: ralice}, nil },
 		resolve: func(to string) (target, error) {
 			for _, row := range peers.ByName("carl", "", trustAll) {
 				if to == "carl" || to == "carl@h2" || to == row.Gid {
@@ -102,7 +102,7 @@ func TestControlRequestsSpawnAndStopOnAnotherHost(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	resp, err := r.c.Spawn(&api.Request{Name: "carl", Host: "h2", RequestID: "my-req", Groups: []string{"ops"}})
+	resp, err := r.c.Spawn(&api.SpawnRequest{Name: "carl", Host: "h2", RequestID: "my-req", Groups: []string{"ops"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +127,7 @@ func TestControlRequestsSpawnAndStopOnAnotherHost(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	resp, err = r.c.Stop(&api.Request{Target: "carl@h2"})
+	resp, err = r.c.Stop(&api.StopRequest{Target: "carl@h2"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +146,7 @@ func TestControlRequestsSpawnAndStopOnAnotherHost(t *testing.T) {
 // call's, and a call that gives up.
 func TestControlRequestsRefusals(t *testing.T) {
 	r := newRequestsRig(t)
-	for _, req := range []api.Request{
+	for _, req := range []api.SpawnRequest{
 		{Name: "9lives", Host: "h2"},
 		{Name: "carl", Host: "h 2"},
 		{Name: "carl", Host: "h2", RequestID: "no spaces"},
@@ -156,7 +156,7 @@ func TestControlRequestsRefusals(t *testing.T) {
 			t.Errorf("spawn %+v: %v, want usage", req, err)
 		}
 	}
-	if _, err := r.c.Stop(&api.Request{Target: "nobody"}); fault.KindOf(err) != fault.KindUnknownEntity {
+	if _, err := r.c.Stop(&api.StopRequest{Target: "nobody"}); fault.KindOf(err) != fault.KindUnknownEntity {
 		t.Errorf("stop nobody: %v, want unknown entity", err)
 	}
 	if len(r.sent) != 0 {
@@ -180,7 +180,7 @@ func TestControlRequestsRefusals(t *testing.T) {
 			t.Errorf("an answer in reply to another id than its own: %v, want malformed", err)
 		}
 	}
-	_, err := r.c.Spawn(&api.Request{Name: "carl", Host: "h2", TimeoutMS: 200})
+	_, err := r.c.Spawn(&api.SpawnRequest{Name: "carl", Host: "h2", TimeoutMS: 200})
 	if fault.KindOf(err) != fault.KindTimeout {
 		t.Fatalf("no answer of h2's own: %v, want a timeout", err)
 	}
@@ -200,12 +200,12 @@ func TestControlRequestsRefusals(t *testing.T) {
 
 	// shutting down: the call stops waiting
 	r.respond = func(*envelope.Envelope) { close(r.closing) }
-	if _, err := r.c.Spawn(&api.Request{Name: "carl", Host: "h2"}); fault.KindOf(err) != fault.KindShuttingDown {
+	if _, err := r.c.Spawn(&api.SpawnRequest{Name: "carl", Host: "h2"}); fault.KindOf(err) != fault.KindShuttingDown {
 		t.Fatalf("the gateway stopping: %v, want shutting down", err)
 	}
 	// no broker: no other host
 	r.linked = false
-	if _, err := r.c.Spawn(&api.Request{Name: "carl", Host: "h2"}); fault.KindOf(err) != fault.KindUnknownHost {
+	if _, err := r.c.Spawn(&api.SpawnRequest{Name: "carl", Host: "h2"}); fault.KindOf(err) != fault.KindUnknownHost {
 		t.Fatalf("no broker: %v, want unknown host", err)
 	}
 }
@@ -216,7 +216,7 @@ func TestControlRequestsThisHostCarriedOutHere(t *testing.T) {
 	r := newRequestsRig(t)
 	r.linked = false
 	r.c.exec = newExecRig(t).x
-	resp, err := r.c.Spawn(&api.Request{Name: "dora", Profile: "w"})
+	resp, err := r.c.Spawn(&api.SpawnRequest{Name: "dora", Profile: "w"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +230,7 @@ func TestControlRequestsThisHostCarriedOutHere(t *testing.T) {
 	if err != nil || res.Stopped == nil || res.Stopped.Gid != resp.Spawned.Gid {
 		t.Fatalf("stop answered %+v, %v", res, err)
 	}
-	if _, err := r.c.Spawn(&api.Request{Name: "dora", Profile: "nope"}); fault.KindOf(err) != fault.KindUnknownProfile {
+	if _, err := r.c.Spawn(&api.SpawnRequest{Name: "dora", Profile: "nope"}); fault.KindOf(err) != fault.KindUnknownProfile {
 		t.Fatalf("an unknown profile here: %v", err)
 	}
 }

@@ -79,7 +79,7 @@ func TestCrossHostRendezvous(t *testing.T) {
 func TestCrossHostBounce(t *testing.T) {
 	h1, h2 := twoHostsWith(t, settings{"delivery-attempts": "2"})
 	alice := h1.join("alice")
-	h2.join("hook", api.Request{Mode: "inject", Exec: "echo nope >&2; exit 2"})
+	h2.join("hook", api.JoinRequest{Mode: "inject", Exec: "echo nope >&2; exit 2"})
 	h1.resolves("hook@h2")
 	s := alice.mustSend("hook", "will die over there")
 	rec, err := alice.waitFor(s.MsgID, "dead", 15_000)
@@ -101,9 +101,9 @@ func TestCrossHostBounce(t *testing.T) {
 // the sender.
 func TestCrossHostBroadcast(t *testing.T) {
 	h1, h2 := twoHostsWith(t, nil)
-	main := h1.join("main", api.Request{Mode: "pull", Groups: []string{"crew"}})
-	a := h1.join("a", api.Request{Mode: "pull", Groups: []string{"crew"}})
-	b := h2.join("b", api.Request{Mode: "pull", Groups: []string{"crew"}})
+	main := h1.join("main", api.JoinRequest{Mode: "pull", Groups: []string{"crew"}})
+	a := h1.join("a", api.JoinRequest{Mode: "pull", Groups: []string{"crew"}})
+	b := h2.join("b", api.JoinRequest{Mode: "pull", Groups: []string{"crew"}})
 	c := h2.join("c")
 	h1.resolves("b@h2")
 	h1.resolves("c@h2")
@@ -125,14 +125,14 @@ func TestCrossHostSpawnStop(t *testing.T) {
 	main := h1.join("main")
 	h2.join("other")
 	h1.resolves("other@h2")
-	sp, err := main.spawn(api.Request{Name: "w9", Profile: "w", Host: "h2", RequestID: "cross-1", TimeoutMS: 15_000})
+	sp, err := main.spawn(api.SpawnRequest{Name: "w9", Profile: "w", Host: "h2", RequestID: "cross-1", TimeoutMS: 15_000})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if sp.Host != "h2" || sp.Name != "w9" || sp.Mode != "pull" {
 		t.Fatalf("spawned %+v", sp)
 	}
-	again, err := main.spawn(api.Request{Name: "w9", Profile: "w", Host: "h2", RequestID: "cross-1", TimeoutMS: 15_000})
+	again, err := main.spawn(api.SpawnRequest{Name: "w9", Profile: "w", Host: "h2", RequestID: "cross-1", TimeoutMS: 15_000})
 	if err != nil || again.Gid != sp.Gid {
 		t.Fatalf("the same request again: %+v %v", again, err)
 	}
@@ -157,7 +157,7 @@ func TestCrossHostSpawnStop(t *testing.T) {
 	if rec.Reason != "recipient left the fleet" {
 		t.Fatalf("record %+v", rec)
 	}
-	_, err = main.spawn(api.Request{Name: "x", Profile: "w", Host: "h9", TimeoutMS: 5000})
+	_, err = main.spawn(api.SpawnRequest{Name: "x", Profile: "w", Host: "h9", TimeoutMS: 5000})
 	if fe := faultOf(t, err, fault.NoRecipient); fe.Kind != "unknown_host" {
 		t.Fatalf("spawn on an unknown host: %v (%s)", fe, fe.Kind)
 	}

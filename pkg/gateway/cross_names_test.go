@@ -16,7 +16,7 @@ import (
 func (g *testGW) rowsNamed(name string) []api.EntityRow {
 	g.t.Helper()
 	var out []api.EntityRow
-	for _, r := range g.must("", &api.Request{Op: api.OpRoster}).Entities {
+	for _, r := range g.must("", &api.RosterRequest{}).Entities {
 		if r.Name == name {
 			out = append(out, r)
 		}
@@ -58,14 +58,14 @@ func TestCrossNameTakenRefused(t *testing.T) {
 	main2 := h1.join("main2")
 	carol := h1.join("carol")
 	h2.resolves("main2@h1")
-	_, err := h2.call("", &api.Request{Op: api.OpJoin, Name: "main2", Mode: "pull"})
+	_, err := h2.call("", &api.JoinRequest{Name: "main2", Mode: "pull"})
 	fe := faultOf(t, err, fault.Usage)
 	if fe.Kind != fault.KindNameTaken || !strings.Contains(fe.Error(), "main2@h1") || !strings.Contains(fe.Hint, "main2@h1") {
 		t.Fatalf("join of main2 on h2: %v (%s; hint %q)", fe, fe.Kind, fe.Hint)
 	}
 	// a spawn on h2 of the name is refused there before anything starts
 	h1.resolves("carol@h1")
-	_, err = carol.spawn(api.Request{Name: "main2", Host: "h2", Profile: "w"})
+	_, err = carol.spawn(api.SpawnRequest{Name: "main2", Host: "h2", Profile: "w"})
 	if fe := faultOf(t, err, fault.Usage); fe.Kind != fault.KindNameTaken || !strings.Contains(fe.Error(), "main2@h1") {
 		t.Fatalf("spawn of main2 on h2: %v (%s)", fe, fe.Kind)
 	}
@@ -75,7 +75,7 @@ func TestCrossNameTakenRefused(t *testing.T) {
 	// h1 stops: main2 keeps its name and inbox while h1 is away
 	h1.stop()
 	h2.waitLog(`"msg":"host left the view: it stopped"`)
-	_, err = h2.call("", &api.Request{Op: api.OpJoin, Name: "main2", Mode: "pull"})
+	_, err = h2.call("", &api.JoinRequest{Name: "main2", Mode: "pull"})
 	if fe := faultOf(t, err, fault.Usage); fe.Kind != fault.KindNameTaken || !strings.Contains(fe.Error(), "host h1 is gone") ||
 		!strings.Contains(fe.Hint, "fleet-gw trust remove h1") {
 		t.Fatalf("join of main2 on h2 while h1 is gone: %v (hint %q)", fe, fe.Hint)
@@ -124,7 +124,7 @@ func TestCrossNameJoinedBeforeTrust(t *testing.T) {
 		t.Fatalf("the conflict told %d times on h1", n)
 	}
 	// the holder leaves: the name is one entity again, h1's
-	h2.must("", &api.Request{Op: api.OpLeave, Name: "main2"})
+	h2.must("", &api.LeaveRequest{Name: "main2"})
 	h1.waitLog(`"msg":"name conflict over: the name is one entity again"`)
 	eventually(t, "bare main2 goes to main2@h1", func() error {
 		s := bea.mustSend("main2", "now h1's")
@@ -155,7 +155,7 @@ func TestCrossNameJoinedAtOnce(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				resps[i], errs[i] = g.call("", &api.Request{Op: api.OpJoin, Name: name, Mode: "pull"})
+				resps[i], errs[i] = g.call("", &api.JoinRequest{Name: name, Mode: "pull"})
 			}()
 		}
 		wg.Wait()

@@ -159,7 +159,7 @@ func TestCrossLeastPrivilege(t *testing.T) {
 	// bindings above would copy), a sentinel from alice is the next and
 	// only thing bob gets
 	eventually(t, "h1's presence on h2", func() error {
-		for _, r := range h2.must("", &api.Request{Op: api.OpRoster}).Entities {
+		for _, r := range h2.must("", &api.RosterRequest{}).Entities {
 			if r.Name == "alice" {
 				return nil
 			}
@@ -299,7 +299,7 @@ func TestCrossLoginRevoked(t *testing.T) {
 	if n := strings.Count(h1.logs.String(), "refuses this gateway's login"); n != 1 {
 		t.Errorf("the refusal logged %d times over three refused sends, want once", n)
 	}
-	resp := h1.must("", &api.Request{Op: api.OpRoster})
+	resp := h1.must("", &api.RosterRequest{})
 	for _, r := range resp.Entities {
 		if r.Name == "bob" && r.Status != "unknown" {
 			t.Errorf("h1, cut off, shows bob as %q, want unknown", r.Status)
@@ -352,7 +352,7 @@ func TestCrossLegacyEntity(t *testing.T) {
 	if !strings.Contains(h1.logs.String(), `"entities":"old"`) {
 		t.Errorf("old not named in the error:\n%s", h1.logs)
 	}
-	h1.must("", &api.Request{Op: api.OpLeave, Name: "old"})
+	h1.must("", &api.LeaveRequest{Name: "old"})
 	again := h1.join("old")
 	if ident.GidHost(again.Gid) != "h1" {
 		t.Errorf("old joined again as %s", again.Gid)
@@ -369,7 +369,7 @@ func TestCrossWaitSurfacesAsk(t *testing.T) {
 	main, worker := h1.join("main"), h2.join("worker")
 	h1.resolves("worker@h2")
 	h2.resolves("main@h1")
-	c1, sent, err := h1.open(main.Token, &api.Request{Op: api.OpSend, To: "worker@h2", Body: "fix the build", Wait: true, TimeoutMS: 30_000})
+	c1, sent, err := h1.open(main.Token, &api.SendRequest{To: "worker@h2", Body: "fix the build", Wait: true, TimeoutMS: 30_000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -398,11 +398,11 @@ func TestCrossWaitSurfacesAsk(t *testing.T) {
 		t.Fatalf("the worker's ask got %+v, %v", ans, err)
 	}
 	// the reply comes while nobody waits: it is kept for the resumed wait
-	if _, err := h2.call(worker.Token, &api.Request{Op: api.OpSend, ReplyTo: sent.MsgID, Body: "done on main"}); err != nil {
+	if _, err := h2.call(worker.Token, &api.SendRequest{ReplyTo: sent.MsgID, Body: "done on main"}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the reply reached h1", func() error {
-		r := h1.must(main.Token, &api.Request{Op: api.OpRoster})
+		r := h1.must(main.Token, &api.RosterRequest{})
 		for _, e := range r.Entities {
 			if e.Name == "main" && e.Pending == 1 {
 				return nil
@@ -412,7 +412,7 @@ func TestCrossWaitSurfacesAsk(t *testing.T) {
 	})
 	c3 := h1.dial(main.Token)
 	defer c3.Close()
-	if err := c3.Send(&api.Request{Op: api.OpWaitReply, MsgID: sent.MsgID, TimeoutMS: 10_000}); err != nil {
+	if err := c3.Send(&api.WaitReplyRequest{MsgID: sent.MsgID, TimeoutMS: 10_000}); err != nil {
 		t.Fatal(err)
 	}
 	if rep, err := second(t, c3); err != nil || rep.Body != "done on main" || rep.InReplyTo != sent.MsgID {
@@ -427,7 +427,7 @@ func TestCrossWaitSurfacesAsk(t *testing.T) {
 	// a wait-reply for a message not the caller's
 	c4 := h2.dial(worker.Token)
 	defer c4.Close()
-	if err := c4.Send(&api.Request{Op: api.OpWaitReply, MsgID: sent.MsgID, TimeoutMS: 1000}); err != nil {
+	if err := c4.Send(&api.WaitReplyRequest{MsgID: sent.MsgID, TimeoutMS: 1000}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := second(t, c4); fault.CodeOf(err) != fault.NoRecipient {

@@ -198,7 +198,7 @@ func TestCrossForgedReplayDoesNotBurnTheReal(t *testing.T) {
 	if fe := faultOf(t, err, fault.TempFail); fe.Kind != fault.KindInboxFull {
 		t.Fatalf("send into a full inbox: %v (%s)", fe, fe.Kind)
 	}
-	dead := da.must("", &api.Request{Op: api.OpDead}).Dead
+	dead := da.must("", &api.DeadRequest{}).Dead
 	if len(dead) != 1 || dead[0].Envelope == nil || dead[0].Envelope.Body != "the real one" {
 		t.Fatalf("da's dead letters: %+v", dead)
 	}
@@ -212,7 +212,7 @@ func TestCrossForgedReplayDoesNotBurnTheReal(t *testing.T) {
 		t.Fatalf("the forged message reached full as %+v", e)
 	}
 
-	r, err := da.call("", &api.Request{Op: api.OpReplay, MsgID: lost})
+	r, err := da.call("", &api.ReplayRequest{MsgID: lost})
 	if err != nil || r.Sent.ReplayOf != lost || r.Sent.Again || r.Sent.State != "accepted" {
 		t.Fatalf("replay on da: %+v %v", sentOf(r), err)
 	}
@@ -235,11 +235,11 @@ func TestCrossForgedReplayRefused(t *testing.T) {
 	dir := t.TempDir()
 	out, ok := filepath.Join(dir, "full.out"), filepath.Join(dir, "ok")
 	alice, mallory := da.join("alice"), db.join("mallory")
-	full := dd.join("full", api.Request{Mode: "inject", Exec: "test -e " + ok + " || exit 3; cat >> " + out})
+	full := dd.join("full", api.JoinRequest{Mode: "inject", Exec: "test -e " + ok + " || exit 3; cat >> " + out})
 	da.resolves("full@dd")
 	s := alice.mustSend(full.Gid, "the real one")
 	eventually(t, "the message dies on dd", func() error {
-		for _, d := range dd.must("", &api.Request{Op: api.OpDead, Name: "full"}).Dead {
+		for _, d := range dd.must("", &api.DeadRequest{Name: "full"}).Dead {
 			if d.Record.MsgID == s.MsgID {
 				return nil
 			}
@@ -254,14 +254,14 @@ func TestCrossForgedReplayRefused(t *testing.T) {
 		!strings.Contains(fmt.Sprint(refusal.Headers["fleet-error"]), "only its sender's host replays it") {
 		t.Fatalf("the forged replay in bridge.dlq: %v", refusal.Headers)
 	}
-	if rec, err := dd.call(full.Token, &api.Request{Op: api.OpLookup, MsgID: forged}); err == nil {
+	if rec, err := dd.call(full.Token, &api.LookupRequest{MsgID: forged}); err == nil {
 		t.Fatalf("dd took the forged replay in: %+v", rec.Record)
 	}
 
 	// nor does a copy in bridge.dlq under the same msg id, signed by db,
 	// pass for the dead letter dd has from da
 	raw, sig := forgeDeadCopy(t, mallory, full, s.MsgID, "forged copy")
-	_, err := dd.call("", &api.Request{Op: api.OpReplay, Raw: raw, Sig: sig, SignedBy: "db"})
+	_, err := dd.call("", &api.ReplayRequest{Raw: raw, Sig: sig, SignedBy: "db"})
 	if fe := faultOf(t, err, fault.Refused); fe.Kind != fault.KindNotAuthentic || !strings.Contains(fe.Msg, "that copy is not it") {
 		t.Fatalf("replay of db's copy on dd: %v (%s)", fe, fe.Kind)
 	}
@@ -269,7 +269,7 @@ func TestCrossForgedReplayRefused(t *testing.T) {
 	if err := os.WriteFile(ok, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	r, err := dd.call("", &api.Request{Op: api.OpReplay, MsgID: s.MsgID})
+	r, err := dd.call("", &api.ReplayRequest{MsgID: s.MsgID})
 	if err != nil || r.Sent.ReplayOf != s.MsgID || r.Sent.Again {
 		t.Fatalf("replay on dd: %+v %v", sentOf(r), err)
 	}
@@ -304,11 +304,11 @@ func TestCrossForgedDeadLetterCopy(t *testing.T) {
 	dd.start()
 
 	raw, sig := forgeDeadCopy(t, mallory, full, s.MsgID, "forged copy")
-	r1, err := dd.call("", &api.Request{Op: api.OpReplay, Raw: raw, Sig: sig, SignedBy: "db"})
+	r1, err := dd.call("", &api.ReplayRequest{Raw: raw, Sig: sig, SignedBy: "db"})
 	if err != nil || r1.Sent.ReplayOf != s.MsgID || r1.Sent.Again {
 		t.Fatalf("replay of db's copy: %+v %v", sentOf(r1), err)
 	}
-	r2, err := dd.call("", &api.Request{Op: api.OpReplay, Raw: real.Body, Sig: realSig, SignedBy: "da"})
+	r2, err := dd.call("", &api.ReplayRequest{Raw: real.Body, Sig: realSig, SignedBy: "da"})
 	if err != nil || r2.Sent.ReplayOf != s.MsgID || r2.Sent.Again || r2.Sent.MsgID == r1.Sent.MsgID {
 		t.Fatalf("replay of da's copy after db's: %+v %v", sentOf(r2), err)
 	}
@@ -319,7 +319,7 @@ func TestCrossForgedDeadLetterCopy(t *testing.T) {
 	if e := got[1].Envelope; e.MsgID != r2.Sent.MsgID || e.Sender.Gid != alice.Gid {
 		t.Fatalf("da's copy reached full as %+v", e)
 	}
-	r3, err := da.call("", &api.Request{Op: api.OpReplay, MsgID: s.MsgID})
+	r3, err := da.call("", &api.ReplayRequest{MsgID: s.MsgID})
 	if err != nil || r3.Sent.ReplayOf != s.MsgID {
 		t.Fatalf("replay on da: %+v %v", sentOf(r3), err)
 	}

@@ -37,7 +37,7 @@ func newConfigOnly(t *testing.T, dir, host, url string) *testGW {
 func (g *testGW) resolves(name string) {
 	g.t.Helper()
 	eventually(g.t, "roster of "+g.Host+" has "+name, func() error {
-		resp, err := g.call("", &api.Request{Op: api.OpRoster})
+		resp, err := g.call("", &api.RosterRequest{})
 		if err != nil {
 			return err
 		}
@@ -72,7 +72,7 @@ func TestCrossHostConversation(t *testing.T) {
 		t.Fatalf("bob got %v from %v", b, got[0].Envelope.Sender)
 	}
 	eventually(t, "the receipt reaches h1", func() error {
-		resp, err := h1.call(alice.Token, &api.Request{Op: api.OpLookup, MsgID: s.MsgID})
+		resp, err := h1.call(alice.Token, &api.LookupRequest{MsgID: s.MsgID})
 		if err != nil {
 			return err
 		}
@@ -81,7 +81,7 @@ func TestCrossHostConversation(t *testing.T) {
 		}
 		return nil
 	})
-	r, err := h2.call(bob.Token, &api.Request{Op: api.OpSend, ReplyTo: s.MsgID, Body: "back"})
+	r, err := h2.call(bob.Token, &api.SendRequest{ReplyTo: s.MsgID, Body: "back"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +115,7 @@ func TestCrossHostUntrustedRefused(t *testing.T) {
 		t.Fatalf("bob got %v from an untrusted host", bodies(got))
 	}
 	eventually(t, "h2 lists h1 as untrusted", func() error {
-		resp, err := h2.call("", &api.Request{Op: api.OpRoster})
+		resp, err := h2.call("", &api.RosterRequest{})
 		if err != nil {
 			return err
 		}

@@ -12,7 +12,6 @@ import (
 	"github.com/fleetd/fleet/pkg/envelope"
 	"github.com/fleetd/fleet/pkg/fault"
 	"github.com/fleetd/fleet/pkg/gateway"
-	"github.com/fleetd/fleet/pkg/seal"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
@@ -46,20 +45,10 @@ func TestCrossDeathInBrokerInbox(t *testing.T) {
 		!strings.Contains(got[0].Envelope.Body, gateway.ReasonBrokerExpired) {
 		t.Fatalf("alice got %+v", got)
 	}
-	dead := h1.must("", &api.Request{Op: api.OpDead}).Dead
-	if len(dead) != 1 || dead[0].Record.MsgID != s.MsgID || dead[0].Envelope == nil {
+	dead := h1.must("", &api.DeadRequest{}).Dead
+	// kept with its text opened (sealing.go, Plain): sealed on the wire
+	if len(dead) != 1 || dead[0].Record.MsgID != s.MsgID || dead[0].Envelope == nil || dead[0].Envelope.Body != "never taken" {
 		t.Fatalf("h1's dead letters: %+v", dead)
-	}
-	// kept as published: sealed (issue 27), to h2 and to h1, which opens it
-	if e := dead[0].Envelope; e.Body != "never taken" {
-		ring, err := seal.LoadKeyring(h1.Cfg.StateDir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		text, err := seal.Open(seal.Bind(string(e.Kind), e.MsgID, "h1"), e.Sealed, ring)
-		if err != nil || string(text) != "never taken" {
-			t.Fatalf("h1's dead letter: %q, %v", text, err)
-		}
 	}
 
 	// the operators' copy, with the broker's death history
@@ -90,11 +79,11 @@ func TestCrossDeathInBrokerInbox(t *testing.T) {
 	// replay per original message
 	h2.start()
 	sig, _ := base64.StdEncoding.DecodeString(d.Headers["fleet-sig"].(string))
-	r2, err := h2.call("", &api.Request{Op: api.OpReplay, Raw: d.Body, Sig: sig, SignedBy: "h1"})
+	r2, err := h2.call("", &api.ReplayRequest{Raw: d.Body, Sig: sig, SignedBy: "h1"})
 	if err != nil || r2.Sent.ReplayOf != s.MsgID {
 		t.Fatalf("replay on h2: %+v %v", r2, err)
 	}
-	r1, err := h1.call("", &api.Request{Op: api.OpReplay, MsgID: s.MsgID})
+	r1, err := h1.call("", &api.ReplayRequest{MsgID: s.MsgID})
 	if err != nil || r1.Sent.ReplayOf != s.MsgID || r1.Sent.MsgID == r2.Sent.MsgID {
 		t.Fatalf("replay on h1: %+v %v", r1, err)
 	}
@@ -155,7 +144,7 @@ func TestCrossOverflowDeadAtSender(t *testing.T) {
 	if rec.State != "dead" || !strings.Contains(rec.Reason, "inbox full") {
 		t.Fatalf("record %+v", rec)
 	}
-	dead := h1.must("", &api.Request{Op: api.OpDead}).Dead
+	dead := h1.must("", &api.DeadRequest{}).Dead
 	if len(dead) != 1 || dead[0].Envelope == nil || dead[0].Envelope.Body != "one too many" {
 		t.Fatalf("h1's dead letters: %+v", dead)
 	}
@@ -164,22 +153,22 @@ func TestCrossOverflowDeadAtSender(t *testing.T) {
 	// nothing new — no second dead letter, no second bounce; the dead
 	// letter stays to be replayed later
 	id := dead[0].Record.MsgID
-	_, err = h1.call("", &api.Request{Op: api.OpReplay, MsgID: id})
+	_, err = h1.call("", &api.ReplayRequest{MsgID: id})
 	if fe := faultOf(t, err, fault.TempFail); fe.Kind != fault.KindInboxFull {
 		t.Fatalf("replay into a full inbox: %v (%s)", fe, fe.Kind)
 	}
-	if d := h1.must("", &api.Request{Op: api.OpDead}).Dead; len(d) != 1 || d[0].Record.MsgID != id {
+	if d := h1.must("", &api.DeadRequest{}).Dead; len(d) != 1 || d[0].Record.MsgID != id {
 		t.Fatalf("after a refused replay, h1's dead letters: %+v", d)
 	}
 	// room again (h2 takes its inbox in): the replay is delivered, once
 	h2.start()
 	bob.collect("fills it")
-	r, err := h1.call("", &api.Request{Op: api.OpReplay, MsgID: id})
+	r, err := h1.call("", &api.ReplayRequest{MsgID: id})
 	if err != nil || r.Sent.ReplayOf != id || r.Sent.Again {
 		t.Fatalf("replay: %+v %v", r, err)
 	}
 	// asked again: the same envelope once more, which bob's gateway drops
-	again, err := h1.call("", &api.Request{Op: api.OpReplay, MsgID: id})
+	again, err := h1.call("", &api.ReplayRequest{MsgID: id})
 	if err != nil || !again.Sent.Again || again.Sent.MsgID != r.Sent.MsgID {
 		t.Fatalf("a second replay: %+v %v", again, err)
 	}

@@ -17,7 +17,7 @@ import (
 
 // waitFor is fleet-send --until STATE (OpWait) as e.
 func (e entity) waitFor(msgID, until string, timeoutMS int64) (*api.Record, error) {
-	resp, err := e.gw.call(e.Token, &api.Request{Op: api.OpWait, MsgID: msgID, Until: until, TimeoutMS: timeoutMS})
+	resp, err := e.gw.call(e.Token, &api.WaitRequest{MsgID: msgID, Until: until, TimeoutMS: timeoutMS})
 	if err != nil {
 		return nil, err
 	}
@@ -31,7 +31,7 @@ func TestLocalInjectInOrder(t *testing.T) {
 	out := filepath.Join(dir, "hook.out")
 	g := startGW(t, dir, "h1", nil)
 	alice := g.join("alice")
-	hook := g.join("hook", api.Request{Mode: "inject", Exec: "cat >> " + out})
+	hook := g.join("hook", api.JoinRequest{Mode: "inject", Exec: "cat >> " + out})
 	var want, ids []string
 	for i := range 10 {
 		b := "message " + strconv.Itoa(i)
@@ -74,7 +74,7 @@ func TestLocalInjectRetriesThenDelivers(t *testing.T) {
 		`if [ "$n" -lt 3 ]; then echo "not yet $n" >&2; exit 1; fi; cat >> %[2]s`, count, out)
 	g := startGW(t, dir, "h1", settings{"delivery-attempts": "5"})
 	alice := g.join("alice")
-	g.join("hook", api.Request{Mode: "inject", Exec: cmd})
+	g.join("hook", api.JoinRequest{Mode: "inject", Exec: cmd})
 	s1 := alice.mustSend("hook", "first")
 	s2 := alice.mustSend("hook", "second")
 	if b := envBodies(waitLines(t, out, 2)); !slices.Equal(b, []string{"first", "second"}) {
@@ -105,7 +105,7 @@ func TestLocalInjectRetriesThenDelivers(t *testing.T) {
 func TestLocalBounceAfterFailedDeliveries(t *testing.T) {
 	g := startGW(t, t.TempDir(), "h1", settings{"delivery-attempts": "3"})
 	alice := g.join("alice")
-	hook := g.join("hook", api.Request{Mode: "inject", Exec: "echo boom >&2; exit 3"})
+	hook := g.join("hook", api.JoinRequest{Mode: "inject", Exec: "echo boom >&2; exit 3"})
 	s := alice.mustSend("hook", "doomed")
 
 	_, err := alice.waitFor(s.MsgID, "delivered", 15_000)
@@ -138,7 +138,7 @@ func TestLocalBounceAfterFailedDeliveries(t *testing.T) {
 		name string
 		n    int
 	}{{"", 1}, {"hook", 1}, {"alice", 0}} {
-		resp := g.must("", &api.Request{Op: api.OpDead, Name: c.name})
+		resp := g.must("", &api.DeadRequest{Name: c.name})
 		if len(resp.Dead) != c.n {
 			t.Fatalf("dead %q: %d letters, want %d", c.name, len(resp.Dead), c.n)
 		}
@@ -150,7 +150,7 @@ func TestLocalBounceAfterFailedDeliveries(t *testing.T) {
 			}
 		}
 	}
-	_, err = g.call("", &api.Request{Op: api.OpDead, Name: "nobody"})
+	_, err = g.call("", &api.DeadRequest{Name: "nobody"})
 	faultOf(t, err, fault.NoRecipient)
 	if r, _ := g.rosterRow("hook"); r.Dead != 1 || r.Pending != 0 {
 		t.Errorf("hook row %+v", r)
@@ -190,7 +190,7 @@ func TestLocalWaitUntil(t *testing.T) {
 	}
 	_, err = alice.waitFor("01a22a93-8b62-7719-997e-dae6eae12382", "delivered", 100)
 	faultOf(t, err, fault.NoRecipient)
-	_, err = g.call("", &api.Request{Op: api.OpWait, MsgID: s.MsgID, Until: "delivered"})
+	_, err = g.call("", &api.WaitRequest{MsgID: s.MsgID, Until: "delivered"})
 	faultOf(t, err, fault.Refused)
 }
 
@@ -201,7 +201,7 @@ func TestLocalInjectBusyHolds(t *testing.T) {
 	out := filepath.Join(dir, "hook.out")
 	g := startGW(t, dir, "h1", nil)
 	alice := g.join("alice")
-	hook := g.join("hook", api.Request{Mode: "inject", Exec: "cat >> " + out})
+	hook := g.join("hook", api.JoinRequest{Mode: "inject", Exec: "cat >> " + out})
 	setStatus(t, hook, "busy")
 	s := alice.mustSend("hook", "held")
 	_, err := alice.waitFor(s.MsgID, "delivered", 200)
@@ -225,9 +225,9 @@ func TestLocalInjectBusyHolds(t *testing.T) {
 	}
 	alice.waitState(s.MsgID, "delivered")
 
-	_, err = g.call(hook.Token, &api.Request{Op: api.OpStatus, Status: "asleep"})
+	_, err = g.call(hook.Token, &api.StatusRequest{Status: "asleep"})
 	faultOf(t, err, fault.Usage)
-	_, err = g.call("", &api.Request{Op: api.OpStatus, Status: "busy"})
+	_, err = g.call("", &api.StatusRequest{Status: "busy"})
 	faultOf(t, err, fault.Refused)
 }
 
@@ -246,7 +246,7 @@ func TestLocalNudge(t *testing.T) {
 	nudges := filepath.Join(dir, "nudges")
 	g := startGW(t, dir, "h1", settings{"nudge-after": "50ms", "nudge-max": "100ms"})
 	alice := g.join("alice")
-	bob := g.join("bob", api.Request{Mode: "pull", Nudge: `echo "$FLEET_ENTITY $FLEET_PENDING $FLEET_NUDGE" >> ` + nudges})
+	bob := g.join("bob", api.JoinRequest{Mode: "pull", Nudge: `echo "$FLEET_ENTITY $FLEET_PENDING $FLEET_NUDGE" >> ` + nudges})
 	alice.mustSend("bob", "one")
 	alice.mustSend("bob", "two")
 	eventually(t, "two nudges", func() error {
@@ -280,7 +280,7 @@ func TestLocalNudge(t *testing.T) {
 	g.waitLog(`"msg":"nudged"`)
 
 	// a failing hook is logged, and delivery is not affected
-	carol := g.join("carol", api.Request{Mode: "pull", Nudge: "echo nope >&2; exit 5"})
+	carol := g.join("carol", api.JoinRequest{Mode: "pull", Nudge: "echo nope >&2; exit 5"})
 	alice.mustSend("carol", "for carol")
 	g.waitLog(`"msg":"nudge hook failed","host":"h1","entity":"carol"`)
 	carol.collect("for carol")
@@ -296,7 +296,7 @@ func TestLocalNudgeResetsAfterDrain(t *testing.T) {
 	g := startGW(t, dir, "h1", settings{"nudge-after": "50ms", "nudge-max": "100ms"})
 	alice := g.join("alice")
 	// the hook says it ran, then takes a moment
-	bob := g.join("bob", api.Request{Mode: "pull", Nudge: `echo "$FLEET_ENTITY $FLEET_PENDING $FLEET_NUDGE" >> ` + nudges + "; sleep 1"})
+	bob := g.join("bob", api.JoinRequest{Mode: "pull", Nudge: `echo "$FLEET_ENTITY $FLEET_PENDING $FLEET_NUDGE" >> ` + nudges + "; sleep 1"})
 	alice.mustSend("bob", "one")
 	eventually(t, "a nudge", func() error {
 		if len(nudgeLines(nudges)) == 0 {
@@ -322,23 +322,22 @@ func TestLocalJoinRefusals(t *testing.T) {
 	g := startGW(t, t.TempDir(), "h1", nil)
 	for _, c := range []struct {
 		name string
-		req  api.Request
+		req  api.JoinRequest
 	}{
-		{"inject without a target", api.Request{Name: "a", Mode: "inject"}},
-		{"inject with two targets", api.Request{Name: "a", Mode: "inject", Exec: "cat", TmuxTarget: "s:1.0"}},
-		{"inject with a nudge", api.Request{Name: "a", Mode: "inject", Exec: "cat", Nudge: "true"}},
-		{"pull with an exec", api.Request{Name: "a", Mode: "pull", Exec: "cat"}},
-		{"unknown mode", api.Request{Name: "a", Mode: "push"}},
-		{"group all", api.Request{Name: "a", Mode: "pull", Groups: []string{"all"}}},
-		{"bad group", api.Request{Name: "a", Mode: "pull", Groups: []string{"no spaces"}}},
+		{"inject without a target", api.JoinRequest{Name: "a", Mode: "inject"}},
+		{"inject with two targets", api.JoinRequest{Name: "a", Mode: "inject", Exec: "cat", TmuxTarget: "s:1.0"}},
+		{"inject with a nudge", api.JoinRequest{Name: "a", Mode: "inject", Exec: "cat", Nudge: "true"}},
+		{"pull with an exec", api.JoinRequest{Name: "a", Mode: "pull", Exec: "cat"}},
+		{"unknown mode", api.JoinRequest{Name: "a", Mode: "push"}},
+		{"group all", api.JoinRequest{Name: "a", Mode: "pull", Groups: []string{"all"}}},
+		{"bad group", api.JoinRequest{Name: "a", Mode: "pull", Groups: []string{"no spaces"}}},
 	} {
-		c.req.Op = api.OpJoin
 		_, err := g.call("", &c.req)
 		if codeOf(err) != fault.Usage {
 			t.Errorf("%s: %v, want exit 64", c.name, err)
 		}
 	}
-	if r := g.must("", &api.Request{Op: api.OpRoster}); len(r.Entities) != 0 {
+	if r := g.must("", &api.RosterRequest{}); len(r.Entities) != 0 {
 		t.Fatalf("refused joins left %+v", r.Entities)
 	}
 }

@@ -62,7 +62,7 @@ type deadLetters struct {
 }
 
 // Replay serves OpReplay.
-func (d *deadLetters) Replay(req *api.Request) (*api.Response, error) {
+func (d *deadLetters) Replay(req *api.ReplayRequest) (*api.Response, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if len(req.Raw) == 0 {
@@ -296,7 +296,7 @@ func (d *deadLetters) replayed(orig, deadKey string, env *envelope.Envelope) {
 }
 
 // Purge serves OpPurgeDead.
-func (d *deadLetters) Purge(req *api.Request) (*api.Response, error) {
+func (d *deadLetters) Purge(req *api.PurgeDeadRequest) (*api.Response, error) {
 	if len(req.MsgIDs) == 0 {
 		return nil, fault.New(fault.Usage, fault.KindUsage, "no dead letters named to purge")
 	}

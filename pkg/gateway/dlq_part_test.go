@@ -62,10 +62,10 @@ func TestDeadLettersReplayLocalOnce(t *testing.T) {
 	if got := r.inbox(carol); len(got) != 0 {
 		t.Fatalf("carol's inbox after the death: %q", got)
 	}
-	_, err := d.Replay(&api.Request{MsgID: orig.MsgID, Known: true})
+	_, err := d.Replay(&api.ReplayRequest{MsgID: orig.MsgID, Known: true})
 	faultKind(t, err, fault.KindUnknownMessage) // not replayed yet
 
-	res, err := d.Replay(&api.Request{MsgID: orig.MsgID})
+	res, err := d.Replay(&api.ReplayRequest{MsgID: orig.MsgID})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +80,7 @@ func TestDeadLettersReplayLocalOnce(t *testing.T) {
 		t.Fatal("the replayed dead letter is still there")
 	}
 
-	again, err := d.Replay(&api.Request{MsgID: orig.MsgID})
+	again, err := d.Replay(&api.ReplayRequest{MsgID: orig.MsgID})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ func TestDeadLettersReplayLocalOnce(t *testing.T) {
 	if got := r.inbox(carol); len(got) != 1 {
 		t.Fatalf("carol's inbox after a second replay: %q, want one copy", got)
 	}
-	known, err := d.Replay(&api.Request{MsgID: orig.MsgID, Known: true})
+	known, err := d.Replay(&api.ReplayRequest{MsgID: orig.MsgID, Known: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,12 +105,12 @@ func TestDeadLettersReplayLocalOnce(t *testing.T) {
 func TestDeadLettersReplayRefused(t *testing.T) {
 	r, d, _ := newDeadLettersRig(t)
 	alice, carol := r.entity("alice"), r.entity("carol")
-	_, err := d.Replay(&api.Request{MsgID: envelope.NewID()})
+	_, err := d.Replay(&api.ReplayRequest{MsgID: envelope.NewID()})
 	faultKind(t, err, fault.KindUnknownMessage)
 
 	gone := r.dies(alice, carol, "to one who leaves")
 	r.in.reg.Remove(carol.Gid)
-	_, err = d.Replay(&api.Request{MsgID: gone.MsgID})
+	_, err = d.Replay(&api.ReplayRequest{MsgID: gone.MsgID})
 	faultKind(t, err, fault.KindUnknownRecipient)
 	if _, err := r.st.DeadLetter(gone.MsgID); err != nil {
 		t.Fatalf("the dead letter went with a refused replay: %v", err)
@@ -123,7 +123,7 @@ func TestDeadLettersReplayRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = d.Replay(&api.Request{Raw: raw, SignedBy: "h1"})
+	_, err = d.Replay(&api.ReplayRequest{Raw: raw, SignedBy: "h1"})
 	faultKind(t, err, fault.KindBrokerDown)
 
 	// a remote recipient: only this host's own message, only with a broker
@@ -139,10 +139,10 @@ func TestDeadLettersReplayRefused(t *testing.T) {
 func TestDeadLettersPurge(t *testing.T) {
 	r, d, _ := newDeadLettersRig(t)
 	alice, carol := r.entity("alice"), r.entity("carol")
-	_, err := d.Purge(&api.Request{})
+	_, err := d.Purge(&api.PurgeDeadRequest{})
 	faultKind(t, err, fault.KindUsage)
 	one, two := r.dies(alice, carol, "one"), r.dies(alice, carol, "two")
-	res, err := d.Purge(&api.Request{MsgIDs: []string{one.MsgID, envelope.NewID()}})
+	res, err := d.Purge(&api.PurgeDeadRequest{MsgIDs: []string{one.MsgID, envelope.NewID()}})
 	if err != nil || res.Count != 1 {
 		t.Fatalf("purge: %+v %v, want 1", res, err)
 	}
@@ -152,6 +152,6 @@ func TestDeadLettersPurge(t *testing.T) {
 	if _, err := r.st.DeadLetter(two.MsgID); err != nil {
 		t.Fatalf("a dead letter not named went: %v", err)
 	}
-	_, err = d.Replay(&api.Request{MsgID: one.MsgID})
+	_, err = d.Replay(&api.ReplayRequest{MsgID: one.MsgID})
 	faultKind(t, err, fault.KindUnknownMessage)
 }

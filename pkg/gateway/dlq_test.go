@@ -18,25 +18,25 @@ func TestLocalReplayKnown(t *testing.T) {
 	out := filepath.Join(dir, "hook.out")
 	g := startGW(t, dir, "h1", settings{"delivery-attempts": "1"})
 	alice := g.join("alice")
-	g.join("broken", api.Request{Mode: "inject", Exec: "cat >> " + out + "; exit 1"})
+	g.join("broken", api.JoinRequest{Mode: "inject", Exec: "cat >> " + out + "; exit 1"})
 	sd := alice.mustSend("broken", "dies")
 	alice.waitState(sd.MsgID, "dead")
 
-	_, err := g.call("", &api.Request{Op: api.OpReplay, MsgID: sd.MsgID, Known: true})
+	_, err := g.call("", &api.ReplayRequest{MsgID: sd.MsgID, Known: true})
 	if fe := faultOf(t, err, fault.NoRecipient); fe.Kind != fault.KindUnknownMessage {
 		t.Fatalf("known before a replay: %v (%s)", fe, fe.Kind)
 	}
-	if d := g.must("", &api.Request{Op: api.OpDead}).Dead; len(d) != 1 || d[0].Record.MsgID != sd.MsgID {
+	if d := g.must("", &api.DeadRequest{}).Dead; len(d) != 1 || d[0].Record.MsgID != sd.MsgID {
 		t.Fatalf("dead letters after asking: %+v", d)
 	}
 
-	r := g.must("", &api.Request{Op: api.OpReplay, MsgID: sd.MsgID})
+	r := g.must("", &api.ReplayRequest{MsgID: sd.MsgID})
 	if r.Sent.ReplayOf != sd.MsgID || r.Sent.Again {
 		t.Fatalf("replay: %+v", r.Sent)
 	}
 	alice.waitState(r.Sent.MsgID, "dead") // the command still fails: the replay dies too
 
-	k := g.must("", &api.Request{Op: api.OpReplay, MsgID: sd.MsgID, Known: true})
+	k := g.must("", &api.ReplayRequest{MsgID: sd.MsgID, Known: true})
 	if k.Sent.MsgID != r.Sent.MsgID || k.Sent.ReplayOf != sd.MsgID || k.Sent.State != "dead" || !k.Sent.Again ||
 		k.Sent.SenderGid != alice.Gid || k.Sent.Gid != r.Sent.Gid {
 		t.Fatalf("known after the replay: %+v, replay %+v", k.Sent, r.Sent)

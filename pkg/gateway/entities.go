@@ -13,19 +13,21 @@ import (
 )
 
 // The entity verbs: join, leave, roster, status — what a request asks
-// of this host's entities.
+// of this host's entities; and the inboxes part's Register and Unregister
+// (inbox.go), the one path of an entity into and out of this host, which
+// join and leave, fleet-spawn and fleet-stop (control_exec.go) all take.
 
 // nameRE is the grammar of entity names (ident.NamePattern); group names
 // are held to ident.ValidGroup.
 var nameRE = regexp.MustCompile(ident.NamePattern)
 
-func (g *Gateway) join(req *api.Request) (*api.Response, error) {
+func (g *Gateway) join(req *api.JoinRequest) (*api.Response, error) {
 	e := &store.Entity{
 		Name: req.Name, Mode: req.Mode,
 		TmuxTarget: req.TmuxTarget, Exec: req.Exec, Nudge: req.Nudge, Groups: req.Groups,
 		Program: req.Program, Turns: req.Turns, Paste: req.Paste, Header: req.Header, IdleScreen: req.IdleScreenMS,
 	}
-	token, path, err := g.register(e)
+	token, path, err := g.boxes.Register(e)
 	if err != nil {
 		return nil, err
 	}
@@ -69,37 +71,37 @@ func checkEntity(e *store.Entity) error {
 	return checkPane(e)
 }
 
-// register validates e and registers it as a local entity: the one path of
+// Register validates e and registers it as a local entity: the one path of
 // fleet-roster join and fleet-spawn. It fills in the gid (unless preset),
 // host, credential hash, status and times; issues the credential and saves
 // it owner-only; starts delivery and announces the entity.
-func (g *Gateway) register(e *store.Entity) (token, credFile string, err error) {
+func (ib *inboxes) Register(e *store.Entity) (token, credFile string, err error) {
 	if err := checkEntity(e); err != nil {
 		return "", "", err
 	}
-	if g.br != nil { // a name is one entity across the trusted hosts (names.go)
+	if ib.br() != nil { // a name is one entity across the trusted hosts (names.go)
 		now := time.Now()
 		away := func(host string) string {
-			state, heard := g.peers.HostState(host, now, g.br.Connected(), g.cfg.PresenceTTL)
+			state, heard := ib.peers.HostState(host, now, ib.br().Connected(), ib.cfg.PresenceTTL)
 			return hostAway(host, state, heard, now)
 		}
-		if err := g.names.Free(e.Name, g.peers.ByName(e.Name, "", g.admit.trusted), away); err != nil {
+		if err := ib.names.Free(e.Name, ib.peers.ByName(e.Name, "", ib.admit().trusted), away); err != nil {
 			return "", "", err
 		}
 	}
 	if e.Gid == "" {
-		e.Gid = ident.NewGid(g.cfg.Host)
+		e.Gid = ident.NewGid(ib.cfg.Host)
 	}
 	gid := e.Gid
 	token, hash := ident.Issue(gid)
 	now := time.Now().UTC()
-	e.Host, e.TokenHash, e.Status, e.StatusAt, e.Created = g.cfg.Host, hash, stIdle, now, now
+	e.Host, e.TokenHash, e.Status, e.StatusAt, e.Created = ib.cfg.Host, hash, stIdle, now, now
 	if e.TmuxTarget != "" {
 		// its pane and program, and starting until its agent's first hook
-		if err := bindPane(g.runCtx, e); err != nil {
+		if err := bindPane(ib.run(), e); err != nil {
 			return "", "", err
 		}
-		if other := paneTaken(g.reg, e.PaneID); other != "" {
+		if other := paneTaken(ib.reg, e.PaneID); other != "" {
 			return "", "", fault.New(fault.Usage, fault.KindNameTaken, "tmux pane %s is %s's already", e.TmuxTarget, other).
 				WithHint("one entity per pane: fleet-roster leave %s first", other)
 		}
@@ -108,18 +110,18 @@ func (g *Gateway) register(e *store.Entity) (token, credFile string, err error) 
 	// store records the entity (both must succeed before join does; what
 	// one made is undone when the other fails).
 	var inbox chan error
-	if g.br != nil {
+	if ib.br() != nil {
 		inbox = make(chan error, 1)
-		go func() { inbox <- g.br.AddInbox(gid, e.Groups) }()
+		go func() { inbox <- ib.br().AddInbox(gid, e.Groups) }()
 	}
 	undoInbox := func() {
 		if inbox != nil && <-inbox == nil {
-			if err := g.br.RemoveInbox(gid, e.Groups); err != nil {
-				g.log.Warn("removing the inbox of a registration that failed", "gid", gid, "err", err)
+			if err := ib.br().RemoveInbox(gid, e.Groups); err != nil {
+				ib.log.Warn("removing the inbox of a registration that failed", "gid", gid, "err", err)
 			}
 		}
 	}
-	if err := g.st.CreateEntity(e); err != nil {
+	if err := ib.st.CreateEntity(e); err != nil {
 		undoInbox()
 		if errors.Is(err, store.ErrNameTaken) {
 			return "", "", fault.New(fault.Usage, fault.KindNameTaken, "%s is already registered on this host", e.Name).
@@ -129,97 +131,97 @@ func (g *Gateway) register(e *store.Entity) (token, credFile string, err error) 
 	}
 	if inbox != nil {
 		if err := <-inbox; err != nil {
-			g.st.DeleteEntity(gid, "registration failed")
+			ib.st.DeleteEntity(gid, "registration failed")
 			return "", "", err
 		}
 	}
-	g.addBox(e)
+	ib.Add(e)
 	// the credential file last: a spawned command waits for it and acts at
 	// once, so the entity must be live before it exists
-	path, err := ident.Save(g.cfg.StateDir, e.Name, token)
+	path, err := ident.Save(ib.cfg.StateDir, e.Name, token)
 	if err != nil {
 		// undone as a leave is: the inbox first, then the mailbox, then
 		// the entity (what reached it meanwhile is dead-lettered, told)
-		if _, uerr := g.unregister(gid, e.Name); uerr != nil {
-			g.log.Error("undoing a registration whose credential could not be saved", "entity", e.Name, "err", uerr)
+		if _, uerr := ib.Unregister(gid, e.Name); uerr != nil {
+			ib.log.Error("undoing a registration whose credential could not be saved", "entity", e.Name, "err", uerr)
 		}
 		if fe := fault.NotPrivate(err); fe != nil {
 			return "", "", fe
 		}
 		return "", "", fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot store the credential of %s", e.Name)
 	}
-	g.said.Change(gid)
-	if g.br != nil { // heard of another one since it was checked: told at once
-		g.names.Tell(g.cfg.Host, e.Name, append(g.peers.ByName(e.Name, "", g.admit.trusted), api.EntityRow{Name: e.Name, Host: e.Host, Gid: gid}))
+	ib.change(gid)
+	if ib.br() != nil { // heard of another one since it was checked: told at once
+		ib.names.Tell(ib.cfg.Host, e.Name, append(ib.peers.ByName(e.Name, "", ib.admit().trusted), api.EntityRow{Name: e.Name, Host: e.Host, Gid: gid}))
 	}
-	g.audit.Write(audit.Line{Event: "joined", Entity: e.Name, Recipient: gid})
-	g.log.Info("entity joined", "entity", e.Name, "gid", gid, "mode", e.Mode)
+	ib.audit.Write(audit.Line{Event: "joined", Entity: e.Name, Recipient: gid})
+	ib.log.Info("entity joined", "entity", e.Name, "gid", gid, "mode", e.Mode)
 	return token, path, nil
 }
 
-func (g *Gateway) leave(req *api.Request) (*api.Response, error) {
+func (g *Gateway) leave(req *api.LeaveRequest) (*api.Response, error) {
 	gid, ok := g.reg.Named(req.Name)
 	if !ok {
 		return nil, fault.New(fault.NoRecipient, fault.KindUnknownEntity, "no entity named %s on this host", req.Name).
 			WithHint("list them with: fleet-roster")
 	}
-	n, err := g.unregister(gid, req.Name)
+	n, err := g.boxes.Unregister(gid, req.Name)
 	if err != nil {
 		return nil, err
 	}
 	return &api.Response{Count: n}, nil
 }
 
-// unregister removes local entity gid: the one path of fleet-roster leave
+// Unregister removes local entity gid: the one path of fleet-roster leave
 // and fleet-stop. Its broker inbox stops receiving and what is queued there
 // is taken in; then everything waiting for it is dead-lettered ("recipient
 // left the fleet") and its credential dies. It returns how many messages
 // were dead-lettered.
-func (g *Gateway) unregister(gid, name string) (int, error) {
+func (ib *inboxes) Unregister(gid, name string) (int, error) {
 	var groups []string
-	if b := g.reg.Get(gid); b != nil {
+	if b := ib.reg.Get(gid); b != nil {
 		groups = b.snapshot().Groups
 	}
-	if g.onBroker(gid) {
+	if ib.OnBroker(gid) {
 		// stop routing to it, take in what is queued, delete the queue.
 		// Without the broker that cannot be done, and a queue left behind
 		// would swallow mail nobody reads: refuse, and keep the entity.
-		if err := g.br.RemoveInbox(gid, groups); err != nil {
-			g.br.KeepInbox(gid, groups) // still ours: consumed again on reconnect
+		if err := ib.br().RemoveInbox(gid, groups); err != nil {
+			ib.br().KeepInbox(gid, groups) // still ours: consumed again on reconnect
 			return 0, fault.Wrap(fault.Unavailable, fault.KindBrokerDown, err, "cannot remove %s now: its inbox queue on the broker must go with it", name).
 				WithHint("try again once the broker is back")
 		}
 	}
-	g.removeBox(gid)
-	g.follow.Forget(gid)
+	ib.Remove(gid)
+	ib.follow.Forget(gid)
 	// what waits is dead-lettered a page at a time, never the whole inbox
 	// in memory: each sender hears why (bounce or receipt)
 	const left, page = "recipient left the fleet", 256
 	n := 0
 	for {
-		dead, err := g.st.KillHead(gid, left, page)
+		dead, err := ib.st.KillHead(gid, left, page)
 		if err != nil && !errors.Is(err, store.ErrNotFound) {
 			return n, fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot remove %s", name)
 		}
 		for _, env := range dead {
-			g.rcpt.Settled(env, store.Dead, left, 0)
+			ib.rcpt.Settled(env, store.Dead, left, 0)
 		}
 		if n += len(dead); len(dead) < page {
 			break
 		}
 	}
-	m, err := g.st.DeleteEntity(gid, left)
+	m, err := ib.st.DeleteEntity(gid, left)
 	if err != nil {
 		return n, fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot remove %s", name)
 	}
 	n += m
-	ident.Remove(g.cfg.StateDir, name)
-	if err := g.st.DeleteLaunched(gid); err != nil { // spawned: how it was started (control.go)
-		g.log.Warn("forgetting how an entity was launched", "entity", name, "gid", gid, "err", err)
+	ident.Remove(ib.cfg.StateDir, name)
+	if err := ib.st.DeleteLaunched(gid); err != nil { // spawned: how it was started (control.go)
+		ib.log.Warn("forgetting how an entity was launched", "entity", name, "gid", gid, "err", err)
 	}
-	g.said.Change(gid) // announcer.go: in the chain's turn
-	g.audit.Write(audit.Line{Event: "left", Entity: name, Recipient: gid})
-	g.log.Info("entity left", "entity", name, "gid", gid, "dead_lettered", n)
+	ib.change(gid) // announcer.go: in the chain's turn
+	ib.audit.Write(audit.Line{Event: "left", Entity: name, Recipient: gid})
+	ib.log.Info("entity left", "entity", name, "gid", gid, "dead_lettered", n)
 	return n, nil
 }
 
@@ -279,7 +281,7 @@ func (g *Gateway) roster() (*api.Response, error) {
 // setStatus is an agent's turn hook: busy or idle, from the entity whose
 // credential the request presents or, with Pane, whose tmux pane the
 // calling process runs in (agent.go: agentOf).
-func (g *Gateway) setStatus(pid int32, req *api.Request) (*api.Response, error) {
+func (g *Gateway) setStatus(pid int32, req *api.StatusRequest) (*api.Response, error) {
 	var b *mailbox
 	agent := 0
 	if req.Pane {
@@ -289,7 +291,7 @@ func (g *Gateway) setStatus(pid int32, req *api.Request) (*api.Response, error) 
 		}
 	} else {
 		var err error
-		if b, err = g.caller(req); err != nil {
+		if b, err = g.caller(req.Token); err != nil {
 			return nil, err
 		}
 	}

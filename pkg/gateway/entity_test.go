@@ -24,7 +24,7 @@ func TestLocalLeave(t *testing.T) {
 	}
 	s1 := alice.mustSend("bob", "one")
 	s2 := alice.mustSend("bob", "two")
-	resp := g.must("", &api.Request{Op: api.OpLeave, Name: "bob"})
+	resp := g.must("", &api.LeaveRequest{Name: "bob"})
 	if resp.Count != 2 {
 		t.Fatalf("leave dead-lettered %d, want 2", resp.Count)
 	}
@@ -39,7 +39,7 @@ func TestLocalLeave(t *testing.T) {
 			t.Fatalf("record %d: %+v", i, rec)
 		}
 	}
-	dead := g.must("", &api.Request{Op: api.OpDead})
+	dead := g.must("", &api.DeadRequest{})
 	var ids []string
 	for _, d := range dead.Dead {
 		ids = append(ids, d.Record.MsgID)
@@ -48,7 +48,7 @@ func TestLocalLeave(t *testing.T) {
 	if !slices.Equal(ids, []string{s1.MsgID, s2.MsgID}) {
 		t.Fatalf("dead letters %v", ids)
 	}
-	_, err := g.call(bob.Token, &api.Request{Op: api.OpWhoami})
+	_, err := g.call(bob.Token, &api.WhoamiRequest{})
 	faultOf(t, err, fault.Refused)
 	if _, err := os.Stat(cred); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("credential file after leave: %v", err)
@@ -58,7 +58,7 @@ func TestLocalLeave(t *testing.T) {
 	}
 	_, err = alice.send("bob", "after")
 	faultOf(t, err, fault.NoRecipient)
-	_, err = g.call("", &api.Request{Op: api.OpLeave, Name: "bob"})
+	_, err = g.call("", &api.LeaveRequest{Name: "bob"})
 	faultOf(t, err, fault.NoRecipient)
 	// the name is free again, with a new gid
 	bob2 := g.join("bob")
@@ -72,23 +72,23 @@ func TestLocalLeave(t *testing.T) {
 func TestLocalWhoamiRoster(t *testing.T) {
 	dir := t.TempDir()
 	g := startGW(t, dir, "h1", nil)
-	alice := g.join("alice", api.Request{Mode: "pull", Groups: []string{"a", "b"}, Nudge: "true"})
-	hook := g.join("hook", api.Request{Mode: "inject", Exec: "cat > /dev/null"})
-	resp := g.must(alice.Token, &api.Request{Op: api.OpWhoami})
+	alice := g.join("alice", api.JoinRequest{Mode: "pull", Groups: []string{"a", "b"}, Nudge: "true"})
+	hook := g.join("hook", api.JoinRequest{Mode: "inject", Exec: "cat > /dev/null"})
+	resp := g.must(alice.Token, &api.WhoamiRequest{})
 	if w := resp.Entity; w.Name != "alice" || w.Gid != alice.Gid || w.Host != "h1" || w.Mode != "pull" ||
 		!slices.Equal(w.Groups, []string{"a", "b"}) || w.Status != "idle" {
 		t.Fatalf("whoami %+v", w)
 	}
-	_, err := g.call("", &api.Request{Op: api.OpWhoami})
+	_, err := g.call("", &api.WhoamiRequest{})
 	faultOf(t, err, fault.Refused)
-	_, err = g.call("not-a-token", &api.Request{Op: api.OpWhoami})
+	_, err = g.call("not-a-token", &api.WhoamiRequest{})
 	faultOf(t, err, fault.Refused)
 
 	setStatus(t, hook, "busy")
 	hook.mustSend("alice", "x")
 	hook.mustSend("alice", "y")
 	alice.mustSend("hook", "held")
-	rows := g.must("", &api.Request{Op: api.OpRoster}).Entities
+	rows := g.must("", &api.RosterRequest{}).Entities
 	if len(rows) != 2 {
 		t.Fatalf("roster %+v", rows)
 	}
@@ -118,8 +118,8 @@ func TestLocalRestartRecovery(t *testing.T) {
 	out := filepath.Join(dir, "hook.out")
 	g := startGW(t, dir, "h1", settings{"delivery-attempts": "1"})
 	alice, bob := g.join("alice"), g.join("bob")
-	hook := g.join("hook", api.Request{Mode: "inject", Exec: "cat >> " + out})
-	broken := g.join("broken", api.Request{Mode: "inject", Exec: "exit 1"})
+	hook := g.join("hook", api.JoinRequest{Mode: "inject", Exec: "cat >> " + out})
+	broken := g.join("broken", api.JoinRequest{Mode: "inject", Exec: "exit 1"})
 	setStatus(t, hook, "busy")
 	s1 := alice.mustSend("bob", "for bob")
 	alice.mustSend("hook", "for hook")
@@ -127,7 +127,7 @@ func TestLocalRestartRecovery(t *testing.T) {
 	alice.waitState(sd.MsgID, "dead")
 	g.restart()
 	for _, e := range []entity{alice, bob, hook, broken} {
-		resp, err := g.call(e.Token, &api.Request{Op: api.OpWhoami})
+		resp, err := g.call(e.Token, &api.WhoamiRequest{})
 		if err != nil || resp.Entity.Gid != e.Gid {
 			t.Fatalf("%s after restart: %+v %v", e.Name, resp, err)
 		}
@@ -140,7 +140,7 @@ func TestLocalRestartRecovery(t *testing.T) {
 	if rec := alice.waitState(s1.MsgID, "delivered"); rec.Attempts != 1 {
 		t.Errorf("record %+v", rec)
 	}
-	if d := g.must("", &api.Request{Op: api.OpDead}).Dead; len(d) != 1 || d[0].Record.MsgID != sd.MsgID {
+	if d := g.must("", &api.DeadRequest{}).Dead; len(d) != 1 || d[0].Record.MsgID != sd.MsgID {
 		t.Fatalf("dead letters after restart %+v", d)
 	}
 	// the bounce from before the restart, once

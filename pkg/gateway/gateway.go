@@ -1,30 +1,3 @@
-// Package gateway is fleet-gw: the one process per host that owns the
-// host's entities and their inboxes. A message's way through it:
-//
-//   - in: server.go reads a request on the local socket and names its
-//     caller by credential; route.go resolves the recipient (registry.go
-//     for this host, peers.go ByName for the others) — the routing fork.
-//   - stored: for a local recipient, intake.go Accept puts it in the
-//     recipient's inbox in the store (pkg/store), durably, before the
-//     sender hears "accepted"; a reply an open send waits for is handed to
-//     it there (rendezvous.go).
-//   - published: for another host, route.go publish records it and hands
-//     it to the broker (pkg/broker), confirmed before "accepted".
-//   - taken in: on the recipient's host, intake.go Take / TakeBatch is the
-//     broker's handler — checked, stored in the inbox (or handed to its
-//     part: receipts, answers, control and trace answers), and the error
-//     it returns is the broker's ack (nil), refusal (bridge.dlq) or hold.
-//   - delivered: inbox.go injects into a pane or a command (retry, backoff,
-//     dead-lettering); recv.go hands batches to fleet-recv, acked after
-//     the client wrote them; wake.go and follow.go serve hook and follow
-//     readers.
-//   - settled: receipt.go receipts records it delivered or dead, tells the
-//     sender's host (a RECEIPT) or bounces to the sender here.
-//
-// Beside it: announcer.go says this host's entities (presence) and
-// presence.go folds what other hosts say into peers.go; ask.go, control*.go,
-// trace.go, dlq.go and deaths.go serve their own kinds; metrics.go the
-// /metrics endpoint. Each part owns its state and lock (see Gateway).
 package gateway
 
 import (
@@ -56,11 +29,15 @@ import (
 
 // Gateway is one host's fleet-gw: a composition of parts, each of which
 // owns its state behind its own lock and small API. The Gateway wires them
-// together (the request handlers, the routing fork and delivery loops are
-// still its methods) and holds no feature state of its own:
+// together (open), runs and stops them (Run, shutdown), and answers the
+// requests that are not a part's (the handlers in entities.go, ask.go,
+// broadcast.go, recv.go, rendezvous.go); it holds no feature state of its
+// own:
 //
-//	reg    registry.go    the live entities, by gid and name (mailbox: one entity, inbox.go)
+//	reg    registry.go    the live entities, by gid and name (mailbox: one entity, mailbox.go)
 //	st     pkg/store      everything durable: entities, inboxes, records
+//	boxes  inbox.go       entities made live (mailbox.go) and delivered to: pastes, commands, nudges
+//	route  route.go       the routing fork: a send resolved, stored here or published; its record told
 //	in     intake.go      a message into its inbox: broker deliveries and local sends
 //	rcpt   receipt.go     records settled across hosts, receipts, bounces
 //	rdv    rendezvous.go  open sends (--wait), the replies handed to them, its claim rule
@@ -99,6 +76,8 @@ type Gateway struct {
 	follow  *followers   // follow.go: who reads the pull entities; set once the store is open
 	caps    *inboxCaps   // inboxcap.go: set once the store is open
 	in      *intake      // intake.go: a message into its inbox; set once the store is open
+	boxes   *inboxes     // inbox.go: entities made live, their delivery workers, dead-lettering; set once the store is open
+	route   *router      // route.go: the routing fork, sends, what became of them; set once the store is open
 	rcpt    *receipts    // receipt.go: records settled across hosts, bounces; set once the store is open
 	tracer  *tracer      // trace.go: fleet-trace; set once the store is open
 	dlq     *deadLetters // dlq.go: fleet-dlq replay and purge; set once the store is open
@@ -493,15 +472,24 @@ func (g *Gateway) open() error {
 			g.rcpt.Notify()
 			g.rcpt.Bounce(env.MsgID, env.TraceID, env.Sender.Gid, env.Recipient.String(), reason)
 		},
-		dead: func(env *envelope.Envelope, reason string) { g.kill(env, reason, -1) },
+		dead: func(env *envelope.Envelope, reason string) { g.boxes.Kill(env, reason, -1) },
 	})
 	g.rcpt = &receipts{host: g.cfg.Host, st: st, log: g.log, audit: a, metrics: g.metrics, reg: g.reg, side: &g.side,
 		ctx:        func() context.Context { return g.hardCtx },
 		answered:   g.asks.Landed,
 		refusedAsk: g.asks.Refused,
-		named:      func(r *store.Record) string { return g.apiRecord(r).Recipient },
+		named:      func(r *store.Record) string { return g.route.Record(r).Recipient },
 	}
 	g.rdv.wire(st, g.reg, g.log, a, g.metrics, g.rcpt.Settled)
+	g.boxes = &inboxes{cfg: g.cfg, st: st, log: g.log, audit: a, metrics: g.metrics,
+		reg: g.reg, rdv: g.rdv, wake: g.wake, rcpt: g.rcpt, crash: g.crash, workers: &g.workers,
+		peers: g.peers, names: g.names, follow: g.follow,
+		change: g.said.Change,
+		br:     func() *broker.Broker { return g.br },
+		admit:  func() *admission { return g.admit },
+		run:    func() context.Context { return g.runCtx },
+		ctx:    func() context.Context { return g.hardCtx },
+	}
 	g.exec = &controlExec{cfg: g.cfg, st: st, log: g.log, audit: a, reg: g.reg, follow: g.follow, crash: g.crash,
 		ctx: func() context.Context { return g.hardCtx },
 		answer: func(ctx context.Context, gid string, env *envelope.Envelope) error {
@@ -515,13 +503,13 @@ func (g *Gateway) open() error {
 			return g.names.Free(name, g.peers.ByName(name, "", g.admit.trusted), nil)
 		},
 		register: func(e *store.Entity) error {
-			_, _, err := g.register(e)
+			_, _, err := g.boxes.Register(e)
 			return err
 		},
-		unregister: g.unregister,
+		unregister: g.boxes.Unregister,
 	}
 	g.ctl = &controlRequests{host: g.cfg.Host, log: g.log, audit: a, peers: g.peers, interval: g.cfg.PresenceInterval, exec: g.exec,
-		caller: g.caller, resolve: g.resolve, remote: g.remoteRows, heard: g.saveHeard,
+		caller: g.caller, resolve: func(to string) (target, error) { return g.route.Resolve(to) }, remote: g.remoteRows, heard: g.saveHeard,
 		linked: func() bool { return g.br != nil },
 		send: func(ctx context.Context, host string, env *envelope.Envelope) error {
 			return g.br.PublishControl(ctx, host, env)
@@ -532,7 +520,7 @@ func (g *Gateway) open() error {
 	g.in = &intake{
 		host: g.cfg.Host, stateDir: dir, st: st, log: g.log, audit: a, metrics: g.metrics,
 		reg: g.reg, rdv: g.rdv, caps: g.caps, crash: g.crash,
-		kill:          g.kill,
+		kill:          g.boxes.Kill,
 		receipt:       g.rcpt.Take,
 		answer:        g.onAnswer,
 		tooLate:       g.onTooLate,
@@ -541,11 +529,19 @@ func (g *Gateway) open() error {
 		traceResult:   func(env *envelope.Envelope) error { return g.tracer.Result(env) },
 	}
 	g.rcpt.in = g.in // a bounce is stored like any message
+	g.route = &router{cfg: g.cfg, st: st, log: g.log, audit: a, metrics: g.metrics,
+		reg: g.reg, peers: g.peers, names: g.names, admits: g.admits, caps: g.caps, in: g.in, rcpt: g.rcpt,
+		br:     func() *broker.Broker { return g.br },
+		admit:  func() *admission { return g.admit },
+		caller: g.caller, remote: g.remoteRows, heard: g.saveHeard,
+		ctx:     func() context.Context { return g.hardCtx },
+		closing: func() <-chan struct{} { return g.runCtx.Done() },
+	}
 	// fleet-trace and fleet-dlq (trace.go, dlq.go): the broker and the
 	// admission are read at each use, set in Run after this
 	g.tracer = newTracer(g.cfg.Host, g.log, a, g.reg, g.peers, &g.workers)
-	g.tracer.caller = func(req *api.Request) (store.Entity, error) {
-		b, err := g.caller(req)
+	g.tracer.caller = func(token string) (store.Entity, error) {
+		b, err := g.caller(token)
 		if err != nil {
 			return store.Entity{}, err
 		}
@@ -607,7 +603,7 @@ func (g *Gateway) loadEntities() error {
 		if ident.GidHost(e.Gid) != g.cfg.Host {
 			foreign = append(foreign, e.Name)
 		}
-		b := g.addBox(e)
+		b := g.boxes.Add(e)
 		if e.Mode == "pull" {
 			raw, _ := g.st.Launched(e.Gid) // spawned: its process is watched
 			g.follow.Load(b, raw)
@@ -685,6 +681,29 @@ func (g *Gateway) janitor() {
 		case <-t.C:
 		}
 	}
+}
+
+// caller returns the entity whose credential (a request's Token) is token.
+func (g *Gateway) caller(token string) (*mailbox, error) {
+	if token == "" {
+		return nil, fault.New(fault.Refused, fault.KindNoCredential, "no credential: this command acts as an entity").
+			WithHint("set FLEET_TOKEN, or pass --as NAME for an entity registered on this host")
+	}
+	gid, secret, err := ident.Parse(token)
+	if err != nil {
+		return nil, err
+	}
+	if h := ident.GidHost(gid); h != g.cfg.Host {
+		// the credential names its host: say so, rather than "not valid"
+		return nil, fault.New(fault.Refused, fault.KindBadCredential, "the credential is one of host %s, not of this host (%s)", h, g.cfg.Host).
+			WithHint("run the command on %s, where its entity lives; here, use a credential fleet-roster join printed on %s (or --as NAME)", h, g.cfg.Host)
+	}
+	b := g.reg.Get(gid)
+	if b == nil || !ident.Check(secret, b.snapshot().TokenHash) {
+		return nil, fault.New(fault.Refused, fault.KindBadCredential, "credential is not valid on this gateway").
+			WithHint("a credential is issued by fleet-roster join and dies with fleet-roster leave")
+	}
+	return b, nil
 }
 
 // crashpoint is the FLEET_CRASHPOINT test hook: at kills the process with

@@ -19,8 +19,8 @@ var badGroups = []string{"x y", "#", "*", "ops.*", "broadcast.ops", "a.b", "-ops
 // usage errors (64), and nothing is registered, bound or sent.
 func TestGroupNamesRefusedAtTheSocket(t *testing.T) {
 	h1 := startGW(t, t.TempDir(), "h1", nil)
-	alice := h1.join("alice", api.Request{Mode: "pull", Groups: []string{"ops"}})
-	usage := func(what string, req *api.Request) {
+	alice := h1.join("alice", api.JoinRequest{Mode: "pull", Groups: []string{"ops"}})
+	usage := func(what string, req api.Request) {
 		t.Helper()
 		_, err := h1.call(alice.Token, req)
 		if fe := faultOf(t, err, fault.Usage); fe.Kind != fault.KindUsage || !strings.Contains(fe.Msg, "not a valid group name") {
@@ -28,12 +28,12 @@ func TestGroupNamesRefusedAtTheSocket(t *testing.T) {
 		}
 	}
 	for _, g := range badGroups {
-		usage("broadcast to "+g, &api.Request{Op: api.OpBcast, Group: g, Body: "hello"})
-		usage("join with "+g, &api.Request{Op: api.OpJoin, Name: "carol", Mode: "pull", Groups: []string{"ops", g}})
-		usage("group --add "+g, &api.Request{Op: api.OpGroups, Name: "alice", Add: []string{g}})
-		usage("spawn with "+g, &api.Request{Op: api.OpSpawn, Name: "carol", Host: "h2", Groups: []string{g}})
+		usage("broadcast to "+g, &api.BcastRequest{Group: g, Body: "hello"})
+		usage("join with "+g, &api.JoinRequest{Name: "carol", Mode: "pull", Groups: []string{"ops", g}})
+		usage("group --add "+g, &api.GroupsRequest{Name: "alice", Add: []string{g}})
+		usage("spawn with "+g, &api.SpawnRequest{Name: "carol", Host: "h2", Groups: []string{g}})
 	}
-	if _, err := h1.call("", &api.Request{Op: api.OpJoin, Name: "carol", Mode: "pull", Groups: []string{"all"}}); codeOf(err) != fault.Usage {
+	if _, err := h1.call("", &api.JoinRequest{Name: "carol", Mode: "pull", Groups: []string{"all"}}); codeOf(err) != fault.Usage {
 		t.Errorf("join with group all: %v, want 64", err)
 	}
 	if r := h1.rowOf("carol", "h1"); r != nil {
@@ -53,7 +53,7 @@ func TestCrossRefusedPublishKeepsTheConnection(t *testing.T) {
 	h1, h2 := twoHosts(t)
 	h1.refusalsExpected = true
 	alice := h1.join("alice")
-	bob := h2.join("bob", api.Request{Mode: "pull", Groups: []string{"ops"}})
+	bob := h2.join("bob", api.JoinRequest{Mode: "pull", Groups: []string{"ops"}})
 	h1.resolves("bob@h2")
 	alice.mustSend(bob.Gid, "before")
 
@@ -69,7 +69,7 @@ func TestCrossRefusedPublishKeepsTheConnection(t *testing.T) {
 
 	const rounds = 4
 	for i := range rounds {
-		_, err := h1.call(alice.Token, &api.Request{Op: api.OpBcast, Group: "ops", Body: "refused"})
+		_, err := h1.call(alice.Token, &api.BcastRequest{Group: "ops", Body: "refused"})
 		if fe := faultOf(t, err, fault.Refused); fe.Kind != fault.KindBrokerLogin ||
 			!strings.Contains(fe.Msg, "broadcast.ops") || !strings.Contains(fe.Hint, "broker-setup --host h1") {
 			t.Fatalf("round %d: the refused broadcast: %v (%s, hint %q)", i, fe, fe.Kind, fe.Hint)

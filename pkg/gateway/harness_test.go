@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/fleetd/fleet/internal/testnode"
+	"github.com/fleetd/fleet/internal/testsched"
 
 	"github.com/fleetd/fleet/pkg/api"
 	"github.com/fleetd/fleet/pkg/config"
@@ -31,6 +32,14 @@ import (
 	"github.com/fleetd/fleet/pkg/seal"
 	"github.com/fleetd/fleet/pkg/trust"
 )
+
+// TestMain hands this package's parallel tests to testsched: -parallel N
+// places, and a test waiting for the broker node (while a test has it
+// alone) or for the cluster holds none of them.
+func TestMain(m *testing.M) {
+	testsched.Main()
+	os.Exit(m.Run())
+}
 
 // testGW is one gateway running in this process.
 type testGW struct {
@@ -192,7 +201,7 @@ func (g *testGW) dial(token string) *api.Client {
 }
 
 // call makes one request on a fresh connection.
-func (g *testGW) call(token string, req *api.Request) (*api.Response, error) {
+func (g *testGW) call(token string, req api.Request) (*api.Response, error) {
 	c, err := api.Dial(g.Cfg.Socket)
 	if err != nil {
 		return nil, err
@@ -203,11 +212,11 @@ func (g *testGW) call(token string, req *api.Request) (*api.Response, error) {
 }
 
 // must is call that fails the test on an error.
-func (g *testGW) must(token string, req *api.Request) *api.Response {
+func (g *testGW) must(token string, req api.Request) *api.Response {
 	g.t.Helper()
 	resp, err := g.call(token, req)
 	if err != nil {
-		g.t.Fatalf("%s on %s: %v", req.Op, g.Host, err)
+		g.t.Fatalf("%s on %s: %v", api.OpOf(req), g.Host, err)
 	}
 	return resp
 }
@@ -219,20 +228,20 @@ type entity struct {
 }
 
 // join registers a pull entity (or as req says) and returns it.
-func (g *testGW) join(name string, req ...api.Request) entity {
+func (g *testGW) join(name string, req ...api.JoinRequest) entity {
 	g.t.Helper()
-	r := api.Request{Mode: "pull"}
+	r := api.JoinRequest{Mode: "pull"}
 	if len(req) > 0 {
 		r = req[0]
 	}
-	r.Op, r.Name = api.OpJoin, name
+	r.Name = name
 	resp := g.must("", &r)
 	return entity{Name: name, Gid: resp.Entity.Gid, Token: resp.Token, gw: g}
 }
 
 // send sends body from e to "to" and returns what the gateway said.
 func (e entity) send(to, body string) (*api.Sent, error) {
-	resp, err := e.gw.call(e.Token, &api.Request{Op: api.OpSend, To: to, Body: body})
+	resp, err := e.gw.call(e.Token, &api.SendRequest{To: to, Body: body})
 	if err != nil {
 		return nil, err
 	}
@@ -254,7 +263,7 @@ func (e entity) mustSend(to, body string) *api.Sent {
 func (e entity) recv() []api.Delivery {
 	e.gw.t.Helper()
 	c := e.gw.dial(e.Token)
-	if err := c.Send(&api.Request{Op: api.OpRecv}); err != nil {
+	if err := c.Send(&api.RecvRequest{}); err != nil {
 		e.gw.t.Fatal(err)
 	}
 	var got []api.Delivery
@@ -271,7 +280,7 @@ func (e entity) recv() []api.Delivery {
 			got = append(got, d)
 			acks = append(acks, d.Envelope.MsgID)
 		}
-		if err := c.Send(&api.Request{Op: api.OpAck, Acks: acks}); err != nil {
+		if err := c.Send(&api.AckRequest{Acks: acks}); err != nil {
 			e.gw.t.Fatal(err)
 		}
 	}
@@ -329,9 +338,11 @@ func faultOf(t testing.TB, err error, want fault.Code) *fault.Error {
 // make test starts the node and sets FLEET_TEST_BROKER; without it, the
 // test starts the node itself.
 //
-// A broker test runs in parallel with the others (t.Parallel, here, at its
-// first call): it spends its time waiting for the broker, for rabbitmqctl
-// and for presence rounds, in its own vhost, folder and gateways.
+// A broker test runs in parallel with the others (testsched.Take, here,
+// at its first call): it spends its time waiting for the broker, for
+// rabbitmqctl and for presence rounds, in its own vhost, folder and
+// gateways. It shares the node with the other broker tests of this
+// package, unless one has it alone (brokerAlone).
 func brokerURL(t testing.TB) string {
 	t.Helper()
 	vhostsMu.Lock()
@@ -344,9 +355,7 @@ func brokerURL(t testing.TB) string {
 	isAlone := alone[t]
 	vhostsMu.Unlock()
 	if pt, ok := t.(*testing.T); ok && !isAlone {
-		pt.Parallel()
-		heavy.RLock()
-		t.Cleanup(heavy.RUnlock)
+		testsched.Take(pt, testsched.Need{Group: "node"})
 	}
 	unlock, err := testnode.Lock(false)
 	if err != nil {
@@ -371,24 +380,21 @@ func brokerURL(t testing.TB) string {
 	return url
 }
 
-// heavy orders this package's broker tests: they share it, and a test
-// that joins hundreds or thousands of entities (a queue and a consumer
-// each on the broker) takes it alone (brokerAlone): beside three others
-// on a loaded machine the node answered a join too late (an AMQP read
-// timing out).
-var heavy sync.RWMutex
+// A test that joins hundreds or thousands of entities (a queue and a
+// consumer each on the broker) has the node alone (brokerAlone): beside
+// three others on a loaded machine the node answered a join too late (an
+// AMQP read timing out).
 
 // alone are the tests that called brokerAlone.
 var alone = map[testing.TB]bool{}
 
 // brokerAlone makes t a broker test that runs while no other broker test
 // of this package does (still in parallel with the tests without one);
-// call it first, then brokerURL as any broker test.
-func brokerAlone(t *testing.T) {
+// call it first, then brokerURL as any broker test. long is about how
+// long it takes (the longest tests start first).
+func brokerAlone(t *testing.T, long time.Duration) {
 	t.Helper()
-	t.Parallel()
-	heavy.Lock()
-	t.Cleanup(heavy.Unlock)
+	testsched.Take(t, testsched.Need{Group: "node", Alone: true, Long: long})
 	vhostsMu.Lock()
 	alone[t] = true
 	vhostsMu.Unlock()

@@ -21,7 +21,7 @@ import (
 // open sends a request whose answer comes in two frames (fleet-ask,
 // fleet-send --wait) on its own connection and returns the client after
 // the first frame (Sent), or the first frame's error.
-func (g *testGW) open(token string, req *api.Request) (*api.Client, *api.Sent, error) {
+func (g *testGW) open(token string, req api.Request) (*api.Client, *api.Sent, error) {
 	g.t.Helper()
 	c := g.dial(token)
 	resp, err := c.Call(req)
@@ -29,7 +29,7 @@ func (g *testGW) open(token string, req *api.Request) (*api.Client, *api.Sent, e
 		return c, nil, err
 	}
 	if resp.Sent == nil {
-		g.t.Fatalf("%s: first frame without Sent: %+v", req.Op, resp)
+		g.t.Fatalf("%s: first frame without Sent: %+v", api.OpOf(req), resp)
 	}
 	return c, resp.Sent, nil
 }
@@ -77,7 +77,7 @@ func (e entity) tryTake(max int) ([]api.Delivery, error) {
 	}
 	defer c.Close()
 	c.Token = e.Token
-	if err := c.Send(&api.Request{Op: api.OpRecv, Max: max}); err != nil {
+	if err := c.Send(&api.RecvRequest{Max: max}); err != nil {
 		return nil, err
 	}
 	var got []api.Delivery
@@ -94,7 +94,7 @@ func (e entity) tryTake(max int) ([]api.Delivery, error) {
 			got = append(got, d)
 			acks = append(acks, d.Envelope.MsgID)
 		}
-		if err := c.Send(&api.Request{Op: api.OpAck, Acks: acks}); err != nil {
+		if err := c.Send(&api.AckRequest{Acks: acks}); err != nil {
 			return got, err
 		}
 	}
@@ -180,7 +180,7 @@ func envBodies(envs []*envelope.Envelope) []string {
 // rosterRow returns g's roster row for name@host.
 func (g *testGW) rosterRow(name string) (api.EntityRow, bool) {
 	g.t.Helper()
-	resp := g.must("", &api.Request{Op: api.OpRoster})
+	resp := g.must("", &api.RosterRequest{})
 	for _, r := range resp.Entities {
 		if r.Name == name && r.Host == g.Host {
 			return r, true
@@ -192,7 +192,7 @@ func (g *testGW) rosterRow(name string) (api.EntityRow, bool) {
 // record is the delivery record of msgID as e may see it.
 func (e entity) record(msgID string) *api.Record {
 	e.gw.t.Helper()
-	resp, err := e.gw.call(e.Token, &api.Request{Op: api.OpLookup, MsgID: msgID})
+	resp, err := e.gw.call(e.Token, &api.LookupRequest{MsgID: msgID})
 	if err != nil {
 		e.gw.t.Fatalf("lookup %s by %s: %v", msgID, e.Name, err)
 	}

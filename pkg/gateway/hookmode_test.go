@@ -14,8 +14,8 @@ import (
 func TestHookModeEntity(t *testing.T) {
 	g := startGW(t, t.TempDir(), "h1", nil)
 	alice := g.join("alice")
-	ag := g.join("ag", api.Request{Mode: "hook"})
-	if _, err := g.call("", &api.Request{Op: api.OpJoin, Name: "bad", Mode: "hook", Exec: "cat"}); codeOf(err) != fault.Usage {
+	ag := g.join("ag", api.JoinRequest{Mode: "hook"})
+	if _, err := g.call("", &api.JoinRequest{Name: "bad", Mode: "hook", Exec: "cat"}); codeOf(err) != fault.Usage {
 		t.Fatalf("a hook entity with --exec: %v", err)
 	}
 	s := alice.mustSend("ag", "hello")
@@ -24,7 +24,7 @@ func TestHookModeEntity(t *testing.T) {
 	}
 
 	// the hook dies before acknowledging: still pending
-	c := startRecv(t, ag, api.Request{Hook: true, Max: 16, Window: 16})
+	c := startRecv(t, ag, api.RecvRequest{Hook: true, Max: 16, Window: 16})
 	if b := batch(t, c, false); len(b) != 1 || b[0].Envelope.Body != "hello" {
 		t.Fatalf("hook batch %+v", b)
 	}
@@ -34,7 +34,7 @@ func TestHookModeEntity(t *testing.T) {
 	}
 
 	// the next one writes it out and acknowledges: delivered
-	c = startRecv(t, ag, api.Request{Hook: true, Max: 16, Window: 16})
+	c = startRecv(t, ag, api.RecvRequest{Hook: true, Max: 16, Window: 16})
 	batch(t, c, true)
 	wantEnd(t, c)
 	c.Close()
@@ -42,7 +42,7 @@ func TestHookModeEntity(t *testing.T) {
 
 	// a recipe's hook in a pull entity's agent takes nothing
 	alice.mustSend("alice", "for fleet-recv")
-	c = startRecv(t, alice, api.Request{Hook: true})
+	c = startRecv(t, alice, api.RecvRequest{Hook: true})
 	if _, err := c.Read(); fault.KindOf(err) != fault.KindNotAgent {
 		t.Fatalf("hook recv on a pull entity: %v", err)
 	}

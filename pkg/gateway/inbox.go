@@ -5,204 +5,73 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
+	"log/slog"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/fleetd/fleet/pkg/audit"
 	"github.com/fleetd/fleet/pkg/backoff"
+	"github.com/fleetd/fleet/pkg/broker"
+	"github.com/fleetd/fleet/pkg/config"
 	"github.com/fleetd/fleet/pkg/deliver"
 	"github.com/fleetd/fleet/pkg/envelope"
 	"github.com/fleetd/fleet/pkg/ident"
+	"github.com/fleetd/fleet/pkg/metrics"
 	"github.com/fleetd/fleet/pkg/store"
 )
 
-// mailbox is the live side of one local entity: its registry entry, a
-// change signal, the pull lease and the delivery worker.
-type mailbox struct {
-	writing  sync.Mutex // one change of the entity at a time (update): store, then memory
-	mu       sync.Mutex
-	ent      store.Entity
-	changed  signal               // new mail, a status change, a drained inbox
-	draining bool                 // a fleet-recv holds the inbox
-	drains   uint64               // fleet-recv streams that ended: the nudges start over
-	live     []*envelope.Envelope // asks: in memory only, never stored
-	busyHook time.Time            // the agent's last busy hook (a paste's proof: agent.go)
-	stop     context.CancelFunc
-	done     chan struct{}
+// inboxes makes this host's entities live and delivers to them: an
+// entity registered (joined, spawned) or unregistered (left, stopped) in
+// the store, on the broker and in memory (entities.go Register,
+// Unregister); a mailbox in the registry, its broker inbox kept consumed, and its
+// delivery worker (an inject entity's paste or command, a pull entity's
+// nudge hook, a hook entity's wake notice: wake.go); a message that
+// cannot be delivered is dead-lettered here (Kill). Its workers belong to
+// the gateway's worker group, waited for in the drain. It holds no state
+// of its own beyond the live mailboxes, which are the registry's; what it
+// needs of the rest is wired in once (gateway.go open), the broker and the
+// admission read at each use (set in Run, nil in single-host mode).
+type inboxes struct {
+	cfg     *config.Config
+	st      *store.Store
+	log     *slog.Logger
+	audit   *audit.Log
+	metrics *metrics.Metrics // nil: off
+	reg     *registry
+	rdv     *rendezvous // a reply being handed to an open send is not delivered as well
+	wake    *wakes
+	rcpt    *receipts  // a message settled: its receipt or bounce
+	peers   *peerView  // a name is one entity across the trusted hosts (Register)
+	names   *nameBook  // names.go
+	follow  *followers // follow.go: an entity that leaves is not followed
+	crash   crashpoint
+	workers *sync.WaitGroup // the delivery workers: the gateway's, waited for in the drain
+
+	change func(gid string)       // announcer.go: an entity's presence changed
+	br     func() *broker.Broker  // nil: single-host mode
+	admit  func() *admission      // nil: single-host mode
+	run    func() context.Context // cancelled when shutdown starts: the workers stop
+	ctx    func() context.Context // the work in flight's: cancelled past the drain bound
 }
 
-func (b *mailbox) snapshot() store.Entity {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.ent
-}
-
-// update changes the entity in the store and in memory together: fn
-// changes the stored entity inside the store's transaction (so two
-// changes at once are both kept, the second made on the first, never one
-// computed from the state before the other), and what was stored becomes
-// the mailbox's. Changes of one entity are made one at a time (writing),
-// so memory moves in the store's order; a reader (snapshot) never waits
-// for the store. It returns the entity before and after.
-func (b *mailbox) update(st *store.Store, fn func(*store.Entity) error) (before store.Entity, after *store.Entity, err error) {
-	b.writing.Lock()
-	defer b.writing.Unlock()
-	after, err = st.UpdateEntity(b.snapshot().Gid, func(e *store.Entity) error {
-		before = *e
-		before.Groups = slices.Clone(e.Groups)
-		return fn(e)
-	})
-	if err != nil {
-		return before, nil, err
-	}
-	b.mu.Lock()
-	b.ent = *after
-	b.ent.Groups = slices.Clone(after.Groups)
-	b.mu.Unlock()
-	return before, after, nil
-}
-
-// putStatus records the entity's status and why, durably, and wakes
-// everyone waiting on the mailbox. hook: the agent's own hook said so — its
-// time is kept, and program, if not empty, becomes the entity's program
-// (learnt at the first hook of an agent started from a shell).
-func (b *mailbox) putStatus(st *store.Store, status, reason string, hook bool, program string) (*store.Entity, error) {
-	return b.putStatusFrom(st, nil, status, reason, hook, program)
-}
-
-// errStale: the status changed since it was read.
-var errStale = errors.New("the status changed meanwhile")
-
-// putStatusFrom is putStatus only if the entity's status is still what
-// from says it was (nil: whatever it is): the safety net and the paste
-// decide from a snapshot, and a hook that came in between wins.
-func (b *mailbox) putStatusFrom(st *store.Store, from *store.Entity, status, reason string, hook bool, program string) (*store.Entity, error) {
-	now := time.Now().UTC()
-	_, e, err := b.update(st, func(e *store.Entity) error {
-		if from != nil && (e.Status != from.Status || e.StatusReason != from.StatusReason || !e.StatusAt.Equal(from.StatusAt) || !e.HookAt.Equal(from.HookAt)) {
-			return errStale
-		}
-		if e.Status != status || e.StatusReason != reason {
-			e.Status, e.StatusReason, e.StatusAt = status, reason, now
-		}
-		if hook {
-			e.HookAt = now
-		}
-		if program != "" && e.Program == "" {
-			e.Program = program
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	if hook && status == stBusy {
-		b.mu.Lock()
-		b.busyHook = now
-		b.mu.Unlock()
-	}
-	b.notify()
-	return e, nil
-}
-
-// bindAgent records pid as the entity's agent process (with its start
-// time), when it is not already.
-func (b *mailbox) bindAgent(st *store.Store, pid int) (*store.Entity, error) {
-	var start uint64
-	if pid != 0 { // 0: forget it
-		var ok bool
-		if _, start, ok = stat(pid); !ok {
-			e := b.snapshot()
-			return &e, nil
-		}
-	}
-	e := b.snapshot()
-	if e.AgentPID == pid && e.AgentStart == start {
-		return &e, nil
-	}
-	_, ne, err := b.update(st, func(x *store.Entity) error {
-		x.AgentPID, x.AgentStart = pid, start
-		return nil
-	})
-	return ne, err
-}
-
-// putFollows records, durably, whether a follower reads the entity
-// (store.Entity.Follows; follow.go), when that changes.
-func (b *mailbox) putFollows(st *store.Store, on bool) error {
-	e := b.snapshot()
-	if e.Follows == on {
-		return nil
-	}
-	_, _, err := b.update(st, func(x *store.Entity) error {
-		x.Follows = on
-		return nil
-	})
-	return err
-}
-
-// busySince says whether the agent's busy hook was heard after t.
-func (b *mailbox) busySince(t time.Time) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.busyHook.After(t)
-}
-
-// confirmed waits up to within for the agent's busy hook after pasted: the
-// proof that it took a paste.
-func (b *mailbox) confirmed(ctx context.Context, pasted time.Time, within time.Duration) bool {
-	t := time.NewTimer(within)
-	defer t.Stop()
-	for {
-		changed := b.watch()
-		if b.busySince(pasted) {
-			return true
-		}
-		select {
-		case <-changed:
-		case <-t.C:
-			return b.busySince(pasted)
-		case <-ctx.Done():
-			return b.busySince(pasted)
-		}
-	}
-}
-
-// handing says whether a fleet-recv holds the inbox: a batch it was
-// handed may wait for its acknowledgement (inboxcap.go expires nothing
-// under it).
-func (b *mailbox) handing() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.draining
-}
-
-// watch returns a channel closed at the next change.
-func (b *mailbox) watch() <-chan struct{} { return b.changed.wait() }
-
-// notify wakes everyone waiting on the mailbox: new mail, a status change,
-// a drained inbox.
-func (b *mailbox) notify() { b.changed.notify() }
-
-// onBroker reports whether gid has an inbox on the broker: there is one,
+// OnBroker reports whether gid has an inbox on the broker: there is one,
 // and gid names this host (an entity from before gids named their host has
 // none: this host's broker login may not make it, and other hosts would
 // not believe it; it can only leave, and join again).
-func (g *Gateway) onBroker(gid string) bool {
-	return g.br != nil && ident.GidHost(gid) == g.cfg.Host
+func (ib *inboxes) OnBroker(gid string) bool {
+	return ib.br() != nil && ident.GidHost(gid) == ib.cfg.Host
 }
 
-// addBox makes e live: its mailbox, its broker inbox kept consumed (a new
+// Add makes e live: its mailbox, its broker inbox kept consumed (a new
 // entity's register has declared and consumed it already), and its
 // delivery worker.
-func (g *Gateway) addBox(e *store.Entity) *mailbox {
-	ctx, cancel := context.WithCancel(g.runCtx)
+func (ib *inboxes) Add(e *store.Entity) *mailbox {
+	ctx, cancel := context.WithCancel(ib.run())
 	b := &mailbox{ent: *e, stop: cancel, done: make(chan struct{})}
-	g.reg.Add(b)
-	if g.onBroker(e.Gid) {
-		g.br.KeepInbox(e.Gid, e.Groups)
+	ib.reg.Add(b)
+	if ib.OnBroker(e.Gid) {
+		ib.br().KeepInbox(e.Gid, e.Groups)
 	}
 	if e.Mode != "inject" && e.Nudge == "" && !wantsWake(e) {
 		// a pull entity without a nudge hook needs no worker: fleet-recv
@@ -211,34 +80,34 @@ func (g *Gateway) addBox(e *store.Entity) *mailbox {
 		close(b.done)
 		return b
 	}
-	g.workers.Add(1)
+	ib.workers.Add(1)
 	go func() {
-		defer g.workers.Done()
+		defer ib.workers.Done()
 		defer close(b.done)
 		switch {
 		case e.Mode == "inject":
-			g.injectLoop(ctx, b)
+			ib.injectLoop(ctx, b)
 		case wantsWake(e):
-			g.wake.Run(ctx, b) // wake.go: the wake notice in its pane
+			ib.wake.Run(ctx, b) // wake.go: the wake notice in its pane
 		default:
-			g.nudgeLoop(ctx, b)
+			ib.nudgeLoop(ctx, b)
 		}
 	}()
 	return b
 }
 
-func (g *Gateway) removeBox(gid string) {
-	if b := g.reg.Remove(gid); b != nil {
+func (ib *inboxes) Remove(gid string) {
+	if b := ib.reg.Remove(gid); b != nil {
 		b.stop()
 		<-b.done
 	}
 }
 
-func (g *Gateway) adapter(e store.Entity) deliver.Adapter {
+func (ib *inboxes) adapter(e store.Entity) deliver.Adapter {
 	if e.TmuxTarget != "" {
-		return tmuxAdapter(e, g.cfg)
+		return tmuxAdapter(e, ib.cfg)
 	}
-	return &deliver.Exec{Command: e.Exec, Entity: e.Name, Timeout: g.cfg.ExecTimeout}
+	return &deliver.Exec{Command: e.Exec, Entity: e.Name, Timeout: ib.cfg.ExecTimeout}
 }
 
 // injectLoop delivers an inject entity's inbox head first, one message at a
@@ -246,11 +115,11 @@ func (g *Gateway) adapter(e store.Entity) deliver.Adapter {
 // delivery is retried with backoff and dead-lettered after the configured
 // attempts. The in-flight marker written before each attempt is what makes
 // a crash during injection detectable (see recoverInflight).
-func (g *Gateway) injectLoop(ctx context.Context, b *mailbox) {
-	pol := backoff.Policy{Base: g.cfg.RetryBase, Max: g.cfg.RetryMax, Jitter: true}
-	net := &agentWatch{cfg: g.cfg}
-	bindOld(ctx, b, g.st) // an entity from before panes were bound
-	held := ""            // the head last logged as held while not idle
+func (ib *inboxes) injectLoop(ctx context.Context, b *mailbox) {
+	pol := backoff.Policy{Base: ib.cfg.RetryBase, Max: ib.cfg.RetryMax, Jitter: true}
+	net := &agentWatch{cfg: ib.cfg}
+	bindOld(ctx, b, ib.st) // an entity from before panes were bound
+	held := ""             // the head last logged as held while not idle
 	for {
 		changed := b.watch()
 		if ctx.Err() != nil {
@@ -259,15 +128,15 @@ func (g *Gateway) injectLoop(ctx context.Context, b *mailbox) {
 		ent := b.snapshot()
 		// the safety net (agent.go): a state that time or the pane
 		// changed is recorded before anything is pasted
-		if ent.TmuxTarget != "" && net.record(ctx, b, ent, g.st, g.log, g.said.Change) {
+		if ent.TmuxTarget != "" && net.record(ctx, b, ent, ib.st, ib.log, ib.change) {
 			continue
 		}
 		if ent.Status != stIdle {
 			// said once per head: what waits, and why (a test's sentinel
 			// that the gateway saw the message and chose not to paste)
-			if items, _ := g.st.Head(ent.Gid, 0, 1); len(items) > 0 && items[0].Env.MsgID != held {
+			if items, _ := ib.st.Head(ent.Gid, 0, 1); len(items) > 0 && items[0].Env.MsgID != held {
 				held = items[0].Env.MsgID
-				g.log.Info("held: the agent is not idle", "entity", ent.Name, "status", ent.Status,
+				ib.log.Info("held: the agent is not idle", "entity", ent.Name, "status", ent.Status,
 					"msg_id", held, "trace_id", items[0].Env.TraceID)
 			}
 			var tick <-chan time.Time
@@ -290,31 +159,31 @@ func (g *Gateway) injectLoop(ctx context.Context, b *mailbox) {
 			// a live ask first: its asker's turn is waiting
 			env := asks[0]
 			if ent.TmuxTarget != "" && ent.Turns != turnsNone {
-				if _, err := b.putStatus(g.st, stBusy, pastedReason, false, ""); err != nil {
-					g.log.Error("recording the status", "entity", ent.Name, "err", err)
+				if _, err := b.putStatus(ib.st, stBusy, pastedReason, false, ""); err != nil {
+					ib.log.Error("recording the status", "entity", ent.Name, "err", err)
 				}
 			}
-			err := g.adapter(ent).Deliver(g.hardCtx, env)
+			err := ib.adapter(ent).Deliver(ib.ctx(), env)
 			if err == nil || errors.Is(err, deliver.ErrUncertain) {
 				b.liveDone(env.MsgID)
-				g.audit.Message("injected", env, 1, "ask")
-				g.metrics.Delivered(env.Kind)
+				ib.audit.Message("injected", env, 1, "ask")
+				ib.metrics.Delivered(env.Kind)
 				continue
 			}
 			if ent.TmuxTarget != "" {
-				if perr := notPasted(b, g.st, err); perr != nil {
-					g.log.Error("recording the status", "entity", ent.Name, "err", perr)
+				if perr := notPasted(b, ib.st, err); perr != nil {
+					ib.log.Error("recording the status", "entity", ent.Name, "err", perr)
 				}
 			}
-			g.log.Warn("ask not injected: retrying until it expires", "msg_id", env.MsgID, "trace_id", env.TraceID, "err", err)
+			ib.log.Warn("ask not injected: retrying until it expires", "msg_id", env.MsgID, "trace_id", env.TraceID, "err", err)
 			backoff.Sleep(ctx, pol.Delay(1))
 			continue
 		}
-		items, err := g.st.Head(ent.Gid, 0, 16)
+		items, err := ib.st.Head(ent.Gid, 0, 16)
 		if err != nil {
-			g.log.Error("reading inbox", "entity", ent.Name, "err", err)
+			ib.log.Error("reading inbox", "entity", ent.Name, "err", err)
 		}
-		items, _ = g.rdv.Free(items) // a reply being handed to an open send is not injected as well
+		items, _ = ib.rdv.Free(items) // a reply being handed to an open send is not injected as well
 		if len(items) == 0 {
 			// an idle pane is looked at now and then too, so that an agent
 			// that exited reads detached before mail comes for it
@@ -335,18 +204,18 @@ func (g *Gateway) injectLoop(ctx context.Context, b *mailbox) {
 			continue
 		}
 		env := items[0].Env
-		log := g.log.With("entity", ent.Name, "msg_id", env.MsgID, "trace_id", env.TraceID)
+		log := ib.log.With("entity", ent.Name, "msg_id", env.MsgID, "trace_id", env.TraceID)
 		if env.Expired(time.Now()) {
-			g.kill(env, "expired before delivery", -1)
+			ib.Kill(env, "expired before delivery", -1)
 			continue
 		}
-		if !g.admit.trusted(env.Sender.Host) {
+		if !ib.admit().trusted(env.Sender.Host) {
 			// admitted once, but its host was removed from the trust file
 			// since: what it sent is not typed into a terminal now
-			g.kill(env, "sender host "+env.Sender.Host+" is no longer trusted", -1)
+			ib.Kill(env, "sender host "+env.Sender.Host+" is no longer trusted", -1)
 			continue
 		}
-		attempt, err := g.st.BeginInject(store.Key(env))
+		attempt, err := ib.st.BeginInject(store.Key(env))
 		if err != nil {
 			log.Error("recording delivery attempt", "err", err)
 			backoff.Sleep(ctx, time.Second)
@@ -358,46 +227,46 @@ func (g *Gateway) injectLoop(ctx context.Context, b *mailbox) {
 			// busy from the paste: nothing else is pasted until the
 			// agent's hooks say how its turn went — and nothing is pasted
 			// if a hook said busy since the status was read
-			if _, err := b.putStatusFrom(g.st, &ent, stBusy, pastedReason, false, ""); err != nil {
+			if _, err := b.putStatusFrom(ib.st, &ent, stBusy, pastedReason, false, ""); err != nil {
 				if !errors.Is(err, errStale) {
 					log.Error("recording the status", "err", err)
 				}
-				if ferr := g.st.Failed(store.Key(env), "the agent's status changed before the paste"); ferr != nil {
+				if ferr := ib.st.Failed(store.Key(env), "the agent's status changed before the paste"); ferr != nil {
 					log.Error("recording failed attempt", "err", ferr)
 				}
 				continue
 			}
 		}
-		err = g.adapter(ent).Deliver(g.hardCtx, env)
-		g.crash.at(g.log, "after-inject")
+		err = ib.adapter(ent).Deliver(ib.ctx(), env)
+		ib.crash.at(ib.log, "after-inject")
 
 		// a stop drains in-flight work: the proof is waited for until the
 		// drain bound (hardCtx), not only until the stop began
-		if err == nil && hooked && !b.confirmed(g.hardCtx, pasted, g.cfg.ConfirmWithin/3) {
+		if err == nil && hooked && !b.confirmed(ib.ctx(), pasted, ib.cfg.ConfirmWithin/3) {
 			// no busy hook yet. An Enter taken as a newline (Gemini CLI),
 			// or lost by an agent just starting, leaves the text in its
 			// input: one more Enter submits it — only while the text
 			// shows and no turn or dialog does (an approval question)
-			if againEnter(g.hardCtx, ent, env.MsgID) {
+			if againEnter(ib.ctx(), ent, env.MsgID) {
 				log.Info("no busy hook and the paste still shows: Enter once more")
-				if eerr := tmuxAdapter(ent, g.cfg).Enter(g.hardCtx); eerr != nil {
+				if eerr := tmuxAdapter(ent, ib.cfg).Enter(ib.ctx()); eerr != nil {
 					log.Warn("second Enter", "err", eerr)
 				}
 			}
 		}
-		if err == nil && hooked && !b.confirmed(g.hardCtx, pasted, g.cfg.ConfirmWithin*2/3) {
+		if err == nil && hooked && !b.confirmed(ib.ctx(), pasted, ib.cfg.ConfirmWithin*2/3) {
 			err = fmt.Errorf("%w: pasted into pane %s, but the agent showed no sign of taking it (no busy hook) within %v",
-				deliver.ErrUncertain, ent.TmuxTarget, g.cfg.ConfirmWithin)
+				deliver.ErrUncertain, ent.TmuxTarget, ib.cfg.ConfirmWithin)
 		}
 		if err != nil && ent.TmuxTarget != "" && !errors.Is(err, deliver.ErrUncertain) {
 			// nothing was typed: detached (the mail is held until the
 			// program is back), or not busy from this paste after all
-			if perr := notPasted(b, g.st, err); perr != nil {
+			if perr := notPasted(b, ib.st, err); perr != nil {
 				log.Error("recording the status", "err", perr)
 			}
-			g.said.Change(ent.Gid)
+			ib.change(ent.Gid)
 			if errors.Is(err, deliver.ErrDetached) {
-				if ferr := g.st.Failed(store.Key(env), err.Error()); ferr != nil {
+				if ferr := ib.st.Failed(store.Key(env), err.Error()); ferr != nil {
 					log.Error("recording failed attempt", "err", ferr)
 				}
 				log.Warn("agent detached: nothing pasted, mail held", "err", err)
@@ -411,10 +280,10 @@ func (g *Gateway) injectLoop(ctx context.Context, b *mailbox) {
 			// A stop drains in-flight work: the record is retried until the
 			// drain bound (hardCtx), not only until the stop began.
 			recorded := false
-			for try := 1; g.hardCtx.Err() == nil; try++ {
-				if err := g.st.Delivered(store.Key(env), time.Now().UTC()); err != nil {
+			for try := 1; ib.ctx().Err() == nil; try++ {
+				if err := ib.st.Delivered(store.Key(env), time.Now().UTC()); err != nil {
 					log.Error("recording delivery", "err", err, "try", try)
-					backoff.Sleep(g.hardCtx, pol.Delay(try))
+					backoff.Sleep(ib.ctx(), pol.Delay(try))
 					continue
 				}
 				recorded = true
@@ -423,55 +292,55 @@ func (g *Gateway) injectLoop(ctx context.Context, b *mailbox) {
 			if !recorded {
 				return
 			}
-			g.audit.Message("injected", env, attempt, "")
+			ib.audit.Message("injected", env, attempt, "")
 			log.Info("delivered", "attempt", attempt, "mode", "inject")
-			g.rcpt.Settled(env, store.Delivered, "", attempt)
-			g.crash.at(g.log, "after-record")
+			ib.rcpt.Settled(env, store.Delivered, "", attempt)
+			ib.crash.at(ib.log, "after-record")
 			continue
 		}
 		if errors.Is(err, deliver.ErrUncertain) {
 			log.Error("delivery uncertain: not retried", "err", err)
-			g.kill(env, "uncertain: "+err.Error(), attempt)
+			ib.Kill(env, "uncertain: "+err.Error(), attempt)
 			continue
 		}
-		log.Warn("delivery failed", "attempt", attempt, "of", g.cfg.DeliveryAttempts, "err", err)
-		g.audit.Message("retry", env, attempt, err.Error())
-		if err := g.st.Failed(store.Key(env), err.Error()); err != nil {
+		log.Warn("delivery failed", "attempt", attempt, "of", ib.cfg.DeliveryAttempts, "err", err)
+		ib.audit.Message("retry", env, attempt, err.Error())
+		if err := ib.st.Failed(store.Key(env), err.Error()); err != nil {
 			log.Error("recording failed attempt", "err", err)
 		}
-		if attempt >= g.cfg.DeliveryAttempts {
-			g.kill(env, "delivery failed "+strconv.Itoa(attempt)+" times: "+err.Error(), attempt)
+		if attempt >= ib.cfg.DeliveryAttempts {
+			ib.Kill(env, "delivery failed "+strconv.Itoa(attempt)+" times: "+err.Error(), attempt)
 			continue
 		}
 		backoff.Sleep(ctx, pol.Delay(attempt))
 	}
 }
 
-// kill dead-letters env with reason.
-func (g *Gateway) kill(env *envelope.Envelope, reason string, attempts int) {
-	if err := g.st.Kill(store.Key(env), reason, attempts); err != nil {
-		g.log.Error("dead-lettering", "msg_id", env.MsgID, "trace_id", env.TraceID, "err", err)
+// Kill dead-letters env with reason.
+func (ib *inboxes) Kill(env *envelope.Envelope, reason string, attempts int) {
+	if err := ib.st.Kill(store.Key(env), reason, attempts); err != nil {
+		ib.log.Error("dead-lettering", "msg_id", env.MsgID, "trace_id", env.TraceID, "err", err)
 		return
 	}
-	g.audit.Message("dead", env, attempts, reason)
-	g.log.Warn("dead-lettered", "msg_id", env.MsgID, "trace_id", env.TraceID, "entity", env.Recipient.String(), "reason", reason)
-	if g.br != nil && env.Sender.Host != g.cfg.Host {
+	ib.audit.Message("dead", env, attempts, reason)
+	ib.log.Warn("dead-lettered", "msg_id", env.MsgID, "trace_id", env.TraceID, "entity", env.Recipient.String(), "reason", reason)
+	if ib.br() != nil && env.Sender.Host != ib.cfg.Host {
 		// a remote message: its copy in bridge.dlq carries the reason too
-		if err := g.br.DeadLetter(env, reason, attempts); err != nil {
-			g.log.Warn("dead letter not copied to bridge.dlq", "msg_id", env.MsgID, "trace_id", env.TraceID, "err", err)
+		if err := ib.br().DeadLetter(env, reason, attempts); err != nil {
+			ib.log.Warn("dead letter not copied to bridge.dlq", "msg_id", env.MsgID, "trace_id", env.TraceID, "err", err)
 		} else {
-			g.log.Info("dead letter copied to bridge.dlq", "msg_id", env.MsgID, "trace_id", env.TraceID)
+			ib.log.Info("dead letter copied to bridge.dlq", "msg_id", env.MsgID, "trace_id", env.TraceID)
 		}
 	}
-	g.rcpt.Settled(env, store.Dead, reason, attempts)
+	ib.rcpt.Settled(env, store.Dead, reason, attempts)
 }
 
 // nudgeLoop runs a pull entity's nudge hook while unread mail waits: first
 // after nudge-after, then with doubling intervals up to nudge-max. It checks
 // right before each run that mail still waits and no fleet-recv is draining,
 // so it never nags about read mail; an emptied inbox resets the backoff.
-func (g *Gateway) nudgeLoop(ctx context.Context, b *mailbox) {
-	pol := backoff.Policy{Base: g.cfg.NudgeAfter, Max: g.cfg.NudgeMax}
+func (ib *inboxes) nudgeLoop(ctx context.Context, b *mailbox) {
+	pol := backoff.Policy{Base: ib.cfg.NudgeAfter, Max: ib.cfg.NudgeMax}
 	var since time.Time // when unread mail started waiting
 	n := 0
 	var drains uint64 // the drains seen: one since (a hook was running) starts over
@@ -485,7 +354,7 @@ func (g *Gateway) nudgeLoop(ctx context.Context, b *mailbox) {
 		if drained {
 			since, n = time.Time{}, 0 // an emptied inbox resets the backoff
 		}
-		if draining || ent.Nudge == "" || !g.st.HasPending(ent.Gid) {
+		if draining || ent.Nudge == "" || !ib.st.HasPending(ent.Gid) {
 			since, n = time.Time{}, 0
 			select {
 			case <-ctx.Done():
@@ -514,13 +383,13 @@ func (g *Gateway) nudgeLoop(ctx context.Context, b *mailbox) {
 		b.mu.Lock()
 		draining = b.draining
 		b.mu.Unlock()
-		if draining || !g.st.HasPending(ent.Gid) {
+		if draining || !ib.st.HasPending(ent.Gid) {
 			continue
 		}
-		pending := g.st.Pending(ent.Gid) // counted only when a nudge fires
+		pending := ib.st.Pending(ent.Gid) // counted only when a nudge fires
 		n++
 		now := b.snapshot() // detached (follow.go): nobody reads it, and why
-		err := deliver.Run(ctx, ent.Nudge, g.cfg.ExecTimeout, bytes.NewReader(nil), []string{
+		err := deliver.Run(ctx, ent.Nudge, ib.cfg.ExecTimeout, bytes.NewReader(nil), []string{
 			"FLEET_ENTITY=" + ent.Name,
 			"FLEET_PENDING=" + strconv.Itoa(pending),
 			"FLEET_NUDGE=" + strconv.Itoa(n),
@@ -528,10 +397,10 @@ func (g *Gateway) nudgeLoop(ctx context.Context, b *mailbox) {
 			"FLEET_STATUS_REASON=" + now.StatusReason,
 		})
 		if err != nil {
-			g.log.Warn("nudge hook failed", "entity", ent.Name, "err", err)
+			ib.log.Warn("nudge hook failed", "entity", ent.Name, "err", err)
 		} else {
-			g.log.Info("nudged", "entity", ent.Name, "pending", pending, "nudge", n)
+			ib.log.Info("nudged", "entity", ent.Name, "pending", pending, "nudge", n)
 		}
-		g.audit.Write(audit.Line{Event: "nudge", Entity: ent.Name, Attempt: n})
+		ib.audit.Write(audit.Line{Event: "nudge", Entity: ent.Name, Attempt: n})
 	}
 }

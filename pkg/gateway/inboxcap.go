@@ -79,7 +79,7 @@ type capHooks struct {
 	// bounce tells the sender of a refused message (not a quiet kind).
 	bounce func(env *envelope.Envelope, reason string)
 	// dead does what follows a death in a local inbox, already recorded
-	// in the store: the audit line, bridge.dlq, the sender told (g.kill:
+	// in the store: the audit line, bridge.dlq, the sender told (inboxes.Kill:
 	// its store step finds the message dead and changes nothing).
 	dead func(env *envelope.Envelope, reason string)
 }

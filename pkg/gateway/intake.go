@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/fleetd/fleet/pkg/audit"
@@ -359,4 +360,19 @@ func (in *intake) AcceptAll(envs []*envelope.Envelope) ([]*store.Record, []bool,
 		}
 	}
 	return recs, dups, nil
+}
+
+// clipReason keeps a reason from another host to one printable line of at
+// most 500 bytes: it is shown in fleet-roster dead and in bounce notices.
+func clipReason(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
+			return ' '
+		}
+		return r
+	}, s)
+	if len(s) > 500 {
+		s = strings.ToValidUTF8(s[:500], "")
+	}
+	return s
 }

@@ -32,7 +32,7 @@ func TestLocalStopDrainsInjection(t *testing.T) {
 	out, started := filepath.Join(dir, "hook.out"), filepath.Join(dir, "started")
 	g := startGW(t, dir, "h1", settings{"drain-timeout": "10s"})
 	alice := g.join("alice")
-	g.join("hook", api.Request{Mode: "inject", Exec: "touch " + started + "; sleep 0.3; cat >> " + out})
+	g.join("hook", api.JoinRequest{Mode: "inject", Exec: "touch " + started + "; sleep 0.3; cat >> " + out})
 	s := alice.mustSend("hook", "in flight at the stop")
 	waitFile(t, started)
 	g.restart()
@@ -53,7 +53,7 @@ func TestLocalStopAbortsAfterDrainBound(t *testing.T) {
 	g := startGW(t, dir, "h1", settings{"drain-timeout": "100ms", "delivery-attempts": "5"})
 	alice := g.join("alice")
 	cmd := "if [ -e " + started + " ]; then cat >> " + out + "; else touch " + started + "; exec sleep 30; fi"
-	g.join("hook", api.Request{Mode: "inject", Exec: cmd})
+	g.join("hook", api.JoinRequest{Mode: "inject", Exec: cmd})
 	s := alice.mustSend("hook", "slow")
 	waitFile(t, started)
 	logs := g.logs
@@ -74,7 +74,7 @@ func TestLocalWaitAtShutdown(t *testing.T) {
 	alice, bob := g.join("alice"), g.join("bob")
 	s := alice.mustSend("bob", "never read")
 	c := g.dial(alice.Token)
-	if err := c.Send(&api.Request{Op: api.OpWait, MsgID: s.MsgID, Until: "delivered", TimeoutMS: 60_000}); err != nil {
+	if err := c.Send(&api.WaitRequest{MsgID: s.MsgID, Until: "delivered", TimeoutMS: 60_000}); err != nil {
 		t.Fatal(err)
 	}
 	// waiting, or not yet taken up when the stop begins: 69 either way
@@ -126,7 +126,7 @@ func TestLocalDedupWindowPrunes(t *testing.T) {
 	old := alice.mustSend("bob", "read long ago")
 	bob.collect("read long ago")
 	waiting := alice.mustSend("bob", "still waiting")
-	if _, err := alice.spawn(api.Request{Name: "w1", Profile: "w", RequestID: "once"}); err != nil {
+	if _, err := alice.spawn(api.SpawnRequest{Name: "w1", Profile: "w", RequestID: "once"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := alice.stopEntity("w1"); err != nil {
@@ -135,14 +135,14 @@ func TestLocalDedupWindowPrunes(t *testing.T) {
 	g.restart() // the janitor prunes at start
 	g.waitLog(`"msg":"pruned delivery records past the dedup window"`)
 	g.waitLog(`"msg":"pruned control requests past the dedup window"`)
-	_, err := g.call(alice.Token, &api.Request{Op: api.OpLookup, MsgID: old.MsgID})
+	_, err := g.call(alice.Token, &api.LookupRequest{MsgID: old.MsgID})
 	if fe := faultOf(t, err, fault.NoRecipient); !strings.Contains(fe.Hint, "dedup window") {
 		t.Fatalf("a pruned record: %v (hint %q)", fe, fe.Hint)
 	}
 	bob.collect("still waiting")
 	alice.waitState(waiting.MsgID, "delivered")
 	// the request id is forgotten: the same id starts a new entity
-	sp, err := alice.spawn(api.Request{Name: "w1", Profile: "w", RequestID: "once"})
+	sp, err := alice.spawn(api.SpawnRequest{Name: "w1", Profile: "w", RequestID: "once"})
 	if err != nil || sp.Name != "w1" {
 		t.Fatalf("a pruned request id again: %+v %v", sp, err)
 	}

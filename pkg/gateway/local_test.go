@@ -27,12 +27,12 @@ func TestLocalSendRecv(t *testing.T) {
 	if got := bob.recv(); len(got) != 0 {
 		t.Fatalf("bob got %d messages again", len(got))
 	}
-	resp, err := g.call(alice.Token, &api.Request{Op: api.OpLookup, MsgID: ids[0]})
+	resp, err := g.call(alice.Token, &api.LookupRequest{MsgID: ids[0]})
 	if err != nil || resp.Record.State != "delivered" {
 		t.Fatalf("lookup by the sender: %+v %v", resp, err)
 	}
 	carol := g.join("carol")
-	_, err = g.call(carol.Token, &api.Request{Op: api.OpLookup, MsgID: ids[0]})
+	_, err = g.call(carol.Token, &api.LookupRequest{MsgID: ids[0]})
 	faultOf(t, err, fault.NoRecipient) // to anyone else the message does not exist
 }
 
@@ -58,18 +58,18 @@ func TestLocalRefusals(t *testing.T) {
 		tok  string
 		exit fault.Code
 	}{
-		{"no credential", api.Request{Op: api.OpSend, To: "bob", Body: "x"}, "", fault.Refused},
-		{"bad credential", api.Request{Op: api.OpSend, To: "bob", Body: "x"}, "nope", fault.Refused},
-		{"unknown recipient", api.Request{Op: api.OpSend, To: "nobody", Body: "x"}, alice.Token, fault.NoRecipient},
-		{"empty body", api.Request{Op: api.OpSend, To: "bob", Body: "  "}, alice.Token, fault.Data},
-		{"oversized body", api.Request{Op: api.OpSend, To: "bob", Body: string(make([]byte, 65))}, alice.Token, fault.Data},
-		{"no recipient", api.Request{Op: api.OpSend, Body: "x"}, alice.Token, fault.Usage},
-		{"name taken", api.Request{Op: api.OpJoin, Name: "bob", Mode: "pull"}, "", fault.Usage},
-		{"bad name", api.Request{Op: api.OpJoin, Name: "../x", Mode: "pull"}, "", fault.Usage},
-		{"unknown op", api.Request{Op: "frobnicate"}, "", fault.Data},
-		{"reply to an unknown message", api.Request{Op: api.OpSend, ReplyTo: "01a22a93-8b62-7719-997e-dae6eae12382", Body: "x"}, alice.Token, fault.NoRecipient},
+		{"no credential", &api.SendRequest{To: "bob", Body: "x"}, "", fault.Refused},
+		{"bad credential", &api.SendRequest{To: "bob", Body: "x"}, "nope", fault.Refused},
+		{"unknown recipient", &api.SendRequest{To: "nobody", Body: "x"}, alice.Token, fault.NoRecipient},
+		{"empty body", &api.SendRequest{To: "bob", Body: "  "}, alice.Token, fault.Data},
+		{"oversized body", &api.SendRequest{To: "bob", Body: string(make([]byte, 65))}, alice.Token, fault.Data},
+		{"no recipient", &api.SendRequest{Body: "x"}, alice.Token, fault.Usage},
+		{"name taken", &api.JoinRequest{Name: "bob", Mode: "pull"}, "", fault.Usage},
+		{"bad name", &api.JoinRequest{Name: "../x", Mode: "pull"}, "", fault.Usage},
+		{"unknown op", &api.UnknownRequest{Head: api.Head{Op: "frobnicate"}}, "", fault.Data},
+		{"reply to an unknown message", &api.SendRequest{ReplyTo: "01a22a93-8b62-7719-997e-dae6eae12382", Body: "x"}, alice.Token, fault.NoRecipient},
 	} {
-		_, err := g.call(c.tok, &c.req)
+		_, err := g.call(c.tok, c.req)
 		if err == nil {
 			t.Errorf("%s: accepted", c.name)
 			continue
@@ -90,7 +90,7 @@ func TestLocalClientMintedID(t *testing.T) {
 	alice, bob, carol := g.join("alice"), g.join("bob"), g.join("carol")
 	const id = "01a233c2-8281-7d59-8312-3450637c4641"
 	send := func(e entity, to, body, id string) (*api.Sent, error) {
-		resp, err := g.call(e.Token, &api.Request{Op: api.OpSend, To: to, Body: body, MsgID: id})
+		resp, err := g.call(e.Token, &api.SendRequest{To: to, Body: body, MsgID: id})
 		if err != nil {
 			return nil, err
 		}

@@ -1,10 +1,12 @@
 package gateway
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/fleetd/fleet/pkg/store"
 )
@@ -52,5 +54,35 @@ func TestMailboxUpdateKeepsConcurrentChanges(t *testing.T) {
 	}
 	if !slices.Equal(b.snapshot().Groups, before.Groups) {
 		t.Fatal("a failed change reached memory")
+	}
+}
+
+// takeDrain waits for a lease given back, and refuses one still held.
+func TestMailboxTakeDrain(t *testing.T) {
+	r := newIntakeRig(t)
+	b := r.in.reg.Get(r.entity("alice").Gid)
+	ctx := context.Background()
+	if !b.takeDrain(ctx, time.Millisecond) {
+		t.Fatal("a free inbox: lease not taken")
+	}
+	// still held: a second reader is refused
+	if b.takeDrain(ctx, 20*time.Millisecond) {
+		t.Fatal("a held lease was taken twice")
+	}
+	// given back while the next one waits: it gets it
+	got := make(chan bool)
+	go func() { got <- b.takeDrain(ctx, time.Minute) }()
+	b.mu.Lock()
+	b.draining = false
+	b.mu.Unlock()
+	b.notify()
+	if !<-got {
+		t.Fatal("a lease given back was not handed over")
+	}
+	// a gateway stopping ends the wait
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if b.takeDrain(cctx, time.Minute) {
+		t.Fatal("a stopping gateway handed a held lease")
 	}
 }

@@ -133,7 +133,7 @@ func TestLocalMetrics(t *testing.T) {
 
 	// an entity whose deliveries fail: dead after 2 attempts, with its
 	// reason; the sender, on this host, gets a bounce (accepted too)
-	g.join("hook", api.Request{Mode: "inject", Exec: "echo no >&2; exit 3"})
+	g.join("hook", api.JoinRequest{Mode: "inject", Exec: "echo no >&2; exit 3"})
 	alice.mustSend("hook", "never")
 	g.waitMetric(1, "fleet_messages_dead_total", "kind", "send", "reason", "delivery_failed")
 	g.waitMetric(1, "fleet_messages_accepted_total", "kind", "bounce")

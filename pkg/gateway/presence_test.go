@@ -18,7 +18,7 @@ import (
 // rowOf returns g's roster row for name@host, or nil.
 func (g *testGW) rowOf(name, host string) *api.EntityRow {
 	g.t.Helper()
-	resp := g.must("", &api.Request{Op: api.OpRoster})
+	resp := g.must("", &api.RosterRequest{})
 	for _, r := range resp.Entities {
 		if r.Name == name && r.Host == host {
 			return &r
@@ -36,12 +36,12 @@ func (g *testGW) rowOf(name, host string) *api.EntityRow {
 // one entity (names.go; two joins at once: cross_names_test.go).
 func TestCrossHostPresence(t *testing.T) {
 	h1, h2 := twoHosts(t)
-	bob := h2.join("bob", api.Request{Mode: "pull", Groups: []string{"ops"}})
+	bob := h2.join("bob", api.JoinRequest{Mode: "pull", Groups: []string{"ops"}})
 	h1.resolves("bob@h2")
 	if r := h1.rowOf("bob", "h2"); r.Gid != bob.Gid || len(r.Groups) != 1 || r.Groups[0] != "ops" || r.Status != "idle" || r.LastSeen.IsZero() {
 		t.Fatalf("bob as h1 sees him: %+v", r)
 	}
-	h2.must(bob.Token, &api.Request{Op: api.OpStatus, Status: "busy"})
+	h2.must(bob.Token, &api.StatusRequest{Status: "busy"})
 	eventually(t, "h1 sees bob busy", func() error {
 		if r := h1.rowOf("bob", "h2"); r == nil || r.Status != "busy" {
 			return fmt.Errorf("%+v", r)
@@ -49,7 +49,7 @@ func TestCrossHostPresence(t *testing.T) {
 		return nil
 	})
 	// the same name on h1 too: refused, naming where it lives
-	_, err := h1.call("", &api.Request{Op: api.OpJoin, Name: "bob", Mode: "pull"})
+	_, err := h1.call("", &api.JoinRequest{Name: "bob", Mode: "pull"})
 	if fe := faultOf(t, err, fault.Usage); fe.Kind != fault.KindNameTaken || !strings.Contains(fe.Error(), "bob@h2") {
 		t.Fatalf("join of bob on h1: %v (%s)", fe, fe.Kind)
 	}
@@ -58,7 +58,7 @@ func TestCrossHostPresence(t *testing.T) {
 		t.Fatalf("bob resolved to %s", s.Gid)
 	}
 	// bob@h2 leaves: gone from h1's view at once
-	h2.must("", &api.Request{Op: api.OpLeave, Name: "bob"})
+	h2.must("", &api.LeaveRequest{Name: "bob"})
 	eventually(t, "h1 drops bob@h2", func() error {
 		if r := h1.rowOf("bob", "h2"); r != nil {
 			return errors.New("still there")
@@ -152,18 +152,18 @@ func readPresence(t *testing.T, d amqp.Delivery) wirePresence {
 // snapshot, one page of all 500 rows each interval; the other host's
 // roster shows every one of them.
 func TestCrossPresenceManyEntitiesOneMessage(t *testing.T) {
-	brokerAlone(t)
+	brokerAlone(t, 15*time.Second)
 	h1, h2 := twoHosts(t)
 	const n = 500
 	c := h2.dial("")
 	for i := range n {
-		if _, err := c.Call(&api.Request{Op: api.OpJoin, Name: fmt.Sprintf("e%d", i), Mode: "pull", Groups: []string{"ops"}}); err != nil {
+		if _, err := c.Call(&api.JoinRequest{Name: fmt.Sprintf("e%d", i), Mode: "pull", Groups: []string{"ops"}}); err != nil {
 			t.Fatalf("join %d: %v", i, err)
 		}
 	}
 	eventually(t, "h1 sees all of h2's entities", func() error {
 		got := 0
-		for _, r := range h1.must("", &api.Request{Op: api.OpRoster}).Entities {
+		for _, r := range h1.must("", &api.RosterRequest{}).Entities {
 			if r.Host == "h2" && r.Status == "idle" && len(r.Groups) == 1 {
 				got++
 			}
@@ -236,12 +236,12 @@ func TestCrossPresenceChangesWithoutSnapshot(t *testing.T) {
 	if p := next("h2 connects"); p.Snapshot == nil || len(p.Snapshot.Rows) != 0 {
 		t.Fatalf("h2's first message: %+v, want its empty snapshot", p)
 	}
-	bob := h2.join("bob", api.Request{Mode: "pull", Groups: []string{"ops"}})
+	bob := h2.join("bob", api.JoinRequest{Mode: "pull", Groups: []string{"ops"}})
 	if p := next("bob joins"); p.Change == nil || p.Change.Row == nil || p.Change.Row.Gid != bob.Gid {
 		t.Fatalf("after bob joined: %+v", p)
 	}
 	h1.resolves("bob@h2")
-	h2.must(bob.Token, &api.Request{Op: api.OpStatus, Status: "busy"})
+	h2.must(bob.Token, &api.StatusRequest{Status: "busy"})
 	if p := next("bob is busy"); p.Change == nil || p.Change.Row == nil || p.Change.Row.Status != "busy" {
 		t.Fatalf("after bob's status: %+v", p)
 	}
@@ -251,7 +251,7 @@ func TestCrossPresenceChangesWithoutSnapshot(t *testing.T) {
 		}
 		return nil
 	})
-	h2.must("", &api.Request{Op: api.OpLeave, Name: "bob"})
+	h2.must("", &api.LeaveRequest{Name: "bob"})
 	if p := next("bob leaves"); p.Change == nil || p.Change.Gone != bob.Gid {
 		t.Fatalf("after bob left: %+v", p)
 	}

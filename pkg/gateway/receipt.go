@@ -7,10 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
-	"github.com/fleetd/fleet/pkg/api"
 	"github.com/fleetd/fleet/pkg/audit"
 	"github.com/fleetd/fleet/pkg/broker"
 	"github.com/fleetd/fleet/pkg/envelope"
@@ -68,7 +66,7 @@ func quiet(k envelope.Kind) bool {
 // receipts owns the settling of delivery records across hosts: what a
 // settled message owes its sender (a RECEIPT to its host, or a BOUNCE
 // here), the receipts that come back, and the signal that a record
-// changed (waitState, --until). Its broker and the host's signing key
+// changed (router.WaitState, --until). Its broker and the host's signing key
 // come once the broker is set up (Run); until then nothing crosses hosts.
 type receipts struct {
 	host    string
@@ -307,59 +305,4 @@ func (rc *receipts) Bounce(msgID, traceID, senderGid, to, reason string) {
 		return
 	}
 	rc.audit.Write(audit.Line{Event: "bounced", TraceID: traceID, MsgID: msgID, Entity: e.Name, Sender: e.Gid, Reason: reason})
-}
-
-// waitState blocks until msgID's record reaches state (or dies, which is
-// final), or the timeout passes: then TempFail naming the state reached.
-func (g *Gateway) waitState(req *api.Request) (*api.Response, error) {
-	b, err := g.caller(req)
-	if err != nil {
-		return nil, err
-	}
-	gid := b.snapshot().Gid
-	deadline := time.Now().Add(time.Duration(req.TimeoutMS) * time.Millisecond)
-	for {
-		changed := g.rcpt.Changed()
-		r, err := g.st.Record(req.MsgID)
-		if err != nil || (r.Sender != gid && r.Recipient != gid) {
-			return nil, fault.New(fault.NoRecipient, fault.KindUnknownMessage, "no message %s sent or received by you", req.MsgID)
-		}
-		rec := g.apiRecord(r)
-		if r.State == req.Until || r.State == store.Dead {
-			if r.State != req.Until {
-				return &api.Response{Record: &rec}, fault.New(fault.TempFail, fault.KindTimeout,
-					"message %s is dead, not %s: %s", r.MsgID, req.Until, r.Reason)
-			}
-			return &api.Response{Record: &rec}, nil
-		}
-		wait := time.Until(deadline)
-		if wait <= 0 {
-			return &api.Response{Record: &rec}, fault.New(fault.TempFail, fault.KindTimeout,
-				"message %s is still %s, not %s, after %v", r.MsgID, r.State, req.Until, time.Duration(req.TimeoutMS)*time.Millisecond)
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-changed:
-		case <-t.C:
-		case <-g.runCtx.Done():
-			t.Stop()
-			return nil, fault.New(fault.Unavailable, fault.KindShuttingDown, "the gateway is shutting down")
-		}
-		t.Stop()
-	}
-}
-
-// clipReason keeps a reason from another host to one printable line of at
-// most 500 bytes: it is shown in fleet-roster dead and in bounce notices.
-func clipReason(s string) string {
-	s = strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
-			return ' '
-		}
-		return r
-	}, s)
-	if len(s) > 500 {
-		s = strings.ToValidUTF8(s[:500], "")
-	}
-	return s
 }

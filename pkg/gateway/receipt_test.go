@@ -36,7 +36,7 @@ func TestCrossReceiptsCoalesced(t *testing.T) {
 		}
 		return nil
 	})
-	h1.must("", &api.Request{Op: api.OpLeave, Name: "alice"})
+	h1.must("", &api.LeaveRequest{Name: "alice"})
 	got := bob.recv()
 	if len(got) != len(sent) {
 		t.Fatalf("one batch of %d, got %d: %v", len(sent), len(got), bodies(got))

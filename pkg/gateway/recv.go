@@ -19,7 +19,7 @@ const defaultWindow = 256
 // it out — and the acknowledgement is on disk before the next batch is sent.
 // A client that dies in between gets the same messages again next time. One
 // fleet-recv drains an inbox at a time.
-func (g *Gateway) recv(c *conn, req *api.Request) {
+func (g *Gateway) recv(c *conn, req *api.RecvRequest) {
 	s, err := g.openRecv(c, req)
 	if err != nil {
 		c.fail(err)
@@ -49,7 +49,7 @@ type recvStream struct {
 
 	// frames from the client arrive on a channel, so that a follow stream
 	// can wait for mail and notice a client that went away at once
-	frames  chan *api.Request
+	frames  chan api.Request
 	readErr chan error
 	gone    chan struct{}
 
@@ -70,8 +70,8 @@ type recvStream struct {
 }
 
 // openRecv checks the caller and takes its inbox's drain lease.
-func (g *Gateway) openRecv(c *conn, req *api.Request) (*recvStream, error) {
-	b, err := g.caller(req)
+func (g *Gateway) openRecv(c *conn, req *api.RecvRequest) (*recvStream, error) {
+	b, err := g.caller(req.Token)
 	if err != nil {
 		return nil, err
 	}
@@ -85,14 +85,10 @@ func (g *Gateway) openRecv(c *conn, req *api.Request) (*recvStream, error) {
 	if ent.Mode != "pull" && ent.Mode != "hook" {
 		return nil, fault.New(fault.Usage, fault.KindUsage, "%s is an inject entity: its messages go to %s, not to fleet-recv", ent.Name, g.row(ent, nil, nil).Target)
 	}
-	b.mu.Lock()
-	if b.draining {
-		b.mu.Unlock()
+	if !b.takeDrain(g.runCtx, handOver) {
 		return nil, fault.New(fault.TempFail, fault.KindInboxBusy, "another fleet-recv is draining %s", ent.Name).
 			WithHint("stop it, or wait for it to finish")
 	}
-	b.draining = true
-	b.mu.Unlock()
 	follower := req.Follow && req.Max <= 0 && ent.Mode == "pull"
 	if follower {
 		g.follow.Opened(b)
@@ -103,7 +99,7 @@ func (g *Gateway) openRecv(c *conn, req *api.Request) (*recvStream, error) {
 		window = defaultWindow
 	}
 	s := &recvStream{g: g, c: c, b: b, ent: ent, follow: req.Follow, follower: follower, window: window, left: max(req.Max, 0),
-		log: g.log.With("entity", ent.Name), frames: make(chan *api.Request), readErr: make(chan error, 1), gone: make(chan struct{})}
+		log: g.log.With("entity", ent.Name), frames: make(chan api.Request), readErr: make(chan error, 1), gone: make(chan struct{})}
 	go s.readFrames()
 	return s, nil
 }
@@ -212,11 +208,11 @@ func (s *recvStream) next(changed <-chan struct{}) (batch []api.Delivery, seqs m
 			left++
 			continue // acknowledged; its commit is under way
 		case it.Env.Expired(now):
-			s.g.kill(it.Env, "expired before delivery", 0)
+			s.g.boxes.Kill(it.Env, "expired before delivery", 0)
 			killed++
 			continue
 		case !s.g.admit.trusted(it.Env.Sender.Host): // its host was removed from the trust file since
-			s.g.kill(it.Env, "sender host "+it.Env.Sender.Host+" is no longer trusted", 0)
+			s.g.boxes.Kill(it.Env, "sender host "+it.Env.Sender.Host+" is no longer trusted", 0)
 			killed++
 			continue
 		}
@@ -280,15 +276,16 @@ func (s *recvStream) hand(batch []api.Delivery, seqs map[string]uint64) bool {
 	if err := s.c.reply(&api.Response{OK: true, Batch: batch}); err != nil {
 		return false
 	}
-	var ack *api.Request
+	var frame api.Request
 	select {
-	case ack = <-s.frames:
+	case frame = <-s.frames:
 	case err := <-s.readErr:
 		s.g.logRecvEnd(s.log, err)
 		return false // unacknowledged: the batch stays in the inbox
 	}
-	if ack.Op != api.OpAck {
-		s.c.fail(fault.New(fault.Data, fault.KindProtocol, "want ack, got %q", ack.Op))
+	ack, ok := frame.(*api.AckRequest)
+	if !ok {
+		s.c.fail(fault.New(fault.Data, fault.KindProtocol, "want ack, got %q", api.OpOf(frame)))
 		return false
 	}
 	// test hook: the client has written the batch out; nothing is recorded

@@ -12,10 +12,9 @@ import (
 )
 
 // startRecv opens a fleet-recv stream for e.
-func startRecv(t testing.TB, e entity, req api.Request) *api.Client {
+func startRecv(t testing.TB, e entity, req api.RecvRequest) *api.Client {
 	t.Helper()
 	c := e.gw.dial(e.Token)
-	req.Op = api.OpRecv
 	if err := c.Send(&req); err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +44,7 @@ func ackAll(t testing.TB, c *api.Client, ds []api.Delivery) {
 	for i, d := range ds {
 		ids[i] = d.Envelope.MsgID
 	}
-	if err := c.Send(&api.Request{Op: api.OpAck, Acks: ids}); err != nil {
+	if err := c.Send(&api.AckRequest{Acks: ids}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -83,7 +82,7 @@ func TestLocalRecvWindow(t *testing.T) {
 	g := startGW(t, t.TempDir(), "h1", nil)
 	alice, bob := g.join("alice"), g.join("bob")
 	sendAll(alice, "bob", "a", "b", "c", "d", "e")
-	c := startRecv(t, bob, api.Request{Window: 2})
+	c := startRecv(t, bob, api.RecvRequest{Window: 2})
 	var got []string
 	for _, n := range []int{2, 2, 1} {
 		b := batch(t, c, true)
@@ -104,7 +103,7 @@ func TestLocalRecvUnackedComesBack(t *testing.T) {
 	alice, bob := g.join("alice"), g.join("bob")
 	s := alice.mustSend("bob", "one")
 	alice.mustSend("bob", "two")
-	c := startRecv(t, bob, api.Request{})
+	c := startRecv(t, bob, api.RecvRequest{})
 	if got := bodies(batch(t, c, false)); !slices.Equal(got, []string{"one", "two"}) {
 		t.Fatalf("first recv %q", got)
 	}
@@ -122,7 +121,7 @@ func TestLocalRecvPartialAck(t *testing.T) {
 	g := startGW(t, t.TempDir(), "h1", nil)
 	alice, bob := g.join("alice"), g.join("bob")
 	sendAll(alice, "bob", "a", "b", "c")
-	c := startRecv(t, bob, api.Request{})
+	c := startRecv(t, bob, api.RecvRequest{})
 	b := batch(t, c, false)
 	if got := bodies(b); !slices.Equal(got, []string{"a", "b", "c"}) {
 		t.Fatalf("batch %q", got)
@@ -143,7 +142,7 @@ func TestLocalRecvPartialAck(t *testing.T) {
 func TestLocalRecvFollow(t *testing.T) {
 	g := startGW(t, t.TempDir(), "h1", nil)
 	alice, bob := g.join("alice"), g.join("bob")
-	c := holds(t, bob, api.Request{Follow: true})
+	c := holds(t, bob, api.RecvRequest{Follow: true})
 	alice.mustSend("bob", "later")
 	if got := bodies(batch(t, c, true)); !slices.Equal(got, []string{"later"}) {
 		t.Fatalf("follow got %q", got)
@@ -159,7 +158,7 @@ func TestLocalRecvFollow(t *testing.T) {
 	c.Close()
 	bob.take(0) // the closed stream let go of the inbox
 	// a stream that waits for mail when the gateway stops
-	c = holds(t, bob, api.Request{Follow: true})
+	c = holds(t, bob, api.RecvRequest{Follow: true})
 	g.stop()
 	_, err := c.Read()
 	if fe := faultOf(t, err, fault.Unavailable); fe.Kind != fault.KindShuttingDown {
@@ -176,7 +175,7 @@ func TestLocalRecvFollow(t *testing.T) {
 // one that got there first (the stream's request was still on its way)
 // drained nothing and made the stream's own request be refused, so the
 // stream is started again.
-func holds(t testing.TB, e entity, req api.Request) *api.Client {
+func holds(t testing.TB, e entity, req api.RecvRequest) *api.Client {
 	t.Helper()
 	c := startRecv(t, e, req)
 	eventually(t, "a second fleet-recv of "+e.Name+" is refused", func() error {
@@ -202,7 +201,7 @@ func TestLocalRecvFollowMax(t *testing.T) {
 	g := startGW(t, t.TempDir(), "h1", nil)
 	alice, bob := g.join("alice"), g.join("bob")
 	alice.mustSend("bob", "first")
-	c := startRecv(t, bob, api.Request{Follow: true, Max: 2})
+	c := startRecv(t, bob, api.RecvRequest{Follow: true, Max: 2})
 	if got := bodies(batch(t, c, true)); !slices.Equal(got, []string{"first"}) {
 		t.Fatalf("got %q", got)
 	}
@@ -220,8 +219,8 @@ func TestLocalRecvProtocolErrors(t *testing.T) {
 	g := startGW(t, t.TempDir(), "h1", nil)
 	alice, bob := g.join("alice"), g.join("bob")
 
-	c := startRecv(t, bob, api.Request{Follow: true})
-	if err := c.Send(&api.Request{Op: api.OpWhoami}); err != nil {
+	c := startRecv(t, bob, api.RecvRequest{Follow: true})
+	if err := c.Send(&api.WhoamiRequest{}); err != nil {
 		t.Fatal(err)
 	}
 	_, err := c.Read()
@@ -230,11 +229,11 @@ func TestLocalRecvProtocolErrors(t *testing.T) {
 	}
 
 	alice.mustSend("bob", "kept")
-	c = startRecv(t, bob, api.Request{})
+	c = startRecv(t, bob, api.RecvRequest{})
 	eventually(t, "the previous stream let go", func() error {
 		_, err := c.Read()
 		if fault.KindOf(err) == fault.KindInboxBusy {
-			c = startRecv(t, bob, api.Request{})
+			c = startRecv(t, bob, api.RecvRequest{})
 			return err
 		}
 		if err != nil {
@@ -242,7 +241,7 @@ func TestLocalRecvProtocolErrors(t *testing.T) {
 		}
 		return nil
 	})
-	if err := c.Send(&api.Request{Op: api.OpRoster}); err != nil {
+	if err := c.Send(&api.RosterRequest{}); err != nil {
 		t.Fatal(err)
 	}
 	_, err = c.Read()
@@ -251,7 +250,7 @@ func TestLocalRecvProtocolErrors(t *testing.T) {
 	}
 	bob.collect("kept")
 
-	_, err = g.call("", &api.Request{Op: api.OpRecv})
+	_, err = g.call("", &api.RecvRequest{})
 	faultOf(t, err, fault.Refused)
 }
 
@@ -289,15 +288,15 @@ func TestLocalFollowerDetached(t *testing.T) {
 			return nil
 		})
 	}
-	c := holds(t, bob, api.Request{Follow: true, Max: 1})
+	c := holds(t, bob, api.RecvRequest{Follow: true, Max: 1})
 	c.Close()
 	bob.take(0)
 	status("idle", "")
-	c = holds(t, bob, api.Request{Follow: true})
+	c = holds(t, bob, api.RecvRequest{Follow: true})
 	status("idle", "")
 	c.Close()
 	status("detached", "its fleet-recv --follow ended")
-	c = holds(t, bob, api.Request{Follow: true})
+	c = holds(t, bob, api.RecvRequest{Follow: true})
 	status("idle", "")
 	g.stop()
 	if _, err := c.Read(); fault.KindOf(err) != fault.KindShuttingDown {
@@ -305,7 +304,7 @@ func TestLocalFollowerDetached(t *testing.T) {
 	}
 	g.start()
 	status("idle", "") // due back within the grace
-	c = holds(t, bob, api.Request{Follow: true})
+	c = holds(t, bob, api.RecvRequest{Follow: true})
 	c.Close()
 	status("detached", "its fleet-recv --follow ended")
 	bob.take(0)

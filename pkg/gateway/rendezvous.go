@@ -56,11 +56,11 @@ func (r *rendezvous) wire(st *store.Store, reg *registry, log *slog.Logger, a *a
 	r.st, r.reg, r.log, r.audit, r.metrics, r.settled = st, reg, log, a, m, settled
 }
 
-// replyConn is the client an open send holds (server.go's conn).
+// replyConn is the client an open send holds (conn.go's conn).
 type replyConn interface {
 	reply(*api.Response) error
 	fail(error) error
-	read() (*api.Request, error)
+	read() (api.Request, error)
 }
 
 // Open registers w as waiting for the replies to msgID.
@@ -148,15 +148,15 @@ func (r *rendezvous) Close(msgID string) bool {
 
 // sendWait serves a send with --wait: the Sent frame first, then the reply
 // (or a timeout error) as a second frame.
-func (g *Gateway) sendWait(c *conn, req *api.Request) {
-	b, err := g.caller(req)
+func (g *Gateway) sendWait(c *conn, req *api.SendRequest) {
+	b, err := g.caller(req.Token)
 	if err != nil {
 		c.fail(err)
 		return
 	}
 	w := &replyWaiter{gid: b.snapshot().Gid, ch: make(chan *envelope.Envelope, 1)}
 	var msgID string
-	resp, err := g.sendWith(req, func(env *envelope.Envelope) {
+	resp, err := g.route.SendWith(req, func(env *envelope.Envelope) {
 		msgID = env.MsgID
 		g.rdv.Open(msgID, w)
 	})
@@ -179,8 +179,8 @@ func (g *Gateway) sendWait(c *conn, req *api.Request) {
 // send of the caller's for its reply, resumed (after an ask ended it, or
 // after a timeout). A reply that came while nobody waited is in the
 // caller's inbox: it is handed here, once, as a new one would be.
-func (g *Gateway) waitReply(c *conn, req *api.Request) {
-	b, err := g.caller(req)
+func (g *Gateway) waitReply(c *conn, req *api.WaitReplyRequest) {
+	b, err := g.caller(req.Token)
 	if err != nil {
 		c.fail(err)
 		return

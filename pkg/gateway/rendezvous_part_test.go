@@ -40,7 +40,7 @@ func (c *caughtConn) fail(err error) error {
 	return nil
 }
 
-func (c *caughtConn) read() (*api.Request, error) { return nil, <-c.gone }
+func (c *caughtConn) read() (api.Request, error) { return nil, <-c.gone }
 
 type rdvRig struct {
 	t       *testing.T

@@ -14,7 +14,7 @@ import (
 // sendWait opens fleet-send --wait from e to "to".
 func (e entity) sendWait(to, body string, timeoutMS int64) (*api.Client, *api.Sent) {
 	e.gw.t.Helper()
-	c, sent, err := e.gw.open(e.Token, &api.Request{Op: api.OpSend, To: to, Body: body, Wait: true, TimeoutMS: timeoutMS})
+	c, sent, err := e.gw.open(e.Token, &api.SendRequest{To: to, Body: body, Wait: true, TimeoutMS: timeoutMS})
 	if err != nil {
 		e.gw.t.Fatalf("send --wait from %s to %s: %v", e.Name, to, err)
 	}
@@ -24,7 +24,7 @@ func (e entity) sendWait(to, body string, timeoutMS int64) (*api.Client, *api.Se
 // reply replies to msgID as e.
 func (e entity) reply(msgID, body string) *api.Sent {
 	e.gw.t.Helper()
-	resp, err := e.gw.call(e.Token, &api.Request{Op: api.OpSend, ReplyTo: msgID, Body: body})
+	resp, err := e.gw.call(e.Token, &api.SendRequest{ReplyTo: msgID, Body: body})
 	if err != nil {
 		e.gw.t.Fatalf("reply from %s to %s: %v", e.Name, msgID, err)
 	}
@@ -100,18 +100,18 @@ func TestLocalRendezvousRefused(t *testing.T) {
 		req  api.Request
 		exit fault.Code
 	}{
-		{"no credential", "", api.Request{Op: api.OpSend, To: "bob", Body: "x", Wait: true, TimeoutMS: 1000}, fault.Refused},
-		{"unknown recipient", alice.Token, api.Request{Op: api.OpSend, To: "nobody", Body: "x", Wait: true, TimeoutMS: 1000}, fault.NoRecipient},
-		{"empty body", alice.Token, api.Request{Op: api.OpSend, To: "bob", Body: "", Wait: true, TimeoutMS: 1000}, fault.Data},
+		{"no credential", "", &api.SendRequest{To: "bob", Body: "x", Wait: true, TimeoutMS: 1000}, fault.Refused},
+		{"unknown recipient", alice.Token, &api.SendRequest{To: "nobody", Body: "x", Wait: true, TimeoutMS: 1000}, fault.NoRecipient},
+		{"empty body", alice.Token, &api.SendRequest{To: "bob", Body: "", Wait: true, TimeoutMS: 1000}, fault.Data},
 	} {
-		_, _, err := g.open(c.tok, &c.req)
+		_, _, err := g.open(c.tok, c.req)
 		if codeOf(err) != c.exit {
 			t.Errorf("%s: %v, want exit %d", c.name, err, c.exit)
 		}
 	}
 	s := alice.mustSend("bob", "plain")
 	bob.collect("plain")
-	_, err := g.call(bob.Token, &api.Request{Op: api.OpSend, ReplyTo: s.MsgID, To: "alice", Body: "both"})
+	_, err := g.call(bob.Token, &api.SendRequest{ReplyTo: s.MsgID, To: "alice", Body: "both"})
 	faultOf(t, err, fault.Usage) // a reply goes to the original sender only
 	bob.empty(alice)             // no failed send left anything behind
 	alice.empty(bob)
@@ -124,7 +124,7 @@ func TestLocalRendezvousInjectSender(t *testing.T) {
 	out := filepath.Join(dir, "hook.out")
 	g := startGW(t, dir, "h1", nil)
 	bob := g.join("bob")
-	hook := g.join("hook", api.Request{Mode: "inject", Exec: "cat >> " + out})
+	hook := g.join("hook", api.JoinRequest{Mode: "inject", Exec: "cat >> " + out})
 	c, sent := hook.sendWait("bob", "from a hook", 10_000)
 	bob.collect("from a hook")
 	bob.reply(sent.MsgID, "to the hook's send")

@@ -1,19 +1,56 @@
 package gateway
 
 import (
+	"context"
 	"errors"
+	"log/slog"
 	"slices"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/fleetd/fleet/pkg/api"
+	"github.com/fleetd/fleet/pkg/audit"
+	"github.com/fleetd/fleet/pkg/broker"
+	"github.com/fleetd/fleet/pkg/config"
 	"github.com/fleetd/fleet/pkg/envelope"
 	"github.com/fleetd/fleet/pkg/fault"
 	"github.com/fleetd/fleet/pkg/ident"
+	"github.com/fleetd/fleet/pkg/metrics"
 	"github.com/fleetd/fleet/pkg/near"
 	"github.com/fleetd/fleet/pkg/store"
 )
+
+// router is the routing fork and the sender's side of a message: a
+// recipient resolved (this host's registry, or the peers' view of the
+// others), a send checked and stored here (intake) or published to the
+// broker and recorded, and what became of it told to its sender (Lookup,
+// WaitState). It holds no state of its own: what it reads is wired in once
+// (gateway.go open); the broker and the admission are read at each use
+// (set in Run, nil in single-host mode).
+type router struct {
+	cfg     *config.Config
+	st      *store.Store
+	log     *slog.Logger
+	audit   *audit.Log
+	metrics *metrics.Metrics // nil: off
+	reg     *registry
+	peers   *peerView
+	names   *nameBook
+	admits  *admitsView
+	caps    *inboxCaps
+	seal    *sealing  // sealing.go: a large message kept as published, sealed (nil: as it is)
+	in      *intake   // a local message into its inbox
+	rcpt    *receipts // a message dead here bounces
+
+	br      func() *broker.Broker                // nil: single-host mode
+	admit   func() *admission                    // nil: single-host mode
+	caller  func(token string) (*mailbox, error) // gateway.go: the entity whose credential a request presents
+	remote  func() []api.EntityRow               // presence.go: the other hosts' entities
+	heard   func()                               // presence.go: keep what was heard (saveHeard)
+	ctx     func() context.Context               // the work in flight's: cancelled past the drain bound
+	closing func() <-chan struct{}               // closed when shutdown starts: a wait ends
+}
 
 // target is where a message goes: a local mailbox, or a gid on another
 // host reached through the broker.
@@ -24,34 +61,34 @@ type target struct {
 	warning    string // a bare name more than one trusted host has (names.go)
 }
 
-// resolve finds a recipient by name, name@host or gid. This is the routing
+// Resolve finds a recipient by name, name@host or gid. This is the routing
 // fork: a recipient on this host is served from the embedded store and
 // never touches the broker; any other goes to the broker, which alone knows
 // where its inbox is. Names are looked up in the union roster view: a name
 // on two trusted hosts means the entity made first (names.go), a name
 // nowhere is unknown (67).
-func (g *Gateway) resolve(to string) (target, error) {
+func (rt *router) Resolve(to string) (target, error) {
 	name, host, qualified := strings.Cut(to, "@")
 	if ident.IsGid(to) {
-		if b := g.reg.Get(to); b != nil {
+		if b := rt.reg.Get(to); b != nil {
 			return target{box: b}, nil
 		}
-		if g.br == nil {
+		if rt.br() == nil {
 			return target{}, fault.New(fault.NoRecipient, fault.KindUnknownRecipient,
 				"no recipient %s on this host, and no broker is configured to reach other hosts", to).
 				WithHint("list entities with: fleet-roster")
 		}
 		// named as this host last heard it (never from a body): a gid
 		// names its host, and the view the name
-		return target{gid: to, name: g.peers.Name(to), host: ident.GidHost(to)}, nil
+		return target{gid: to, name: rt.peers.Name(to), host: ident.GidHost(to)}, nil
 	}
 	var local *mailbox
-	if !qualified || host == g.cfg.Host {
-		local = g.reg.ByName(name)
+	if !qualified || host == rt.cfg.Host {
+		local = rt.reg.ByName(name)
 	}
 	var remote []api.EntityRow
-	if g.br != nil && (!qualified || host != g.cfg.Host) {
-		remote = g.peers.ByName(name, host, g.admit.trusted)
+	if rt.br() != nil && (!qualified || host != rt.cfg.Host) {
+		remote = rt.peers.ByName(name, host, rt.admit().trusted)
 	}
 	rows := remote
 	if local != nil {
@@ -60,22 +97,22 @@ func (g *Gateway) resolve(to string) (target, error) {
 	}
 	switch {
 	case len(rows) == 0:
-		if qualified && host != g.cfg.Host && g.br == nil {
+		if qualified && host != rt.cfg.Host && rt.br() == nil {
 			return target{}, fault.New(fault.NoRecipient, fault.KindUnknownRecipient,
 				"no recipient %s: host %s is not this host and no broker is configured", to, host)
 		}
-		if qualified && host != g.cfg.Host && !g.admit.trusted(host) {
-			return target{}, untrustedName(to, name, host, g.names.Rumoured(name, host, g.admit.trustedNow()))
+		if qualified && host != rt.cfg.Host && !rt.admit().trusted(host) {
+			return target{}, untrustedName(to, name, host, rt.names.Rumoured(name, host, rt.admit().trustedNow()))
 		}
-		if err := g.unsettled(to, host); err != nil {
+		if err := rt.unsettled(to, host); err != nil {
 			return target{}, err
 		}
-		if hosts := g.names.Rumoured(name, host, g.admit.trustedNow()); len(hosts) > 0 {
+		if hosts := rt.names.Rumoured(name, host, rt.admit().trustedNow()); len(hosts) > 0 {
 			// never "did you mean" another entity: the name is elsewhere
 			return target{}, untrustedName(to, name, host, hosts)
 		}
 		e := fault.New(fault.NoRecipient, fault.KindUnknownRecipient, "no recipient named %s", to)
-		if n := g.nearName(name, host); n != "" {
+		if n := rt.nearName(name, host); n != "" {
 			return target{}, e.WithHint("did you mean %s? (list entities with: fleet-roster)", n)
 		}
 		return target{}, e.WithHint("list entities with: fleet-roster")
@@ -88,7 +125,7 @@ func (g *Gateway) resolve(to string) (target, error) {
 	// trusted each other): the first made, on every host alike
 	h := holder(rows)
 	warning := conflictWarning(rows, h)
-	if local != nil && h.Host == g.cfg.Host && h.Gid == local.snapshot().Gid {
+	if local != nil && h.Host == rt.cfg.Host && h.Gid == local.snapshot().Gid {
 		return target{box: local, warning: warning}, nil
 	}
 	return target{gid: h.Gid, name: h.Name, host: h.Host, warning: warning}, nil
@@ -103,30 +140,30 @@ func (g *Gateway) resolve(to string) (target, error) {
 // trust file's lines and the certified ones (admit.go). A name known before — heard, kept
 // across a restart — never gets here: it resolves to its last gid and the
 // broker decides.
-func (g *Gateway) unsettled(to, host string) error {
-	if g.br == nil || host == g.cfg.Host {
+func (rt *router) unsettled(to, host string) error {
+	if rt.br() == nil || host == rt.cfg.Host {
 		return nil
 	}
 	var hosts []string // the trusted hosts the name could be on
-	for _, h := range g.admit.trustedHosts() {
+	for _, h := range rt.admit().trustedHosts() {
 		if host == "" || h == host {
 			hosts = append(hosts, h)
 		}
 	}
 	// with an operator trusted, a host certified but not heard yet may
 	// hold it too: no list of hosts says the roster is complete
-	open := len(g.admit.file.Operators()) > 0 && (host == "" || !slices.Contains(hosts, host))
+	open := len(rt.admit().file.Operators()) > 0 && (host == "" || !slices.Contains(hosts, host))
 	if len(hosts) == 0 && !open {
 		return nil // no host it could be on is trusted: nothing of it can be heard
 	}
-	state, _, _, since := g.br.State()
+	state, _, _, since := rt.br().State()
 	if state != "connected" && state != "blocked" { // blocked: presence still comes in
 		return fault.New(fault.Unavailable, fault.KindBrokerDown,
 			"no entity %s is known here, and the broker is down: it may be on a host this gateway cannot hear", to).
 			WithHint("local sends keep working; try again once the broker is back (fleet-gw status)")
 	}
-	wait := rosterSettle(g.cfg.PresenceInterval) - time.Since(since)
-	if wait <= 0 || (!open && g.peers.HeardAllSince(hosts, since)) {
+	wait := rosterSettle(rt.cfg.PresenceInterval) - time.Since(since)
+	if wait <= 0 || (!open && rt.peers.HeardAllSince(hosts, since)) {
 		return nil
 	}
 	return fault.New(fault.TempFail, fault.KindRosterSettling,
@@ -140,15 +177,15 @@ func rosterSettle(interval time.Duration) time.Duration { return interval + inte
 
 // nearName is the known entity name nearest a mistyped one ("" if none
 // is near): as NAME when it lives here, NAME@HOST when elsewhere.
-func (g *Gateway) nearName(name, host string) string {
+func (rt *router) nearName(name, host string) string {
 	cands := map[string]string{} // name -> as it is suggested
-	if host == "" || host == g.cfg.Host {
-		for _, n := range g.reg.Names() {
+	if host == "" || host == rt.cfg.Host {
+		for _, n := range rt.reg.Names() {
 			cands[n] = n
 		}
 	}
-	if g.br != nil {
-		for _, r := range g.remoteRows() {
+	if rt.br() != nil {
+		for _, r := range rt.remote() {
 			if _, here := cands[r.Name]; !here && r.Status != "untrusted" && (host == "" || r.Host == host) {
 				cands[r.Name] = r.Name + "@" + r.Host
 			}
@@ -165,21 +202,21 @@ func (g *Gateway) nearName(name, host string) string {
 	return ""
 }
 
-// send accepts one message: who sends it comes from the credential, never
+// Send accepts one message: who sends it comes from the credential, never
 // from the request; the body is checked; a local message is durably in the
 // recipient's inbox, a remote one confirmed by the broker, before the
 // sender hears "accepted".
-func (g *Gateway) send(req *api.Request) (*api.Response, error) { return g.sendWith(req, nil) }
+func (rt *router) Send(req *api.SendRequest) (*api.Response, error) { return rt.SendWith(req, nil) }
 
-// sendWith is send; before is called with the envelope just before it is
+// SendWith is Send; before is called with the envelope just before it is
 // stored or published (rendezvous.go registers an open send's waiter there,
 // so no reply can arrive unseen).
-func (g *Gateway) sendWith(req *api.Request, before func(*envelope.Envelope)) (*api.Response, error) {
-	from, err := g.caller(req)
+func (rt *router) SendWith(req *api.SendRequest, before func(*envelope.Envelope)) (*api.Response, error) {
+	from, err := rt.caller(req.Token)
 	if err != nil {
 		return nil, err
 	}
-	if err := envelope.CheckBody([]byte(req.Body), g.cfg.MaxBody); err != nil {
+	if err := envelope.CheckBody([]byte(req.Body), rt.cfg.MaxBody); err != nil {
 		return nil, err
 	}
 	sender := from.snapshot()
@@ -187,9 +224,9 @@ func (g *Gateway) sendWith(req *api.Request, before func(*envelope.Envelope)) (*
 	to := req.To
 	trace := ""
 	if req.ReplyTo != "" {
-		orig, err := g.st.Record(req.ReplyTo)
+		orig, err := rt.st.Record(req.ReplyTo)
 		if err != nil { // a broadcast copy is recorded per member
-			orig, err = g.st.Record(req.ReplyTo + "/" + sender.Gid)
+			orig, err = rt.st.Record(req.ReplyTo + "/" + sender.Gid)
 		}
 		if err != nil || orig.Recipient != sender.Gid {
 			// a message the caller did not receive is as good as unknown
@@ -204,7 +241,7 @@ func (g *Gateway) sendWith(req *api.Request, before func(*envelope.Envelope)) (*
 	if to == "" {
 		return nil, fault.New(fault.Usage, fault.KindUsage, "no recipient")
 	}
-	t, err := g.resolve(to)
+	t, err := rt.Resolve(to)
 	if err != nil {
 		return nil, err
 	}
@@ -222,7 +259,7 @@ func (g *Gateway) sendWith(req *api.Request, before func(*envelope.Envelope)) (*
 	if req.MsgID != "" {
 		// the client minted the id (fleet-send does, so that a send whose
 		// outcome it could not learn can be retried as the same message)
-		prev, err := sameMessage(g.st, req.MsgID, env)
+		prev, err := sameMessage(rt.st, req.MsgID, env)
 		if err != nil {
 			return nil, err
 		}
@@ -244,12 +281,12 @@ func (g *Gateway) sendWith(req *api.Request, before func(*envelope.Envelope)) (*
 		}
 	}
 	if kind == envelope.Reply {
-		g.audit.Message("replied", env, 0, "to "+req.ReplyTo)
+		rt.audit.Message("replied", env, 0, "to "+req.ReplyTo)
 	}
 	if t.box != nil {
 		// a full local inbox refuses it, as a full broker inbox does
 		// (inboxcap.go): dead here, a bounce, 75 for the call
-		if err := g.caps.Refuse(env); err != nil {
+		if err := rt.caps.Refuse(env); err != nil {
 			return nil, err
 		}
 	}
@@ -259,17 +296,17 @@ func (g *Gateway) sendWith(req *api.Request, before func(*envelope.Envelope)) (*
 	state := store.Accepted
 	warning := t.warning
 	if t.box != nil {
-		rec, err := g.in.Accept(env)
+		rec, err := rt.in.Accept(env)
 		if err != nil {
 			return nil, err
 		}
 		state = rec.State
-	} else if err := g.publish(env, retry); err != nil {
+	} else if err := rt.publish(env, retry); err != nil {
 		return nil, err
 	} else {
 		// the broker holds it for the host's return; the sender hears
 		// at once that a reply or a delivery may be long in coming
-		hs, heard := g.peers.HostState(rcpt.Host, time.Now(), g.br.Connected(), g.cfg.PresenceTTL)
+		hs, heard := rt.peers.HostState(rcpt.Host, time.Now(), rt.br().Connected(), rt.cfg.PresenceTTL)
 		if away := hostAway(rcpt.Host, hs, heard, time.Now()); away != "" {
 			if warning != "" {
 				warning += "; "
@@ -311,17 +348,17 @@ const reasonRemoteFull = "inbox full: the broker refused it"
 
 // publish hands a message for another host to the broker and records it.
 // An inbox that is full there dead-letters it here, with that reason.
-func (g *Gateway) publish(env *envelope.Envelope, retry bool) error {
-	log := g.log.With("msg_id", env.MsgID, "trace_id", env.TraceID)
+func (rt *router) publish(env *envelope.Envelope, retry bool) error {
+	log := rt.log.With("msg_id", env.MsgID, "trace_id", env.TraceID)
 	now := time.Now().UTC()
 	if env.Kind == envelope.Send || env.Kind == envelope.Reply {
 		// a host that says it does not admit this one would refuse it
-		cert, _ := g.admit.certified().Present()
+		cert, _ := rt.admit().certified().Present()
 		host := ident.GidHost(env.Recipient.Gid) // a gid names the host it lives on
 		if host == "" {
 			host = env.Recipient.Host
 		}
-		if err := g.admits.check(host, cert != "", now); err != nil {
+		if err := rt.admits.check(host, cert != "", now); err != nil {
 			return err
 		}
 	}
@@ -329,53 +366,53 @@ func (g *Gateway) publish(env *envelope.Envelope, retry bool) error {
 	// before the broker's confirm does, and its SettleOutbound, queued
 	// after, finds it — and goes to disk while the broker confirms: the
 	// sender hears once both are done.
-	recorded := g.st.RecordOutboundKeep(env, now, g.seal.Kept(env)) // sealing.go, refusals.go
-	g.audit.Message("published", env, 0, "")
-	err := g.br.Publish(g.hardCtx, env.Recipient.Gid, env, true)
+	recorded := rt.st.RecordOutboundKeep(env, now, rt.seal.Kept(env)) // sealing.go, refusals.go
+	rt.audit.Message("published", env, 0, "")
+	err := rt.br().Publish(rt.ctx(), env.Recipient.Gid, env, true)
 	if rerr := recorded(); rerr != nil && err == nil {
 		// sent and confirmed: said as it is (a retry would send it twice)
 		log.Error("message sent, but its record could not be written: its status will be unknown here", "err", rerr,
-			"fix", "free space in the state folder "+g.cfg.StateDir)
-		g.audit.Message("confirmed", env, 0, "")
+			"fix", "free space in the state folder "+rt.cfg.StateDir)
+		rt.audit.Message("confirmed", env, 0, "")
 		return nil
 	}
 	switch kind := fault.KindOf(err); {
 	case err == nil:
-		g.audit.Message("confirmed", env, 0, "")
+		rt.audit.Message("confirmed", env, 0, "")
 		if retry {
 			// a retry confirmed: whatever the first attempt did, the
 			// broker has it now (the receiver keeps one per msg id)
-			if _, merr := g.st.MarkOutbound(env.MsgID, store.Accepted); merr != nil {
+			if _, merr := rt.st.MarkOutbound(env.MsgID, store.Accepted); merr != nil {
 				log.Error("marking a retried message accepted", "err", merr)
 			}
 		}
 		return nil
 	case kind == fault.KindInboxFull:
 		err = namedFault(err, env.Recipient)
-		g.audit.Message("dead", env, 0, "inbox full")
-		g.metrics.Dead(env.Kind, "inbox full")
+		rt.audit.Message("dead", env, 0, "inbox full")
+		rt.metrics.Dead(env.Kind, "inbox full")
 		log.Warn("remote inbox full: dead-lettered here", "recipient", env.Recipient.Gid)
-		if derr := g.st.DeadOutbound(env, reasonRemoteFull, now); derr != nil {
+		if derr := rt.st.DeadOutbound(env, reasonRemoteFull, now); derr != nil {
 			log.Error("dead-lettering", "err", derr)
 		} else {
 			// the call fails with 75 too; the bounce is for whoever reads
 			// the sender's inbox later (a script's exit status is gone)
-			g.rcpt.Notify()
-			g.rcpt.Bounce(env.MsgID, env.TraceID, env.Sender.Gid, env.Recipient.String(), reasonRemoteFull)
+			rt.rcpt.Notify()
+			rt.rcpt.Bounce(env.MsgID, env.TraceID, env.Sender.Gid, env.Recipient.String(), reasonRemoteFull)
 		}
 	case kind == fault.KindBrokerTimeout || kind == fault.KindOutcomeUnknown:
 		// outcome unknown: the record stays, and says so, until a receipt
 		// settles it or a retry under the same msg id is confirmed
-		g.audit.Message("unconfirmed", env, 0, err.Error())
-		if _, merr := g.st.MarkOutbound(env.MsgID, store.Unknown); merr != nil {
+		rt.audit.Message("unconfirmed", env, 0, err.Error())
+		if _, merr := rt.st.MarkOutbound(env.MsgID, store.Unknown); merr != nil {
 			log.Error("marking a message's outcome unknown", "err", merr)
 		}
 	case kind == fault.KindUnknownRecipient:
 		// the broker has no inbox for it: the name's last gid is no more
-		g.audit.Message("not_sent", env, 0, err.Error())
-		g.peers.Forget(env.Recipient.Gid)
-		g.saveHeard()
-		if derr := g.st.ForgetRecord(env.MsgID); derr != nil {
+		rt.audit.Message("not_sent", env, 0, err.Error())
+		rt.peers.Forget(env.Recipient.Gid)
+		rt.heard()
+		if derr := rt.st.ForgetRecord(env.MsgID); derr != nil {
 			log.Error("forgetting an unsent message", "err", derr)
 		}
 		msg := "no recipient %s: the broker has no inbox for it"
@@ -385,9 +422,9 @@ func (g *Gateway) publish(env *envelope.Envelope, retry bool) error {
 		return fault.New(fault.NoRecipient, fault.KindUnknownRecipient, msg, env.Recipient.String()).
 			WithHint("list entities with: fleet-roster")
 	default:
-		g.audit.Message("not_sent", env, 0, err.Error())
+		rt.audit.Message("not_sent", env, 0, err.Error())
 		// not sent (no route, broker down or blocked): no record
-		if derr := g.st.ForgetRecord(env.MsgID); derr != nil {
+		if derr := rt.st.ForgetRecord(env.MsgID); derr != nil {
 			log.Error("forgetting an unsent message", "err", derr)
 		}
 	}
@@ -406,12 +443,14 @@ func namedFault(err error, p envelope.Party) error {
 	return &named
 }
 
-func (g *Gateway) apiRecord(r *store.Record) api.Record {
+// Record is r as its sender is told it: the recipient named as this host
+// knows it (here, as last heard, or as it was sent to).
+func (rt *router) Record(r *store.Record) api.Record {
 	rcpt := r.Recipient
-	if b := g.reg.Get(r.Recipient); b != nil {
+	if b := rt.reg.Get(r.Recipient); b != nil {
 		e := b.snapshot()
 		rcpt = e.Name + "@" + e.Host
-	} else if n := g.peers.Name(r.Recipient); n != "" {
+	} else if n := rt.peers.Name(r.Recipient); n != "" {
 		rcpt = n + "@" + ident.GidHost(r.Recipient) // a remote one, as last heard
 	} else if r.Named != "" {
 		rcpt = r.Named // as it was sent to, before it left and was forgotten
@@ -422,19 +461,59 @@ func (g *Gateway) apiRecord(r *store.Record) api.Record {
 	}
 }
 
-// lookup tells a message's sender (or recipient) its delivery state. To
+// Lookup tells a message's sender (or recipient) its delivery state. To
 // anyone else the message does not exist.
-func (g *Gateway) lookup(req *api.Request) (*api.Response, error) {
-	b, err := g.caller(req)
+func (rt *router) Lookup(req *api.LookupRequest) (*api.Response, error) {
+	b, err := rt.caller(req.Token)
 	if err != nil {
 		return nil, err
 	}
 	gid := b.snapshot().Gid
-	r, err := g.st.Record(req.MsgID)
+	r, err := rt.st.Record(req.MsgID)
 	if err != nil || (r.Sender != gid && r.Recipient != gid) {
 		return nil, fault.New(fault.NoRecipient, fault.KindUnknownMessage, "no message %s sent or received by you", req.MsgID).
-			WithHint("delivery records are kept for the dedup window (%s)", g.cfg.DedupWindow)
+			WithHint("delivery records are kept for the dedup window (%s)", rt.cfg.DedupWindow)
 	}
-	rec := g.apiRecord(r)
+	rec := rt.Record(r)
 	return &api.Response{Record: &rec}, nil
+}
+
+// WaitState blocks until msgID's record reaches state (or dies, which is
+// final), or the timeout passes: then TempFail naming the state reached.
+func (rt *router) WaitState(req *api.WaitRequest) (*api.Response, error) {
+	b, err := rt.caller(req.Token)
+	if err != nil {
+		return nil, err
+	}
+	gid := b.snapshot().Gid
+	deadline := time.Now().Add(time.Duration(req.TimeoutMS) * time.Millisecond)
+	for {
+		changed := rt.rcpt.Changed()
+		r, err := rt.st.Record(req.MsgID)
+		if err != nil || (r.Sender != gid && r.Recipient != gid) {
+			return nil, fault.New(fault.NoRecipient, fault.KindUnknownMessage, "no message %s sent or received by you", req.MsgID)
+		}
+		rec := rt.Record(r)
+		if r.State == req.Until || r.State == store.Dead {
+			if r.State != req.Until {
+				return &api.Response{Record: &rec}, fault.New(fault.TempFail, fault.KindTimeout,
+					"message %s is dead, not %s: %s", r.MsgID, req.Until, r.Reason)
+			}
+			return &api.Response{Record: &rec}, nil
+		}
+		wait := time.Until(deadline)
+		if wait <= 0 {
+			return &api.Response{Record: &rec}, fault.New(fault.TempFail, fault.KindTimeout,
+				"message %s is still %s, not %s, after %v", r.MsgID, r.State, req.Until, time.Duration(req.TimeoutMS)*time.Millisecond)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-changed:
+		case <-t.C:
+		case <-rt.closing():
+			t.Stop()
+			return nil, fault.New(fault.Unavailable, fault.KindShuttingDown, "the gateway is shutting down")
+		}
+		t.Stop()
+	}
 }

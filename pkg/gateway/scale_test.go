@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fleetd/fleet/internal/testnode"
 
@@ -20,14 +21,14 @@ func TestCrossManyEntities(t *testing.T) {
 	if testing.Short() {
 		t.Skip("joins 2,100 entities")
 	}
-	brokerAlone(t)
+	brokerAlone(t, time.Minute)
 	url := brokerURL(t)
 	g := startGW(t, t.TempDir(), "h1", settings{"broker": url, "presence-interval": "1h"})
 	const n = 2100
 	var last entity
 	c := g.dial("")
 	for i := range n {
-		resp, err := c.Call(&api.Request{Op: api.OpJoin, Name: fmt.Sprintf("e%d", i), Mode: "pull"})
+		resp, err := c.Call(&api.JoinRequest{Name: fmt.Sprintf("e%d", i), Mode: "pull"})
 		if err != nil {
 			t.Fatalf("join %d: %v", i, err)
 		}
@@ -97,13 +98,13 @@ func TestCrossJoinWithoutInboxFailsWhole(t *testing.T) {
 	ctl("set_permissions", "-p", vhost, user, `^(bridge|control|roster)\..*`, ".*", ".*")
 	limited := strings.Replace(url, "guest:guest@", user+":pw-"+user+"@", 1)
 	g := startGW(t, t.TempDir(), "h1", settings{"broker": limited})
-	_, err := g.call("", &api.Request{Op: api.OpJoin, Name: "nohome", Mode: "pull"})
+	_, err := g.call("", &api.JoinRequest{Name: "nohome", Mode: "pull"})
 	fe := faultOf(t, err, 69)
 	if !strings.Contains(fe.Error(), "could not declare and consume the inbox") {
 		t.Errorf("error: %v", fe)
 	}
 	check := func(when string) {
-		resp := g.must("", &api.Request{Op: api.OpRoster})
+		resp := g.must("", &api.RosterRequest{})
 		for _, r := range resp.Entities {
 			if r.Name == "nohome" {
 				t.Fatalf("%s: nohome is in the roster: %+v", when, r)
@@ -117,6 +118,6 @@ func TestCrossJoinWithoutInboxFailsWhole(t *testing.T) {
 	g.restart() // nothing in the store either
 	check("after a restart")
 	// the name is free, and the gateway still works for what it may do
-	_, err = g.call("", &api.Request{Op: api.OpJoin, Name: "nohome", Mode: "pull"})
+	_, err = g.call("", &api.JoinRequest{Name: "nohome", Mode: "pull"})
 	faultOf(t, err, 69)
 }

@@ -109,25 +109,25 @@ func TestLocalProtocol(t *testing.T) {
 	g := startGW(t, t.TempDir(), "h1", nil)
 
 	r := dialRaw(t, g)
-	r.write(&api.Request{Op: api.OpWhoami})
+	r.write(&api.WhoamiRequest{})
 	wantError(t, r.read(), 65, fault.KindProtocol)
 	if !r.closed() {
 		t.Error("a connection without hello stays open")
 	}
 
 	r = dialRaw(t, g)
-	r.write(&api.Request{Op: api.OpHello, Proto: api.Proto + 1})
+	r.write(&api.HelloRequest{Proto: api.Proto + 1})
 	wantError(t, r.read(), 65, fault.KindProtocol)
 	if !r.closed() {
 		t.Error("a connection of another protocol version stays open")
 	}
 
 	r = dialRaw(t, g)
-	r.write(&api.Request{Op: api.OpHello, Proto: api.Proto})
+	r.write(&api.HelloRequest{Proto: api.Proto})
 	if h := r.read(); !h.OK || h.Hello == nil || h.Hello.Host != "h1" || h.Hello.MaxBody != g.Cfg.MaxBody || h.Hello.Pid != os.Getpid() {
 		t.Fatalf("hello %+v", h)
 	}
-	r.write(&api.Request{Op: api.OpAck})
+	r.write(&api.AckRequest{})
 	wantError(t, r.read(), 65, fault.KindProtocol) // ack outside recv
 	if !r.closed() {
 		t.Error("a connection that sent a protocol error stays open")
@@ -159,7 +159,7 @@ func TestLocalFrameTimeout(t *testing.T) {
 	alice := g.join("alice")
 	idle := g.dial(alice.Token)
 	r := dialRaw(t, g)
-	r.write(&api.Request{Op: api.OpHello, Proto: api.Proto})
+	r.write(&api.HelloRequest{Proto: api.Proto})
 	r.read()
 	r.c.Write([]byte{0, 0, 0, 10, '{'}) // 1 of 10 bytes, then nothing
 	resp := r.read()
@@ -169,7 +169,7 @@ func TestLocalFrameTimeout(t *testing.T) {
 	}
 	g.waitLog(`"msg":"clients stalled in the middle of a request: closing their connections"`)
 	// the idle connection, older than the stall, still works
-	if resp, err := idle.Call(&api.Request{Op: api.OpWhoami}); err != nil || resp.Entity.Name != "alice" {
+	if resp, err := idle.Call(&api.WhoamiRequest{}); err != nil || resp.Entity.Name != "alice" {
 		t.Fatalf("idle connection: %+v %v", resp, err)
 	}
 	g.waitLog(`"msg":"clients stalled in the middle of a request: closing their connections: burst over"`)
@@ -219,7 +219,7 @@ func TestLocalGatewayRefusesToStart(t *testing.T) {
 		t.Errorf("on a socket in use: %v", err)
 	}
 	// the running gateway kept its socket
-	if _, err := g.call("", &api.Request{Op: api.OpRoster}); err != nil {
+	if _, err := g.call("", &api.RosterRequest{}); err != nil {
 		t.Fatalf("the first gateway after the refusal: %v", err)
 	}
 
@@ -262,7 +262,7 @@ func TestLocalSilentConnectionsMakeRoom(t *testing.T) {
 	wantRoomMade(second, "the other silent connection")
 	g.waitLog(`"msg":"at the connection cap: closing connections that sent no request, oldest first, to admit new ones"`)
 	for i, c := range []*api.Client{idle, c1, c2} {
-		if _, err := c.Call(&api.Request{Op: api.OpRoster}); err != nil {
+		if _, err := c.Call(&api.RosterRequest{}); err != nil {
 			t.Fatalf("client %d, after the room was made: %v", i, err)
 		}
 	}
@@ -297,7 +297,7 @@ func TestLocalSilentConnectionsTimeOut(t *testing.T) {
 		t.Error("a connection that sent half a first frame stays open")
 	}
 	g.waitLog(`"msg":"connections sent no request within the frame timeout: closing them"`)
-	if _, err := idle.Call(&api.Request{Op: api.OpRoster}); err != nil {
+	if _, err := idle.Call(&api.RosterRequest{}); err != nil {
 		t.Fatalf("the client that said hello, idle meanwhile: %v", err)
 	}
 	g.waitLog(`"msg":"connections sent no request within the frame timeout: closing them: burst over"`)

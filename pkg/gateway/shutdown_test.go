@@ -17,7 +17,7 @@ func TestShutdownDrainSendsReceipt(t *testing.T) {
 	dir := t.TempDir()
 	started, out := filepath.Join(dir, "started"), filepath.Join(dir, "got")
 	alice := h1.join("alice")
-	h2.join("hook", api.Request{Mode: "inject", Exec: "touch " + started + "; sleep 2; cat > " + out})
+	h2.join("hook", api.JoinRequest{Mode: "inject", Exec: "touch " + started + "; sleep 2; cat > " + out})
 	h1.resolves("hook@h2")
 	s := alice.mustSend("hook", "delivered while h2 stops")
 	eventually(t, "the delivery on h2 to begin", func() error {

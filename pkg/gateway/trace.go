@@ -163,7 +163,7 @@ type tracer struct {
 	peers   *peerView       // names of the other hosts' entities
 	workers *sync.WaitGroup // the searches for other hosts are waited for at shutdown
 
-	caller func(req *api.Request) (store.Entity, error) // the entity a request acts as (its credential)
+	caller func(token string) (store.Entity, error) // the entity a request acts as (by its credential)
 
 	// read at each query: set in Run, after the store is open
 	br      func() *broker.Broker  // nil: single-host mode
@@ -181,8 +181,8 @@ func newTracer(host string, log *slog.Logger, a *audit.Log, reg *registry, peers
 }
 
 // Trace serves fleet-trace for the entity of this host req acts as.
-func (t *tracer) Trace(req *api.Request) (*api.Response, error) {
-	sender, err := t.caller(req)
+func (t *tracer) Trace(req *api.TraceRequest) (*api.Response, error) {
+	sender, err := t.caller(req.Token)
 	if err != nil {
 		return nil, err
 	}

@@ -46,12 +46,12 @@ func TestTracerOwnHops(t *testing.T) {
 	a.Message("taken", env, 1, "")
 	a.Message("accepted", envelope.New(envelope.Send, alice, carol, "another flow"), 0, "")
 	var caller store.Entity
-	tr.caller = func(*api.Request) (store.Entity, error) { return caller, nil }
+	tr.caller = func(string) (store.Entity, error) { return caller, nil }
 	if e := r.in.reg.Get(alice.Gid); e != nil {
 		caller = e.snapshot()
 	}
 
-	res, err := tr.Trace(&api.Request{TraceID: env.TraceID})
+	res, err := tr.Trace(&api.TraceRequest{TraceID: env.TraceID})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,13 +66,13 @@ func TestTracerOwnHops(t *testing.T) {
 		t.Fatalf("names %v", out.Names)
 	}
 
-	_, err = tr.Trace(&api.Request{TraceID: "not an id"})
+	_, err = tr.Trace(&api.TraceRequest{TraceID: "not an id"})
 	faultKind(t, err, fault.KindUsage)
-	_, err = tr.Trace(&api.Request{TraceID: env.TraceID, TimeoutMS: (controlWindow + time.Second).Milliseconds()})
+	_, err = tr.Trace(&api.TraceRequest{TraceID: env.TraceID, TimeoutMS: (controlWindow + time.Second).Milliseconds()})
 	faultKind(t, err, fault.KindUsage)
 	nobody := errors.New("no credential")
-	tr.caller = func(*api.Request) (store.Entity, error) { return store.Entity{}, nobody }
-	if _, err := tr.Trace(&api.Request{TraceID: env.TraceID}); err != nobody {
+	tr.caller = func(string) (store.Entity, error) { return store.Entity{}, nobody }
+	if _, err := tr.Trace(&api.TraceRequest{TraceID: env.TraceID}); err != nobody {
 		t.Fatalf("a caller refused: %v", err)
 	}
 }

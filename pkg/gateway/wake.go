@@ -78,7 +78,7 @@ type wakeState struct {
 }
 
 // wakes is the gateway's wake notice: one loop per hook entity with a
-// pane, started and stopped with the entity's delivery (addBox, removeBox).
+// pane, started and stopped with the entity's delivery (inboxes.Add, Remove).
 type wakes struct {
 	cfg      *config.Config
 	st       *store.Store

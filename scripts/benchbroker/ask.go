@@ -38,7 +38,7 @@ func startAnswerer(g *benchkit.Gateway, token string, workers int) (*answerer, f
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := rc.Send(&api.Request{Op: api.OpRecv, Follow: true}); err != nil {
+	if err := rc.Send(&api.RecvRequest{Follow: true}); err != nil {
 		rc.Close()
 		return nil, nil, err
 	}
@@ -79,7 +79,7 @@ func startAnswerer(g *benchkit.Gateway, token string, workers int) (*answerer, f
 				}
 				a.mu.Unlock()
 			}
-			if err := rc.Send(&api.Request{Op: api.OpAck, Acks: acks}); err != nil {
+			if err := rc.Send(&api.AckRequest{Acks: acks}); err != nil {
 				return
 			}
 		}
@@ -90,7 +90,7 @@ func startAnswerer(g *benchkit.Gateway, token string, workers int) (*answerer, f
 			defer a.done.Done()
 			for id := range a.ids {
 				t := time.Now()
-				resp, err := c.Call(&api.Request{Op: api.OpSend, AnswerTo: id, Body: "ok"})
+				resp, err := c.Call(&api.SendRequest{AnswerTo: id, Body: "ok"})
 				d := time.Since(t)
 				a.mu.Lock()
 				if err != nil {
@@ -139,7 +139,7 @@ func askOnce(g *benchkit.Gateway, token string, a *answerer, to string) (rt, sen
 	defer c.Close()
 	t0 := time.Now()
 	dialT = t0.Sub(td)
-	resp, err := c.Call(&api.Request{Op: api.OpAsk, To: to, Body: "are you there?", TimeoutMS: askTTL.Milliseconds()})
+	resp, err := c.Call(&api.AskRequest{To: to, Body: "are you there?", TimeoutMS: askTTL.Milliseconds()})
 	if err != nil {
 		return 0, 0, 0, 0, fmt.Errorf("ask: %w", err)
 	}
@@ -385,7 +385,7 @@ func askPhase(gws []*benchkit.Gateway, vhostURL string, bpid int) (*askResult, e
 		c    *api.Client
 		name string
 	}{{admin1, "asker"}, {admin2, "answerer"}, {admin2, "localasker"}} {
-		if _, err := l.c.Call(&api.Request{Op: api.OpLeave, Name: l.name}); err != nil {
+		if _, err := l.c.Call(&api.LeaveRequest{Name: l.name}); err != nil {
 			return nil, fmt.Errorf("leave %s: %w", l.name, err)
 		}
 	}

@@ -161,7 +161,7 @@ func bcastPhase(gws []*benchkit.Gateway, vhostURL string, bpid int) (*bcastResul
 			return nil, fmt.Errorf("recv stream %d: %w", i, err)
 		}
 		clients = append(clients, c)
-		if err := c.Send(&api.Request{Op: api.OpRecv, Follow: true}); err != nil {
+		if err := c.Send(&api.RecvRequest{Follow: true}); err != nil {
 			return nil, err
 		}
 		rwg.Add(1)
@@ -180,7 +180,7 @@ func bcastPhase(gws []*benchkit.Gateway, vhostURL string, bpid int) (*bcastResul
 						tr.arrive(d.Envelope.MsgID, i, now)
 					}
 				}
-				if err := c.Send(&api.Request{Op: api.OpAck, Acks: acks}); err != nil {
+				if err := c.Send(&api.AckRequest{Acks: acks}); err != nil {
 					return
 				}
 			}
@@ -196,7 +196,7 @@ func bcastPhase(gws []*benchkit.Gateway, vhostURL string, bpid int) (*bcastResul
 	warmStart := time.Now()
 	var wr *bround
 	for {
-		resp, err := bc.Call(&api.Request{Op: api.OpBcast, Body: "warm-up"})
+		resp, err := bc.Call(&api.BcastRequest{Body: "warm-up"})
 		if err == nil {
 			wr = tr.get(resp.Sent.MsgID)
 			break
@@ -237,7 +237,7 @@ func bcastPhase(gws []*benchkit.Gateway, vhostURL string, bpid int) (*bcastResul
 		time.Sleep(500 * time.Millisecond) // quiet between rounds
 		bc0 := brokerCPU(bpid)
 		t0 := time.Now()
-		resp, err := bc.Call(&api.Request{Op: api.OpBcast, Body: fmt.Sprintf("broadcast %d", k)})
+		resp, err := bc.Call(&api.BcastRequest{Body: fmt.Sprintf("broadcast %d", k)})
 		if err != nil {
 			if err := res.fail(fmt.Sprintf("broadcast %d after %v: %v", k, time.Since(t0).Round(time.Millisecond), err)); err != nil {
 				return nil, err

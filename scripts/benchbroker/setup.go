@@ -130,7 +130,7 @@ func waitRoster(g *benchkit.Gateway, d time.Duration, what string, ok func([]api
 	defer c.Close()
 	deadline := time.Now().Add(d)
 	for {
-		resp, err := c.Call(&api.Request{Op: api.OpRoster})
+		resp, err := c.Call(&api.RosterRequest{})
 		if err != nil {
 			return err
 		}

@@ -106,7 +106,7 @@ func spawnPhase(gws []*benchkit.Gateway) ([]*spawnSeries, error) {
 		for i := 0; len(s.total) < *flagSpawns; i++ {
 			name := fmt.Sprintf("%s%02d", p.prefix, i)
 			t0 := time.Now()
-			resp, err := bc.Call(&api.Request{Op: api.OpSpawn, Name: name, Host: h2.Host, Profile: p.name, TimeoutMS: spawnTimeout.Milliseconds()})
+			resp, err := bc.Call(&api.SpawnRequest{Name: name, Host: h2.Host, Profile: p.name, TimeoutMS: spawnTimeout.Milliseconds()})
 			if err != nil {
 				// counted, reported, and tried again under another name (a
 				// SPAWN that reaches h2 late still starts a process there:
@@ -131,12 +131,12 @@ func spawnPhase(gws []*benchkit.Gateway) ([]*spawnSeries, error) {
 			if err != nil {
 				return nil, err
 			}
-			if err := rc.Send(&api.Request{Op: api.OpRecv, Follow: true, Max: 1}); err != nil {
+			if err := rc.Send(&api.RecvRequest{Follow: true, Max: 1}); err != nil {
 				rc.Close()
 				return nil, err
 			}
 			ts := time.Now()
-			sresp, err := bc.Call(&api.Request{Op: api.OpSend, To: name, Body: "hello, " + name})
+			sresp, err := bc.Call(&api.SendRequest{To: name, Body: "hello, " + name})
 			if err != nil {
 				rc.Close()
 				return nil, fmt.Errorf("send to %s: %w", name, err)
@@ -152,7 +152,7 @@ func spawnPhase(gws []*benchkit.Gateway) ([]*spawnSeries, error) {
 			s.deliver = append(s.deliver, got.Sub(t1))
 			s.send = append(s.send, tsent.Sub(ts))
 			tstop := time.Now()
-			if _, err := bc.Call(&api.Request{Op: api.OpStop, Target: gid, TimeoutMS: spawnTimeout.Milliseconds()}); err != nil {
+			if _, err := bc.Call(&api.StopRequest{Target: gid, TimeoutMS: spawnTimeout.Milliseconds()}); err != nil {
 				return nil, fmt.Errorf("stop %s: %w", name, err)
 			}
 			s.stop = append(s.stop, time.Since(tstop))
@@ -183,7 +183,7 @@ func recvOne(rc *api.Client, id string) (time.Time, error) {
 			acks = append(acks, d.Envelope.MsgID)
 			found = found || d.Envelope.MsgID == id
 		}
-		if err := rc.Send(&api.Request{Op: api.OpAck, Acks: acks}); err != nil {
+		if err := rc.Send(&api.AckRequest{Acks: acks}); err != nil {
 			return time.Time{}, err
 		}
 		if found {

@@ -176,10 +176,10 @@ func newTPFleet(h1, h2 *benchkit.Gateway, maxS, maxR int) (*tpFleet, error) {
 	}
 	f.leave = func() {
 		for _, n := range snames {
-			_, _ = a1.Call(&api.Request{Op: api.OpLeave, Name: n})
+			_, _ = a1.Call(&api.LeaveRequest{Name: n})
 		}
 		for _, n := range rnames {
-			_, _ = a2.Call(&api.Request{Op: api.OpLeave, Name: n})
+			_, _ = a2.Call(&api.LeaveRequest{Name: n})
 		}
 		a1.Close()
 		a2.Close()
@@ -215,7 +215,7 @@ func newTPFleet(h1, h2 *benchkit.Gateway, maxS, maxR int) (*tpFleet, error) {
 			f.close()
 			return nil, err
 		}
-		if err := c.Send(&api.Request{Op: api.OpRecv, Follow: true}); err != nil {
+		if err := c.Send(&api.RecvRequest{Follow: true}); err != nil {
 			c.Close()
 			f.close()
 			return nil, err
@@ -260,7 +260,7 @@ func (f *tpFleet) drain(i int, c *api.Client) {
 		} else {
 			f.stale.Add(int64(len(resp.Batch)))
 		}
-		if err := c.Send(&api.Request{Op: api.OpAck, Acks: acks}); err != nil {
+		if err := c.Send(&api.AckRequest{Acks: acks}); err != nil {
 			return
 		}
 	}
@@ -308,7 +308,7 @@ func (f *tpFleet) run(c tpConfig, run string, n int, bpid int) (*tpRun, error) {
 			for k := 0; k < benchkit.Split(n, c.senders, i); k++ {
 				r := c.rcptOf(i, k)
 				t := time.Now()
-				resp, err := cl.Call(&api.Request{Op: api.OpSend, To: f.rnames[r], Body: tpBody(run, i, r, k, c.body)})
+				resp, err := cl.Call(&api.SendRequest{To: f.rnames[r], Body: tpBody(run, i, r, k, c.body)})
 				calls[i] = append(calls[i], time.Since(t))
 				if err != nil {
 					errs[i] = fmt.Errorf("sender %d, message %d: %w", i, k, err)
@@ -342,7 +342,7 @@ func (f *tpFleet) run(c tpConfig, run string, n int, bpid int) (*tpRun, error) {
 	// the receipts: each sender's last message delivered, as its
 	// sender's gateway knows it (fleet-send --until delivered)
 	for i := 0; i < c.senders; i++ {
-		if _, err := f.senders[i].Call(&api.Request{Op: api.OpWait, MsgID: lastIDs[i], Until: "delivered", TimeoutMS: tpSettle.Milliseconds()}); err != nil {
+		if _, err := f.senders[i].Call(&api.WaitRequest{MsgID: lastIDs[i], Until: "delivered", TimeoutMS: tpSettle.Milliseconds()}); err != nil {
 			return nil, fmt.Errorf("%s: the receipt of sender %d's last message: %w", c, i, err)
 		}
 	}

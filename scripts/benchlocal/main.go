@@ -198,7 +198,7 @@ func throughput(g *benchkit.Gateway, admin *api.Client, tag string, senders, n i
 		return res, err
 	}
 	defer rc.Close()
-	if err := rc.Send(&api.Request{Op: api.OpRecv, Follow: true, Max: n}); err != nil {
+	if err := rc.Send(&api.RecvRequest{Follow: true, Max: n}); err != nil {
 		return res, err
 	}
 
@@ -229,7 +229,7 @@ func throughput(g *benchkit.Gateway, admin *api.Client, tag string, senders, n i
 				acks = append(acks, d.Envelope.MsgID)
 				out.ids[d.Envelope.MsgID] = true
 			}
-			if err := rc.Send(&api.Request{Op: api.OpAck, Acks: acks}); err != nil {
+			if err := rc.Send(&api.AckRequest{Acks: acks}); err != nil {
 				out.err = err
 				recvDone <- out
 				return
@@ -253,7 +253,7 @@ func throughput(g *benchkit.Gateway, admin *api.Client, tag string, senders, n i
 			<-start
 			for j := 0; j < k; j++ {
 				t := time.Now()
-				resp, err := clients[i].Call(&api.Request{Op: api.OpSend, To: rname, Body: body})
+				resp, err := clients[i].Call(&api.SendRequest{To: rname, Body: body})
 				if err != nil {
 					errs[i] = err
 					return
@@ -458,7 +458,7 @@ func inprocSend(g *benchkit.Gateway, token, to, body string, calls int) ([]time.
 		if err != nil {
 			return nil, err
 		}
-		_, err = c.Call(&api.Request{Op: api.OpSend, To: to, Body: body})
+		_, err = c.Call(&api.SendRequest{To: to, Body: body})
 		c.Close()
 		if err != nil {
 			return nil, err

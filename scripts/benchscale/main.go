@@ -134,7 +134,7 @@ func run() error {
 	log := benchkit.ReadFile(g.Log)
 	errs := strings.Count(log, `"level":"ERROR"`)
 	// a message to the last one, through the store: the gateway still serves
-	if _, err := c.Call(&api.Request{Op: api.OpRoster}); err != nil {
+	if _, err := c.Call(&api.RosterRequest{}); err != nil {
 		return err
 	}
 

@@ -306,7 +306,7 @@ func open(c *ucli.Context) (*sources, error) {
 		if gwErr != nil {
 			return nil, gwErr
 		}
-		resp, err := s.client.Call(&api.Request{Op: api.OpWhoami})
+		resp, err := s.client.Call(&api.WhoamiRequest{})
 		if err != nil {
 			s.close()
 			return nil, err
@@ -406,7 +406,7 @@ func (s *sources) local() ([]*Entry, error) {
 	if s.client == nil {
 		return nil, nil
 	}
-	resp, err := s.client.Call(&api.Request{Op: api.OpDead})
+	resp, err := s.client.Call(&api.DeadRequest{})
 	if err != nil {
 		return nil, err
 	}
@@ -793,7 +793,7 @@ func runReplay(c *ucli.Context) error {
 			continue
 		}
 		n++
-		resp, err := s.client.Call(&api.Request{Op: api.OpReplay, MsgID: id, Known: true})
+		resp, err := s.client.Call(&api.ReplayRequest{MsgID: id, Known: true})
 		if err == nil && s.as != nil && !ownReplay(resp.Sent, s.as) {
 			err = fault.New(fault.NoRecipient, fault.KindUnknownMessage, "no dead letter %s of %s", id, s.as.Name)
 		}
@@ -839,7 +839,7 @@ func (s *sources) replay(l *letter) (*api.Response, error) {
 	var resp *api.Response
 	var err error
 	if e := l.stored(); e != nil {
-		resp, err = s.client.Call(&api.Request{Op: api.OpReplay, MsgID: e.MsgID})
+		resp, err = s.client.Call(&api.ReplayRequest{MsgID: e.MsgID})
 	} else {
 		err = fault.New(fault.Data, fault.KindNotReplayable, "not an envelope: nothing to deliver again").
 			WithHint("purge it: fleet-dlq purge %s", l.first().MsgID)
@@ -852,7 +852,7 @@ func (s *sources) replay(l *letter) (*api.Response, error) {
 					WithHint("purge it: fleet-dlq purge %s", e.MsgID)
 				break
 			}
-			resp, err = s.client.Call(&api.Request{Op: api.OpReplay, Raw: e.body, Sig: e.sig, SignedBy: e.signedBy})
+			resp, err = s.client.Call(&api.ReplayRequest{Raw: e.body, Sig: e.sig, SignedBy: e.signedBy})
 			if err == nil {
 				break
 			}
@@ -913,7 +913,7 @@ func runPurge(c *ucli.Context) error {
 		}
 	}
 	if len(ids) > 0 {
-		if _, err := s.client.Call(&api.Request{Op: api.OpPurgeDead, MsgIDs: ids}); err != nil {
+		if _, err := s.client.Call(&api.PurgeDeadRequest{MsgIDs: ids}); err != nil {
 			return err
 		}
 	}

@@ -39,7 +39,7 @@ func statusCommand(app *ucli.App) *ucli.Command {
 				return err
 			}
 			defer client.Close()
-			resp, err := client.Call(&api.Request{Op: api.OpGatewayStatus})
+			resp, err := client.Call(&api.GatewayStatusRequest{})
 			if err != nil {
 				return err
 			}

@@ -102,7 +102,7 @@ func (s *server) spawn(ctx context.Context, req *mcp.CallToolRequest, in SpawnIn
 		profile = "default"
 	}
 	stop := s.progress(ctx, req, fmt.Sprintf("waiting for host %s to spawn %s", host, in.Name))
-	resp, err := s.call(ctx, &api.Request{Op: api.OpSpawn, Name: in.Name, Host: host, Profile: profile, Groups: in.Groups,
+	resp, err := s.call(ctx, &api.SpawnRequest{Name: in.Name, Host: host, Profile: profile, Groups: in.Groups,
 		Args: in.Args, RequestID: in.RequestID, TimeoutMS: timeout.Milliseconds()})
 	stop()
 	if err != nil {
@@ -132,7 +132,7 @@ func (s *server) stop(ctx context.Context, req *mcp.CallToolRequest, in StopIn) 
 		return nil, StopOut{}, toolError(err, "")
 	}
 	stop := s.progress(ctx, req, "waiting for "+in.Target+" to stop")
-	resp, err := s.call(ctx, &api.Request{Op: api.OpStop, Target: in.Target, TimeoutMS: timeout.Milliseconds()})
+	resp, err := s.call(ctx, &api.StopRequest{Target: in.Target, TimeoutMS: timeout.Milliseconds()})
 	stop()
 	if err != nil {
 		if ctx.Err() != nil {
@@ -156,7 +156,7 @@ func (s *server) trace(ctx context.Context, req *mcp.CallToolRequest, in TraceIn
 	if err != nil {
 		return nil, TraceOut{}, toolError(err, "")
 	}
-	resp, err := s.call(ctx, &api.Request{Op: api.OpTrace, TraceID: in.TraceID, TimeoutMS: (time.Duration(timeout) * time.Second).Milliseconds()})
+	resp, err := s.call(ctx, &api.TraceRequest{TraceID: in.TraceID, TimeoutMS: (time.Duration(timeout) * time.Second).Milliseconds()})
 	if err != nil {
 		return nil, TraceOut{}, toolError(err, "")
 	}

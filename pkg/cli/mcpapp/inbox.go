@@ -91,7 +91,7 @@ func (w *watcher) whoami() (Inbox, error) {
 			}
 			w.cl = cl
 		}
-		resp, err := w.cl.Call(&api.Request{Op: api.OpWhoami})
+		resp, err := w.cl.Call(&api.WhoamiRequest{})
 		if err == nil {
 			return Inbox{Messages: resp.Entity.Pending, Asks: resp.Entity.Asks}, nil
 		}

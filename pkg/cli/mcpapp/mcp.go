@@ -121,7 +121,7 @@ func (s *server) hello() error {
 		return noGateway(err)
 	}
 	defer cl.Close()
-	resp, err := cl.Call(&api.Request{Op: api.OpWhoami})
+	resp, err := cl.Call(&api.WhoamiRequest{})
 	if err != nil {
 		return err
 	}

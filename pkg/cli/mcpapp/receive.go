@@ -58,7 +58,7 @@ func (s *server) receive(ctx context.Context, req *mcp.CallToolRequest, in Recei
 func (s *server) awaitMail(ctx context.Context, wait time.Duration) error {
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	cl, _, err := s.openRecv(wctx, &api.Request{Op: api.OpRecv, Follow: true, Max: 1, Window: 1})
+	cl, _, err := s.openRecv(wctx, &api.RecvRequest{Follow: true, Max: 1, Window: 1})
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -75,7 +75,7 @@ func (s *server) awaitMail(ctx context.Context, wait time.Duration) error {
 // openRecv starts a recv stream and reads its first frame. The drain
 // lease of a stream this server just hung up on is given back a moment
 // later, so "inbox busy" is tried again for a short while.
-func (s *server) openRecv(ctx context.Context, req *api.Request) (*api.Client, *api.Response, error) {
+func (s *server) openRecv(ctx context.Context, req *api.RecvRequest) (*api.Client, *api.Response, error) {
 	deadline := time.Now().Add(2 * time.Second)
 	for {
 		cl, err := s.dial()
@@ -116,7 +116,7 @@ func (s *server) openRecv(ctx context.Context, req *api.Request) (*api.Client, *
 // which is better than a message recorded delivered that nobody saw.
 func (s *server) drain(ctx context.Context, maxN, maxB int) (ReceiveOut, error) {
 	out := ReceiveOut{Messages: []Message{}}
-	cl, resp, err := s.openRecv(ctx, &api.Request{Op: api.OpRecv, Max: maxN, Window: maxN})
+	cl, resp, err := s.openRecv(ctx, &api.RecvRequest{Max: maxN, Window: maxN})
 	if err != nil {
 		return out, err
 	}
@@ -141,7 +141,7 @@ func (s *server) drain(ctx context.Context, maxN, maxB int) (ReceiveOut, error) 
 			out.NextBytes = len(resp.Batch[0].Envelope.Body)
 			return out, nil
 		}
-		if err := cl.Send(&api.Request{Op: api.OpAck, Acks: acks}); err != nil {
+		if err := cl.Send(&api.AckRequest{Acks: acks}); err != nil {
 			if len(out.Messages) == 0 {
 				return out, err
 			}
@@ -176,7 +176,7 @@ func settle(ctx context.Context, cl *api.Client) error {
 	if err != nil || resp.End {
 		return err
 	}
-	if err := cl.Send(&api.Request{Op: api.OpAck}); err != nil {
+	if err := cl.Send(&api.AckRequest{}); err != nil {
 		return err
 	}
 	_, err = readHeld(ctx, cl)

@@ -260,7 +260,7 @@ func (s *server) addTools() {
 
 // call makes one request on a connection of its own and returns the
 // response; the call's cancellation closes the connection.
-func (s *server) call(ctx context.Context, req *api.Request) (*api.Response, error) {
+func (s *server) call(ctx context.Context, req api.Request) (*api.Response, error) {
 	cl, err := s.dial()
 	if err != nil {
 		return nil, err
@@ -342,7 +342,7 @@ func (s *server) progress(ctx context.Context, req *mcp.CallToolRequest, what st
 
 func (s *server) send(ctx context.Context, req *mcp.CallToolRequest, in SendIn) (*mcp.CallToolResult, SendOut, error) {
 	if !in.WaitForReply {
-		resp, err := s.call(ctx, &api.Request{Op: api.OpSend, To: in.To, Body: in.Body})
+		resp, err := s.call(ctx, &api.SendRequest{To: in.To, Body: in.Body})
 		if err != nil {
 			return nil, SendOut{}, toolError(err, "")
 		}
@@ -364,7 +364,7 @@ func (s *server) send(ctx context.Context, req *mcp.CallToolRequest, in SendIn) 
 		return nil, SendOut{}, toolError(err, "")
 	}
 	defer cl.Close()
-	resp, err := cl.Call(&api.Request{Op: api.OpSend, To: in.To, Body: in.Body, Wait: true, TimeoutMS: timeout.Milliseconds()})
+	resp, err := cl.Call(&api.SendRequest{To: in.To, Body: in.Body, Wait: true, TimeoutMS: timeout.Milliseconds()})
 	if err != nil {
 		return nil, SendOut{}, toolError(err, "")
 	}
@@ -389,7 +389,7 @@ func (s *server) waitReply(ctx context.Context, req *mcp.CallToolRequest, in Wai
 		return nil, SendOut{}, toolError(err, "")
 	}
 	defer cl.Close()
-	if err := cl.Send(&api.Request{Op: api.OpWaitReply, MsgID: in.MsgID, TimeoutMS: timeout.Milliseconds()}); err != nil {
+	if err := cl.Send(&api.WaitReplyRequest{MsgID: in.MsgID, TimeoutMS: timeout.Milliseconds()}); err != nil {
 		return nil, SendOut{}, toolError(err, "")
 	}
 	return s.awaitReply(ctx, req, cl, SendOut{MsgID: in.MsgID}, maxB)
@@ -432,17 +432,17 @@ func (s *server) reply(ctx context.Context, req *mcp.CallToolRequest, in ReplyIn
 	if in.MsgID == "" {
 		return nil, SentOut{}, toolError(fault.New(fault.Usage, fault.KindUsage, "msg_id is empty: which message to reply to"), "")
 	}
-	return s.sent(ctx, &api.Request{Op: api.OpSend, ReplyTo: in.MsgID, Body: in.Body})
+	return s.sent(ctx, &api.SendRequest{ReplyTo: in.MsgID, Body: in.Body})
 }
 
 func (s *server) answer(ctx context.Context, req *mcp.CallToolRequest, in AnswerIn) (*mcp.CallToolResult, SentOut, error) {
 	if in.AskID == "" {
 		return nil, SentOut{}, toolError(fault.New(fault.Usage, fault.KindUsage, "ask_id is empty: which ask to answer"), "")
 	}
-	return s.sent(ctx, &api.Request{Op: api.OpSend, AnswerTo: in.AskID, Body: in.Body})
+	return s.sent(ctx, &api.SendRequest{AnswerTo: in.AskID, Body: in.Body})
 }
 
-func (s *server) sent(ctx context.Context, r *api.Request) (*mcp.CallToolResult, SentOut, error) {
+func (s *server) sent(ctx context.Context, r *api.SendRequest) (*mcp.CallToolResult, SentOut, error) {
 	resp, err := s.call(ctx, r)
 	if err != nil {
 		return nil, SentOut{}, toolError(err, "")
@@ -465,7 +465,7 @@ func (s *server) ask(ctx context.Context, req *mcp.CallToolRequest, in AskIn) (*
 		return nil, AskOut{}, toolError(err, "")
 	}
 	defer cl.Close()
-	resp, err := cl.Call(&api.Request{Op: api.OpAsk, To: in.To, Body: in.Question, TimeoutMS: ttl.Milliseconds(), ReplyTo: in.About})
+	resp, err := cl.Call(&api.AskRequest{To: in.To, Body: in.Question, TimeoutMS: ttl.Milliseconds(), ReplyTo: in.About})
 	if err != nil {
 		return nil, AskOut{}, toolError(err, "")
 	}
@@ -494,7 +494,7 @@ func (s *server) roster(ctx context.Context, req *mcp.CallToolRequest, in Roster
 	if err != nil {
 		return nil, RosterOut{}, toolError(err, "")
 	}
-	resp, err := s.call(ctx, &api.Request{Op: api.OpRoster})
+	resp, err := s.call(ctx, &api.RosterRequest{})
 	if err != nil {
 		return nil, RosterOut{}, toolError(err, "")
 	}
@@ -518,13 +518,13 @@ func (s *server) roster(ctx context.Context, req *mcp.CallToolRequest, in Roster
 }
 
 func (s *server) status(ctx context.Context, req *mcp.CallToolRequest, in StatusIn) (*mcp.CallToolResult, StatusOut, error) {
-	r := &api.Request{Op: api.OpLookup, MsgID: in.MsgID}
+	var r api.Request = &api.LookupRequest{MsgID: in.MsgID}
 	if in.WaitSeconds != 0 {
 		wait, err := seconds("wait_seconds", in.WaitSeconds, 0)
 		if err != nil {
 			return nil, StatusOut{}, toolError(err, "")
 		}
-		r = &api.Request{Op: api.OpWait, MsgID: in.MsgID, Until: "delivered", TimeoutMS: wait.Milliseconds()}
+		r = &api.WaitRequest{MsgID: in.MsgID, Until: "delivered", TimeoutMS: wait.Milliseconds()}
 	}
 	stop := s.progress(ctx, req, "waiting for "+in.MsgID+" to be delivered")
 	resp, err := s.call(ctx, r)
@@ -539,7 +539,7 @@ func (s *server) broadcast(ctx context.Context, req *mcp.CallToolRequest, in Bro
 	if err := ident.CheckGroup(in.Group); err != nil { // a routing key: the gateway checks it too
 		return nil, BroadcastOut{}, toolError(err, "")
 	}
-	resp, err := s.call(ctx, &api.Request{Op: api.OpBcast, Group: in.Group, Body: in.Body})
+	resp, err := s.call(ctx, &api.BcastRequest{Group: in.Group, Body: in.Body})
 	if err != nil && fault.CodeOf(err) == fault.Partial && resp != nil && resp.Sent != nil {
 		// delivered in part: what was sent, and not to call it again
 		return nil, BroadcastOut{}, toolError(fault.New(fault.Partial, fault.KindOf(err), "%s (msg id %s, trace id %s)",
@@ -554,7 +554,7 @@ func (s *server) broadcast(ctx context.Context, req *mcp.CallToolRequest, in Bro
 }
 
 func (s *server) whoami(ctx context.Context, req *mcp.CallToolRequest, _ WhoamiIn) (*mcp.CallToolResult, WhoamiOut, error) {
-	resp, err := s.call(ctx, &api.Request{Op: api.OpWhoami})
+	resp, err := s.call(ctx, &api.WhoamiRequest{})
 	if err != nil {
 		return nil, WhoamiOut{}, toolError(err, "")
 	}

@@ -49,7 +49,7 @@ func runComplete(c *ucli.Context) error {
 			return err
 		}
 		defer s.Client.Close()
-		resp, err := s.Client.Call(&api.Request{Op: api.OpRoster})
+		resp, err := s.Client.Call(&api.RosterRequest{})
 		if err != nil {
 			return err
 		}

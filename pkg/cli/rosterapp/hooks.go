@@ -361,7 +361,7 @@ func runHooksDoctor(c *ucli.Context) error {
 // doctorEntity is the entity the doctor looks at: --entity, or the inject
 // entity joined on the pane the doctor runs in.
 func doctorEntity(c *ucli.Context, s *fleetcli.Session) (*api.EntityRow, error) {
-	resp, err := s.Client.Call(&api.Request{Op: api.OpRoster})
+	resp, err := s.Client.Call(&api.RosterRequest{})
 	if err != nil {
 		return nil, err
 	}
@@ -386,7 +386,7 @@ func watchLoop(s *fleetcli.Session, name string, d time.Duration) ([]string, err
 	deadline := time.Now().Add(d)
 	var seen []string
 	for time.Now().Before(deadline) {
-		resp, err := s.Client.Call(&api.Request{Op: api.OpRoster})
+		resp, err := s.Client.Call(&api.RosterRequest{})
 		if err != nil {
 			return seen, err
 		}

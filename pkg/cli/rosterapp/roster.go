@@ -189,7 +189,7 @@ func runList(c *ucli.Context) error {
 	defer s.Client.Close()
 	host, group := lineageString(c, "host"), lineageString(c, "group")
 	fetch := func() ([]api.EntityRow, error) {
-		resp, err := s.Client.Call(&api.Request{Op: api.OpRoster})
+		resp, err := s.Client.Call(&api.RosterRequest{})
 		if err != nil {
 			return nil, err
 		}
@@ -372,8 +372,7 @@ func runJoin(c *ucli.Context) error {
 		return err
 	}
 	defer s.Client.Close()
-	resp, err := s.Client.Call(&api.Request{
-		Op: api.OpJoin, Name: name, Mode: c.String("mode"), TmuxTarget: c.String("tmux-target"),
+	resp, err := s.Client.Call(&api.JoinRequest{Name: name, Mode: c.String("mode"), TmuxTarget: c.String("tmux-target"),
 		Exec: c.String("exec"), Nudge: c.String("nudge"), Groups: c.StringSlice("group"),
 		Program: c.String("program"), IdleScreenMS: c.Duration("idle-screen").Milliseconds(),
 		Turns: tmuxOnly(c, "turns"), Paste: tmuxOnly(c, "paste"), Header: tmuxOnly(c, "header"),
@@ -400,7 +399,7 @@ func runLeave(c *ucli.Context) error {
 		return err
 	}
 	defer s.Client.Close()
-	resp, err := s.Client.Call(&api.Request{Op: api.OpLeave, Name: name})
+	resp, err := s.Client.Call(&api.LeaveRequest{Name: name})
 	if err != nil {
 		return err
 	}
@@ -427,7 +426,7 @@ func runGroup(c *ucli.Context) error {
 		return err
 	}
 	defer s.Client.Close()
-	resp, err := s.Client.Call(&api.Request{Op: api.OpGroups, Name: name, Add: c.StringSlice("add"), Remove: c.StringSlice("remove")})
+	resp, err := s.Client.Call(&api.GroupsRequest{Name: name, Add: c.StringSlice("add"), Remove: c.StringSlice("remove")})
 	if err != nil {
 		return err
 	}
@@ -463,7 +462,7 @@ func runSetStatus(c *ucli.Context) error {
 		return err
 	}
 	defer s.Client.Close()
-	resp, err := s.Client.Call(&api.Request{Op: api.OpStatus, Status: st, Pane: c.Bool("pane")})
+	resp, err := s.Client.Call(&api.StatusRequest{Status: st, Pane: c.Bool("pane")})
 	if err != nil {
 		return err
 	}
@@ -482,7 +481,7 @@ func runWhoami(c *ucli.Context) error {
 		return err
 	}
 	defer s.Client.Close()
-	resp, err := s.Client.Call(&api.Request{Op: api.OpWhoami})
+	resp, err := s.Client.Call(&api.WhoamiRequest{})
 	if err != nil {
 		return err
 	}
@@ -506,7 +505,7 @@ func runDead(c *ucli.Context) error {
 		return err
 	}
 	defer s.Client.Close()
-	resp, err := s.Client.Call(&api.Request{Op: api.OpDead, Name: c.Args().First()})
+	resp, err := s.Client.Call(&api.DeadRequest{Name: c.Args().First()})
 	if err != nil {
 		return err
 	}

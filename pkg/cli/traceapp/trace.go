@@ -80,7 +80,7 @@ func run(c *ucli.Context) error {
 	}
 	defer s.Client.Close()
 	done := fleetcli.WaitNotice(c, fmt.Sprintf("gathering trace %s from every host (at most %v)", id, timeout))
-	resp, err := s.Client.Call(&api.Request{Op: api.OpTrace, TraceID: id, TimeoutMS: timeout.Milliseconds()})
+	resp, err := s.Client.Call(&api.TraceRequest{TraceID: id, TimeoutMS: timeout.Milliseconds()})
 	done()
 	if err != nil {
 		return err

@@ -250,7 +250,7 @@ func (g *Gateway) Dial(token string) (*api.Client, error) {
 // Join registers name as a pull entity through c and returns its
 // credential.
 func Join(c *api.Client, name string) (string, error) {
-	resp, err := c.Call(&api.Request{Op: api.OpJoin, Name: name, Mode: "pull"})
+	resp, err := c.Call(&api.JoinRequest{Name: name, Mode: "pull"})
 	if err != nil {
 		return "", fmt.Errorf("join %s: %w", name, err)
 	}

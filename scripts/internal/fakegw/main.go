@@ -64,7 +64,7 @@ func serve(c net.Conn, out *os.File) {
 			return
 		}
 		resp := &api.Response{OK: true}
-		if req.Op == api.OpHello {
+		if _, hello := req.(*api.HelloRequest); hello {
 			resp.Hello = &api.Hello{Proto: api.Proto, Host: "h1", Version: "fake", MaxBody: 1 << 20, Pid: os.Getpid()}
 		}
 		if err := api.WriteFrame(c, resp); err != nil {
@@ -84,7 +84,7 @@ func dial(socket string) {
 	// a gateway that refuses the peer says so at once and closes: the
 	// hello may then meet a closed socket (EPIPE), and the answer is
 	// still there to read
-	_ = api.WriteFrame(c, &api.Request{Op: api.OpHello, Proto: api.Proto})
+	_ = api.WriteFrame(c, &api.HelloRequest{Proto: api.Proto})
 	b, err := api.ReadFrame(c, 1<<20)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "fakegw:", err)

@@ -23,7 +23,7 @@ func main() {
 	}
 	defer c.Close()
 	c.Token = os.Getenv("FLEET_TOKEN")
-	resp, err := c.Call(&api.Request{Op: api.OpSend, To: os.Args[1], Body: os.Args[2]})
+	resp, err := c.Call(&api.SendRequest{To: os.Args[1], Body: os.Args[2]})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "minsend:", err)
 		os.Exit(1)
