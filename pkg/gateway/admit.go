@@ -112,7 +112,7 @@ func (g *Gateway) setupAuth() error {
 	g.br.SetAuth(func(body []byte) []byte { return ed25519.Sign(priv, body) }, g.admit.check)
 	// sealing.go: text is sealed to the hosts that deliver it (issue 27)
 	sl := newSealing(g.cfg.Host, ring, file, g.admit.certs, g.cfg.PlaintextHosts, g.cfg.MaxBody, g.log)
-	sl.everyone, sl.trusted = g.admit.trustedHosts, g.admit.trusted
+	sl.everyone, sl.trusted, sl.spawn = g.admit.trustedHosts, g.admit.trusted, checkSpawn
 	sl.members = func(group string) []string {
 		var hosts []string
 		for _, r := range g.peers.Rows(time.Now(), g.br.Connected(), g.cfg.PresenceTTL, g.admit.trusted) {

@@ -49,6 +49,7 @@ import (
 //	peers  peers.go       what was heard of the other hosts (the remote roster, by name)
 //	said   announcer.go   this host's presence chain: what it announced of its entities
 //	admit  admit.go       what a message from the broker must prove
+//	seal   sealing.go     text sealed to the hosts that deliver it, opened once admitted
 //	names  names.go       a name is one entity: conflicts told, untrusted hosts' names
 //	wake   wake.go        the wake notices typed for hook entities with a pane
 //	caps   inboxcap.go    local inboxes held to inbox-max-length and inbox-ttl

@@ -59,6 +59,7 @@ func sealHosts(t *testing.T, names []string, noKey ...string) map[string]*sealHo
 		}
 		h.s = newSealing(h.name, h.ring, trust.Open(path), nil, nil, 1<<20, log)
 		h.s.everyone = func() []string { return names }
+		h.s.spawn = checkSpawn
 		h.s.members = func(string) []string { return nil }
 	}
 	return hs
