@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/fleetd/fleet/internal/testnode"
+	"github.com/fleetd/fleet/pkg/envelope"
+	"github.com/fleetd/fleet/pkg/seal"
 	"github.com/fleetd/fleet/pkg/trust"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -232,9 +234,17 @@ func cmdEnrol(ts *testscript.TestScript, neg bool, args []string) {
 // cleared its memory alarm, so publishers are blocked from then on);
 // broker queues — print this script's queues: name, ready,
 // unacknowledged, consumers.
+//
+// broker store MARKER — look for MARKER in every file of the node's data
+// folder (its message stores and queue indexes: what a disk or a backup
+// of the broker holds); print the files that hold it. With !, none may.
 func cmdBroker(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) == 2 && args[0] == "store" {
+		brokerStore(ts, neg, args[1])
+		return
+	}
 	if len(args) != 1 {
-		ts.Fatalf("usage: broker stop|start|block|unblock|closeall|queues")
+		ts.Fatalf("usage: broker stop|start|block|unblock|closeall|queues|store MARKER")
 	}
 	var out []byte
 	var err error
@@ -268,6 +278,43 @@ func cmdBroker(ts *testscript.TestScript, neg bool, args []string) {
 	}
 	if err != nil {
 		ts.Fatalf("rabbitmqctl %s: %v\n%s", args[0], err, out)
+	}
+}
+
+// brokerStore is "broker store MARKER".
+func brokerStore(ts *testscript.TestScript, neg bool, marker string) {
+	tlsDir, err := testnode.Node("tls-dir") // $dir/tls, beside $dir/mnesia
+	ts.Check(err)
+	data := filepath.Join(filepath.Dir(strings.TrimSpace(string(tlsDir))), "mnesia")
+	var found []string
+	files := 0
+	err = filepath.WalkDir(data, func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !d.Type().IsRegular() {
+			return nil // a file the node removed meanwhile
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil
+		}
+		files++
+		if strings.Contains(string(b), marker) {
+			rel, _ := filepath.Rel(data, path)
+			found = append(found, rel)
+		}
+		return nil
+	})
+	ts.Check(err)
+	if files == 0 {
+		ts.Fatalf("no file in the node's data folder %s", data)
+	}
+	for _, f := range found {
+		fmt.Fprintln(ts.Stdout(), f)
+	}
+	switch {
+	case neg && len(found) > 0:
+		ts.Fatalf("%q is readable in %d files of the broker's data folder: %v", marker, len(found), found)
+	case !neg && len(found) == 0:
+		ts.Fatalf("%q is in none of the %d files of the broker's data folder", marker, files)
 	}
 }
 
@@ -331,10 +378,12 @@ func cmdAMQP(ts *testscript.TestScript, neg bool, args []string) {
 			ts.Fatalf("publish not confirmed")
 		}
 	case "publish-signed":
-		// amqp publish-signed KEYFILE HOST EXCHANGE KEY @BODY — sign as a
-		// gateway would, with the key in KEYFILE, naming HOST
-		if len(args) != 6 {
-			ts.Fatalf("usage: amqp publish-signed KEYFILE HOST EXCHANGE KEY @BODY")
+		// amqp publish-signed KEYFILE HOST EXCHANGE KEY @BODY [DIR...] —
+		// sign as a gateway would, with the key in KEYFILE, naming HOST;
+		// with DIRs (state folders), its body sealed first to their hosts'
+		// sealing keys, bound to it as HOST's gateway binds (issue 27)
+		if len(args) < 6 {
+			ts.Fatalf("usage: amqp publish-signed KEYFILE HOST EXCHANGE KEY @BODY [DIR...]")
 		}
 		seed, err := base64.StdEncoding.DecodeString(strings.TrimSpace(ts.ReadFile(args[1])))
 		ts.Check(err)
@@ -343,6 +392,9 @@ func cmdAMQP(ts *testscript.TestScript, neg bool, args []string) {
 			key = strings.TrimSpace(ts.ReadFile(key[1:]))
 		}
 		body := []byte(fillTimes(ts.ReadFile(strings.TrimPrefix(args[5], "@"))))
+		if dirs := args[6:]; len(dirs) > 0 {
+			body = sealFor(ts, args[2], body, dirs)
+		}
 		sig := ed25519.Sign(ed25519.NewKeyFromSeed(seed), body)
 		ts.Check(ch.Confirm(false))
 		dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), args[3], key, false, false,
@@ -410,6 +462,42 @@ func cmdAMQP(ts *testscript.TestScript, neg bool, args []string) {
 		_, err := ch.QueueDeclare(q, false, false, false, false, nil)
 		ts.Check(err)
 		ts.Check(ch.QueueBind(q, args[3], args[2], false, nil))
+	case "clean":
+		// amqp clean QUEUE MARKER [keep] — read every message in QUEUE
+		// (taken, or with keep given back when done) and fail unless
+		// there is at least one and none holds MARKER in its body or a
+		// header; print how many were read, by kind (AMQP type)
+		if len(args) != 3 && len(args) != 4 {
+			ts.Fatalf("usage: amqp clean QUEUE MARKER [keep]")
+		}
+		keep := len(args) == 4 && args[3] == "keep"
+		kinds := map[string]int{}
+		n := 0
+		for {
+			d, ok, err := ch.Get(args[1], !keep)
+			ts.Check(err)
+			if !ok {
+				break
+			}
+			n++
+			kinds[d.Type]++
+			if strings.Contains(string(d.Body), args[2]) || strings.Contains(fmt.Sprint(d.Headers), args[2]) {
+				ts.Fatalf("%s holds %q readable: type %s, msg id %s: %s", args[1], args[2], d.Type, d.MessageId, d.Body)
+			}
+		}
+		if n == 0 {
+			ts.Fatalf("nothing in %s to look at", args[1])
+		}
+		names := make([]string, 0, len(kinds))
+		for k := range kinds {
+			names = append(names, k)
+		}
+		sort.Strings(names)
+		fmt.Fprintf(ts.Stdout(), "%d messages:", n)
+		for _, k := range names {
+			fmt.Fprintf(ts.Stdout(), " %s=%d", k, kinds[k])
+		}
+		fmt.Fprintln(ts.Stdout())
 	case "replay":
 		// amqp replay NAME EXCHANGE KEY — take one captured message and
 		// publish it again, bytes and headers (signature included) as they
@@ -500,6 +588,25 @@ func cmdAMQP(ts *testscript.TestScript, neg bool, args []string) {
 	default:
 		ts.Fatalf("unknown amqp command %q", args[0])
 	}
+}
+
+// sealFor is raw, an envelope, with its body sealed to the hosts whose
+// state folders are dirs, bound to its kind, msg id and signing host.
+func sealFor(ts *testscript.TestScript, host string, raw []byte, dirs []string) []byte {
+	var env envelope.Envelope
+	ts.Check(envelope.Unmarshal(raw, &env))
+	var to []*seal.Recipient
+	for _, d := range dirs {
+		ring, err := seal.LoadKeyring(ts.MkAbs(d))
+		ts.Check(err)
+		to = append(to, ring.Public())
+	}
+	sealed, err := seal.Seal(seal.Bind(string(env.Kind), env.MsgID, host), []byte(env.Body), to)
+	ts.Check(err)
+	env.Sealed, env.Body = sealed, ""
+	out, err := envelope.Encode(&env)
+	ts.Check(err)
+	return out
 }
 
 // awaitMemoryAlarm waits (30s) until the node's memory alarm is raised

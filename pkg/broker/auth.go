@@ -33,6 +33,51 @@ type Verifier func(host string, body, sig []byte, env *envelope.Envelope) error
 // SetAuth sets the signer and the verifier; call before Run.
 func (b *Broker) SetAuth(sign Signer, verify Verifier) { b.sign, b.verify = sign, verify }
 
+// Sealer seals the text of what this gateway publishes to the hosts that
+// deliver it, and opens what it takes in (issue 27, pkg/seal). The order
+// is seal, encode, sign; then verify, open: the signature covers the
+// sealed bytes, and nothing from an unknown or lying host is decrypted.
+type Sealer interface {
+	// Seal seals env's body in place (env is the broker's own copy),
+	// or leaves it as it is (a kind without text, a host named to get
+	// plain text). An error stops the publish before anything is
+	// written; it is returned to the publisher as it is (a *fault.Error).
+	Seal(env *envelope.Envelope) error
+	// Open opens env's sealed body in place, env signed by host and
+	// admitted by the verifier; a refusal should be a *Refusal
+	// (anything else is refused as tampered).
+	Open(host string, env *envelope.Envelope) error
+}
+
+// SetSealer sets the sealer; call before Run. Without one, bodies travel
+// as they are.
+func (b *Broker) SetSealer(s Sealer) { b.sealer = s }
+
+// sealed returns env as it is to be published: a sealed copy, or env
+// itself when there is no sealer.
+func (b *Broker) sealed(env *envelope.Envelope) (*envelope.Envelope, error) {
+	if b.sealer == nil || env.Kind == envelope.Presence {
+		return env, nil
+	}
+	c := *env
+	if err := b.sealer.Seal(&c); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// open opens a delivery's envelope, once authentic (signed by host).
+func (b *Broker) open(d amqp.Delivery, env *envelope.Envelope) error {
+	if b.sealer == nil {
+		return nil
+	}
+	host, _ := d.Headers["fleet-host"].(string)
+	if err := b.sealer.Open(host, env); err != nil {
+		return asRefusal(err, ReasonTampered)
+	}
+	return nil
+}
+
 // Refusal reasons: the fleet-reason header of a refused message in
 // bridge.dlq. Fields are only ever added.
 const (
@@ -45,6 +90,11 @@ const (
 	ReasonReplay      = "replay"         // older than its window, or superseded
 	ReasonNotMember   = "not_member"     // a broadcast copy in a non-member's inbox
 	ReasonMisrouted   = "misrouted"      // in an inbox or queue it was not addressed to
+	// sealed bodies (issue 27)
+	ReasonSealedElsewhere = "sealed_elsewhere" // sealed to other hosts' keys, none of this host's
+	ReasonUnknownSealKey  = "unknown_seal_key" // sealed to a key of this host it destroyed, or retired past its grace
+	ReasonTampered        = "tampered"         // sealed bytes altered, malformed, or sealed for another message
+	ReasonUnsealed        = "unsealed"         // text in the clear from a host not named in plaintext-hosts
 )
 
 // Refusal is why a message from the broker is refused.

@@ -70,6 +70,7 @@ type Broker struct {
 	deathsTold   bool             // a deaths queue failure was said (once until it works)
 	sign         Signer           // auth.go: this gateway signs what it publishes
 	verify       Verifier         // auth.go: and checks what it takes in
+	sealer       Sealer           // auth.go: seals text to the hosts that deliver it, opens what comes
 	onRefused    func(reason, claimedHost string)
 	onRefusedMsg func(RefusedMsg)       // auth.go: refusal notices to the sender
 	observe      Observer               // observe.go: for metrics
@@ -964,6 +965,10 @@ func (b *Broker) DeadLetter(env *envelope.Envelope, reason string, attempts int)
 	b.mu.Unlock()
 	if gen == nil {
 		return errors.New("broker unreachable")
+	}
+	env, err := b.sealed(env)
+	if err != nil {
+		return err
 	}
 	body, err := envelope.Encode(env)
 	if err != nil {

@@ -493,6 +493,11 @@ func (b *Broker) admit(d amqp.Delivery, gid string) (*envelope.Envelope, bool) {
 		b.refuse(d, q, env, asRefusal(err, ReasonForged), true)
 		return nil, false
 	}
+	if err := b.open(d, env); err != nil {
+		// authentic, but sealed to other hosts, altered, or in the clear
+		b.refuse(d, q, env, asRefusal(err, ReasonTampered), true)
+		return nil, false
+	}
 	return env, true
 }
 
@@ -634,6 +639,10 @@ func (b *Broker) hand(d amqp.Delivery, q string, env *envelope.Envelope, handler
 	if err := b.authentic(d, env); err != nil {
 		// unsigned, forged, replayed or from the wrong host: never taken in
 		b.refuse(d, q, env, asRefusal(err, ReasonForged), true)
+		return
+	}
+	if err := b.open(d, env); err != nil {
+		b.refuse(d, q, env, asRefusal(err, ReasonTampered), true)
 		return
 	}
 	err := handler(env)

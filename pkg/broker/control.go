@@ -104,6 +104,10 @@ func (b *Broker) publishControl(ctx context.Context, host string, env *envelope.
 
 // publishing is env as an AMQP message, as Publish builds it.
 func (b *Broker) publishing(env *envelope.Envelope, persistent bool) (amqp.Publishing, error) {
+	env, err := b.sealed(env) // seal, encode, sign
+	if err != nil {
+		return amqp.Publishing{}, err
+	}
 	body, err := envelope.Encode(env)
 	if err != nil {
 		return amqp.Publishing{}, err

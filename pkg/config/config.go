@@ -66,6 +66,7 @@ type Config struct {
 	PublishTimeout time.Duration // bound on a broker confirm
 
 	TrustFile        string        // host public keys admitted across hosts
+	PlaintextHosts   []string      // hosts sent (and accepted from) unsealed text: no sealing key (issue 27); loud
 	AskTTL           time.Duration // default time an ask waits for its answer
 	PresenceInterval time.Duration // heartbeat interval on bridge.roster
 	PresenceTTL      time.Duration // a host not heard this long leaves the view
@@ -121,7 +122,8 @@ var Keys = []Key{
 	{"inbox-queue-type", "FLEET_INBOX_QUEUE_TYPE", "broker inboxes and control queues: classic (one broker node) or quorum (replicated across a cluster's nodes; the length cap is then approximate)", "classic"},
 	{"inbox-ttl", "FLEET_INBOX_TTL", "how long a message may wait in an inbox (local or broker) before it is dead-lettered as expired, its sender bounced; 0s: for ever", "168h"},
 	{"publish-timeout", "FLEET_PUBLISH_TIMEOUT", "longest wait for the broker to confirm a remote send", "5s"},
-	{"trust-file", "FLEET_TRUST_FILE", "host public keys whose signed messages are admitted (lines HOST KEY; fleet-gw key prints this host's)", "STATE_DIR/trust"},
+	{"trust-file", "FLEET_TRUST_FILE", "host public keys whose signed messages are admitted (lines HOST KEY SEALING-KEY; fleet-gw key prints this host's)", "STATE_DIR/trust"},
+	{"plaintext-hosts", "FLEET_PLAINTEXT_HOSTS", "INSECURE: hosts with no sealing key (an older fleet) that this gateway sends message text the broker can read, and accepts such text from, separated by commas; every other host gets sealed text or none (exit 77, no_seal_key)", "none"},
 	{"ask-ttl", "FLEET_ASK_TTL", "how long fleet-ask waits for an answer unless --ttl says otherwise", "10m"},
 	{"presence-interval", "FLEET_PRESENCE_INTERVAL", "how often this gateway announces its entities on bridge.roster", "5s"},
 	{"presence-ttl", "FLEET_PRESENCE_TTL", "a host not heard this long leaves the roster view", "3 intervals"},
@@ -309,6 +311,15 @@ func load(lookup Lookup, configPath string, client, optional bool) (*Config, err
 	}
 	c.PublishTimeout = dur("publish-timeout", 5*time.Second)
 	c.TrustFile = str("trust-file", filepath.Join(c.StateDir, "trust"))
+	for _, h := range BrokerNodes(str("plaintext-hosts", "")) {
+		switch {
+		case h == "none":
+		case !trust.HostRE.MatchString(h):
+			errs = append(errs, fmt.Errorf("plaintext-hosts: %q is not a host id", h))
+		case !slices.Contains(c.PlaintextHosts, h):
+			c.PlaintextHosts = append(c.PlaintextHosts, h)
+		}
+	}
 	c.AskTTL = dur("ask-ttl", 10*time.Minute)
 	c.PresenceInterval = dur("presence-interval", 5*time.Second)
 	if c.PresenceInterval <= 0 {

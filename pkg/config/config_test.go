@@ -466,6 +466,8 @@ func TestKeysTable(t *testing.T) {
 			text.WriteString("amqp://localhost")
 		case k.Name == "presence-ttl":
 			text.WriteString("15s")
+		case k.Name == "plaintext-hosts":
+			text.WriteString("old1,old2")
 		case durErr == nil || numErr == nil:
 			text.WriteString(k.Default) // a valid value, whatever the key
 		default:
@@ -587,4 +589,26 @@ func TestConfigWithPasswordMustBePrivate(t *testing.T) {
 			t.Errorf("the refusal shows the password: %v", err)
 		}
 	}
+}
+
+// plaintext-hosts names hosts by id, separated by commas; none by
+// default, and a name outside the host grammar is refused.
+func TestPlaintextHosts(t *testing.T) {
+	isolate(t)
+	c, err := Load(flags(nil), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.PlaintextHosts) != 0 {
+		t.Fatalf("plaintext hosts by default: %v", c.PlaintextHosts)
+	}
+	c, err = Load(flags(map[string]string{"plaintext-hosts": "h1, old-2,h1"}), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(c.PlaintextHosts, " ") != "h1 old-2" {
+		t.Fatalf("plaintext hosts %v", c.PlaintextHosts)
+	}
+	_, err = Load(flags(map[string]string{"plaintext-hosts": "h1,a.b"}), "")
+	wantUsage(t, err, "plaintext-hosts", `"a.b"`)
 }

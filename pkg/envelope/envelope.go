@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -100,6 +101,39 @@ type Envelope struct {
 	Created   time.Time `json:"created"`
 	Expires   time.Time `json:"expires,omitzero"`
 	Body      string    `json:"body"`
+	// Sealed is the body sealed to the hosts that deliver the message
+	// (pkg/seal, issue 27): base64 in JSON, Body "" beside it. The
+	// receiving gateway opens it after it checked the signature, so
+	// nothing past the broker sees an envelope with Sealed set.
+	Sealed []byte `json:"sealed,omitempty"`
+}
+
+// SealOverhead bounds what sealing adds to a body of max bytes sealed to
+// hosts hosts (pkg/seal's frame): the frame's head and key ids (8 bytes a
+// host), the age header (an X25519 stanza of 98 bytes a host, its MAC),
+// the recipient table's hash and the binding (at most 1 KiB), and a
+// 16-byte tag per 64 KiB chunk. Decode refuses sealed bytes longer than
+// max plus this, as it refuses a body over max.
+func SealOverhead(max, hosts int) int {
+	return 2048 + hosts*(8+128) + 16*(max/65536+2)
+}
+
+// MaxSealHosts is how many hosts one sealed message may name
+// (pkg/seal.MaxRecipients).
+const MaxSealHosts = 4096
+
+// sealedHosts reads how many hosts sealed bytes name: pkg/seal's frame
+// begins "fsl1" and that count (a uvarint). false: not sealed bytes.
+func sealedHosts(b []byte) (int, bool) {
+	rest, ok := bytes.CutPrefix(b, []byte("fsl1"))
+	if !ok {
+		return 0, false
+	}
+	n, w := binary.Uvarint(rest)
+	if w <= 0 || n == 0 || n > MaxSealHosts {
+		return 0, false
+	}
+	return int(n), true
 }
 
 // NewID returns a fresh identifier for msg ids, trace ids and gids: a
@@ -277,6 +311,18 @@ func (e *Envelope) Validate(max int) error {
 	if len(e.Body) > max {
 		return fault.New(fault.Data, fault.KindBodyTooLarge,
 			"message body is %d bytes, over the %d-byte limit", len(e.Body), max)
+	}
+	if e.Sealed != nil {
+		hosts, sealed := sealedHosts(e.Sealed)
+		switch {
+		case e.Body != "":
+			return bad("a sealed body beside a plain one")
+		case !sealed:
+			return bad("a sealed body that is not sealed bytes")
+		case len(e.Sealed) > max+SealOverhead(max, hosts):
+			return fault.New(fault.Data, fault.KindBodyTooLarge,
+				"sealed body is %d bytes, over the %d-byte limit and what sealing adds", len(e.Sealed), max)
+		}
 	}
 	if !utf8.ValidString(e.Body) {
 		return fault.New(fault.Data, fault.KindBadUTF8, "message body is not valid UTF-8 text")

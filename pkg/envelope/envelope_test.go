@@ -2,8 +2,10 @@ package envelope
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -61,8 +63,12 @@ func sameEnvelope(t *testing.T, got, want *Envelope) {
 	if !g.Expires.Equal(w.Expires) {
 		t.Errorf("Expires = %v, want %v", g.Expires, w.Expires)
 	}
+	if !bytes.Equal(g.Sealed, w.Sealed) {
+		t.Errorf("Sealed = %q, want %q", g.Sealed, w.Sealed)
+	}
 	g.Created, w.Created, g.Expires, w.Expires = time.Time{}, time.Time{}, time.Time{}, time.Time{}
-	if g != w {
+	g.Sealed, w.Sealed = nil, nil
+	if !reflect.DeepEqual(g, w) {
 		t.Errorf("envelope mismatch:\n got  %+v\n want %+v", g, w)
 	}
 }
@@ -314,6 +320,72 @@ func TestDecodeBodyLimit(t *testing.T) {
 	m["body"] = strings.Repeat("x", DefaultMaxBody+1)
 	e, err = Decode(mustJSON(t, m), -1)
 	wantFault(t, e, err, fault.KindBodyTooLarge)
+}
+
+// A sealed body (issue 27) travels as base64 beside an empty body, is
+// bounded like a body (plus what sealing adds), and never sits beside
+// plain text.
+func TestDecodeSealed(t *testing.T) {
+	m := validMap()
+	m["body"] = ""
+	m["sealed"] = base64.StdEncoding.EncodeToString([]byte("fsl1\x01sealed bytes"))
+	e, err := Decode(mustJSON(t, m), 10)
+	if err != nil {
+		t.Fatalf("a sealed envelope refused: %v", err)
+	}
+	if string(e.Sealed) != "fsl1\x01sealed bytes" || e.Body != "" {
+		t.Fatalf("sealed %q body %q", e.Sealed, e.Body)
+	}
+	raw, err := Encode(e)
+	if err != nil || !strings.Contains(string(raw), `"sealed":"`) {
+		t.Fatalf("encoded %s, %v", raw, err)
+	}
+	e2, err := Decode(raw, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameEnvelope(t, e2, e)
+
+	m["body"] = "hi"
+	e, err = Decode(mustJSON(t, m), 10)
+	wantFault(t, e, err, fault.KindBadEnvelope)
+
+	m["body"] = ""
+	m["sealed"] = ""
+	e, err = Decode(mustJSON(t, m), 10)
+	wantFault(t, e, err, fault.KindBadEnvelope)
+
+	// bounded by the body limit plus what sealing adds for the hosts
+	// the bytes name (two here)
+	sized := func(n int) string {
+		b := make([]byte, n)
+		copy(b, "fsl1\x02")
+		return base64.StdEncoding.EncodeToString(b)
+	}
+	m["sealed"] = sized(10 + SealOverhead(10, 2) + 1)
+	e, err = Decode(mustJSON(t, m), 10)
+	wantFault(t, e, err, fault.KindBodyTooLarge)
+	m["sealed"] = sized(10 + SealOverhead(10, 2))
+	if _, err := Decode(mustJSON(t, m), 10); err != nil {
+		t.Errorf("sealed bytes at the limit refused: %v", err)
+	}
+	// not sealed bytes at all (no frame, no host)
+	for _, b := range []string{"plain text", "fsl1", "fsl1\x00"} {
+		m["sealed"] = base64.StdEncoding.EncodeToString([]byte(b))
+		e, err = Decode(mustJSON(t, m), 10)
+		wantFault(t, e, err, fault.KindBadEnvelope)
+	}
+
+	// without the field, nothing is sealed and encoding leaves it out
+	delete(m, "sealed")
+	m["body"] = "hi"
+	e, err = Decode(mustJSON(t, m), 10)
+	if err != nil || e.Sealed != nil {
+		t.Fatalf("sealed %q, %v", e.Sealed, err)
+	}
+	if raw, _ := Encode(e); strings.Contains(string(raw), "sealed") {
+		t.Fatalf("an unsealed envelope encodes a sealed field: %s", raw)
+	}
 }
 
 func TestValidateBadUTF8Body(t *testing.T) {

@@ -36,6 +36,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"regexp"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -83,9 +84,9 @@ func (g *Gateway) setupAuth() error {
 	if err != nil {
 		return err
 	}
-	// the sealing key, made beside the signing key (issue 27); bodies
-	// are not sealed yet
-	if _, err := seal.LoadKeyring(g.cfg.StateDir); err != nil {
+	// the sealing key, made beside the signing key (issue 27)
+	ring, err := seal.LoadKeyring(g.cfg.StateDir)
+	if err != nil {
 		return err
 	}
 	own, file, memo := priv.Public().(ed25519.PublicKey), trust.Open(g.cfg.TrustFile), newVerified(1024)
@@ -109,6 +110,20 @@ func (g *Gateway) setupAuth() error {
 		g.log.Info("trusted hosts", "count", len(keys), "trust_file", g.cfg.TrustFile)
 	}
 	g.br.SetAuth(func(body []byte) []byte { return ed25519.Sign(priv, body) }, g.admit.check)
+	// sealing.go: text is sealed to the hosts that deliver it (issue 27)
+	sl := newSealing(g.cfg.Host, ring, file, g.admit.certs, g.cfg.PlaintextHosts, g.cfg.MaxBody, g.log)
+	sl.everyone, sl.trusted, sl.spawn = g.admit.trustedHosts, g.admit.trusted, checkSpawn
+	sl.members = func(group string) []string {
+		var hosts []string
+		for _, r := range g.peers.Rows(time.Now(), g.br.Connected(), g.cfg.PresenceTTL, g.admit.trusted) {
+			if slices.Contains(r.Groups, group) {
+				hosts = append(hosts, r.Host)
+			}
+		}
+		return hosts
+	}
+	g.br.SetSealer(sl)
+	g.seal, g.rcpt.plain, g.route.seal = sl, sl.Plain, sl
 	g.br.OnRefused(g.admit.noteRefused)
 	notices := &refusalNotices{host: g.cfg.Host, maxBody: g.cfg.MaxBody, log: g.log,
 		publish: func(to string, env *envelope.Envelope) {

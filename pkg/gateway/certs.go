@@ -249,6 +249,22 @@ func (c *certs) Trusted(host string, now time.Time) bool {
 	return cert != nil && c.invalidLocked(cert, now, ops) == ""
 }
 
+// SealKey is the sealing key (age1...) the certificate kept for host
+// names, while that certificate admits it; "" otherwise.
+func (c *certs) SealKey(host string, now time.Time) string {
+	if c == nil {
+		return ""
+	}
+	ops := c.file.Operators()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cert := c.peers[host]
+	if cert == nil || c.invalidLocked(cert, now, ops) != "" {
+		return ""
+	}
+	return cert.SealKey
+}
+
 // Hosts are the hosts admitted now by their kept certificates, sorted.
 func (c *certs) Hosts(now time.Time) []string {
 	if c == nil {

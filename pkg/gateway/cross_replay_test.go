@@ -15,6 +15,7 @@ import (
 	"github.com/fleetd/fleet/pkg/broker"
 	"github.com/fleetd/fleet/pkg/envelope"
 	"github.com/fleetd/fleet/pkg/fault"
+	"github.com/fleetd/fleet/pkg/seal"
 	"github.com/fleetd/fleet/pkg/trust"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -61,7 +62,15 @@ func forgeReplay(t *testing.T, from, to entity, deadID, body string) string {
 // as from's gateway signs what it publishes.
 func publishSigned(t *testing.T, from *testGW, to entity, env *envelope.Envelope) {
 	t.Helper()
+	sealAs(t, from, env, to.gw)
 	raw, sig := signAs(t, from, env)
+	publishBytes(t, from, to, env, raw, sig)
+}
+
+// publishBytes publishes raw, the encoding of env, with sig as from's
+// signature, to to's inbox.
+func publishBytes(t *testing.T, from *testGW, to entity, env *envelope.Envelope, raw, sig []byte) {
+	t.Helper()
 	ch, done := brokerChannel(t)
 	defer done()
 	if err := ch.Confirm(false); err != nil {
@@ -143,6 +152,25 @@ func signAs(t *testing.T, g *testGW, env *envelope.Envelope) (raw, sig []byte) {
 		t.Fatal(err)
 	}
 	return raw, ed25519.Sign(key, raw)
+}
+
+// sealAs seals env's body as from's gateway seals what it publishes
+// (sealing.go): to the hosts of to and to from, bound to env.
+func sealAs(t *testing.T, from *testGW, env *envelope.Envelope, to ...*testGW) {
+	t.Helper()
+	var rs []*seal.Recipient
+	for _, g := range append([]*testGW{from}, to...) {
+		ring, err := seal.LoadKeyring(g.Cfg.StateDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs = append(rs, ring.Public())
+	}
+	sealed, err := seal.Seal(seal.Bind(string(env.Kind), env.MsgID, from.Host), []byte(env.Body), rs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.Sealed, env.Body = sealed, ""
 }
 
 // forgeDeadCopy is a dead letter as host from's gateway would sign it

@@ -69,7 +69,7 @@ func (g *Gateway) onDeath(d *broker.Death) error {
 		at = time.Now().UTC()
 	}
 	reason := deathReason(d.Reason)
-	dead, err := g.st.KillOutbound(env.MsgID, d.Body, reason, at)
+	dead, err := g.st.KillOutbound(env.MsgID, g.seal.Plain(d.Body), reason, at) // its text opened (sealing.go)
 	if err != nil {
 		return err // requeued: told again shortly
 	}

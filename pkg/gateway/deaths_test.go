@@ -46,6 +46,7 @@ func TestCrossDeathInBrokerInbox(t *testing.T) {
 		t.Fatalf("alice got %+v", got)
 	}
 	dead := h1.must("", &api.DeadRequest{}).Dead
+	// kept with its text opened (sealing.go, Plain): sealed on the wire
 	if len(dead) != 1 || dead[0].Record.MsgID != s.MsgID || dead[0].Envelope == nil || dead[0].Envelope.Body != "never taken" {
 		t.Fatalf("h1's dead letters: %+v", dead)
 	}

@@ -49,6 +49,7 @@ import (
 //	peers  peers.go       what was heard of the other hosts (the remote roster, by name)
 //	said   announcer.go   this host's presence chain: what it announced of its entities
 //	admit  admit.go       what a message from the broker must prove
+//	seal   sealing.go     text sealed to the hosts that deliver it, opened once admitted
 //	names  names.go       a name is one entity: conflicts told, untrusted hosts' names
 //	wake   wake.go        the wake notices typed for hook entities with a pane
 //	caps   inboxcap.go    local inboxes held to inbox-max-length and inbox-ttl
@@ -70,6 +71,7 @@ type Gateway struct {
 	heardMu sync.Mutex   // one save of peers' last words at a time (presence.go saveHeard)
 	said    *announcer   // announcer.go: this host's presence chain
 	admit   *admission   // nil: single-host mode
+	seal    *sealing     // sealing.go: text sealed to the hosts that deliver it (nil: single-host mode)
 	names   *nameBook    // names.go
 	wake    *wakes       // wake.go: set once the store is open
 	follow  *followers   // follow.go: who reads the pull entities; set once the store is open

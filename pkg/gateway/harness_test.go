@@ -29,6 +29,7 @@ import (
 	"github.com/fleetd/fleet/pkg/config"
 	"github.com/fleetd/fleet/pkg/fault"
 	"github.com/fleetd/fleet/pkg/gateway"
+	"github.com/fleetd/fleet/pkg/seal"
 	"github.com/fleetd/fleet/pkg/trust"
 )
 
@@ -419,7 +420,8 @@ var (
 	vhosts   = map[testing.TB]string{}
 )
 
-// enrol makes the gateways trust each other, as `fleet-gw trust add` does.
+// enrol makes the gateways trust each other, as `fleet-gw trust add` does
+// with the lines `fleet-gw key` prints (signing and sealing keys).
 func enrol(t testing.TB, gws ...*testGW) {
 	t.Helper()
 	for _, g := range gws {
@@ -427,7 +429,11 @@ func enrol(t testing.TB, gws ...*testGW) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		line := trust.Line(g.Host, priv.Public().(ed25519.PublicKey))
+		ring, err := seal.LoadKeyring(g.Cfg.StateDir) // as fleet-gw key prints it
+		if err != nil {
+			t.Fatal(err)
+		}
+		line := trust.SealedLine(g.Host, priv.Public().(ed25519.PublicKey), ring.Public().String())
 		e, err := trust.ParseLine(line)
 		if err != nil {
 			t.Fatal(err)

@@ -87,6 +87,7 @@ type receipts struct {
 	answered   func(msgID, host string) error             // ask.go: an answer landed
 	refusedAsk func(msgID, asker, askee, why string) bool // refusals.go: an ask of ours refused there
 	named      func(r *store.Record) string               // a record's recipient as it is named here (route.go)
+	plain      func(raw []byte) []byte                    // sealing.go: a sealed message of ours, opened for its dead letter (nil: as it is)
 }
 
 // Changed returns a channel closed at the next change of any delivery
@@ -222,7 +223,11 @@ func (rc *receipts) Take(env *envelope.Envelope) error {
 		}
 	}
 	if rb.Refused != nil {
-		dead, err := rc.st.KillOutbound(rb.MsgID, k.raw, reason, k.at)
+		raw := k.raw
+		if rc.plain != nil {
+			raw = rc.plain(raw)
+		}
+		dead, err := rc.st.KillOutbound(rb.MsgID, raw, reason, k.at)
 		if err != nil || !dead {
 			return err // settled already (delivered, or told before), or not ours to track
 		}

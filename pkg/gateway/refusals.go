@@ -60,6 +60,15 @@ package gateway
 // without the header) has nobody to tell: its copy in bridge.dlq is the
 // only trace.
 //
+// Sealed messages (sealing.go) are refused like the others, with their
+// reasons (sealed_elsewhere, unknown_seal_key, tampered, unsealed), and
+// told the same way: the copy a notice carries is the sealed bytes as
+// published, which the sender opens with its own key (every message is
+// sealed to its sender's host too). A refused message that carries text
+// in the clear (from a host named in plaintext-hosts, or refused as
+// unsealed) is told by its digest only, never quoted back through the
+// broker.
+//
 // A copy too big to quote (the notice must fit this host's max-body, and
 // base64 grows it by a third: a message over about 750 KiB with the
 // default 1 MiB) is carried as its sha256 instead, with the signature.
@@ -191,7 +200,13 @@ func (n *refusalNotices) refused(m broker.RefusedMsg) {
 		r.TraceID, r.InReplyTo = env.TraceID, env.MsgID
 		return r
 	}
-	r := notice(false)
+	var r *envelope.Envelope
+	if env.Body == "" || !sealKinds[env.Kind] {
+		// sealed (or no text): the copy goes back whole; text in the
+		// clear goes back as its digest, not a second time readable
+		// through the broker (sealing.go)
+		r = notice(false)
+	}
 	if r == nil {
 		// too big to carry back whole: its digest, for the sender to
 		// match against the bytes it kept

@@ -114,6 +114,44 @@ func (fn *fakeNotices) perMinute() {
 	}
 }
 
+// sealedLike is env as a sealing gateway publishes it: its text in
+// sealed bytes, the body empty (the notices never open them; the frame's
+// head and host count are what Decode checks).
+func sealedLike(env *envelope.Envelope) *envelope.Envelope {
+	env.Sealed, env.Body = append([]byte("fsl1\x01"), env.Body...), ""
+	return env
+}
+
+// A refused message that carries text in the clear (from a host named
+// in plaintext-hosts, or refused as unsealed) is told by its digest
+// only: its text is not put on the broker a second time.
+func TestRefusalNoticeOfPlainTextIsADigest(t *testing.T) {
+	_, priv, _ := ed25519.GenerateKey(rand.Reader)
+	alice := envelope.Party{Gid: "h1.01a23400-3365-77d8-a646-15bd4b212402", Name: "alice", Host: "h1"}
+	bob := envelope.Party{Gid: "h2.01a23400-3142-7e07-b4e3-15b27a9f1b77", Name: "bob", Host: "h2"}
+	fn := newFakeNotices(t, 1<<20)
+	for _, msg := range []*envelope.Envelope{
+		envelope.New(envelope.Send, alice, envelope.Party{Gid: bob.Gid}, "the secret plan"),
+		sealedLike(envelope.New(envelope.Send, alice, envelope.Party{Gid: bob.Gid}, "the secret plan")),
+	} {
+		raw, _ := envelope.Encode(msg)
+		fn.refused(broker.RefusedMsg{Queue: broker.InboxQueue(bob.Gid), Refusal: broker.Refuse(broker.ReasonUnsealed, "in the clear"),
+			Env: msg, Body: raw, Sig: ed25519.Sign(priv, raw), SignedBy: "h1"})
+	}
+	if len(fn.got) != 2 {
+		t.Fatalf("%d notices, want 2", len(fn.got))
+	}
+	for i, env := range fn.got {
+		var rb receiptBody
+		if err := json.Unmarshal([]byte(env.Body), &rb); err != nil || rb.Refused == nil {
+			t.Fatalf("notice %s: %v", env.Body, err)
+		}
+		if plain := i == 0; plain != (rb.Refused.Body == "") || plain != (rb.Refused.SHA256 != "") {
+			t.Fatalf("notice %d (plain %v): copy %q sha256 %q", i, plain, rb.Refused.Body, rb.Refused.SHA256)
+		}
+	}
+}
+
 // A burst of refusals from one host over the minute's bound: every one
 // is told, the overflow in the next minutes, never more than
 // noticesPerMinute a minute; each notice is one the sender believes.
@@ -126,7 +164,7 @@ func TestRefusalNoticeQueue(t *testing.T) {
 	const burst = 200
 	sent := map[string]bool{}
 	for i := 0; i < burst; i++ {
-		msg := envelope.New(envelope.Send, alice, envelope.Party{Gid: bob.Gid}, "hello")
+		msg := sealedLike(envelope.New(envelope.Send, alice, envelope.Party{Gid: bob.Gid}, "hello"))
 		raw, _ := envelope.Encode(msg)
 		sent[msg.MsgID] = true
 		fn.refused(broker.RefusedMsg{Queue: broker.InboxQueue(bob.Gid), Refusal: broker.Refuse(broker.ReasonUntrusted, "h1 is not trusted"),
@@ -136,7 +174,7 @@ func TestRefusalNoticeQueue(t *testing.T) {
 		t.Fatalf("%d notices at once, want %d", len(fn.got), noticesPerMinute)
 	}
 	// another host has its own minute, even while h1's queue waits
-	other := envelope.New(envelope.Send, carol, envelope.Party{Gid: bob.Gid}, "hi")
+	other := sealedLike(envelope.New(envelope.Send, carol, envelope.Party{Gid: bob.Gid}, "hi"))
 	raw, _ := envelope.Encode(other)
 	fn.refused(broker.RefusedMsg{Queue: broker.InboxQueue(bob.Gid), Refusal: broker.Refuse(broker.ReasonUntrusted, "h3"),
 		Env: other, Body: raw, Sig: ed25519.Sign(priv, raw), SignedBy: "h3"})
@@ -182,7 +220,7 @@ func TestRefusalNoticeQueueBytes(t *testing.T) {
 	big := strings.Repeat("x", 100<<10)
 	const burst = 300 // 300 copies of 100 KiB: twice noticeQueueBytes
 	for i := 0; i < burst; i++ {
-		msg := envelope.New(envelope.Send, alice, envelope.Party{Gid: bob.Gid}, big)
+		msg := sealedLike(envelope.New(envelope.Send, alice, envelope.Party{Gid: bob.Gid}, big))
 		raw, _ := envelope.Encode(msg)
 		fn.refused(broker.RefusedMsg{Queue: broker.InboxQueue(bob.Gid), Refusal: broker.Refuse(broker.ReasonUntrusted, "h1"),
 			Env: msg, Body: raw, Sig: ed25519.Sign(priv, raw), SignedBy: "h1"})

@@ -39,6 +39,7 @@ type router struct {
 	names   *nameBook
 	admits  *admitsView
 	caps    *inboxCaps
+	seal    *sealing  // sealing.go: a large message kept as published, sealed (nil: as it is)
 	in      *intake   // a local message into its inbox
 	rcpt    *receipts // a message dead here bounces
 
@@ -365,7 +366,7 @@ func (rt *router) publish(env *envelope.Envelope, retry bool) error {
 	// before the broker's confirm does, and its SettleOutbound, queued
 	// after, finds it — and goes to disk while the broker confirms: the
 	// sender hears once both are done.
-	recorded := rt.st.RecordOutboundKeep(env, now, keptBytes(env)) // refusals.go
+	recorded := rt.st.RecordOutboundKeep(env, now, rt.seal.Kept(env)) // sealing.go, refusals.go
 	rt.audit.Message("published", env, 0, "")
 	err := rt.br().Publish(rt.ctx(), env.Recipient.Gid, env, true)
 	if rerr := recorded(); rerr != nil && err == nil {
