@@ -71,6 +71,7 @@ import (
 //	dlq    dlq.go         fleet-dlq: dead letters replayed (once) and purged
 //	peers  peers.go       what was heard of the other hosts (the remote roster, by name)
 //	said   announcer.go   this host's presence chain: what it announced of its entities
+//	keys   sealkeys.go    this host's sealing keys: rotation announced, retired keys destroyed
 //	admit  admit.go       what a message from the broker must prove
 //	names  names.go       a name is one entity: conflicts told, untrusted hosts' names
 //	wake   wake.go        the wake notices typed for hook entities with a pane
@@ -92,6 +93,7 @@ type Gateway struct {
 	admits  *admitsView  // admits.go: which hosts each other host admits
 	heardMu sync.Mutex   // one save of peers' last words at a time (presence.go saveHeard)
 	said    *announcer   // announcer.go: this host's presence chain
+	keys    *sealKeys    // sealkeys.go: this host's sealing keys (nil: single-host mode)
 	admit   *admission   // nil: single-host mode
 	names   *nameBook    // names.go
 	wake    *wakes       // wake.go: set once the store is open
@@ -161,6 +163,7 @@ func New(cfg *config.Config, log *slog.Logger) *Gateway {
 			cert, _ := g.admit.certified().Present()
 			return cert
 		},
+		sealKey: func() string { return g.keys.Public() },
 		extras: func() (revoked, admits []string, certified bool) {
 			g.admit.certified().Refresh() // a certificate installed, a revocation list imported
 			_, revoked = g.admit.certified().Present()
@@ -241,7 +244,16 @@ func (g *Gateway) Run(ctx context.Context) error {
 			}
 			return fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot set up this host's signing key")
 		}
-		g.rcpt.own = g.admit.own    // refusal notices name bytes this key signed
+		g.rcpt.own = g.admit.own // refusal notices name bytes this key signed
+		// sealkeys.go: the keys that open what is sealed to this host
+		if g.keys, err = openSealKeys(g.cfg.StateDir, g.log); err != nil {
+			g.closeState()
+			if fe := fault.NotPrivate(err); fe != nil {
+				return fe
+			}
+			return fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot read this host's sealing keys").
+				WithHint("see what is wrong with: fleet-gw seal keys")
+		}
 		g.br.OnControl(g.exec.Take) // control_exec.go: SPAWN/STOP for this host
 		g.br.OnDeath(g.onDeath)     // deaths.go: our messages dead in other hosts' inboxes
 		// One gateway per host id: nothing is delivered and no client is
@@ -294,6 +306,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	var fatal <-chan error
 	if g.br != nil {
 		g.said.Start(g.runCtx.Done(), g.br.Subscribe()) // announcer.go: presence, until the leaving notice
+		g.keys.Start(g.said.Rekey)                      // sealkeys.go: a rotated key announced at once
 		fatal = g.br.Fatal()
 	}
 	g.scrape.Serve(g.st, g.reg, g.asks, func() string { // metrics.go
@@ -364,6 +377,9 @@ func (g *Gateway) shutdown() {
 		}
 	}
 	g.side.Close() // a timer firing from now on starts nothing
+	if g.keys != nil {
+		g.keys.Stop()
+	}
 	if g.hostTaken {
 		g.said.Stop() // say nothing on the broker on this host id's behalf
 	} else {
