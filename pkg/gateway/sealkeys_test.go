@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"bytes"
+	"errors"
+	"io"
 	"log/slog"
 	"path/filepath"
 	"strings"
@@ -178,4 +180,85 @@ func TestSealKeysWatch(t *testing.T) {
 	}
 	s.Stop()
 	s.Stop() // twice is fine
+}
+
+// Rotation end to end within the parts (issue 27, point 5): h1 seals to
+// the key h2 announced; h2 rotates (the command's keyring, another
+// process's); what was sealed to the old key still opens in h2's gateway
+// within the grace, what is sealed after h2 announces goes to the new
+// key; a key whose grace ended is destroyed and what was sealed to it is
+// refused as unknown_seal_key.
+func TestSealKeysRotation(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "h2")
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	gw, err := openSealKeys(dir, log) // h2's gateway
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd, err := seal.LoadKeyring(dir) // fleet-gw seal rotate on h2
+	if err != nil {
+		t.Fatal(err)
+	}
+	h1 := newPeerView(time.Second, log) // what h1 heard of h2
+	seq := time.Now().UnixNano()
+	announce := func() {
+		seq++
+		h1.HearSealKey("h2", seq, gw.Public())
+	}
+	send := func(id, text string) (string, []byte) {
+		t.Helper()
+		r, err := seal.ParseRecipient(h1.SealKey("h2"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		bind := seal.Bind("SEND", id, "h1")
+		sealed, err := seal.Seal(bind, []byte(text), []*seal.Recipient{r})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return bind, sealed
+	}
+	open := func(bind string, sealed []byte) (string, error) {
+		text, err := seal.Open(bind, sealed, gw.Keyring())
+		return string(text), err
+	}
+
+	announce()
+	b0, m0 := send("m-0", "queued under the first key")
+	k0 := gw.Public()
+	if _, err := cmd.Rotate(time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	gw.Check() // the watcher's look (TestSealKeysWatch)
+	if gw.Public() == k0 {
+		t.Fatal("h2's gateway still holds the old key as current")
+	}
+	if text, err := open(b0, m0); err != nil || text != "queued under the first key" {
+		t.Fatalf("inside the grace: %q %v", text, err)
+	}
+	announce()
+	b1, m1 := send("m-1", "sealed to the second key")
+	if ids, _ := seal.Recipients(m1); len(ids) != 1 || ids[0].String() != cmd.Public().ID().String() {
+		t.Fatalf("after the announcement h1 sealed to %v, want h2's new key %s", ids, cmd.Public().ID())
+	}
+	if _, err := open(b1, m1); err != nil {
+		t.Fatalf("the new key: %v", err)
+	}
+
+	// rotated again with no grace: the second key opens nothing, and
+	// is destroyed at the gateway's next round
+	if _, err := cmd.Rotate(0); err != nil {
+		t.Fatal(err)
+	}
+	gw.destroy()
+	var se *seal.Error
+	if _, err := open(b1, m1); !errors.As(err, &se) || se.Reason() != "unknown_seal_key" {
+		t.Fatalf("sealed to a destroyed key: %v, want unknown_seal_key", err)
+	}
+	if keys := cmd.Keys(); len(keys) != 2 {
+		t.Fatalf("keys %+v: want the current one and the first (its grace runs)", keys)
+	}
+	if text, err := open(b0, m0); err != nil || text != "queued under the first key" {
+		t.Fatalf("the first key, still inside its grace: %q %v", text, err)
+	}
 }
