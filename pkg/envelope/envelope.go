@@ -100,6 +100,10 @@ type Envelope struct {
 	Created   time.Time `json:"created"`
 	Expires   time.Time `json:"expires,omitzero"`
 	Body      string    `json:"body"`
+	// Sealed: the body sealed to the hosts that deliver and send it
+	// (pkg/seal; Body "" when set). Defined here by branch sealops27 only
+	// to build against; branch seal27 owns it (the same definition).
+	Sealed []byte `json:"sealed,omitempty"`
 }
 
 // NewID returns a fresh identifier for msg ids, trace ids and gids: a

@@ -50,6 +50,7 @@ import (
 	"github.com/fleetd/fleet/pkg/ident"
 	"github.com/fleetd/fleet/pkg/metrics"
 	"github.com/fleetd/fleet/pkg/private"
+	"github.com/fleetd/fleet/pkg/seal"
 	"github.com/fleetd/fleet/pkg/store"
 	"github.com/fleetd/fleet/pkg/trust"
 )
@@ -575,6 +576,13 @@ func (g *Gateway) open() error {
 		br:    func() *broker.Broker { return g.br },
 		admit: func() *admission { return g.admit },
 		ctx:   func() context.Context { return g.hardCtx },
+		keys: func() *seal.Keyring {
+			if g.keys == nil {
+				return nil
+			}
+			return g.keys.Keyring()
+		},
+		keyHost: func(id string) string { return sealKeyHost(id, g.peers, g.admit) },
 	}
 	return nil
 }

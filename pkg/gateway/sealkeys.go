@@ -128,3 +128,23 @@ func (s *sealKeys) destroy() {
 		s.log.Warn("retired sealing keys not all destroyed: tried again later", "err", err)
 	}
 }
+
+// sealKeyHost names the host whose public sealing key has id, as far as
+// this gateway knows the keys: announced in presence, else on a trusted
+// host's trust line ("" if neither).
+func sealKeyHost(id string, peers *peerView, a *admission) string {
+	if h := peers.SealKeyHost(id); h != "" {
+		return h
+	}
+	if a == nil {
+		return ""
+	}
+	for _, h := range a.trustedHosts() {
+		if k, ok := a.file.SealKey(h); ok {
+			if r, err := seal.ParseRecipient(k); err == nil && r.ID().String() == id {
+				return h
+			}
+		}
+	}
+	return ""
+}

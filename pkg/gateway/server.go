@@ -70,6 +70,8 @@ func (g *Gateway) dispatch(c *conn, req *api.Request) (*api.Response, error) {
 		return g.dead(req)
 	case api.OpReplay: // dlq.go
 		return g.dlq.Replay(req)
+	case api.OpOpenDead: // dlq.go
+		return g.dlq.OpenDead(req)
 	case api.OpPurgeDead:
 		return g.dlq.Purge(req)
 	case api.OpTrace: // trace.go
