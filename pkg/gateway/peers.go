@@ -77,6 +77,16 @@ func newPeerView(interval time.Duration, log *slog.Logger) *peerView {
 // X25519 recipient) is never taken: the one held before stands, and it
 // is said once per host and key.
 func (v *peerView) HearSealKey(host string, seq int64, key string) {
+	v.mu.Lock()
+	if old := v.sealKeys[host]; old.key == key { // the common case: the key held, again
+		if seq > old.seq {
+			old.seq = seq
+			v.sealKeys[host] = old
+		}
+		v.mu.Unlock()
+		return
+	}
+	v.mu.Unlock()
 	r, err := seal.ParseRecipient(key)
 	v.mu.Lock()
 	defer v.mu.Unlock()

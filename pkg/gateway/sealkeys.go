@@ -53,8 +53,14 @@ func openSealKeys(stateDir string, log *slog.Logger) (*sealKeys, error) {
 func (s *sealKeys) Keyring() *seal.Keyring { return s.kr }
 
 // Public is the current public sealing key (age1...): what presence
-// announces. The keyring rereads its files when they changed.
-func (s *sealKeys) Public() string { return s.kr.Public().String() }
+// announces ("" without keys: single-host mode). The keyring rereads its
+// files when they changed.
+func (s *sealKeys) Public() string {
+	if s == nil {
+		return ""
+	}
+	return s.kr.Public().String()
+}
 
 // Start watches the key files until Stop: rotated is called (from the
 // watcher's goroutine) each time the current key changes.
