@@ -569,6 +569,12 @@ var refusalWords = map[string]string{
 	broker.ReasonReplay:      "not authentic: replayed",
 	broker.ReasonNotMember:   "misrouted: not a member",
 	broker.ReasonMisrouted:   "misrouted",
+	// sealed bodies (branch seal27's broker.ReasonSealedElsewhere,
+	// ReasonUnknownSealKey, ReasonTampered, ReasonUnsealed)
+	"sealed_elsewhere": "sealed to other hosts",
+	"unknown_seal_key": "sealed to a key its host no longer holds",
+	"tampered":         "not authentic: sealed bytes altered",
+	"unsealed":         "refused: text in the clear",
 }
 
 func fromBroker(m *broker.DLQMessage) *Entry {
