@@ -62,9 +62,10 @@ const (
 	// With Known, nothing is sent: Sent is the replay made before of this
 	// host's dead letter MsgID, in its present state (67: none was made).
 	OpReplay = "replay"
-	// OpOpenDead opens a sealed dead letter from bridge.dlq (Raw, Sig,
-	// SignedBy, as for OpReplay) with this host's sealing keys, once its
-	// signature is proven: Response.Opened (its text only where readable).
+	// OpOpenDead opens a sealed dead letter with this host's sealing
+	// keys: one from bridge.dlq (Raw, Sig, SignedBy, as for OpReplay),
+	// once its signature is proven, or this host's (MsgID):
+	// Response.Opened (its text only where readable).
 	OpOpenDead = "open_dead"
 	// OpPurgeDead removes this host's dead letters MsgIDs (Count: how many).
 	OpPurgeDead = "purge_dead"

@@ -113,6 +113,17 @@ func (d *deadLetters) Replay(req *api.Request) (*api.Response, error) {
 		if env == nil {
 			return nil, fault.New(fault.Data, fault.KindNotReplayable, "dead letter %s kept no message to deliver again", req.MsgID)
 		}
+		if len(env.Sealed) > 0 {
+			// one of this host's messages that died in a broker inbox: kept
+			// as published, sealed; its text sent again by the normal path
+			o := d.openStored(env)
+			if !o.Readable {
+				return nil, fault.New(fault.Refused, fault.KindNotReplayable,
+					"dead letter %s is sealed to %s: its text cannot be opened here (%s)", req.MsgID, hostList(o.SealedTo), o.Detail).
+					WithHint("%s", replayWhere(req.MsgID, o.SealedTo, d.host))
+			}
+			env.Body, env.Sealed = o.Text, nil
+		}
 		return d.replayEnv(env, req.MsgID)
 	}
 	env, err := envelope.Decode(req.Raw, d.maxBody)
@@ -165,8 +176,24 @@ func (d *deadLetters) Replay(req *api.Request) (*api.Response, error) {
 }
 
 // OpenDead serves OpOpenDead: a sealed dead letter from bridge.dlq
-// opened with this host's keys once its signature is proven, or why not.
+// (Raw) opened with this host's keys once its signature is proven, or
+// one of this host's store (MsgID), or why not.
 func (d *deadLetters) OpenDead(req *api.Request) (*api.Response, error) {
+	if len(req.Raw) == 0 {
+		dl, err := d.st.DeadLetter(req.MsgID)
+		if err != nil || len(dl.Envelope) == 0 {
+			return nil, fault.New(fault.NoRecipient, fault.KindUnknownMessage, "no dead letter %s on this host", req.MsgID).
+				WithHint("list them with: fleet-dlq list")
+		}
+		env, err := envelope.Decode(dl.Envelope, 1<<30)
+		if err != nil {
+			return nil, err
+		}
+		if len(env.Sealed) == 0 {
+			return nil, fault.New(fault.Usage, fault.KindUsage, "dead letter %s is not sealed: its body is in it", req.MsgID)
+		}
+		return &api.Response{Opened: d.openStored(env)}, nil
+	}
 	env, err := envelope.Decode(req.Raw, d.maxBody)
 	if err != nil {
 		return nil, err
@@ -191,6 +218,15 @@ func provenSigner(a *admission, host string, body, sig []byte, env *envelope.Env
 	err := a.signed(host, body, sig, env)
 	var r *broker.Refusal
 	return err == nil || errors.As(err, &r) && r.Reason == broker.ReasonWrongHost
+}
+
+// openStored opens a sealed envelope of this host's store: one of its
+// own messages that died in a broker inbox, kept as it was published
+// (deaths.go: its signature by this host checked when the death came
+// back), so bound to this host. One that names another sender is not
+// opened.
+func (d *deadLetters) openStored(env *envelope.Envelope) *api.Opened {
+	return d.open(env, d.host, env.Sender.Host == d.host)
 }
 
 // open opens env's sealed body with this host's keys and the binding of

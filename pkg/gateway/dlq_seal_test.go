@@ -170,3 +170,61 @@ func TestDeadLettersSealed(t *testing.T) {
 		t.Fatalf("replay of a copy sealed to a destroyed key: %v (hint %q)", err, fault.HintOf(err))
 	}
 }
+
+// One of h1's own messages that died in a broker inbox is kept in h1's
+// store as it was published, sealed (deaths.go): fleet-dlq reads its
+// text here (OpOpenDead by msg id), and a replay opens it and goes on to
+// send its text (here: no broker, so it stops there); once h1's key is
+// destroyed, neither.
+func TestDeadLettersSealedInStore(t *testing.T) {
+	s := newSealedDLQRig(t)
+	alice := s.r.entity("alice")
+	env := envelope.New(envelope.Send, alice, ibob, "")
+	sealed, err := seal.Seal(seal.Bind(string(env.Kind), env.MsgID, "h1"), []byte("died in bob's inbox"),
+		[]*seal.Recipient{s.h2kr.Public(), s.kr.Public()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.Sealed = sealed
+	raw, err := envelope.Encode(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.r.st.RecordOutboundKeep(env, time.Now(), nil)(); err != nil {
+		t.Fatal(err)
+	}
+	if dead, err := s.r.st.KillOutbound(env.MsgID, raw, ReasonBrokerExpired, time.Now()); err != nil || !dead {
+		t.Fatalf("KillOutbound: %v %v", dead, err)
+	}
+	res, err := s.d.OpenDead(&api.Request{Op: api.OpOpenDead, MsgID: env.MsgID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := res.Opened; !o.Readable || o.Text != "died in bob's inbox" || !slices.Equal(o.SealedTo, []string{"h2", "h1"}) {
+		t.Fatalf("this host's sealed dead letter: %+v", o)
+	}
+	_, err = s.d.OpenDead(&api.Request{Op: api.OpOpenDead, MsgID: envelope.NewID()})
+	faultKind(t, err, fault.KindUnknownMessage)
+	// opened, then sent by the normal path: no broker here
+	_, err = s.d.Replay(&api.Request{Op: api.OpReplay, MsgID: env.MsgID})
+	faultKind(t, err, fault.KindBrokerDown)
+
+	if _, err := s.kr.Rotate(0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.kr.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	res, err = s.d.OpenDead(&api.Request{Op: api.OpOpenDead, MsgID: env.MsgID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := res.Opened; o.Readable || o.Reason != "unknown_seal_key" {
+		t.Fatalf("after h1's key was destroyed: %+v", o)
+	}
+	_, err = s.d.Replay(&api.Request{Op: api.OpReplay, MsgID: env.MsgID})
+	faultKind(t, err, fault.KindNotReplayable)
+	if !strings.Contains(fault.HintOf(err), "on host h2") {
+		t.Fatalf("hint %q: want the other host it is sealed to", fault.HintOf(err))
+	}
+}

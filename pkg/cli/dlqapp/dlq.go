@@ -433,6 +433,7 @@ func (s *sources) local() ([]*Entry, error) {
 		if brokerDeath(e.Reason) && e.Recipient != nil && e.Recipient.Host != "" {
 			e.Host = e.Recipient.Host
 		}
+		s.unseal(e, &api.Request{Op: api.OpOpenDead, MsgID: d.Record.MsgID})
 		out = append(out, e)
 	}
 	return out, nil
@@ -452,17 +453,19 @@ func (s *sources) remote() ([]*Entry, error) {
 	for i, m := range r.Messages {
 		e := fromBroker(m)
 		e.index = i
-		s.unseal(e)
+		s.unseal(e, &api.Request{Op: api.OpOpenDead, Raw: e.body, Sig: e.sig, SignedBy: e.signedBy})
 		out = append(out, e)
 	}
 	return out, nil
 }
 
-// unseal asks this host's gateway to open a sealed copy (it holds the
-// keys, and checks the copy's signature first): its text where this
-// host's keys open it, else the hosts it is sealed to. The sealed bytes
-// themselves are never shown.
-func (s *sources) unseal(e *Entry) {
+// unseal asks this host's gateway to open a sealed copy with req (it
+// holds the keys, and checks a bridge.dlq copy's signature first): its
+// text where this host's keys open it, else the hosts it is sealed to.
+// The sealed bytes themselves are never shown. This host's store holds
+// sealed ones too: its own messages that died in a broker inbox, kept as
+// they were published.
+func (s *sources) unseal(e *Entry, req *api.Request) {
 	env := e.Envelope
 	if env == nil || len(env.Sealed) == 0 {
 		return
@@ -474,7 +477,7 @@ func (s *sources) unseal(e *Entry) {
 		e.Note = "(sealed: text not readable here: no gateway runs to open it)"
 		return
 	}
-	resp, err := s.client.Call(&api.Request{Op: api.OpOpenDead, Raw: e.body, Sig: e.sig, SignedBy: e.signedBy})
+	resp, err := s.client.Call(req)
 	if err != nil || resp.Opened == nil {
 		why := "the gateway did not open it"
 		if err != nil {

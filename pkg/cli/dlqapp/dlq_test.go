@@ -105,7 +105,7 @@ func TestSealedCopyWithoutGateway(t *testing.T) {
 	env := deadEnv("01a233c5-3446-752d-af6f-b75df85f1568", "h2.01a233c5-3295-7a3e-9767-16cb1d5365f3", "h1", envelope.Send)
 	env.Sealed = []byte("fsl1 sealed bytes")
 	e := copyOf(whereDLQ, env, "expired in the broker", "h2", 0)
-	(&sources{}).unseal(e)
+	(&sources{}).unseal(e, nil)
 	if !e.Sealed || e.Readable == nil || *e.Readable || e.Envelope.Sealed != nil || e.Envelope.Body != "" ||
 		!strings.Contains(e.Note, "text not readable here") {
 		t.Fatalf("a sealed copy without a gateway: %+v", e)
@@ -118,7 +118,7 @@ func TestSealedCopyWithoutGateway(t *testing.T) {
 		t.Fatalf("--json: %s", s)
 	}
 	plain := copyOf(whereDLQ, deadEnv("01a233c5-3446-752d-af6f-b75df85f1569", "h2.01a233c5-3295-7a3e-9767-16cb1d5365f3", "h1", envelope.Send), "r", "h2", 1)
-	(&sources{}).unseal(plain)
+	(&sources{}).unseal(plain, nil)
 	if plain.Sealed || plain.Readable != nil || plain.Note != "" {
 		t.Fatalf("a plain copy: %+v", plain)
 	}
