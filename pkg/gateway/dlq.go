@@ -156,11 +156,6 @@ func (d *deadLetters) Replay(req *api.Request) (*api.Response, error) {
 			"message %s is %s on this host, not dead: its copy in bridge.dlq is not replayed", env.MsgID, r.State).
 			WithHint("purge the copy: fleet-dlq purge %s", env.MsgID)
 	}
-	if req.SignedBy != d.host && d.reg.Get(env.Recipient.Gid) == nil {
-		return nil, fault.New(fault.Usage, fault.KindNotReplayable,
-			"dead letter %s was sent from %s to %s: only its sender's gateway signs it again", env.MsgID, env.Sender.String(), env.Recipient.String()).
-			WithHint("run fleet-dlq replay on host %s (or on the recipient's host)", env.Sender.Host)
-	}
 	if len(env.Sealed) > 0 {
 		// proven above (admit.signed): opened with the signer's binding,
 		// its text sent again by the normal path, which seals it anew
@@ -171,6 +166,11 @@ func (d *deadLetters) Replay(req *api.Request) (*api.Response, error) {
 				WithHint("%s", replayWhere(env.MsgID, o.SealedTo, d.host))
 		}
 		env.Body, env.Sealed = o.Text, nil
+	}
+	if req.SignedBy != d.host && d.reg.Get(env.Recipient.Gid) == nil {
+		return nil, fault.New(fault.Usage, fault.KindNotReplayable,
+			"dead letter %s was sent from %s to %s: only its sender's gateway signs it again", env.MsgID, env.Sender.String(), env.Recipient.String()).
+			WithHint("run fleet-dlq replay on host %s (or on the recipient's host)", env.Sender.Host)
 	}
 	return d.replayEnv(env, "")
 }
