@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -61,8 +62,12 @@ func sameEnvelope(t *testing.T, got, want *Envelope) {
 	if !g.Expires.Equal(w.Expires) {
 		t.Errorf("Expires = %v, want %v", g.Expires, w.Expires)
 	}
+	if !bytes.Equal(g.Sealed, w.Sealed) {
+		t.Errorf("Sealed = %q, want %q", g.Sealed, w.Sealed)
+	}
 	g.Created, w.Created, g.Expires, w.Expires = time.Time{}, time.Time{}, time.Time{}, time.Time{}
-	if g != w {
+	g.Sealed, w.Sealed = nil, nil
+	if !reflect.DeepEqual(g, w) {
 		t.Errorf("envelope mismatch:\n got  %+v\n want %+v", g, w)
 	}
 }
