@@ -61,6 +61,11 @@ const (
 	// With Known, nothing is sent: Sent is the replay made before of this
 	// host's dead letter MsgID, in its present state (67: none was made).
 	OpReplay = "replay"
+	// OpOpenDead opens a sealed dead letter with this host's sealing
+	// keys: one from bridge.dlq (Raw, Sig, SignedBy, as for OpReplay),
+	// once its signature is proven, or this host's (MsgID):
+	// Response.Opened (its text only where readable).
+	OpOpenDead = "open_dead"
 	// OpPurgeDead removes this host's dead letters MsgIDs (Count: how many).
 	OpPurgeDead = "purge_dead"
 	// OpTrace is fleet-trace: the hops of one flow (TraceID) from this
@@ -109,6 +114,21 @@ type Response struct {
 	GatewayStatus *GatewayStatus `json:"gateway_status,omitempty"`
 	// Trace answers OpTrace
 	Trace *Trace `json:"trace,omitempty"`
+	// Opened answers OpOpenDead
+	Opened *Opened `json:"opened,omitempty"`
+}
+
+// Opened is a sealed dead letter as this host's keys open it (or not).
+type Opened struct {
+	Readable bool   `json:"readable"`
+	Text     string `json:"text,omitempty"` // its body, when readable
+	// SealedTo: the hosts whose keys it is sealed to, as far as this
+	// host knows them ("key ID" for a key it does not know)
+	SealedTo []string `json:"sealed_to"`
+	// Reason why it is not readable here: not_for_us, unknown_seal_key,
+	// tampered (pkg/seal), not_authentic (its signature not proven)
+	Reason string `json:"reason,omitempty"`
+	Detail string `json:"detail,omitempty"`
 }
 
 // Trace is one flow as fleet-trace prints it: every hop the hosts that

@@ -202,6 +202,17 @@ type ReplayRequest struct {
 	SignedBy string `json:"signed_by,omitempty"` // its fleet-host header
 }
 
+// OpenDeadRequest opens a sealed dead letter with this host's sealing
+// keys: this host's (MsgID), or one from bridge.dlq (Raw, Sig, SignedBy,
+// as the broker holds it; opened only once its signature is proven).
+type OpenDeadRequest struct {
+	Head
+	MsgID    string `json:"msg_id,omitempty"`
+	Raw      []byte `json:"raw,omitempty"`       // a dead letter's body from bridge.dlq
+	Sig      []byte `json:"sig,omitempty"`       // its fleet-sig header
+	SignedBy string `json:"signed_by,omitempty"` // its fleet-host header
+}
+
 // PurgeDeadRequest removes this host's dead letters MsgIDs (Count: how
 // many).
 type PurgeDeadRequest struct {
@@ -263,6 +274,7 @@ func (*RecvRequest) op() string          { return OpRecv }
 func (*AckRequest) op() string           { return OpAck }
 func (*DeadRequest) op() string          { return OpDead }
 func (*ReplayRequest) op() string        { return OpReplay }
+func (*OpenDeadRequest) op() string      { return OpOpenDead }
 func (*PurgeDeadRequest) op() string     { return OpPurgeDead }
 func (*SpawnRequest) op() string         { return OpSpawn }
 func (*StopRequest) op() string          { return OpStop }
@@ -309,6 +321,8 @@ func newRequest(op string) Request {
 		return &DeadRequest{}
 	case OpReplay:
 		return &ReplayRequest{}
+	case OpOpenDead:
+		return &OpenDeadRequest{}
 	case OpPurgeDead:
 		return &PurgeDeadRequest{}
 	case OpSpawn:

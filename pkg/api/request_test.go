@@ -87,7 +87,7 @@ type legacyRequest struct {
 }
 
 // allOps is every op of the protocol.
-var allOps = []string{OpHello, OpJoin, OpLeave, OpRoster, OpStatus, OpSend, OpLookup, OpRecv, OpAck, OpDead,
+var allOps = []string{OpHello, OpJoin, OpLeave, OpRoster, OpStatus, OpSend, OpLookup, OpRecv, OpAck, OpDead, OpOpenDead,
 	OpWhoami, OpWait, OpBcast, OpAsk, OpGroups, OpSpawn, OpStop, OpWaitReply, OpGatewayStatus, OpReplay,
 	OpPurgeDead, OpTrace}
 

@@ -45,7 +45,6 @@ import (
 	"github.com/fleetd/fleet/pkg/broker"
 	"github.com/fleetd/fleet/pkg/envelope"
 	"github.com/fleetd/fleet/pkg/ident"
-	"github.com/fleetd/fleet/pkg/seal"
 	"github.com/fleetd/fleet/pkg/trust"
 )
 
@@ -84,11 +83,9 @@ func (g *Gateway) setupAuth() error {
 	if err != nil {
 		return err
 	}
-	// the sealing key, made beside the signing key (issue 27)
-	ring, err := seal.LoadKeyring(g.cfg.StateDir)
-	if err != nil {
-		return err
-	}
+	// the sealing keys, made beside the signing key (issue 27):
+	// sealkeys.go's keyring, the one that watches for a rotation
+	ring := g.keys.Keyring()
 	own, file, memo := priv.Public().(ed25519.PublicKey), trust.Open(g.cfg.TrustFile), newVerified(1024)
 	g.admit = &admission{
 		host: g.cfg.Host, own: own, file: file, memo: memo,
@@ -113,6 +110,7 @@ func (g *Gateway) setupAuth() error {
 	// sealing.go: text is sealed to the hosts that deliver it (issue 27)
 	sl := newSealing(g.cfg.Host, ring, file, g.admit.certs, g.cfg.PlaintextHosts, g.cfg.MaxBody, g.log)
 	sl.everyone, sl.trusted, sl.spawn = g.admit.trustedHosts, g.admit.trusted, checkSpawn
+	sl.announced = g.peers.SealKey // presence.go: the key a host announced, signed
 	sl.members = func(group string) []string {
 		var hosts []string
 		for _, r := range g.peers.Rows(time.Now(), g.br.Connected(), g.cfg.PresenceTTL, g.admit.trusted) {

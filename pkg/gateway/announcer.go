@@ -34,6 +34,7 @@ type announceHooks struct {
 	row     func(gid string) (api.EntityRow, bool) // a local entity's row now; false: it is not here
 	rows    func() ([]api.EntityRow, error)        // every local entity's row
 	cert    func() string                          // the host's operator certificate ("": none; certs.go)
+	sealKey func() string                          // the host's current public sealing key ("": none; sealkeys.go)
 	extras  func() (revoked, admits []string, certified bool)
 	publish func(env *envelope.Envelope, what string, ttl time.Duration) (confirmed func() error, err error)
 	up      func() bool // connected to the broker now
@@ -62,6 +63,7 @@ type announcer struct {
 	leaving bool              // Leave was called
 	wake    chan struct{}     // cap 1: queue has something
 	leave   chan struct{}     // closed: the leaving notice is the next link
+	rekey   chan struct{}     // cap 1: the sealing key changed, a snapshot says so now
 	quit    chan struct{}     // closed: stop now
 	wg      sync.WaitGroup    // the chain's goroutine and its confirmer
 
@@ -79,7 +81,7 @@ type notice struct {
 func newAnnouncer(host string, interval, ttl time.Duration, log *slog.Logger, h announceHooks) *announcer {
 	return &announcer{host: host, interval: interval, ttl: ttl, log: log, h: h,
 		said: map[string]string{}, due: map[string]bool{}, queued: map[string]bool{},
-		wake: make(chan struct{}, 1), leave: make(chan struct{}), quit: make(chan struct{})}
+		wake: make(chan struct{}, 1), rekey: make(chan struct{}, 1), leave: make(chan struct{}), quit: make(chan struct{})}
 }
 
 // Start starts the chain: a whole snapshot every interval, and one at
@@ -141,6 +143,17 @@ func (a *announcer) enqueue(n notice) {
 	}
 }
 
+// Rekey announces a whole snapshot at once, in the chain's turn: the
+// host's sealing key changed (fleet-gw seal rotate), and every message
+// carries the current one, so the other hosts seal to it from the next
+// message on, not an interval later.
+func (a *announcer) Rekey() {
+	select {
+	case a.rekey <- struct{}{}:
+	default:
+	}
+}
+
 // Leave publishes the leaving notice, after the notices already waiting,
 // as the chain's last link (other hosts drop this one now, not after the
 // TTL), and stops the chain. It waits at most wait for the chain.
@@ -197,6 +210,10 @@ func (a *announcer) run(ticks <-chan struct{}, up <-chan bool) {
 			a.snapshot()
 		case ok := <-up:
 			if ok {
+				a.snapshot()
+			}
+		case <-a.rekey:
+			if tick != nil { // not once shutting down: the leaving notice is next
 				a.snapshot()
 			}
 		case <-a.wake:
@@ -326,6 +343,9 @@ func (a *announcer) send(what string, b presenceBody) error {
 func (a *announcer) publish(what string, b presenceBody) (confirmed func() error, err error) {
 	b.Host, b.IntervalMS, b.Prev = a.host, a.interval.Milliseconds(), a.prev
 	b.Cert = a.h.cert()
+	if a.h.sealKey != nil {
+		b.SealKey = a.h.sealKey()
+	}
 	body, err := json.Marshal(b)
 	if err != nil {
 		return nil, err

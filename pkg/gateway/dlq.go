@@ -22,11 +22,25 @@ package gateway
 // its signature proves it — made by this host (then it is re-signed and
 // published), or by a trusted host for an entity of this one (then it is
 // delivered here). Nobody else's message is ever signed anew.
+//
+// Sealed dead letters (issue 27): a copy in bridge.dlq holds its body
+// sealed to the hosts that deliver and send it. Its text is opened only
+// here, with this host's keys, once its signature is proven (OpOpenDead
+// for fleet-dlq show and list; a replay opens it the same way and sends
+// the text again through the normal path, which seals it anew). Its
+// binding is its kind, msg id and the host that signed the copy — the
+// fleet-host header bridge.dlq keeps: the original's, for a copy a
+// gateway refused or the broker dead-lettered; the dying host's, for a
+// copy a gateway published of a death on its host (it re-seals what it
+// publishes). Elsewhere the text stays sealed: the hosts it is sealed to
+// are named, and a replay says on which host to run it.
 
 import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -36,6 +50,7 @@ import (
 	"github.com/fleetd/fleet/pkg/envelope"
 	"github.com/fleetd/fleet/pkg/fault"
 	"github.com/fleetd/fleet/pkg/ident"
+	"github.com/fleetd/fleet/pkg/seal"
 	"github.com/fleetd/fleet/pkg/store"
 )
 
@@ -57,6 +72,10 @@ type deadLetters struct {
 	br    func() *broker.Broker  // nil: single-host mode
 	admit func() *admission      // nil: single-host mode
 	ctx   func() context.Context // publishes are aborted past the drain bound (hardCtx)
+	keys  func() *seal.Keyring   // this host's sealing keys (nil: single-host mode)
+	// keyHost names the host whose public sealing key has id ("": none
+	// this host knows)
+	keyHost func(id string) string
 
 	mu sync.Mutex // one replay at a time
 }
@@ -94,6 +113,17 @@ func (d *deadLetters) Replay(req *api.ReplayRequest) (*api.Response, error) {
 		if env == nil {
 			return nil, fault.New(fault.Data, fault.KindNotReplayable, "dead letter %s kept no message to deliver again", req.MsgID)
 		}
+		if len(env.Sealed) > 0 {
+			// one of this host's messages that died in a broker inbox: kept
+			// as published, sealed; its text sent again by the normal path
+			o := d.openStored(env)
+			if !o.Readable {
+				return nil, fault.New(fault.Refused, fault.KindNotReplayable,
+					"dead letter %s is sealed to %s: its text cannot be opened here (%s)", req.MsgID, hostList(o.SealedTo), o.Detail).
+					WithHint("%s", replayWhere(req.MsgID, o.SealedTo, d.host))
+			}
+			env.Body, env.Sealed = o.Text, nil
+		}
 		return d.replayEnv(env, req.MsgID)
 	}
 	env, err := envelope.Decode(req.Raw, d.maxBody)
@@ -126,12 +156,153 @@ func (d *deadLetters) Replay(req *api.ReplayRequest) (*api.Response, error) {
 			"message %s is %s on this host, not dead: its copy in bridge.dlq is not replayed", env.MsgID, r.State).
 			WithHint("purge the copy: fleet-dlq purge %s", env.MsgID)
 	}
+	if len(env.Sealed) > 0 {
+		// proven above (admit.signed): opened with the signer's binding,
+		// its text sent again by the normal path, which seals it anew
+		o := d.open(env, req.SignedBy, true)
+		if !o.Readable {
+			return nil, fault.New(fault.Refused, fault.KindNotReplayable,
+				"dead letter %s is sealed to %s: its text cannot be opened here (%s)", env.MsgID, hostList(o.SealedTo), o.Detail).
+				WithHint("%s", replayWhere(env.MsgID, o.SealedTo, d.host))
+		}
+		env.Body, env.Sealed = o.Text, nil
+	}
 	if req.SignedBy != d.host && d.reg.Get(env.Recipient.Gid) == nil {
 		return nil, fault.New(fault.Usage, fault.KindNotReplayable,
 			"dead letter %s was sent from %s to %s: only its sender's gateway signs it again", env.MsgID, env.Sender.String(), env.Recipient.String()).
 			WithHint("run fleet-dlq replay on host %s (or on the recipient's host)", env.Sender.Host)
 	}
 	return d.replayEnv(env, "")
+}
+
+// OpenDead serves OpOpenDead: a sealed dead letter from bridge.dlq
+// (Raw) opened with this host's keys once its signature is proven, or
+// one of this host's store (MsgID), or why not.
+func (d *deadLetters) OpenDead(req *api.OpenDeadRequest) (*api.Response, error) {
+	if len(req.Raw) == 0 {
+		dl, err := d.st.DeadLetter(req.MsgID)
+		if err != nil || len(dl.Envelope) == 0 {
+			return nil, fault.New(fault.NoRecipient, fault.KindUnknownMessage, "no dead letter %s on this host", req.MsgID).
+				WithHint("list them with: fleet-dlq list")
+		}
+		env, err := envelope.Decode(dl.Envelope, 1<<30)
+		if err != nil {
+			return nil, err
+		}
+		if len(env.Sealed) == 0 {
+			return nil, fault.New(fault.Usage, fault.KindUsage, "dead letter %s is not sealed: its body is in it", req.MsgID)
+		}
+		return &api.Response{Opened: d.openStored(env)}, nil
+	}
+	env, err := envelope.Decode(req.Raw, d.maxBody)
+	if err != nil {
+		return nil, err
+	}
+	if len(env.Sealed) == 0 {
+		return nil, fault.New(fault.Usage, fault.KindUsage, "dead letter %s is not sealed: its body is in it", env.MsgID)
+	}
+	admit := d.admit()
+	if admit == nil || d.keys == nil || d.keys() == nil {
+		return nil, fault.New(fault.Unavailable, fault.KindBrokerDown, "this gateway runs without a broker: it holds no sealing keys to open a dead letter from bridge.dlq")
+	}
+	return &api.Response{Opened: d.open(env, req.SignedBy, provenSigner(admit, req.SignedBy, req.Raw, req.Sig, env))}, nil
+}
+
+// provenSigner says whether host, a host this one trusts (or this one),
+// signed body: the signature alone, not who the envelope says sent it —
+// a copy a gateway published of a death on its host is signed by that
+// host, not by the message's sender. admission.signed checks the
+// signature before the sender's host, so a refusal for the sender's
+// host (wrong_host) comes only with a signature proven.
+func provenSigner(a *admission, host string, body, sig []byte, env *envelope.Envelope) bool {
+	err := a.signed(host, body, sig, env)
+	var r *broker.Refusal
+	return err == nil || errors.As(err, &r) && r.Reason == broker.ReasonWrongHost
+}
+
+// openStored opens a sealed envelope of this host's store: one of its
+// own messages that died in a broker inbox, kept as it was published
+// (deaths.go: its signature by this host checked when the death came
+// back), so bound to this host. One that names another sender is not
+// opened.
+func (d *deadLetters) openStored(env *envelope.Envelope) *api.Opened {
+	return d.open(env, d.host, env.Sender.Host == d.host)
+}
+
+// open opens env's sealed body with this host's keys and the binding of
+// the host that signed it (proven: its signature is; otherwise nothing is
+// opened).
+func (d *deadLetters) open(env *envelope.Envelope, signedBy string, proven bool) *api.Opened {
+	o := &api.Opened{SealedTo: []string{}}
+	ids, err := seal.Recipients(env.Sealed)
+	var kr *seal.Keyring
+	if d.keys != nil {
+		kr = d.keys()
+	}
+	mine := map[string]bool{}
+	if kr != nil {
+		for _, k := range kr.Keys() {
+			mine[k.ID] = true
+		}
+	}
+	for _, id := range ids {
+		host := ""
+		switch {
+		case mine[id.String()]:
+			host = d.host
+		case d.keyHost != nil:
+			host = d.keyHost(id.String())
+		}
+		if host == "" {
+			host = "key " + id.String()
+		}
+		if !slices.Contains(o.SealedTo, host) {
+			o.SealedTo = append(o.SealedTo, host)
+		}
+	}
+	switch {
+	case err != nil:
+		o.Reason, o.Detail = "tampered", err.Error()
+	case !proven:
+		o.Reason, o.Detail = "not_authentic", "its signature is not proven, so it is not opened"
+	case kr == nil:
+		o.Reason, o.Detail = "not_for_us", "this gateway holds no sealing keys"
+	default:
+		text, err := seal.Open(seal.Bind(string(env.Kind), env.MsgID, signedBy), env.Sealed, kr)
+		var se *seal.Error
+		switch {
+		case err == nil:
+			o.Readable, o.Text = true, string(text)
+		case errors.As(err, &se):
+			o.Reason, o.Detail = se.Reason(), err.Error()
+		default:
+			o.Reason, o.Detail = "tampered", err.Error()
+		}
+	}
+	return o
+}
+
+// hostList says the hosts a dead letter is sealed to.
+func hostList(hosts []string) string {
+	if len(hosts) == 1 {
+		return "host " + hosts[0]
+	}
+	return "hosts " + strings.Join(hosts, ", ")
+}
+
+// replayWhere is the hint of a sealed dead letter not readable here: run
+// the replay on a host it is sealed to.
+func replayWhere(msgID string, hosts []string, here string) string {
+	var named []string
+	for _, h := range hosts {
+		if h != here && !strings.HasPrefix(h, "key ") {
+			named = append(named, h)
+		}
+	}
+	if len(named) == 0 {
+		return "its text opens only with a key this host no longer holds, or no host it knows: purge it with: fleet-dlq purge " + msgID
+	}
+	return "run fleet-dlq replay " + msgID + " on host " + strings.Join(named, " or ")
 }
 
 // replayEnv delivers orig again under a new msg id. deadKey is this host's

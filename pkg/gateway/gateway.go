@@ -23,6 +23,7 @@ import (
 	"github.com/fleetd/fleet/pkg/ident"
 	"github.com/fleetd/fleet/pkg/metrics"
 	"github.com/fleetd/fleet/pkg/private"
+	"github.com/fleetd/fleet/pkg/seal"
 	"github.com/fleetd/fleet/pkg/store"
 	"github.com/fleetd/fleet/pkg/trust"
 )
@@ -48,6 +49,7 @@ import (
 //	dlq    dlq.go         fleet-dlq: dead letters replayed (once) and purged
 //	peers  peers.go       what was heard of the other hosts (the remote roster, by name)
 //	said   announcer.go   this host's presence chain: what it announced of its entities
+//	keys   sealkeys.go    this host's sealing keys: rotation announced, retired keys destroyed
 //	admit  admit.go       what a message from the broker must prove
 //	seal   sealing.go     text sealed to the hosts that deliver it, opened once admitted
 //	names  names.go       a name is one entity: conflicts told, untrusted hosts' names
@@ -70,6 +72,7 @@ type Gateway struct {
 	admits  *admitsView  // admits.go: which hosts each other host admits
 	heardMu sync.Mutex   // one save of peers' last words at a time (presence.go saveHeard)
 	said    *announcer   // announcer.go: this host's presence chain
+	keys    *sealKeys    // sealkeys.go: this host's sealing keys (nil: single-host mode)
 	admit   *admission   // nil: single-host mode
 	seal    *sealing     // sealing.go: text sealed to the hosts that deliver it (nil: single-host mode)
 	names   *nameBook    // names.go
@@ -142,6 +145,7 @@ func New(cfg *config.Config, log *slog.Logger) *Gateway {
 			cert, _ := g.admit.certified().Present()
 			return cert
 		},
+		sealKey: func() string { return g.keys.Public() },
 		extras: func() (revoked, admits []string, certified bool) {
 			g.admit.certified().Refresh() // a certificate installed, a revocation list imported
 			_, revoked = g.admit.certified().Present()
@@ -215,6 +219,15 @@ func (g *Gateway) Run(ctx context.Context) error {
 			g.log.Warn("the broker URI is amqp://, not amqps://: task text and every message cross the network to "+where+" in clear, readable by anyone on the path",
 				"fix", "use amqps:// (man 7 fleet-broker: TLS)")
 		}
+		// sealkeys.go: the keys that open what is sealed to this host
+		if g.keys, err = openSealKeys(g.cfg.StateDir, g.log); err != nil {
+			g.closeState()
+			if fe := fault.NotPrivate(err); fe != nil {
+				return fe
+			}
+			return fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot read this host's sealing keys").
+				WithHint("see what is wrong with: fleet-gw seal keys")
+		}
 		if err := g.setupAuth(); err != nil {
 			g.closeState()
 			if fe := fault.NotPrivate(err); fe != nil {
@@ -275,6 +288,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	var fatal <-chan error
 	if g.br != nil {
 		g.said.Start(g.runCtx.Done(), g.br.Subscribe()) // announcer.go: presence, until the leaving notice
+		g.keys.Start(g.said.Rekey)                      // sealkeys.go: a rotated key announced at once
 		fatal = g.br.Fatal()
 	}
 	g.scrape.Serve(g.st, g.reg, g.asks, func() string { // metrics.go
@@ -345,6 +359,9 @@ func (g *Gateway) shutdown() {
 		}
 	}
 	g.side.Close() // a timer firing from now on starts nothing
+	if g.keys != nil {
+		g.keys.Stop()
+	}
 	if g.hostTaken {
 		g.said.Stop() // say nothing on the broker on this host id's behalf
 	} else {
@@ -557,6 +574,13 @@ func (g *Gateway) open() error {
 		br:    func() *broker.Broker { return g.br },
 		admit: func() *admission { return g.admit },
 		ctx:   func() context.Context { return g.hardCtx },
+		keys: func() *seal.Keyring {
+			if g.keys == nil {
+				return nil
+			}
+			return g.keys.Keyring()
+		},
+		keyHost: func(id string) string { return sealKeyHost(id, g.peers, g.admit) },
 	}
 	return nil
 }

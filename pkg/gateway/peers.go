@@ -10,6 +10,7 @@ import (
 
 	"github.com/fleetd/fleet/pkg/api"
 	"github.com/fleetd/fleet/pkg/broker"
+	"github.com/fleetd/fleet/pkg/seal"
 	"github.com/fleetd/fleet/pkg/store"
 )
 
@@ -39,6 +40,20 @@ type peerView struct {
 	byName map[string]map[string]struct{} // name -> the gids known by it (ByName)
 	dirty  map[string]bool                // gids whose known row changed since the last save
 	gone   map[string]time.Time           // hosts that left or were dropped since this gateway started -> when last heard
+
+	// The sealing key each host announced last (its presence, authentic:
+	// SealKey), kept in memory only: after a restart the key of a host's
+	// certificate or trust line serves until its next presence, and a
+	// key it rotated from still opens there within its grace.
+	sealKeys map[string]sealKeyHeard // host -> its newest announced key
+	badSeal  map[string]string       // host -> the last bad key it announced (said once)
+}
+
+// sealKeyHeard is the sealing key a host announced, in which message.
+type sealKeyHeard struct {
+	key string // age1...
+	id  string // its key id (pkg/seal)
+	seq int64  // the presence message's sequence
 }
 
 // knownRow is what is remembered of a remote entity: who and where, not
@@ -51,7 +66,73 @@ type knownRow struct {
 func newPeerView(interval time.Duration, log *slog.Logger) *peerView {
 	return &peerView{peers: map[string]*peer{}, streams: map[string]*stream{}, left: map[string]int64{},
 		legacy: map[string]bool{}, interval: interval, log: log,
-		known: map[string]*knownRow{}, onHost: map[string]map[string]struct{}{}, byName: map[string]map[string]struct{}{}, dirty: map[string]bool{}, gone: map[string]time.Time{}}
+		known: map[string]*knownRow{}, onHost: map[string]map[string]struct{}{}, byName: map[string]map[string]struct{}{}, dirty: map[string]bool{}, gone: map[string]time.Time{},
+		sealKeys: map[string]sealKeyHeard{}, badSeal: map[string]string{}}
+}
+
+// HearSealKey takes the sealing key host announced in its presence
+// message seq (authentic: admission checked the message's signature and
+// that host signed it): the newest message's key replaces the one held,
+// whatever order messages arrive in. A key that is not one (not an age
+// X25519 recipient) is never taken: the one held before stands, and it
+// is said once per host and key.
+func (v *peerView) HearSealKey(host string, seq int64, key string) {
+	v.mu.Lock()
+	if old := v.sealKeys[host]; old.key == key { // the common case: the key held, again
+		if seq > old.seq {
+			old.seq = seq
+			v.sealKeys[host] = old
+		}
+		v.mu.Unlock()
+		return
+	}
+	v.mu.Unlock()
+	r, err := seal.ParseRecipient(key)
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if err != nil {
+		if v.badSeal[host] != key && len(v.badSeal) < 1024 {
+			v.badSeal[host] = key
+			v.log.Warn("host "+host+" announced a sealing key that is not one: ignored", "peer", host, "err", err)
+		}
+		return
+	}
+	old := v.sealKeys[host]
+	if seq <= old.seq {
+		return // an older message than the one the held key came with
+	}
+	id := r.ID().String()
+	v.sealKeys[host] = sealKeyHeard{key: r.String(), id: id, seq: seq}
+	switch {
+	case old.key == r.String():
+	case old.key == "":
+		v.log.Info("host "+host+" announced its sealing key "+id, "peer", host, "seal_key_id", id)
+	default:
+		v.log.Info("host "+host+" announced a new sealing key "+id, "peer", host, "seal_key_id", id, "was", old.id)
+	}
+}
+
+// SealKey is the sealing key (age1...) host announced last in its
+// presence, "" if none was heard since this gateway started: the key its
+// messages are sealed to first (gateway sealing), before its
+// certificate's and its trust line's.
+func (v *peerView) SealKey(host string) string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.sealKeys[host].key
+}
+
+// SealKeyHost is the host that announced the sealing key with id ("" if
+// none did): a dead letter says whose keys it is sealed to.
+func (v *peerView) SealKeyHost(id string) string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for host, k := range v.sealKeys {
+		if k.id == id {
+			return host
+		}
+	}
+	return ""
 }
 
 // Remember loads the rows saved before this gateway started.

@@ -81,6 +81,11 @@ type presenceBody struct {
 	// certify (admits.go). Older gateways send neither (unknown).
 	Admits          *[]string `json:"admits,omitempty"`
 	AdmitsCertified bool      `json:"admits_certified,omitempty"`
+	// SealKey is the host's current public sealing key (age1...,
+	// pkg/seal), on every presence message: what the other hosts seal
+	// its messages to, before the key its certificate or trust line
+	// names (sealkeys.go). Older gateways send none and ignore it.
+	SealKey string `json:"seal_key,omitempty"`
 	// what gateways before snapshots sent, one message per entity:
 	// recognised only to be ignored (see Mixed versions above)
 	Entity json.RawMessage `json:"entity,omitempty"`
@@ -263,6 +268,9 @@ func (g *Gateway) foldPresence(env *envelope.Envelope) error {
 		return broker.Refuse(broker.ReasonMalformed, "presence prev %d is not before its seq %d", b.Prev, b.Seq)
 	case interval <= 0 || interval > maxPresenceInterval:
 		return broker.Refuse(broker.ReasonMalformed, "presence interval_ms %d is not within (0, %v]", b.IntervalMS, maxPresenceInterval)
+	}
+	if b.SealKey != "" { // the key of a message admitted whole; peers.go checks it
+		g.peers.HearSealKey(b.Host, b.Seq, b.SealKey)
 	}
 	if b.Change != nil {
 		return g.peers.Change(b.Host, b.Seq, b.Prev, interval, *b.Change, now)

@@ -69,6 +69,8 @@ func (g *Gateway) dispatch(c *conn, req api.Request) (*api.Response, error) {
 		return g.dead(req)
 	case *api.ReplayRequest: // dlq.go
 		return g.dlq.Replay(req)
+	case *api.OpenDeadRequest: // dlq.go
+		return g.dlq.OpenDead(req)
 	case *api.PurgeDeadRequest:
 		return g.dlq.Purge(req)
 	case *api.TraceRequest: // trace.go

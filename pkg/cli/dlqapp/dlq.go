@@ -49,7 +49,10 @@ func NewDLQApp() *ucli.App {
 		"skips dead letters of kinds that are never delivered again (PRESENCE, RECEIPT, BOUNCE, ASK, control messages) " +
 		"and says how many. Replaying a MSG_ID again once it is replayed sends nothing: it prints the replay made " +
 		"before, in its present state (\"already_replayed\": true), exit 0. A recipient that is gone is exit 67 and " +
-		"the dead letter stays. --as NAME narrows every command to the dead letters NAME sent or was sent, once the " +
+		"the dead letter stays. A copy in bridge.dlq whose text is sealed (what crossed the broker is sealed to the hosts " +
+		"that send and deliver it) shows its text only on one of those hosts, where the gateway opens it once its " +
+		"signature is proven; elsewhere its metadata, \"sealed\": true, \"readable\": false and the hosts it is sealed " +
+		"to (sealed_to), and a replay of it is refused (exit 77) with the host to run it on. --as NAME narrows every command to the dead letters NAME sent or was sent, once the " +
 		"gateway has checked NAME's credential; without it, fleet-dlq shows the host's whole view (FLEET_TOKEN is not read)."
 	app.Flags = append(commonFlags(), filterFlags()...)
 	app.Action = runList
@@ -119,6 +122,14 @@ type Entry struct {
 	Envelope *envelope.Envelope `json:"envelope,omitempty"`
 	Headers  map[string]any     `json:"headers,omitempty"`
 	Raw      string             `json:"raw,omitempty"` // a body that is not an envelope, as text
+
+	// a copy whose body is sealed (bridge.dlq holds what crossed the
+	// broker): its text is shown only where this host's keys open it;
+	// elsewhere SealedTo names the hosts where it is readable
+	Sealed   bool     `json:"sealed,omitempty"`
+	Readable *bool    `json:"readable,omitempty"`
+	SealedTo []string `json:"sealed_to,omitempty"`
+	Note     string   `json:"note,omitempty"`
 
 	// a copy in bridge.dlq
 	index    int // in the read
@@ -422,6 +433,7 @@ func (s *sources) local() ([]*Entry, error) {
 		if brokerDeath(e.Reason) && e.Recipient != nil && e.Recipient.Host != "" {
 			e.Host = e.Recipient.Host
 		}
+		s.unseal(e, &api.OpenDeadRequest{MsgID: d.Record.MsgID})
 		out = append(out, e)
 	}
 	return out, nil
@@ -441,9 +453,62 @@ func (s *sources) remote() ([]*Entry, error) {
 	for i, m := range r.Messages {
 		e := fromBroker(m)
 		e.index = i
+		s.unseal(e, &api.OpenDeadRequest{Raw: e.body, Sig: e.sig, SignedBy: e.signedBy})
 		out = append(out, e)
 	}
 	return out, nil
+}
+
+// unseal asks this host's gateway to open a sealed copy with req (it
+// holds the keys, and checks a bridge.dlq copy's signature first): its
+// text where this host's keys open it, else the hosts it is sealed to.
+// The sealed bytes themselves are never shown. This host's store holds
+// sealed ones too: its own messages that died in a broker inbox, kept as
+// they were published.
+func (s *sources) unseal(e *Entry, req *api.OpenDeadRequest) {
+	env := e.Envelope
+	if env == nil || len(env.Sealed) == 0 {
+		return
+	}
+	env.Sealed = nil
+	readable := false
+	e.Sealed, e.Readable = true, &readable
+	if s.client == nil {
+		e.Note = "(sealed: text not readable here: no gateway runs to open it)"
+		return
+	}
+	resp, err := s.client.Call(req)
+	if err != nil || resp.Opened == nil {
+		why := "the gateway did not open it"
+		if err != nil {
+			why += ": " + err.Error()
+		}
+		e.Note = "(sealed: text not readable here: " + why + ")"
+		return
+	}
+	o := resp.Opened
+	if o.Readable {
+		readable = true
+		env.Body = o.Text
+		return
+	}
+	e.SealedTo = o.SealedTo
+	e.Note = "(sealed to " + hostList(o.SealedTo) + ": text not readable here"
+	if o.Reason != "not_for_us" && o.Detail != "" {
+		e.Note += "; " + o.Detail
+	}
+	e.Note += ")"
+}
+
+// hostList says the hosts a copy is sealed to.
+func hostList(hosts []string) string {
+	switch len(hosts) {
+	case 0:
+		return "no host this one knows"
+	case 1:
+		return "host " + hosts[0]
+	}
+	return "hosts " + strings.Join(hosts, ", ")
 }
 
 // letters gathers the dead letters of both sources that f selects, one
@@ -507,6 +572,11 @@ var refusalWords = map[string]string{
 	broker.ReasonReplay:      "not authentic: replayed",
 	broker.ReasonNotMember:   "misrouted: not a member",
 	broker.ReasonMisrouted:   "misrouted",
+	// sealed bodies
+	broker.ReasonSealedElsewhere: "sealed to other hosts",
+	broker.ReasonUnknownSealKey:  "sealed to a key its host no longer holds",
+	broker.ReasonTampered:        "not authentic: sealed bytes altered",
+	broker.ReasonUnsealed:        "refused: text in the clear",
 }
 
 func fromBroker(m *broker.DLQMessage) *Entry {
@@ -643,7 +713,19 @@ func runList(c *ucli.Context) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", inert(e.MsgID), inert(e.Kind), inert(partyString(e.Sender)),
 			inert(partyString(e.Recipient)), inert(clip(e.Reason, 60)), e.Attempts, when, inert(host), strings.Join(e.Sources, ","))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	sealed := 0
+	for _, l := range list {
+		if e := l.row(false); e.Sealed && e.Readable != nil && !*e.Readable {
+			sealed++
+		}
+	}
+	if sealed > 0 {
+		fmt.Fprintf(c.App.ErrWriter, "fleet-dlq: %s sealed to other hosts: their text is readable only there (fleet-dlq show MSG_ID names them)\n", plural(sealed))
+	}
+	return nil
 }
 
 // inert makes a field safe for a terminal: what bridge.dlq holds came from

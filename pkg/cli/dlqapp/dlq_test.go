@@ -1,7 +1,9 @@
 package dlqapp
 
 import (
+	"bytes"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/fleetd/fleet/pkg/api"
@@ -94,5 +96,30 @@ func TestBrokerDeathHost(t *testing.T) {
 		if brokerDeath(reason) != want {
 			t.Errorf("%q: %v", reason, !want)
 		}
+	}
+}
+
+// A sealed copy read without a gateway to open it: its metadata, marked
+// sealed and not readable, never its sealed bytes; --json says so.
+func TestSealedCopyWithoutGateway(t *testing.T) {
+	env := deadEnv("01a233c5-3446-752d-af6f-b75df85f1568", "h2.01a233c5-3295-7a3e-9767-16cb1d5365f3", "h1", envelope.Send)
+	env.Sealed = []byte("fsl1 sealed bytes")
+	e := copyOf(whereDLQ, env, "expired in the broker", "h2", 0)
+	(&sources{}).unseal(e, nil)
+	if !e.Sealed || e.Readable == nil || *e.Readable || e.Envelope.Sealed != nil || e.Envelope.Body != "" ||
+		!strings.Contains(e.Note, "text not readable here") {
+		t.Fatalf("a sealed copy without a gateway: %+v", e)
+	}
+	var out bytes.Buffer
+	if err := fleetcli.PrintJSON(&out, join(e)[0].row(false)); err != nil {
+		t.Fatal(err)
+	}
+	if s := out.String(); !strings.Contains(s, `"sealed":true`) || !strings.Contains(s, `"readable":false`) {
+		t.Fatalf("--json: %s", s)
+	}
+	plain := copyOf(whereDLQ, deadEnv("01a233c5-3446-752d-af6f-b75df85f1569", "h2.01a233c5-3295-7a3e-9767-16cb1d5365f3", "h1", envelope.Send), "r", "h2", 1)
+	(&sources{}).unseal(plain, nil)
+	if plain.Sealed || plain.Readable != nil || plain.Note != "" {
+		t.Fatalf("a plain copy: %+v", plain)
 	}
 }

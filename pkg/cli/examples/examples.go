@@ -55,6 +55,12 @@ func all() map[string][]Example {
 				"fleet-gw operator revoke --key ~/fleet-operator.key --list ~/fleet-revoked.list build4 > revoked.list\n" +
 					"fleet-gw cert revoked --import revoked.list\n" +
 					"fleet-gw cert revoked --json"},
+			{"Rotate this host's sealing key: the old one still opens what was sealed to it for 72 hours (the running " +
+				"gateway announces the new one at once; hosts that trust this one by its line need the new line it prints); " +
+				"list the keys; remove the retired ones past their grace (the gateway does it every minute):",
+				"fleet-gw seal rotate --grace 72h\n" +
+					"fleet-gw seal keys\n" +
+					"fleet-gw seal destroy"},
 			{"Ask the running gateway how it is (exit 0 healthy, 69 none running, 75 degraded), as JSON:",
 				"fleet-gw status --json"},
 			{"Make the broker login of host build2's gateway, printing the rabbitmqctl commands instead of running them:",

@@ -88,7 +88,7 @@ func NewGatewayApp() *ucli.App {
 			_, err = fmt.Fprintln(c.App.Writer, trust.SealedLine(cfg.Host, priv.Public().(ed25519.PublicKey), sealing.Public().String()))
 			return err
 		},
-	}, statusCommand(app), trustCommand(app), certCommand(app), operatorCommand(app), joinCommand(app), brokerSetupCommand(app)}
+	}, statusCommand(app), trustCommand(app), sealCommand(app), certCommand(app), operatorCommand(app), joinCommand(app), brokerSetupCommand(app)}
 	return app
 }
 
