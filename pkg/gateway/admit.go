@@ -32,8 +32,6 @@ package gateway
 
 import (
 	"crypto/ed25519"
-	"crypto/sha256"
-	"encoding/binary"
 	"encoding/json"
 	"regexp"
 	"slices"
@@ -45,6 +43,7 @@ import (
 	"github.com/fleetd/fleet/pkg/broker"
 	"github.com/fleetd/fleet/pkg/envelope"
 	"github.com/fleetd/fleet/pkg/ident"
+	"github.com/fleetd/fleet/pkg/seal"
 	"github.com/fleetd/fleet/pkg/trust"
 )
 
@@ -78,14 +77,11 @@ type admission struct {
 }
 
 // setupAuth gives the broker this gateway's signer and its admission check.
-func (g *Gateway) setupAuth() error {
+func (g *Gateway) setupAuth(ring *seal.Keyring) error {
 	priv, err := trust.HostKey(g.cfg.StateDir)
 	if err != nil {
 		return err
 	}
-	// the sealing keys, made beside the signing key (issue 27):
-	// sealkeys.go's keyring, the one that watches for a rotation
-	ring := g.keys.Keyring()
 	own, file, memo := priv.Public().(ed25519.PublicKey), trust.Open(g.cfg.TrustFile), newVerified(1024)
 	g.admit = &admission{
 		host: g.cfg.Host, own: own, file: file, memo: memo,
@@ -377,53 +373,6 @@ func (a *admission) trustedHosts() []string {
 // by an operator (one is in its trust file).
 func (a *admission) admitsCertified() bool {
 	return a != nil && len(a.file.Operators()) > 0
-}
-
-// verified remembers the (key, bytes, signature) triples that verified,
-// most recent first, so the copies of one broadcast that reach this host
-// (one per member inbox, the same bytes each time) cost one Ed25519
-// verification, not one each. Only exact repeats match: any other bytes,
-// signature or key are verified afresh.
-type verified struct {
-	mu    sync.Mutex
-	seen  map[[32]byte]struct{}
-	order [][32]byte
-	next  int
-}
-
-func newVerified(n int) *verified {
-	return &verified{seen: make(map[[32]byte]struct{}, n), order: make([][32]byte, n)}
-}
-
-// check reports whether sig is pub's signature of body.
-func (v *verified) check(pub ed25519.PublicKey, body, sig []byte) bool {
-	h := sha256.New()
-	for _, part := range [][]byte{pub, sig, body} {
-		var n [8]byte
-		binary.BigEndian.PutUint64(n[:], uint64(len(part)))
-		h.Write(n[:])
-		h.Write(part)
-	}
-	var key [32]byte
-	h.Sum(key[:0])
-	v.mu.Lock()
-	_, hit := v.seen[key]
-	v.mu.Unlock()
-	if hit {
-		return true
-	}
-	if !ed25519.Verify(pub, body, sig) {
-		return false
-	}
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	if _, dup := v.seen[key]; !dup {
-		delete(v.seen, v.order[v.next])
-		v.order[v.next] = key
-		v.seen[key] = struct{}{}
-		v.next = (v.next + 1) % len(v.order)
-	}
-	return true
 }
 
 // certified is the part that knows the operator-certified hosts (nil, and

@@ -228,7 +228,9 @@ func (g *Gateway) Run(ctx context.Context) error {
 			return fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot read this host's sealing keys").
 				WithHint("see what is wrong with: fleet-gw seal keys")
 		}
-		if err := g.setupAuth(); err != nil {
+		// admit.go: the signer, the admission check and sealing (with
+		// the keyring the watcher rereads, so a rotation reaches both)
+		if err := g.setupAuth(g.keys.Keyring()); err != nil {
 			g.closeState()
 			if fe := fault.NotPrivate(err); fe != nil {
 				return fe
