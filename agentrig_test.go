@@ -30,15 +30,16 @@ type agentRig struct {
 	gw   *testGW
 }
 
-// agentTest makes t an agent CLI test: in parallel with the scripts, at
-// most two agent CLIs at a time (each is a node program that takes most
-// of a core as it starts and answers; the rest of each test waits for
+// agentTest makes t an agent CLI test: in parallel with the scripts, one
+// agent CLI at a time (each is a node program that takes most of a core
+// as it starts and answers — two at once beside the broker scripts
+// starved the node past its 2 s heartbeats in clean-clone runs; the rest of each test waits for
 // the model stub, tmux and the gateway). Each test has its own tmux
 // server, stub (its own port), HOME, project folder, gateway and socket
 // (newAgentRig). Call it first.
 func agentTest(t *testing.T) {
 	t.Helper()
-	testsched.Take(t, testsched.Need{Lane: "agent", LaneCap: 2, Long: agentLong[t.Name()]})
+	testsched.Take(t, testsched.Need{Lane: "agent", LaneCap: 1, Long: agentLong[t.Name()]})
 }
 
 // agentBrokerTest is agentTest for a test with a second host across the
@@ -46,7 +47,7 @@ func agentTest(t *testing.T) {
 // has alone.
 func agentBrokerTest(t *testing.T) {
 	t.Helper()
-	testsched.Take(t, testsched.Need{Lane: "agent", LaneCap: 2, Group: "node", Long: agentLong[t.Name()]})
+	testsched.Take(t, testsched.Need{Lane: "agent", LaneCap: 1, Group: "node", Long: agentLong[t.Name()]})
 }
 
 // agentLong is about how long each agent CLI test takes (one run of make

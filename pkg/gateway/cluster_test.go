@@ -21,15 +21,15 @@ import (
 // The cluster tests run three gateways against the private three-node
 // RabbitMQ cluster (scripts/rabbitmq-cluster.sh), each gateway connected
 // to another node first, with quorum inboxes. They kill and stop nodes, so
-// they run one at a time (a file lock shared with nothing else), in
-// parallel with this package's other tests (which use the single node),
+// they run one at a time, and alone beside this package's tests of the
+// single node (its three nodes beside them starved the node in CI),
 // started first: the node-loss test is this package's longest.
 
 // clusterGWs starts h1..h3 on the cluster in a fresh vhost, enrolled, h_i
 // connected to node i first.
 func clusterGWs(t *testing.T, vhost string) []*testGW {
 	t.Helper()
-	testsched.Take(t, testsched.Need{Group: "cluster", Alone: true, Long: 2 * time.Minute})
+	testsched.Take(t, testsched.Need{Group: "node", Alone: true, Long: 2 * time.Minute}) // the cluster's three nodes beside the node tests starved them
 	if _, err := testnode.Cluster(); err != nil {
 		t.Fatal(err)
 	}
