@@ -491,41 +491,80 @@ func ClusterCmd(args ...string) ([]byte, error) {
 	return exec.Command(s, args...).CombinedOutput()
 }
 
-// ClusterLogin makes host's own login in vhost on the cluster (as
-// fleet-gw broker-setup does, through node 1's rabbitmqctl, with a quorum
-// bridge.dlq) and returns its broker setting: every node's URI, starting
-// with node first (1-based), so gateways can be spread over the nodes.
-func ClusterLogin(vhost, host string, first int) (string, error) {
+// ClusterLogins makes the vhost on the cluster with each host's own login
+// in it, as fleet-gw broker-setup imports them (broker.Definitions: the
+// topology with a quorum bridge.dlq, broker.HostGrant, a random password),
+// all in one rabbitmqctl call on node 1 where broker-setup makes three per
+// host (each starts an Erlang VM: seconds on a loaded machine, and the
+// cluster tests start nine). A vhost an earlier run left behind is
+// deleted first. It returns each host's broker setting, every node's URI,
+// host i (0-based) starting with node i+1, so gateways are spread over the
+// nodes; each login is proved by logging in with it. The whole
+// broker.Provisioner, with its checks before the import, is run by the
+// broker_setup scripts on the single node.
+func ClusterLogins(vhost string, hosts ...string) ([]string, error) {
 	urls, err := Cluster()
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	s, err := clusterScript()
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	base := urls[0] + "/" + neturl.PathEscape(vhost)
-	u, err := neturl.Parse(base)
-	if err != nil {
-		return "", err
+	if vhostMayExist(urls[0] + "/" + neturl.PathEscape(vhost)) {
+		ClusterCmd("ctl", "1", "delete_vhost", vhost)
 	}
-	u.User = nil
-	login, err := broker.Provisioner{Ctl: []string{s, "ctl", "1"}, QueueType: "quorum"}.Setup(broker.HostGrant(vhost, host), u.String())
-	if err != nil {
-		return "", err
-	}
-	lu, err := neturl.Parse(login)
-	if err != nil {
-		return "", err
-	}
-	var out []string
-	for i := range urls {
-		nu, err := neturl.Parse(urls[(first-1+i)%len(urls)])
-		if err != nil {
-			return "", err
+	var all map[string]any
+	logins := make([]*neturl.URL, len(hosts))
+	for i, host := range hosts {
+		var raw [24]byte
+		if _, err := rand.Read(raw[:]); err != nil {
+			return nil, err
 		}
-		lu.Host = nu.Host
-		out = append(out, lu.String())
+		password := base64.RawURLEncoding.EncodeToString(raw[:])
+		g := broker.HostGrant(vhost, host)
+		var d map[string]any
+		if err := json.Unmarshal(broker.Definitions(vhost, "quorum", &g, broker.HashPassword(password)), &d); err != nil {
+			return nil, err
+		}
+		if all == nil {
+			all = d
+		} else {
+			for _, k := range []string{"users", "permissions", "topic_permissions"} {
+				all[k] = append(all[k].([]any), d[k].([]any)...)
+			}
+		}
+		lu, err := neturl.Parse(urls[0] + "/" + neturl.PathEscape(vhost))
+		if err != nil {
+			return nil, err
+		}
+		lu.User = neturl.UserPassword(g.User, password)
+		logins[i] = lu
 	}
-	return strings.Join(out, ","), nil
+	data, err := json.Marshal(all)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(s, "ctl", "1", "import_definitions")
+	cmd.Stdin = strings.NewReader(string(data))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("import_definitions on the cluster: %v\n%s", err, out)
+	}
+	var settings []string
+	for i, lu := range logins {
+		if err := canOpen(lu.String()); err != nil {
+			return nil, fmt.Errorf("the new broker login of %s does not log in: %v", hosts[i], err)
+		}
+		var out []string
+		for k := range urls {
+			nu, err := neturl.Parse(urls[(i+k)%len(urls)])
+			if err != nil {
+				return nil, err
+			}
+			lu.Host = nu.Host
+			out = append(out, lu.String())
+		}
+		settings = append(settings, strings.Join(out, ","))
+	}
+	return settings, nil
 }

@@ -29,7 +29,7 @@ import (
 // Need is what a test waits for besides a place.
 type Need struct {
 	// Lane, when set, is a lane of at most LaneCap tests at a time (the
-	// agent CLIs: two at a time).
+	// agent CLIs: one at a time).
 	Lane    string
 	LaneCap int
 	// Group, when set, is a resource the test shares with the other

@@ -38,17 +38,17 @@ func clusterGWs(t *testing.T, vhost string) []*testGW {
 		t.Fatal(err)
 	}
 	t.Cleanup(unlock)
-	testnode.ClusterCmd("ctl", "1", "delete_vhost", vhost)
+	hosts := []string{"h1", "h2", "h3"}
+	logins, err := testnode.ClusterLogins(vhost, hosts...)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { testnode.ClusterCmd("ctl", "1", "delete_vhost", vhost) })
 	dir := t.TempDir()
 	var gws []*testGW
-	for i, host := range []string{"h1", "h2", "h3"} {
-		login, err := testnode.ClusterLogin(vhost, host, i+1)
-		if err != nil {
-			t.Fatal(err)
-		}
+	for i, host := range hosts {
 		gws = append(gws, &testGW{t: t, Host: host, logs: &syncBuffer{}, Cfg: newConfig(t, dir, host, settings{
-			"broker": login, "inbox-queue-type": "quorum", "heartbeat": "2s", "publish-timeout": "5s",
+			"broker": logins[i], "inbox-queue-type": "quorum", "heartbeat": "2s", "publish-timeout": "5s",
 		})})
 	}
 	enrol(t, gws...)
