@@ -1,6 +1,7 @@
 package fleet_test
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/fleetd/fleet/internal/stubmodel"
 	"github.com/fleetd/fleet/internal/testsched"
+	"github.com/fleetd/fleet/pkg/api"
 )
 
 // The agent CLI rig: the real Claude Code, Codex CLI and Gemini CLI
@@ -309,16 +311,38 @@ func (r *agentRig) waitTurns(n int, within time.Duration) []stubmodel.Request {
 func (r *agentRig) waitStatus(name, status string, within time.Duration) {
 	r.t.Helper()
 	deadline := time.Now().Add(within)
-	want := `"status":"` + status + `"`
+	// the roster asked over one connection of its own, not by a
+	// fleet-roster process every 100 ms: the agent tests wait here for
+	// minutes in all, and a process per look was CPU the CLIs need
+	var c *api.Client
+	defer func() {
+		if c != nil {
+			c.Close()
+		}
+	}()
+	var last string
 	for {
-		out, _, _ := r.fleetTry("fleet-roster", "--json")
-		for _, line := range strings.Split(out, "\n") {
-			if strings.Contains(line, `"name":"`+name+`"`) && strings.Contains(line, want) {
-				return
+		if c == nil {
+			c, _ = api.Dial(r.gw.sock)
+		}
+		if c != nil {
+			resp, err := c.Call(&api.RosterRequest{})
+			if err != nil {
+				c.Close()
+				c, last = nil, err.Error()
+			} else {
+				var rows []string
+				for _, e := range resp.Entities {
+					if e.Name == name && e.Status == status {
+						return
+					}
+					rows = append(rows, fmt.Sprintf("%s@%s %s %s", e.Name, e.Host, e.Status, e.StatusReason))
+				}
+				last = strings.Join(rows, "\n")
 			}
 		}
 		if time.Now().After(deadline) {
-			r.t.Fatalf("%s never read %s within %v; roster:\n%s", name, status, within, out)
+			r.t.Fatalf("%s never read %s within %v; roster:\n%s", name, status, within, last)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -27,7 +27,7 @@ name() { echo "fleet-c$1@localhost"; }
 node() {
 	local n=$1
 	shift
-	FLEET_RMQ_DIR="$base/n$n" FLEET_RMQ_PORT=$(port "$n") FLEET_RMQ_NODE=$(name "$n") \
+	FLEET_RMQ_DIR="$base/n$n" FLEET_RMQ_PORT=$(port "$n") FLEET_RMQ_NODE=$(name "$n") FLEET_RMQ_MANAGEMENT_PORT= \
 		FLEET_RMQ_CONSUMER_TIMEOUT=${FLEET_RMQ_CONSUMER_TIMEOUT:-60000} "$here/rabbitmq-node.sh" "$@"
 }
 

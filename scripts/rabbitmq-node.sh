@@ -3,17 +3,24 @@
 # tests may stop, restart and cut it without touching any system broker.
 # Installs Debian's rabbitmq-server when it is missing and we run as root.
 #
-#   scripts/rabbitmq-node.sh start|stop|restart|status|ctl ARGS...|url|tls-url|tls-dir
+#   scripts/rabbitmq-node.sh start|stop|restart|status|ctl ARGS...|url|tls-url|tls-dir|management-url
 #
 # Environment: FLEET_RMQ_DIR (default /tmp/fleet-rmq-$UID), FLEET_RMQ_PORT
 # (default 5699), FLEET_RMQ_NODE (default fleet-test@localhost),
 # FLEET_RMQ_CONSUMER_TIMEOUT (ms, default 20000: low on purpose, so tests
-# prove the gateway never holds a delivery that long).
+# prove the gateway never holds a delivery that long),
+# FLEET_RMQ_MANAGEMENT_PORT (default the AMQP port + 10000; empty: none).
+#
+# The management plugin listens on loopback, without statistics: the
+# tests import definitions and remove vhosts through its HTTP API
+# (internal/testnode), where each rabbitmqctl call starts an Erlang VM
+# (a second of CPU; the suite made about two hundred).
 set -euo pipefail
 dir=${FLEET_RMQ_DIR:-/tmp/fleet-rmq-$(id -u)}
 port=${FLEET_RMQ_PORT:-5699}
 node=${FLEET_RMQ_NODE:-fleet-test@localhost}
 timeout_ms=${FLEET_RMQ_CONSUMER_TIMEOUT:-20000}
+mgmt=${FLEET_RMQ_MANAGEMENT_PORT-$((port + 10000))}
 
 find_sbin() {
 	local d
@@ -68,7 +75,17 @@ setup_env() {
 		log.console = false
 		log.file.level = warning
 	CONF
-	echo "[]." >"$dir/enabled_plugins"
+	if [ -n "$mgmt" ]; then
+		cat >>"$dir/rabbitmq.conf" <<-CONF
+			management.tcp.ip = 127.0.0.1
+			management.tcp.port = $mgmt
+			management.disable_stats = true
+			management_agent.disable_metrics_collector = true
+		CONF
+		echo "[rabbitmq_management]." >"$dir/enabled_plugins"
+	else
+		echo "[]." >"$dir/enabled_plugins"
+	fi
 }
 
 # A private CA, a server certificate for localhost and a client
@@ -124,5 +141,6 @@ ctl) shift; setup_env; ctl "$@" ;;
 url) echo "amqp://guest:guest@127.0.0.1:$port/" ;;
 tls-url) echo "amqps://guest:guest@localhost:$((port + 1))/" ;;
 tls-dir) echo "$dir/tls" ;;
-*) echo "usage: $0 start|stop|restart|status|ctl ARGS...|url|tls-url|tls-dir" >&2; exit 64 ;;
+management-url) [ -n "$mgmt" ] && echo "http://127.0.0.1:$mgmt" ;;
+*) echo "usage: $0 start|stop|restart|status|ctl ARGS...|url|tls-url|tls-dir|management-url" >&2; exit 64 ;;
 esac

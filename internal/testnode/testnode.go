@@ -7,11 +7,15 @@
 package testnode
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	neturl "net/url"
 	"os"
 	"os/exec"
@@ -124,7 +128,9 @@ func ctlIn(stdin string, args ...string) ([]byte, error) {
 // with its logins costs one call to make and one to remove. Whether an
 // earlier run left the vhost behind (killed before its removal) is asked
 // over AMQP, which is quick: only then is it deleted first. The vhost,
-// guest's permissions and the logins are one definitions import.
+// guest's permissions and the logins are one definitions import. Both
+// calls go to the node's management API when it has one (importDefs,
+// deleteVhost), and cost no Erlang VM at all.
 func Vhost(name string, hosts ...string) (string, func(), error) {
 	base, err := URL()
 	if err != nil {
@@ -132,7 +138,7 @@ func Vhost(name string, hosts ...string) (string, func(), error) {
 	}
 	u := base + "/" + name
 	if vhostMayExist(u) {
-		Ctl("delete_vhost", name)
+		deleteVhost(name)
 	}
 	loginsMu.Lock()
 	forgetLogins(u) // of a vhost of this name made before
@@ -166,7 +172,7 @@ func Vhost(name string, hosts ...string) (string, func(), error) {
 		forgetLogins(u)
 		loginsMu.Unlock()
 		if !later.Load() {
-			Ctl("delete_vhost", name) // its permissions go with it: so do the logins made in it
+			deleteVhost(name) // its permissions go with it: so do the logins made in it
 			return
 		}
 		drops.Add(1)
@@ -177,7 +183,7 @@ func Vhost(name string, hosts ...string) (string, func(), error) {
 			if unlock, err := Lock(false); err == nil {
 				defer unlock()
 			}
-			Ctl("delete_vhost", name)
+			deleteVhost(name)
 		}()
 	}, nil
 }
@@ -381,16 +387,75 @@ func loginDefs(vhostURL string, hosts []string) (map[string]any, map[string]stri
 	return all, made, nil
 }
 
-// importDefs imports defs with rabbitmqctl import_definitions.
+// importDefs imports defs through the node's management API, or with
+// rabbitmqctl import_definitions on a node without it.
 func importDefs(defs map[string]any) error {
 	data, err := json.Marshal(defs)
 	if err != nil {
+		return err
+	}
+	if ok, err := viaAPI(http.MethodPost, "/api/definitions", data); ok {
 		return err
 	}
 	if out, err := ctlIn(string(data), "import_definitions"); err != nil {
 		return fmt.Errorf("import_definitions: %v\n%s", err, out)
 	}
 	return nil
+}
+
+// deleteVhost removes vhost (its queues, permissions and so the logins
+// made in it) through the management API, or with rabbitmqctl.
+func deleteVhost(name string) {
+	if ok, _ := viaAPI(http.MethodDelete, "/api/vhosts/"+neturl.PathEscape(name), nil); ok {
+		return
+	}
+	Ctl("delete_vhost", name)
+}
+
+// The node's management API (scripts/rabbitmq-node.sh management-url):
+// a definitions import or a vhost's removal there costs the node a
+// request, where rabbitmqctl starts an Erlang VM for it (a second of
+// CPU, on a machine the suite keeps busy). "" when the script names none.
+var (
+	apiOnce sync.Once
+	apiBase string
+	apiHTTP = &http.Client{Timeout: time.Minute}
+)
+
+// viaAPI makes a request of the management API as guest. ok is false when
+// there is no API to ask (none named, or nothing listening: a node
+// started before the script enabled it), and the caller runs rabbitmqctl
+// instead; otherwise err is the API's refusal, if any. A removal of what
+// is not there is no refusal.
+func viaAPI(method, path string, body []byte) (ok bool, err error) {
+	apiOnce.Do(func() {
+		if out, err := Node("management-url"); err == nil {
+			apiBase = strings.TrimSpace(string(out))
+		}
+	})
+	if apiBase == "" {
+		return false, nil
+	}
+	req, err := http.NewRequest(method, apiBase+path, bytes.NewReader(body))
+	if err != nil {
+		return true, err
+	}
+	req.SetBasicAuth("guest", "guest")
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := apiHTTP.Do(req)
+	if err != nil {
+		var op *net.OpError
+		if errors.As(err, &op) && op.Op == "dial" {
+			return false, nil
+		}
+		return true, fmt.Errorf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if resp.StatusCode/100 == 2 || (method == http.MethodDelete && resp.StatusCode == http.StatusNotFound) {
+		return true, nil
+	}
+	return true, fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, msg)
 }
 
 // proveLogins logs in with each login made (by host) and keeps it for
