@@ -363,28 +363,40 @@ func loginDefs(vhostURL string, hosts []string) (map[string]any, map[string]stri
 		if _, ok := made[host]; ok {
 			continue
 		}
-		var raw [24]byte
-		if _, err := rand.Read(raw[:]); err != nil {
+		var user *neturl.Userinfo
+		if all, user, err = addLogin(all, vhost, "", host); err != nil {
 			return nil, nil, err
-		}
-		password := base64.RawURLEncoding.EncodeToString(raw[:])
-		g := broker.HostGrant(vhost, host)
-		var d map[string]any
-		if err := json.Unmarshal(broker.Definitions(vhost, "", &g, broker.HashPassword(password)), &d); err != nil {
-			return nil, nil, err
-		}
-		if all == nil {
-			all = d
-		} else {
-			for _, k := range []string{"users", "permissions", "topic_permissions"} {
-				all[k] = append(all[k].([]any), d[k].([]any)...)
-			}
 		}
 		lu := *u
-		lu.User = neturl.UserPassword(g.User, password)
+		lu.User = user
 		made[host] = lu.String()
 	}
 	return all, made, nil
+}
+
+// addLogin adds to the definitions all (nil: none yet) what fleet-gw
+// broker-setup imports for host in vhost (broker.Definitions: the topology
+// with its bridge.dlq of queueType, broker.HostGrant, a random password as
+// broker.HashPassword hashes it), and returns them with the login.
+func addLogin(all map[string]any, vhost, queueType, host string) (map[string]any, *neturl.Userinfo, error) {
+	var raw [24]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return nil, nil, err
+	}
+	password := base64.RawURLEncoding.EncodeToString(raw[:])
+	g := broker.HostGrant(vhost, host)
+	var d map[string]any
+	if err := json.Unmarshal(broker.Definitions(vhost, queueType, &g, broker.HashPassword(password)), &d); err != nil {
+		return nil, nil, err
+	}
+	if all == nil {
+		all = d
+	} else {
+		for _, k := range []string{"users", "permissions", "topic_permissions"} {
+			all[k] = append(all[k].([]any), d[k].([]any)...)
+		}
+	}
+	return all, neturl.UserPassword(g.User, password), nil
 }
 
 // importDefs imports defs through the node's management API, or with
@@ -582,28 +594,15 @@ func ClusterLogins(vhost string, hosts ...string) ([]string, error) {
 	var all map[string]any
 	logins := make([]*neturl.URL, len(hosts))
 	for i, host := range hosts {
-		var raw [24]byte
-		if _, err := rand.Read(raw[:]); err != nil {
+		var user *neturl.Userinfo
+		if all, user, err = addLogin(all, vhost, "quorum", host); err != nil {
 			return nil, err
-		}
-		password := base64.RawURLEncoding.EncodeToString(raw[:])
-		g := broker.HostGrant(vhost, host)
-		var d map[string]any
-		if err := json.Unmarshal(broker.Definitions(vhost, "quorum", &g, broker.HashPassword(password)), &d); err != nil {
-			return nil, err
-		}
-		if all == nil {
-			all = d
-		} else {
-			for _, k := range []string{"users", "permissions", "topic_permissions"} {
-				all[k] = append(all[k].([]any), d[k].([]any)...)
-			}
 		}
 		lu, err := neturl.Parse(urls[0] + "/" + neturl.PathEscape(vhost))
 		if err != nil {
 			return nil, err
 		}
-		lu.User = neturl.UserPassword(g.User, password)
+		lu.User = user
 		logins[i] = lu
 	}
 	data, err := json.Marshal(all)
