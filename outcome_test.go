@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -35,78 +36,13 @@ import (
 // A send that breaks one of these is misreported; the figure printed must
 // be 0. Nothing may arrive twice.
 func TestSendOutcomesUnderCuts(t *testing.T) {
-	testsched.Take(t, testsched.Need{Group: "node"})
-	brokerLock.RLock()
-	t.Cleanup(brokerLock.RUnlock)
-	vurl, drop, err := testnode.Vhost("outcomes", "h1", "h2") // with their logins
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(drop)
-	login := func(host string) *url.URL {
-		u, err := testnode.Login(vurl, host)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pu, err := url.Parse(u)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return pu
-	}
-	// h1 reaches the broker through the proxy only
-	u1 := login("h1")
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &proxy{ln: ln, target: u1.Host}
-	go p.serve()
-	t.Cleanup(func() {
-		ln.Close()
-		p.mu.Lock()
-		for _, c := range p.conns {
-			c.a.Close()
-			c.b.Close()
-		}
-		p.mu.Unlock()
-	})
-	u1.Host = ln.Addr().String()
-	dir := t.TempDir()
-	common := []string{"FLEET_PRESENCE_INTERVAL=300ms", "FLEET_HEARTBEAT=1s", "FLEET_PUBLISH_TIMEOUT=3s"}
-	h1 := newTestGW(t, dir, "h1", append(common, "FLEET_BROKER="+u1.String())...)
-	h2 := newTestGW(t, dir, "h2", append(common, "FLEET_BROKER="+login("h2").String())...)
-	enrolGWs(t, h1, h2)
+	h1, h2, p := cutPair(t, "h1", "FLEET_PRESENCE_INTERVAL=300ms", "FLEET_HEARTBEAT=1s", "FLEET_PUBLISH_TIMEOUT=3s")
 	alice := h1.join("alice")
 	bob := h2.join("bob")
-
 	run := func(g *testGW, token string, args ...string) (string, string, int) {
-		cmd := exec.Command(filepath.Join(binDir, args[0]), args[1:]...)
-		cmd.Env = append(append([]string{}, g.env...), "FLEET_TOKEN="+token)
-		var out, errb bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errb
-		err := cmd.Run()
-		var ee *exec.ExitError
-		switch {
-		case err == nil:
-			return out.String(), errb.String(), 0
-		case errors.As(err, &ee):
-			return out.String(), errb.String(), ee.ExitCode()
-		}
-		t.Fatalf("%v: %v", args, err)
-		return "", "", -1
+		return runAs(t, g, token, args...)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		out, _, _ := run(h1, alice, "fleet-roster", "--json")
-		if strings.Contains(out, `"name":"bob","host":"h2"`) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("h1 never heard of bob: %s", out)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitHeard(t, h1, alice, "bob", "h2")
 
 	type sent struct {
 		body, id string
@@ -220,4 +156,144 @@ func TestSendOutcomesUnderCuts(t *testing.T) {
 	}
 	t.Logf("%d sends under %d faults: %d accepted (0), %d not sent (69), %d outcome unknown (74), other %v; misreported: %d",
 		len(sends), faults.Load(), byExit[0], byExit[69], byExit[74], byExit, misreported)
+}
+
+// cutPair starts h1 and h2 on a vhost of their own, each with its own
+// login, the gateway named behind reaching the broker through a proxy
+// that can silence its connections; env is both gateways' settings.
+func cutPair(t *testing.T, behind string, env ...string) (h1, h2 *testGW, p *proxy) {
+	t.Helper()
+	testsched.Take(t, testsched.Need{Group: "node"})
+	brokerLock.RLock()
+	t.Cleanup(brokerLock.RUnlock)
+	vurl, drop, err := testnode.Vhost("outcomes-"+strings.ToLower(t.Name()[4:]), "h1", "h2") // with their logins
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(drop)
+	login := func(host string) *url.URL {
+		u, err := testnode.Login(vurl, host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pu, err := url.Parse(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pu
+	}
+	dir := t.TempDir()
+	gws := map[string]*testGW{}
+	for _, host := range []string{"h1", "h2"} {
+		u := login(host)
+		if host == behind {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			p = &proxy{ln: ln, target: u.Host}
+			go p.serve()
+			t.Cleanup(func() {
+				ln.Close()
+				p.mu.Lock()
+				for _, c := range p.conns {
+					c.a.Close()
+					c.b.Close()
+				}
+				p.mu.Unlock()
+			})
+			u.Host = ln.Addr().String()
+		}
+		gws[host] = newTestGW(t, dir, host, append(append([]string{}, env...), "FLEET_BROKER="+u.String())...)
+	}
+	enrolGWs(t, gws["h1"], gws["h2"])
+	return gws["h1"], gws["h2"], p
+}
+
+// runAs runs a fleet command against g as the entity of token: its
+// stdout, stderr and exit code.
+func runAs(t *testing.T, g *testGW, token string, args ...string) (string, string, int) {
+	cmd := exec.Command(filepath.Join(binDir, args[0]), args[1:]...)
+	cmd.Env = append(append([]string{}, g.env...), "FLEET_TOKEN="+token)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return out.String(), errb.String(), 0
+	case errors.As(err, &ee):
+		return out.String(), errb.String(), ee.ExitCode()
+	}
+	t.Fatalf("%v: %v", args, err)
+	return "", "", -1
+}
+
+// waitHeard waits until g, asked as token, lists name on host.
+func waitHeard(t *testing.T, g *testGW, token, name, host string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, _, _ := runAs(t, g, token, "fleet-roster", "--json")
+		if strings.Contains(out, `"name":"`+name+`","host":"`+host+`"`) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s was never heard on %s: %s", name, host, out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// A RECEIPT the broker does not take is published again: bob drains his
+// message while h2's broker connection is silent (the receipt's first
+// publish gets no confirm), and alice's record still reads delivered once
+// h2 is connected again. A lost receipt left it at accepted for good (in
+// a loaded CI run, nine sends told 74 never settled).
+func TestReceiptAfterCut(t *testing.T) {
+	h1, h2, p := cutPair(t, "h2", "FLEET_PRESENCE_INTERVAL=300ms", "FLEET_PRESENCE_TTL=5s", "FLEET_HEARTBEAT=1s", "FLEET_PUBLISH_TIMEOUT=1s")
+	alice := h1.join("alice")
+	bob := h2.join("bob")
+	waitHeard(t, h1, alice, "bob", "h2")
+	out, errs, code := runAs(t, h1, alice, "fleet-send", "--json", "bob", "settle me")
+	if code != 0 {
+		t.Fatalf("fleet-send exit %d: %s", code, errs)
+	}
+	var sent struct {
+		MsgID string `json:"msg_id"`
+	}
+	if err := json.Unmarshal([]byte(out), &sent); err != nil || sent.MsgID == "" {
+		t.Fatalf("fleet-send said %q", out)
+	}
+	// in bob's inbox on h2 before the cut
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, _, _ := runAs(t, h2, bob, "fleet-roster", "--json")
+		if strings.Contains(out, `"name":"bob","host":"h2"`) && strings.Contains(out, `"pending":1`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("bob's message never reached h2: %s", out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	p.silence(false)
+	if out, errs, code := runAs(t, h2, bob, "fleet-recv", "--json"); code != 0 || !strings.Contains(out, "settle me") {
+		t.Fatalf("fleet-recv exit %d: %s%s", code, out, errs)
+	}
+	deadline = time.Now().Add(90 * time.Second)
+	for {
+		out, _, _ := runAs(t, h1, alice, "fleet-send", "--json", "--status", sent.MsgID)
+		if strings.Contains(out, `"state":"delivered"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("alice's record never read delivered: %s", out)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	b, _ := os.ReadFile(h2.log())
+	if !strings.Contains(string(b), "receipt not taken by the broker: trying again") {
+		t.Errorf("the receipt was not published again; h2's log:\n%s", b)
+	}
 }

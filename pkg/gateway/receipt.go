@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fleetd/fleet/pkg/audit"
+	"github.com/fleetd/fleet/pkg/backoff"
 	"github.com/fleetd/fleet/pkg/broker"
 	"github.com/fleetd/fleet/pkg/envelope"
 	"github.com/fleetd/fleet/pkg/fault"
@@ -164,7 +165,7 @@ func (rc *receipts) send(envs []*envelope.Envelope, state, reason string, attemp
 		envelope.Party{Gid: first.Sender.Gid, Name: first.Sender.Name, Host: first.Sender.Host}, string(body))
 	r.TraceID, r.InReplyTo = first.TraceID, first.MsgID
 	rc.side.Go(func() {
-		err := rc.br.Publish(rc.ctx(), first.Sender.Gid, r, false)
+		err := rc.publish(first.Sender.Gid, r)
 		if err == nil {
 			return
 		}
@@ -181,6 +182,36 @@ func (rc *receipts) send(envs []*envelope.Envelope, state, reason string, attemp
 			rc.send(rest, state, reason, attempts)
 		}
 	})
+}
+
+// receiptRetry and receiptTries bound the publishes of one RECEIPT: one
+// the broker did not take (unreachable, or its confirm lost with the
+// connection: a cut, a reconnect) is published again, for about a minute
+// in all, as the sender's record waits on it (outcome unknown stays
+// unknown until it comes). A copy that got through before settles
+// nothing twice: a record moves forward once.
+var receiptRetry = backoff.Policy{Base: 500 * time.Millisecond, Max: 10 * time.Second, Jitter: true}
+
+const receiptTries = 8
+
+// publish publishes r, the RECEIPT for gid, within receiptTries.
+func (rc *receipts) publish(gid string, r *envelope.Envelope) error {
+	ctx := rc.ctx()
+	for n := 1; ; n++ {
+		err := rc.br.Publish(ctx, gid, r, false)
+		if err == nil {
+			return nil
+		}
+		switch fault.CodeOf(err) {
+		case fault.Unavailable, fault.OutcomeUnknown, fault.TempFail:
+			if n < receiptTries && ctx.Err() == nil {
+				rc.log.Info("receipt not taken by the broker: trying again", "msg_id", r.InReplyTo, "attempt", n, "err", err)
+				backoff.Sleep(ctx, receiptRetry.Delay(n))
+				continue
+			}
+		}
+		return err
+	}
 }
 
 // Take moves local outbound records forward. A receipt is believed
