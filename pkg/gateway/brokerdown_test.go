@@ -155,7 +155,8 @@ func TestLocalBrokerDownLeaveRefused(t *testing.T) {
 }
 
 // A plain amqp:// broker URI to an address that is not this machine is
-// said loudly at start: every message would cross the network in clear.
+// said loudly at start: the login and every message's routing would cross
+// the network in clear (the text is sealed).
 // (Here one of this machine's own non-loopback addresses, on a closed
 // port, stands for "another machine"; a loopback URI, as every other test
 // uses, is not warned about.)
@@ -181,7 +182,7 @@ func TestLocalBrokerInClearWarned(t *testing.T) {
 	addr := ln.Addr().String()
 	ln.Close() // a closed port: refused at once
 	g := startGW(t, t.TempDir(), "h1", settings{"broker": "amqp://u:p@" + addr + "/"})
-	g.waitLog(`"level":"WARN","msg":"the broker URI is amqp://, not amqps://: task text and every message cross the network to ` + ip.String() + ` in clear`)
+	g.waitLog(`"level":"WARN","msg":"the broker URI is amqp://, not amqps://: the broker login's password, entity names, ids and routing cross the network to ` + ip.String() + ` in clear`)
 	down := startDown(t, nil)
 	if strings.Contains(down.logs.String(), "in clear") {
 		t.Error("a loopback broker URI was warned about")

@@ -216,7 +216,8 @@ func (g *Gateway) Run(ctx context.Context) error {
 		g.br.OnUntrustedPresence(g.names.Heard)
 		g.br.Observe(g.scrape.Observer()) // metrics.go
 		if clear, where := broker.InClear(g.cfg.Broker); clear {
-			g.log.Warn("the broker URI is amqp://, not amqps://: task text and every message cross the network to "+where+" in clear, readable by anyone on the path",
+			// sealing.go seals the text; the login and what routes it do not
+			g.log.Warn("the broker URI is amqp://, not amqps://: the broker login's password, entity names, ids and routing cross the network to "+where+" in clear, readable by anyone on the path (message text is sealed, except to plaintext-hosts)",
 				"fix", "use amqps:// (man 7 fleet-broker: TLS)")
 		}
 		// sealkeys.go: the keys that open what is sealed to this host
