@@ -706,6 +706,26 @@ func (p *proxy) serve() {
 	}
 }
 
+// startProxy listens on a loopback port of its own and forwards every
+// connection to target; stop closes the listener and every connection.
+func startProxy(target string) (p *proxy, stop func(), err error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, nil, err
+	}
+	p = &proxy{ln: ln, target: target}
+	go p.serve()
+	return p, func() {
+		ln.Close()
+		p.mu.Lock()
+		for _, c := range p.conns {
+			c.a.Close()
+			c.b.Close()
+		}
+		p.mu.Unlock()
+	}, nil
+}
+
 // silence stops forwarding on every open connection without closing it:
 // what the broker sends only (oneWay), or both ways. New connections pass.
 func (p *proxy) silence(oneWay bool) {
@@ -734,21 +754,11 @@ func cmdProxy(ts *testscript.TestScript, neg bool, args []string) {
 	case "start":
 		u, err := url.Parse(ts.Getenv("FLEET_BROKER")) // the current host's login
 		ts.Check(err)
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		p, stop, err := startProxy(u.Host)
 		ts.Check(err)
-		p := &proxy{ln: ln, target: u.Host}
-		go p.serve()
 		ts.Value("proxies").(map[string]*proxy)[key] = p
-		ts.Defer(func() {
-			ln.Close()
-			p.mu.Lock()
-			for _, c := range p.conns {
-				c.a.Close()
-				c.b.Close()
-			}
-			p.mu.Unlock()
-		})
-		u.Host = ln.Addr().String()
+		ts.Defer(stop)
+		u.Host = p.ln.Addr().String()
 		ts.Setenv("FLEET_BROKER", u.String())
 	case "cut":
 		ts.Value("proxies").(map[string]*proxy)[key].silence(false)

@@ -117,6 +117,7 @@ type gwProc struct {
 	cmd  *exec.Cmd
 	done chan struct{}
 	err  error
+	from int64 // where this run's lines begin in its log
 }
 
 func setup(env *testscript.Env) error {
@@ -212,7 +213,7 @@ func scriptEnv(ts *testscript.TestScript) []string {
 // gw abort [NAME] — SIGTERM twice; print how it ended.
 func cmdGateway(ts *testscript.TestScript, neg bool, args []string) {
 	if len(args) < 1 {
-		ts.Fatalf("usage: gw start|stop|kill|wait [NAME]")
+		ts.Fatalf("usage: gw start|connected|stop|kill|wait [NAME]")
 	}
 	name := "gw"
 	if len(args) > 1 {
@@ -242,7 +243,7 @@ func cmdGateway(ts *testscript.TestScript, neg bool, args []string) {
 		cmd.Dir = ts.Getenv("WORK")
 		cmd.Stdout, cmd.Stderr = logf, logf
 		ts.Check(cmd.Start())
-		p = &gwProc{cmd: cmd, done: make(chan struct{})}
+		p = &gwProc{cmd: cmd, done: make(chan struct{}), from: from}
 		go func() { p.err = cmd.Wait(); logf.Close(); close(p.done) }()
 		g.mu.Lock()
 		g.procs[name] = p
@@ -262,7 +263,18 @@ func cmdGateway(ts *testscript.TestScript, neg bool, args []string) {
 			if c, err := api.Dial(sock); err == nil && c.Hello.Pid == cmd.Process.Pid {
 				c.Close()
 				if neg {
-					ts.Fatalf("gateway %s started, but should not have", name)
+					// this run's log, and the others' ends: who held what
+					log, _ := os.ReadFile(ts.MkAbs(name + ".log"))
+					others := ""
+					logs, _ := filepath.Glob(ts.MkAbs("*.log"))
+					for _, l := range logs {
+						if filepath.Base(l) != name+".log" {
+							b, _ := os.ReadFile(l)
+							lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+							others += fmt.Sprintf("\n%s, its last lines:\n%s", filepath.Base(l), strings.Join(lines[max(0, len(lines)-20):], "\n"))
+						}
+					}
+					ts.Fatalf("gateway %s started, but should not have; its log:\n%s%s", name, log[min(from, int64(len(log))):], others)
 				}
 				// with a broker, also wait for the first attempt to reach it
 				// (connected or not), so scripts start from a known state
@@ -298,6 +310,24 @@ func cmdGateway(ts *testscript.TestScript, neg bool, args []string) {
 			ts.Fatalf("gateway %s did not abort on the second signal", name)
 		}
 		fmt.Fprintln(ts.Stdout(), p.err)
+	case "connected":
+		// this run of the gateway holds its connection to the broker (a
+		// first attempt that found it unreachable let gw start return)
+		if p == nil {
+			ts.Fatalf("no gateway %s", name)
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			log, _ := os.ReadFile(ts.MkAbs(name + ".log"))
+			log = log[min(p.from, int64(len(log))):]
+			if bytes.Contains(log, []byte(`"broker connected"`)) || bytes.Contains(log, []byte(`"broker connection restored"`)) {
+				return
+			}
+			if time.Now().After(deadline) {
+				ts.Fatalf("gateway %s did not connect to the broker within 30s; its log:\n%s", name, log)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
 	case "stop", "kill", "wait":
 		if p == nil {
 			ts.Fatalf("no gateway %s", name)

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -187,22 +186,12 @@ func cutPair(t *testing.T, behind string, env ...string) (h1, h2 *testGW, p *pro
 	for _, host := range []string{"h1", "h2"} {
 		u := login(host)
 		if host == behind {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
+			var stop func()
+			if p, stop, err = startProxy(u.Host); err != nil {
 				t.Fatal(err)
 			}
-			p = &proxy{ln: ln, target: u.Host}
-			go p.serve()
-			t.Cleanup(func() {
-				ln.Close()
-				p.mu.Lock()
-				for _, c := range p.conns {
-					c.a.Close()
-					c.b.Close()
-				}
-				p.mu.Unlock()
-			})
-			u.Host = ln.Addr().String()
+			t.Cleanup(stop)
+			u.Host = p.ln.Addr().String()
 		}
 		gws[host] = newTestGW(t, dir, host, append(append([]string{}, env...), "FLEET_BROKER="+u.String())...)
 	}
