@@ -38,7 +38,7 @@ type controlRequests struct {
 	mu      sync.Mutex
 	waiters map[string][]*ctlWaiter // request id -> calls waiting for its answer
 
-	caller  func(token string) (*mailbox, error)                                 // server.go: the calling entity
+	caller  func(token string) (*mailbox, error)                                 // gateway.go: the calling entity
 	resolve func(to string) (target, error)                                      // route.go
 	remote  func() []api.EntityRow                                               // presence.go: the other hosts' entities
 	linked  func() bool                                                          // a broker is configured: other hosts are reachable
