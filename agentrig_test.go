@@ -53,8 +53,7 @@ func agentBrokerTest(t *testing.T) {
 }
 
 // agentLong is about how long each agent CLI test takes (one run of make
-// test, 2 cores): the longest start first, so the two lanes end
-// together. Only the order depends on it.
+// test, 2 cores): the longest start first. Only the order depends on it.
 var agentLong = map[string]time.Duration{
 	"TestGeminiCLI": 80 * time.Second, "TestCodex": 45 * time.Second,
 	"TestGeminiHookMode": 40 * time.Second, "TestClaudeCode": 35 * time.Second,

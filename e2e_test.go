@@ -39,8 +39,7 @@ func newTestGW(t *testing.T, dir, host string, extra ...string) *testGW {
 	t.Cleanup(func() { // runs first: the gateway still up
 		if t.Failed() {
 			b, _ := os.ReadFile(g.log())
-			lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-			t.Logf("%s's log, its last %d lines:\n%s", host, min(len(lines), 80), strings.Join(lines[max(0, len(lines)-80):], "\n"))
+			t.Logf("%s's log, its last lines:\n%s", host, lastLines(b, 80))
 		}
 	})
 	return g

@@ -264,17 +264,15 @@ func cmdGateway(ts *testscript.TestScript, neg bool, args []string) {
 				c.Close()
 				if neg {
 					// this run's log, and the others' ends: who held what
-					log, _ := os.ReadFile(ts.MkAbs(name + ".log"))
 					others := ""
 					logs, _ := filepath.Glob(ts.MkAbs("*.log"))
 					for _, l := range logs {
 						if filepath.Base(l) != name+".log" {
 							b, _ := os.ReadFile(l)
-							lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-							others += fmt.Sprintf("\n%s, its last lines:\n%s", filepath.Base(l), strings.Join(lines[max(0, len(lines)-20):], "\n"))
+							others += fmt.Sprintf("\n%s, its last lines:\n%s", filepath.Base(l), lastLines(b, 20))
 						}
 					}
-					ts.Fatalf("gateway %s started, but should not have; its log:\n%s%s", name, log[min(from, int64(len(log))):], others)
+					ts.Fatalf("gateway %s started, but should not have; its log:\n%s%s", name, runLog(ts, name, from), others)
 				}
 				// with a broker, also wait for the first attempt to reach it
 				// (connected or not), so scripts start from a known state
@@ -282,8 +280,7 @@ func cmdGateway(ts *testscript.TestScript, neg bool, args []string) {
 					return
 				}
 				for time.Now().Before(deadline) {
-					log, _ := os.ReadFile(ts.MkAbs(name + ".log"))
-					log = log[min(from, int64(len(log))):]
+					log := runLog(ts, name, from)
 					if bytes.Contains(log, []byte(`"broker connected"`)) || bytes.Contains(log, []byte(`"broker unreachable"`)) {
 						return
 					}
@@ -318,8 +315,7 @@ func cmdGateway(ts *testscript.TestScript, neg bool, args []string) {
 		}
 		deadline := time.Now().Add(30 * time.Second)
 		for {
-			log, _ := os.ReadFile(ts.MkAbs(name + ".log"))
-			log = log[min(p.from, int64(len(log))):]
+			log := runLog(ts, name, p.from)
 			if bytes.Contains(log, []byte(`"broker connected"`)) || bytes.Contains(log, []byte(`"broker connection restored"`)) {
 				return
 			}
@@ -352,6 +348,19 @@ func cmdGateway(ts *testscript.TestScript, neg bool, args []string) {
 	default:
 		ts.Fatalf("unknown gw command %q", args[0])
 	}
+}
+
+// runLog is what the run of gateway name that began at from wrote to
+// its log (a restart appends to the log of the run before).
+func runLog(ts *testscript.TestScript, name string, from int64) []byte {
+	log, _ := os.ReadFile(ts.MkAbs(name + ".log"))
+	return log[min(from, int64(len(log))):]
+}
+
+// lastLines is the last n lines of b.
+func lastLines(b []byte, n int) string {
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 // waitfor FILE REGEXP [TIMEOUT] — wait until FILE matches REGEXP (default

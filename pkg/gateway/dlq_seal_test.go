@@ -61,11 +61,12 @@ func newSealedDLQRig(t *testing.T) *sealedDLQRig {
 	return &sealedDLQRig{r: r, d: d, kr: kr, h2: h2, h2kr: h2kr, dir: dir}
 }
 
-// copyOf is h2's message from bob to to, its body sealed to the keys of
-// to (binding: kind, msg id, h2), signed by h2: as bridge.dlq holds it.
-func (s *sealedDLQRig) copyOf(t *testing.T, to envelope.Party, text string, keys ...*seal.Recipient) *api.OpenDeadRequest {
-	env := envelope.New(envelope.Send, ibob, to, "")
-	sealed, err := seal.Seal(seal.Bind(string(env.Kind), env.MsgID, "h2"), []byte(text), keys)
+// sealedSend is a SEND from from to to, its text sealed to keys (binding:
+// kind, msg id, signer), and its encoding.
+func sealedSend(t *testing.T, from, to envelope.Party, signer, text string, keys ...*seal.Recipient) (*envelope.Envelope, []byte) {
+	t.Helper()
+	env := envelope.New(envelope.Send, from, to, "")
+	sealed, err := seal.Seal(seal.Bind(string(env.Kind), env.MsgID, signer), []byte(text), keys)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,6 +75,13 @@ func (s *sealedDLQRig) copyOf(t *testing.T, to envelope.Party, text string, keys
 	if err != nil {
 		t.Fatal(err)
 	}
+	return env, raw
+}
+
+// copyOf is h2's message from bob to to, its body sealed to the keys of
+// to (binding: kind, msg id, h2), signed by h2: as bridge.dlq holds it.
+func (s *sealedDLQRig) copyOf(t *testing.T, to envelope.Party, text string, keys ...*seal.Recipient) *api.OpenDeadRequest {
+	_, raw := sealedSend(t, ibob, to, "h2", text, keys...)
 	return &api.OpenDeadRequest{Raw: raw, Sig: ed25519.Sign(s.h2, raw), SignedBy: "h2"}
 }
 
@@ -176,17 +184,7 @@ func TestDeadLettersSealed(t *testing.T) {
 func TestDeadLettersSealedInStore(t *testing.T) {
 	s := newSealedDLQRig(t)
 	alice := s.r.entity("alice")
-	env := envelope.New(envelope.Send, alice, ibob, "")
-	sealed, err := seal.Seal(seal.Bind(string(env.Kind), env.MsgID, "h1"), []byte("died in bob's inbox"),
-		[]*seal.Recipient{s.h2kr.Public(), s.kr.Public()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	env.Sealed = sealed
-	raw, err := envelope.Encode(env)
-	if err != nil {
-		t.Fatal(err)
-	}
+	env, raw := sealedSend(t, alice, ibob, "h1", "died in bob's inbox", s.h2kr.Public(), s.kr.Public())
 	if err := s.r.st.RecordOutboundKeep(env, time.Now(), nil)(); err != nil {
 		t.Fatal(err)
 	}
