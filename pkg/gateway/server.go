@@ -42,7 +42,12 @@ func (g *Gateway) dispatch(c *conn, req api.Request) (*api.Response, error) {
 		row := g.row(b.snapshot(), nil, nil)
 		// live asks are not in the store's pending count; fleet-mcp's
 		// new-mail check must see them too
-		row.Asks = len(b.liveHead(time.Now()))
+		live := b.liveHead(time.Now())
+		row.Asks = len(live)
+		if len(live) > 0 {
+			row.NewestAsk = live[len(live)-1].MsgID
+		}
+		row.NewestSeq = g.st.Newest(row.Gid)
 		return &api.Response{Entity: &row}, nil
 	case *api.StatusRequest:
 		return g.setStatus(c.pid, req)

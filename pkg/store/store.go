@@ -420,6 +420,23 @@ func (s *Store) HasPending(gid string) bool {
 	return has
 }
 
+// Newest returns the sequence of the newest message waiting in gid's
+// inbox, 0 when it is empty. Sequences only grow, so a watcher that
+// compares it sees new mail even when as many messages left the inbox
+// as arrived since it last looked (a count alone misses that).
+func (s *Store) Newest(gid string) uint64 {
+	var seq uint64
+	_ = s.view(func(tx *wtx) error {
+		if ib := tx.Bucket(bInbox).Bucket([]byte(gid)); ib != nil {
+			if k, _ := ib.Cursor().Last(); k != nil {
+				seq = binary.BigEndian.Uint64(k)
+			}
+		}
+		return nil
+	})
+	return seq
+}
+
 // Pending returns how many messages wait in gid's inbox. The committer
 // counts an inbox once (a walk) and from then on keeps the count with
 // every put and delete, so a long inbox costs its walk once, not at every

@@ -26,7 +26,7 @@ type watcher struct {
 	s     *server
 	mu    sync.Mutex
 	cl    *api.Client
-	last  Inbox
+	last  seen
 	known bool
 	at    time.Time
 }
@@ -55,6 +55,19 @@ func (w *watcher) close() {
 	}
 }
 
+// seen is what a check learns: the counts, and the newest message and
+// ask waiting. A change of any of them is new mail or mail taken; the
+// counts alone would miss a message that came as another one went.
+type seen struct {
+	Inbox
+	seq uint64
+	ask string
+}
+
+func seenOf(e *api.EntityRow) seen {
+	return seen{Inbox: Inbox{Messages: e.Pending, Asks: e.Asks}, seq: e.NewestSeq, ask: e.NewestAsk}
+}
+
 // now is the inbox as of now, for a tool result; the last known state if
 // the gateway cannot say.
 func (w *watcher) now() Inbox {
@@ -66,13 +79,12 @@ func (w *watcher) now() Inbox {
 // changed since the last check.
 func (w *watcher) check(ctx context.Context) (Inbox, error) {
 	w.mu.Lock()
-	st, err := w.whoami()
-	changed := err == nil && w.known && st != w.last
+	now, err := w.whoami()
+	changed := err == nil && w.known && now != w.last
 	if err == nil {
-		w.last, w.known, w.at = st, true, time.Now().UTC()
-	} else {
-		st = w.last
+		w.last, w.known, w.at = now, true, time.Now().UTC()
 	}
+	st := w.last.Inbox
 	w.mu.Unlock()
 	if changed {
 		w.s.mcp.ResourceUpdated(ctx, &mcp.ResourceUpdatedNotificationParams{URI: inboxURI})
@@ -82,23 +94,23 @@ func (w *watcher) check(ctx context.Context) (Inbox, error) {
 
 // whoami asks on the watcher's connection, dialing again once if it was
 // lost (a gateway restarted since). Called with mu held.
-func (w *watcher) whoami() (Inbox, error) {
+func (w *watcher) whoami() (seen, error) {
 	for try := 0; ; try++ {
 		if w.cl == nil {
 			cl, err := w.s.dial()
 			if err != nil {
-				return Inbox{}, err
+				return seen{}, err
 			}
 			w.cl = cl
 		}
 		resp, err := w.cl.Call(&api.WhoamiRequest{})
 		if err == nil {
-			return Inbox{Messages: resp.Entity.Pending, Asks: resp.Entity.Asks}, nil
+			return seenOf(resp.Entity), nil
 		}
 		w.cl.Close()
 		w.cl = nil
 		if try > 0 || fault.KindOf(err) != fault.KindNoGateway {
-			return Inbox{}, err
+			return seen{}, err
 		}
 	}
 }
@@ -117,7 +129,7 @@ func (s *server) addResources() {
 	s.mcp.AddResource(&mcp.Resource{URI: inboxURI, Name: "inbox", Title: "fleet inbox of " + s.me.Name + "@" + s.me.Host,
 		MIMEType: "application/json",
 		Description: "How much mail waits for you: messages and live asks. Subscribe to it: the server sends " +
-			"resources/updated when the counts change (checked every few seconds). Take the mail with the receive tool."},
+			"resources/updated when new mail comes or mail is taken (checked every few seconds). Take the mail with the receive tool."},
 		func(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
 			st, err := s.inbox.check(ctx)
 			v := inboxView{Entity: s.me.Name + "@" + s.me.Host, Messages: st.Messages, Asks: st.Asks}

@@ -43,7 +43,7 @@ func NewMCPApp() *ucli.App {
 		"errors carry the kind and exit code the commands would exit with. Output is bounded: receive takes " +
 		"whole messages up to max_messages and max_bytes and acknowledges only what it returns; replies and " +
 		"answers are cut at max_bytes. New mail is surfaced by the resource fleet://inbox, which the server " +
-		"marks updated (to subscribed clients) when its count changes, checked every --poll; every tool result " +
+		"marks updated (to subscribed clients) when mail comes or is taken, checked every --poll; every tool result " +
 		"also says how much mail waits. The credential and the gateway are checked before serving: no " +
 		"credential or a refused one exits 77, no gateway 69, and the error names the variables looked for and how " +
 		"each MCP client passes them (Gemini CLI passes FLEET_TOKEN only when its entry's env names it). " +
@@ -89,7 +89,7 @@ func run(c *ucli.Context) error {
 	s.inbox = newWatcher(s)
 	// what waits at the start is the baseline: mail that comes before the
 	// first poll is a change too
-	s.inbox.last, s.inbox.known = Inbox{Messages: s.me.Pending, Asks: s.me.Asks}, true
+	s.inbox.last, s.inbox.known = seenOf(&s.me), true
 	defer s.inbox.close()
 	s.addTools()
 	s.addResources()
