@@ -66,8 +66,23 @@ type waitFlags struct {
 	limit   time.Duration
 	exit    int
 	n       int
-	match   *regexp.Regexp
-	nomatch *regexp.Regexp
+	match   []*regexp.Regexp // every one must match (-match, -until: repeatable)
+	nomatch []*regexp.Regexp // none may match (-nomatch: repeatable)
+}
+
+// matches says whether s matches every -match and no -nomatch.
+func (f waitFlags) matches(s string) bool {
+	for _, re := range f.match {
+		if !re.MatchString(s) {
+			return false
+		}
+	}
+	for _, re := range f.nomatch {
+		if re.MatchString(s) {
+			return false
+		}
+	}
+	return true
 }
 
 func parseWaitFlags(ts *testscript.TestScript, args []string, allowed string) (waitFlags, []string) {
@@ -86,9 +101,15 @@ func parseWaitFlags(ts *testscript.TestScript, args []string, allowed string) (w
 		case "-n":
 			f.n, err = strconv.Atoi(val)
 		case "-match", "-until":
-			f.match, err = regexp.Compile(val)
+			var re *regexp.Regexp
+			if re, err = regexp.Compile(val); err == nil {
+				f.match = append(f.match, re)
+			}
 		case "-nomatch":
-			f.nomatch, err = regexp.Compile(val)
+			var re *regexp.Regexp
+			if re, err = regexp.Compile(val); err == nil {
+				f.nomatch = append(f.nomatch, re)
+			}
 		}
 		if err != nil {
 			ts.Fatalf("%s: %v", name, err)
@@ -98,10 +119,12 @@ func parseWaitFlags(ts *testscript.TestScript, args []string, allowed string) (w
 	return f, args
 }
 
-// eventually [-t DUR] [-exit N] [-match REGEXP] [-nomatch REGEXP] CMD ARGS...
+// eventually [-t DUR] [-exit N] [-match REGEXP]... [-nomatch REGEXP]... CMD ARGS...
 // — run CMD (see runOnce) again and again, every 50ms, until it exits N
-// (default 0) and its stdout matches REGEXP and does not match the
-// -nomatch one (each when given). Fails the script after DUR (default
+// (default 0) and its stdout matches every -match and none of the
+// -nomatch ones (each repeatable). Name in them the whole state the lines
+// after it rely on: a match that a partial state also satisfies (one
+// host's presence heard, another's not yet) passes too early. Fails the script after DUR (default
 // 15s), showing the last run's exit code and output. Its stdout and
 // stderr are those of the last run, for stdout/stderr checks after it.
 // For a state that has to be reached (a roster converging, a name
@@ -109,13 +132,12 @@ func parseWaitFlags(ts *testscript.TestScript, args []string, allowed string) (w
 func cmdEventually(ts *testscript.TestScript, neg bool, args []string) {
 	f, args := parseWaitFlags(ts, args, " -t -exit -match -nomatch ")
 	if neg || len(args) == 0 {
-		ts.Fatalf("usage: eventually [-t DUR] [-exit N] [-match REGEXP] [-nomatch REGEXP] CMD ARGS...")
+		ts.Fatalf("usage: eventually [-t DUR] [-exit N] [-match REGEXP]... [-nomatch REGEXP]... CMD ARGS...")
 	}
 	deadline := time.Now().Add(f.limit)
 	for {
 		stdout, stderr, code := runOnce(ts, args)
-		if code == f.exit && (f.match == nil || f.match.MatchString(stdout)) &&
-			(f.nomatch == nil || !f.nomatch.MatchString(stdout)) {
+		if code == f.exit && f.matches(stdout) {
 			fmt.Fprint(ts.Stdout(), stdout)
 			fmt.Fprint(ts.Stderr(), stderr)
 			return
@@ -154,7 +176,7 @@ func cmdRecv(ts *testscript.TestScript, neg bool, args []string) {
 			ts.Fatalf("recv: %s: exit %d\nstderr:\n%s\nreceived so far:\n%s", strings.Join(argv, " "), code, stderr, got.String())
 		}
 		all := got.String()
-		if strings.Count(all, "\n") >= f.n && (f.match == nil || f.match.MatchString(all)) {
+		if strings.Count(all, "\n") >= f.n && f.matches(all) {
 			fmt.Fprint(ts.Stdout(), all)
 			return
 		}
