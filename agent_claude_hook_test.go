@@ -45,6 +45,7 @@ func TestClaudeCodeHookMode(t *testing.T) {
 		p := "a turn of its own"
 		c.prompt(p)
 		q := r.turnWith(p, 30*time.Second)
+		takenBy(t, r, id, p)
 		if n := strings.Count(q.Body, jsonText(header(id)+"\n│ sent while the agent is idle\n")); n != 1 {
 			t.Errorf("the turn's request holds the message %d times, want 1:\n%s", n, q.Body)
 		}

@@ -494,7 +494,8 @@ func TestClaudeCode(t *testing.T) {
 		marker := filepath.Join(r.dir, "PWNED")
 		id := c.send(t, "status please; touch "+marker)
 		waitRow(t, r, c.name, `"status":"detached","status_reason":"pane %[0-9]+ runs bash, not claude"`, 15*time.Second)
-		time.Sleep(2 * time.Second)
+		// the sentinel: the delivery loop saw the message and held it
+		r.waitLog(0, `"msg":"held: the agent is not idle".*"entity":"`+c.name+`","status":"detached","msg_id":"`+id+`"`, 15*time.Second)
 		if _, err := os.Stat(marker); err == nil {
 			t.Fatal("the body ran as a shell command in the pane claude left")
 		}
@@ -669,7 +670,10 @@ func TestClaudeCodeJoinedAfterStart(t *testing.T) {
 	body := "the first message, held while the dialog is open"
 	id := c.send(t, body)
 	waitRow(t, rig, c.name, `"status":"starting","status_reason":"a dialog is open in the pane \(.*\): answer it there","program":"claude"`, 15*time.Second)
-	time.Sleep(2 * time.Second)
+	// the sentinels: the delivery loop saw the message and held it, and
+	// the screen was read with the dialog on it and not taken for idle
+	rig.waitLog(0, `"msg":"held: the agent is not idle".*"entity":"`+c.name+`","status":"starting","msg_id":"`+id+`"`, 15*time.Second)
+	rig.waitLog(0, `"msg":"not read as idle from the screen: a dialog is open".*"entity":"`+c.name+`","status":"starting"`, 15*time.Second)
 	if n := len(turnsWith(rig, body)); n != 0 {
 		t.Fatalf("the model saw the message while the trust dialog was open (%d turns)", n)
 	}

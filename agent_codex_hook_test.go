@@ -51,6 +51,7 @@ func TestCodexHookMode(t *testing.T) {
 		p := "a turn of its own"
 		c.prompt(t, p)
 		q := r.turnWith(p, 30*time.Second)
+		takenBy(t, r, id, p)
 		t.Logf("the turn's request, where the message is:%s", around(q.Body, jsonText(header(id))))
 		if n := strings.Count(q.Body, jsonText(header(id)+"\n│ sent while the agent is idle\n")); n != 1 {
 			t.Errorf("the turn's request holds the message %d times, want 1:\n%s", n, q.Body)

@@ -136,6 +136,7 @@ func TestGeminiHookMode(t *testing.T) {
 		p := "a turn of its own"
 		prompt(r, p)
 		q := waitText(r, p, 1)[0]
+		takenBy(t, r, id, p)
 		if n := strings.Count(q.Body, jsonText(frame(id, body))); n != 1 {
 			t.Errorf("the turn's first request holds the exact frame %d times, want 1:%s", n, around(q.Body, jsonText(header(id))))
 		}

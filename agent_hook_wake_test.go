@@ -70,6 +70,7 @@ func wakeTurn(t *testing.T, r *agentRig, within time.Duration) (int, []stubmodel
 func checkWoken(t *testing.T, r *agentRig, name, pane, idle string) {
 	t.Helper()
 	body := "the wake body from alice, never typed"
+	mark := r.logMark()
 	id := r.sendID(name, body)
 	header := "[fleet message from alice@h1 · msg " + id + " · send]"
 	i, reqs := wakeTurn(t, r, 90*time.Second)
@@ -92,9 +93,10 @@ func checkWoken(t *testing.T, r *agentRig, name, pane, idle string) {
 	r.waitState(id, "delivered", 60*time.Second)
 	r.waitStatus(name, "idle", 60*time.Second)
 	r.waitScreen(pane, idle, 30*time.Second)
-	// longer than the notice's repeat (nudge-after 2s, then 4s): a second
-	// notice would be in the model's requests by then
-	time.Sleep(8 * time.Second)
+	// the sentinel: the wake loop saw the inbox empty once the message was
+	// taken, so no second notice comes (one would be typed, with its turn
+	// in the model's requests, before the loop could say so)
+	r.waitLog(mark, `"msg":"no wake notice: nothing waits".*"entity":"`+name+`"`, 30*time.Second)
 	reqs = r.stub.Requests()
 	last := reqs[len(reqs)-1]
 	if n := strings.Count(last.Body, jsonText(wakeMarker)); n != 1 {

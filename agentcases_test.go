@@ -208,11 +208,12 @@ func exitedGetsNothing(t *testing.T, r *agentRig, pane, entity, shown string) {
 	}
 }
 
-// stillPending: a message sent while no hook of the agent runs is, after
-// a while, still accepted (pending) and in none of the model's requests.
+// stillPending: a message sent while no hook of the agent runs is still
+// accepted (pending) and in none of the model's requests. No wait for
+// "a while": nothing happens that could be waited for. The proof that no
+// hook took it before the next turn is that turn (takenBy).
 func stillPending(t *testing.T, r *agentRig, id string) {
 	t.Helper()
-	time.Sleep(2 * time.Second)
 	if st := r.msgState(id); st != "accepted" {
 		t.Fatalf("with no hook run the message reads %s, want accepted (pending)", st)
 	}
@@ -221,4 +222,22 @@ func stillPending(t *testing.T, r *agentRig, id string) {
 			t.Fatal("the model saw the message with no hook run")
 		}
 	}
+}
+
+// takenBy: the first of the model's requests to hold message id (a turn's
+// or a side request) belongs to the turn of prompt, the turn that was to
+// hand it over: no hook took it into a request while the agent idled
+// (the sentinel stillPending leaves to the next turn).
+func takenBy(t *testing.T, r *agentRig, id, prompt string) {
+	t.Helper()
+	for _, q := range r.stub.Requests() {
+		if strings.Contains(q.Body, id) {
+			if !strings.Contains(q.Body, jsonText(prompt)) {
+				t.Errorf("a request at %s, before the turn of %q that was to hand it over, held the message:%s",
+					q.Time.Format("15:04:05.000"), prompt, around(q.Body, id))
+			}
+			return
+		}
+	}
+	t.Errorf("no request of the model holds the message")
 }

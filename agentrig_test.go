@@ -268,6 +268,37 @@ func (r *agentRig) waitScreen(pane, re string, within time.Duration) string {
 	}
 }
 
+// logMark is where the gateway's log ends now: waitLog after it sees only
+// what the gateway logs from now on.
+func (r *agentRig) logMark() int {
+	b, _ := os.ReadFile(r.gw.log())
+	return len(b)
+}
+
+// waitLog waits until a line the gateway logged after mark matches re:
+// the gateway's sentinels (a message held, a screen not read as idle,
+// nothing waiting for a notice) say that it saw a state and chose not to
+// act, so a check that nothing happened may follow at once.
+func (r *agentRig) waitLog(mark int, re string, within time.Duration) {
+	r.t.Helper()
+	rx := regexp.MustCompile(re)
+	deadline := time.Now().Add(within)
+	for {
+		b, _ := os.ReadFile(r.gw.log())
+		if len(b) > mark && rx.Match(b[mark:]) {
+			return
+		}
+		if time.Now().After(deadline) {
+			tail := b[min(mark, len(b)):]
+			if len(tail) > 4000 {
+				tail = tail[len(tail)-4000:]
+			}
+			r.t.Fatalf("the gateway never logged %q within %v; its log since:\n%s", re, within, tail)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // fleet runs a fleet command (fleet-send, fleet-roster, ...) and returns
 // its stdout; a non-zero exit fails the test with its stderr.
 func (r *agentRig) fleet(name string, args ...string) string {

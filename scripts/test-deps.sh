@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the tests need when it is missing: tmux (the real terminal
 # for inject tests), ipython3 (a real bracketed-paste REPL), fish and zsh
-# (the shell completions run in them), openssl and
+# (the shell completions run in them), groff (the man pages render
+# cleanly), age (the age CLI opens what fleet seals), openssl and
 # setpriv (RabbitMQ itself is installed by scripts/rabbitmq-node.sh), node
 # and npm, and from the npm registry, pinned, into FLEET_TEST_NPM (default
 # ~/.cache/fleet-npm): the MCP Inspector (a real MCP client for fleet-mcp's
@@ -20,6 +21,8 @@ command -v npm >/dev/null 2>&1 || missing+=(npm)
 command -v fish >/dev/null 2>&1 || missing+=(fish)           # the fish completions, run in a real fish (completion.txtar, TestMakeInstall)
 command -v zsh >/dev/null 2>&1 || missing+=(zsh)             # the zsh completions parse
 [ -f /usr/share/bash-completion/bash_completion ] || missing+=(bash-completion) # its loader finds the installed completions (TestMakeInstall)
+command -v groff >/dev/null 2>&1 || missing+=(groff-base)    # every generated man page renders without a warning (pkg/docs)
+command -v age >/dev/null 2>&1 || missing+=(age)               # the age CLI opens what fleet seals (pkg/seal)
 
 # the npm packages the tests use, each at its pinned version
 npm_pins=(

@@ -281,6 +281,11 @@ type agentWatch struct {
 	cfg         *config.Config
 	screen      string
 	screenSince time.Time
+	// look is what the last look at the screen found that kept it from
+	// reading idle ("": nothing, or no look); said is the look and the
+	// status last logged: each logged once, a test's sentinel that the
+	// screen was read and not taken for idle
+	look, said string
 }
 
 // next says what status ent should have now, and why: the states that
@@ -289,6 +294,7 @@ type agentWatch struct {
 // when nothing changes.
 func (w *agentWatch) next(ctx context.Context, ent store.Entity, now time.Time) (status, reason string) {
 	status, reason = ent.Status, ent.StatusReason
+	w.look = ""
 	since := ent.StatusAt
 	if ent.HookAt.After(since) {
 		since = ent.HookAt
@@ -339,6 +345,7 @@ func (w *agentWatch) next(ctx context.Context, ent store.Entity, now time.Time) 
 			return status, reason
 		}
 		if m := dialogRE.FindString(s); m != "" {
+			w.look = "a dialog is open"
 			if status == stStarting {
 				return status, "a dialog is open in the pane (" + strings.TrimSpace(m) + "): answer it there"
 			}
@@ -347,11 +354,13 @@ func (w *agentWatch) next(ctx context.Context, ent store.Entity, now time.Time) 
 		if restoredRE.MatchString(s) {
 			// Claude Code puts an interrupted prompt back in its input: a
 			// paste now would send it again with the next message
+			w.look = "an interrupted message is back in the input"
 			return status, "an interrupted message is back in the agent's input: clear it there, and its mail flows again"
 		}
 		if !readyRE.MatchString(s) || workingRE.MatchString(s) {
 			// no agent CLI's ready prompt on the screen (a tool's approval
 			// question, an unknown first-run screen, a turn): not idle
+			w.look = "no ready prompt"
 			if status == stStarting {
 				return status, "waiting for the agent's first hook, or its ready prompt on the screen"
 			}
@@ -372,6 +381,12 @@ func (w *agentWatch) next(ctx context.Context, ent store.Entity, now time.Time) 
 // status was recorded, or a hook came meanwhile, or the record failed).
 func (w *agentWatch) record(ctx context.Context, b *mailbox, ent store.Entity, st *store.Store, log *slog.Logger, announce func(gid string)) bool {
 	status, why := w.next(ctx, ent, time.Now())
+	if said := w.look + " " + status; w.look == "" {
+		w.said = ""
+	} else if said != w.said {
+		w.said = said
+		log.Info("not read as idle from the screen: "+w.look, "entity", ent.Name, "status", status)
+	}
 	if status == ent.Status && why == ent.StatusReason {
 		return false
 	}

@@ -27,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -138,6 +139,12 @@ func (w *wakes) Run(ctx context.Context, b *mailbox) {
 		head string    // the inbox's head when the last notice was typed ("": none typed)
 		due  time.Time // when a notice whose turn took nothing may be typed again
 		n    int       // notices in a row whose turn took nothing
+		// what the loop last said of waiting mail it held back, and
+		// whether mail waited since it last said nothing does: each said
+		// once, a test's sentinel that the loop saw the inbox and chose
+		// not to type (never a byte of a message: its key, counts, states)
+		said   string
+		waited bool
 	)
 	for {
 		changed := b.watch()
@@ -157,6 +164,18 @@ func (w *wakes) Run(ctx context.Context, b *mailbox) {
 			// nothing waits: a streak of unanswered notices is over
 			head, due, n = "", time.Time{}, 0
 			w.put(gid, func(s *wakeState) { s.Notices, s.Unanswered, s.Warned = 0, 0, false })
+			if waited {
+				waited, said = false, ""
+				log.Info("no wake notice: nothing waits")
+			}
+		} else {
+			waited = true
+		}
+		if count > 0 && (ent.Status != stIdle || draining) {
+			if key := h + " " + ent.Status + " " + strconv.FormatBool(draining); key != said {
+				said = key
+				log.Info("wake notice held: the agent is not idle", "status", ent.Status, "draining", draining, "head", h, "pending", count)
+			}
 		}
 		if count == 0 || ent.Status != stIdle || draining {
 			// an idle pane is looked at now and then, so that an agent
@@ -196,6 +215,10 @@ func (w *wakes) Run(ctx context.Context, b *mailbox) {
 			}
 		}
 		if why := pane.blocked(ctx, ent); why != "" {
+			if key := h + " blocked " + why; key != said {
+				said = key
+				log.Info("wake notice held: "+why, "head", h, "pending", count)
+			}
 			wait(ctx, changed, time.Second)
 			continue
 		}
