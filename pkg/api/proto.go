@@ -251,22 +251,22 @@ type Hello struct {
 
 // EntityRow is one entity as fleet-roster shows it.
 type EntityRow struct {
-	Name         string    `json:"name"`
-	Host         string    `json:"host"`
-	Gid          string    `json:"gid"`
-	Mode         string    `json:"mode"`
-	Target       string    `json:"target,omitempty"` // tmux target or exec command
-	Groups       []string  `json:"groups"`
-	Status       string    `json:"status"`
-	StatusReason string    `json:"status_reason,omitempty"` // local rows: why an inject entity is starting, stuck, detached or unhooked
-	Program      string    `json:"program,omitempty"`       // tmux: the program a paste needs in the pane's foreground
-	Pending      int       `json:"pending"`
-	Asks         int       `json:"asks_waiting,omitempty"` // whoami only: live asks waiting to be shown
+	Name         string   `json:"name"`
+	Host         string   `json:"host"`
+	Gid          string   `json:"gid"`
+	Mode         string   `json:"mode"`
+	Target       string   `json:"target,omitempty"` // tmux target or exec command
+	Groups       []string `json:"groups"`
+	Status       string   `json:"status"`
+	StatusReason string   `json:"status_reason,omitempty"` // local rows: why an inject entity is starting, stuck, detached or unhooked
+	Program      string   `json:"program,omitempty"`       // tmux: the program a paste needs in the pane's foreground
+	Pending      int      `json:"pending"`
+	Asks         int      `json:"asks_waiting,omitempty"` // whoami only: live asks waiting to be shown
 	// whoami only: the newest message waiting (its inbox sequence, which
 	// only grows) and the newest live ask (its msg id), so a watcher sees
 	// new mail even when as much left as came since it last looked
-	NewestSeq uint64 `json:"newest_seq,omitempty"`
-	NewestAsk string `json:"newest_ask,omitempty"`
+	NewestSeq    uint64    `json:"newest_seq,omitempty"`
+	NewestAsk    string    `json:"newest_ask,omitempty"`
 	Dead         int       `json:"dead"`
 	LastDelivery time.Time `json:"last_delivery,omitzero"`
 	LastSeen     time.Time `json:"last_seen,omitzero"`    // remote rows: when their host was last heard
