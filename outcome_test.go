@@ -258,7 +258,8 @@ func TestReceiptAfterCut(t *testing.T) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		out, _, _ := runAs(t, h2, bob, "fleet-roster", "--json")
-		if strings.Contains(out, `"name":"bob","host":"h2"`) && strings.Contains(out, `"pending":1`) {
+		// bob's row: another entity's "pending":1 is not his
+		if regexp.MustCompile(`"name":"bob","host":"h2"[^\n]*"pending":1\b`).MatchString(out) {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -128,7 +128,10 @@ func parseWaitFlags(ts *testscript.TestScript, args []string, allowed string) (w
 // 15s), showing the last run's exit code and output. Its stdout and
 // stderr are those of the last run, for stdout/stderr checks after it.
 // For a state that has to be reached (a roster converging, a name
-// resolving); never for proving that something does not happen.
+// resolving); never for proving that something does not happen. A
+// -match is not multi-line as a stdout check is: (?m) for a ^ or $ per
+// line. No stdout check may follow it directly (what it would ask
+// belongs in the wait): TestScriptWaitsHoldTheirChecks.
 func cmdEventually(ts *testscript.TestScript, neg bool, args []string) {
 	f, args := parseWaitFlags(ts, args, " -t -exit -match -nomatch ")
 	if neg || len(args) == 0 {
