@@ -97,10 +97,20 @@ const (
 	ReasonUnsealed        = "unsealed"         // text in the clear from a host not named in plaintext-hosts
 )
 
-// Refusal is why a message from the broker is refused.
+// Refusal is why a message from the broker is refused. Err is what may
+// be told across hosts (a refusal notice, a dead letter's header); Local
+// is what only this host's log may say (a path of its own files: its
+// trust file, its state folder), never put in anything that leaves it.
 type Refusal struct {
 	Reason string // one of the Reason constants
 	Err    error
+	Local  string
+}
+
+// Here adds this host's own detail to r (Local), for its log only.
+func (r *Refusal) Here(format string, args ...any) *Refusal {
+	r.Local = fmt.Sprintf(format, args...)
+	return r
 }
 
 func (r *Refusal) Error() string { return r.Reason + ": " + r.Err.Error() }
@@ -162,6 +172,9 @@ func (b *Broker) authentic(d amqp.Delivery, env *envelope.Envelope) error {
 func (b *Broker) refuse(d amqp.Delivery, queue string, env *envelope.Envelope, r *Refusal, ack bool) {
 	claimed, _ := d.Headers["fleet-host"].(string)
 	attrs := []any{"queue", queue, "reason", r.Reason, "err", r.Err.Error(), "claimed_host", claimed}
+	if r.Local != "" {
+		attrs = append(attrs, "here", r.Local)
+	}
 	if env != nil {
 		attrs = append(attrs, "msg_id", env.MsgID, "trace_id", env.TraceID, "kind", string(env.Kind), "claimed_sender", env.Sender.String())
 	} else {

@@ -120,6 +120,7 @@ func (g *Gateway) setupAuth(ring *seal.Keyring) error {
 	g.seal, g.rcpt.plain, g.route.seal = sl, sl.Plain, sl
 	g.br.OnRefused(g.admit.noteRefused)
 	notices := &refusalNotices{host: g.cfg.Host, maxBody: g.cfg.MaxBody, log: g.log,
+		local: localPaths(g.cfg.StateDir, g.cfg.TrustFile, g.cfg.Socket, g.cfg.File),
 		publish: func(to string, env *envelope.Envelope) {
 			g.side.Go(func() {
 				if err := g.br.Publish(g.hardCtx, to, env, false); err != nil {
@@ -158,8 +159,10 @@ func (a *admission) signed(host string, body, sig []byte, env *envelope.Envelope
 				return err
 			}
 			if k == nil {
-				return broker.Refuse(broker.ReasonUntrusted, "host %q is not in the trust file %s (add it with: fleet-gw trust add %s KEY)",
-					host, a.file.Path(), host)
+				// the path only in this host's log: a refusal notice
+				// crosses to the host refused, trusted or not
+				return broker.Refuse(broker.ReasonUntrusted, "host %q is not in the receiver's trust file (add it there with: fleet-gw trust add %s KEY)",
+					host, host).Here("trust file %s", a.file.Path())
 			}
 		}
 		pub = k

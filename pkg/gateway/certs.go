@@ -162,7 +162,7 @@ func (c *certs) Present() (cert string, lists []string) {
 // does), with ops the operators the trust file holds. Under c.mu.
 func (c *certs) invalidLocked(cert *trust.Cert, now time.Time, ops map[string]string) string {
 	if _, ok := ops[cert.Operator]; !ok {
-		return "its operator key " + trust.KeyID(cert.OperatorKey()) + " is not in the trust file " + c.file.Path()
+		return "its operator key " + trust.KeyID(cert.OperatorKey()) + " is not in the receiver's trust file"
 	}
 	body, sig := cert.Signed()
 	if !c.memo.check(cert.OperatorKey(), body, sig) {
@@ -210,8 +210,8 @@ func (c *certs) Key(host, presented string, now time.Time) (ed25519.PublicKey, *
 		return nil, nil, nil
 	}
 	if why := c.invalidLocked(cert, now, ops); why != "" {
-		return nil, nil, broker.Refuse(broker.ReasonUntrusted, "host %q is not in the trust file %s and its certificate %s does not admit it: %s",
-			host, c.file.Path(), cert.Serial, why)
+		return nil, nil, broker.Refuse(broker.ReasonUntrusted, "host %q is not in the receiver's trust file and its certificate %s does not admit it: %s",
+			host, cert.Serial, why).Here("trust file %s", c.file.Path())
 	}
 	if kept != nil && kept.Serial == cert.Serial {
 		return cert.PublicKey(), nil, nil

@@ -86,6 +86,8 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -137,6 +139,10 @@ type refusalNotices struct {
 	maxBody int                                     // a notice must fit a body
 	publish func(to string, env *envelope.Envelope) // on the side: never blocks the caller
 	log     *slog.Logger
+	// local is this host's own paths (state folder, trust file, socket,
+	// config file): a notice crosses to another host, trusted or not, and
+	// names none of them (public)
+	local []string
 
 	now   func() time.Time                // nil: time.Now (tests: a fake clock)
 	later func(d time.Duration, f func()) // nil: time.AfterFunc
@@ -154,6 +160,31 @@ type noticeRun struct {
 	dropped int
 	queue   []*pendingNotice
 	timer   bool // a flush is armed for the end of the minute
+}
+
+// localPaths is the non-empty paths of ps, the longest first (so a file
+// in the state folder is hidden whole, not as the folder and a tail).
+func localPaths(ps ...string) []string {
+	var out []string
+	for _, p := range ps {
+		if p != "" && p != "/" {
+			out = append(out, p)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
+	return out
+}
+
+// public is why m was refused as another host may hear it: "refused by
+// HOST: reason", clipped, never this host's Local detail, and any of its
+// own paths a reason still carries (an error from a part that named
+// one) put as "<path on HOST>".
+func (n *refusalNotices) public(r *broker.Refusal) string {
+	s := r.Error()
+	for _, p := range n.local {
+		s = strings.ReplaceAll(s, p, "<path on "+n.host+">")
+	}
+	return clipReason("refused by " + n.host + ": " + s)
 }
 
 // refused is the broker's OnRefusedMsg: it sends a notice for m when one
@@ -178,7 +209,7 @@ func (n *refusalNotices) refused(m broker.RefusedMsg) {
 	case !ident.IsGid(env.Sender.Gid) || ident.GidHost(env.Sender.Gid) != m.SignedBy:
 		return
 	}
-	reason := clipReason("refused by " + n.host + ": " + m.Refusal.Error())
+	reason := n.public(m.Refusal)
 	at := n.clock().UTC()
 	// notice is the RECEIPT carrying the copy whole, or (digest) its
 	// sha256 and signature; nil when it does not fit a body
@@ -240,7 +271,7 @@ func (n *refusalNotices) refusedControl(m broker.RefusedMsg) {
 	if env.Kind == envelope.Stop {
 		what, kind = "stop", envelope.StopResult
 	}
-	err := fault.New(fault.Refused, fault.KindRefusedByHost, "%s request %s was refused by %s: %s", what, env.MsgID, n.host, clipReason(m.Refusal.Error())).
+	err := fault.New(fault.Refused, fault.KindRefusedByHost, "%s request %s was %s", what, env.MsgID, n.public(m.Refusal)).
 		WithHint("fix the cause on %s (fleet-gw trust list there; its log names the refusal), then run it again", n.host)
 	data, jerr := json.Marshal(failed(env.MsgID, err))
 	if jerr != nil || len(data) > n.maxBody {
@@ -276,7 +307,7 @@ func (n *refusalNotices) refusedTrace(m broker.RefusedMsg) {
 		return
 	}
 	body, err := json.Marshal(traceAnswer{TraceID: q.TraceID, Hops: []api.Hop{}, Refused: true,
-		Error: clipReason("refused by " + n.host + ": " + m.Refusal.Error())})
+		Error: n.public(m.Refusal)})
 	if err != nil || len(body) > n.maxBody {
 		return
 	}

@@ -423,3 +423,48 @@ func TestRefusalNoticeShapes(t *testing.T) {
 		t.Fatalf("the big message's notice: %.300s", got[1].Body)
 	}
 }
+
+// No notice names a path of the refusing host: not the Local detail a
+// refusal keeps for its log (the trust file), nor any of its own paths a
+// reason carries; for each kind of notice (a RECEIPT for a message, a
+// SPAWN_RESULT, a TRACE_RESULT). The reason itself still goes.
+func TestRefusalNoticesNameNoLocalPath(t *testing.T) {
+	_, priv, _ := ed25519.GenerateKey(rand.Reader)
+	alice := envelope.Party{Gid: "h1.01a23400-3365-77d8-a646-15bd4b212402", Name: "alice", Host: "h1"}
+	bob := envelope.Party{Gid: "h2.01a23400-3142-7e07-b4e3-15b27a9f1b77", Name: "bob", Host: "h2"}
+	const state = "/home/op/.local/state/fleet"
+	fn := newFakeNotices(t, 1<<20)
+	fn.local = localPaths(state, state+"/trust", "/run/user/1000/fleet/gw.sock", "/home/op/.config/fleet/fleet.conf")
+	refusal := func() *broker.Refusal {
+		// as admission words it, with one path slipped into the reason too
+		return broker.Refuse(broker.ReasonUntrusted, "host %q is not in the receiver's trust file (see %s)", "h1", state+"/trust").
+			Here("trust file %s", state+"/trust")
+	}
+	body, _ := json.Marshal(traceQuery{TraceID: envelope.NewID()})
+	trace := envelope.New(envelope.Trace, alice, envelope.Party{Host: "h2", Group: "control"}, string(body))
+	trace.TraceID, trace.Expires = trace.MsgID, fn.clock.Add(5*time.Second)
+	spawn := envelope.New(envelope.Spawn, alice, envelope.Party{Host: "h2", Group: "control"}, "{}")
+	spawn.Expires = fn.clock.Add(5 * time.Second)
+	for _, m := range []struct {
+		env   *envelope.Envelope
+		queue string
+	}{
+		{sealedLike(envelope.New(envelope.Send, alice, envelope.Party{Gid: bob.Gid}, "hello")), broker.InboxQueue(bob.Gid)},
+		{spawn, broker.ControlQueue("h2")},
+		{trace, broker.ControlQueue("h2")},
+	} {
+		raw, _ := envelope.Encode(m.env)
+		fn.refused(broker.RefusedMsg{Queue: m.queue, Refusal: refusal(), Env: m.env, Body: raw, Sig: ed25519.Sign(priv, raw), SignedBy: "h1"})
+	}
+	if len(fn.got) != 3 {
+		t.Fatalf("%d notices, want 3", len(fn.got))
+	}
+	for _, env := range fn.got {
+		if strings.Contains(env.Body, "/home/op") || strings.Contains(env.Body, "/run/user") || strings.Contains(env.Body, "trust file /") {
+			t.Errorf("the %s names a local path: %s", env.Kind, env.Body)
+		}
+		if !strings.Contains(env.Body, "refused by h2") || !strings.Contains(env.Body, "receiver's trust file") || !strings.Contains(env.Body, "path on h2") {
+			t.Errorf("the %s lost its reason: %s", env.Kind, env.Body)
+		}
+	}
+}
