@@ -173,9 +173,10 @@ func TestCodexHookMode(t *testing.T) {
 	// first carried a message on carries it once (hook text stays)
 	t.Run("once-each", func(t *testing.T) {
 		r := c.sub(t)
+		stops := c.hooksRun("stop") // before the prompt: its Stop hook may end before the turn is seen
 		c.prompt(t, "one more turn")
 		r.turnWith("one more turn", 30*time.Second)
-		c.waitHooks(t, "stop", c.hooksRun("stop")+1)
+		c.waitHooks(t, "stop", stops+1)
 		for _, id := range ids {
 			onceInEach(t, r.stub.Turns(), header(id), 1)
 		}

@@ -181,10 +181,11 @@ func (s *slots) expire() {
 	}
 	s.mu.Unlock()
 	for _, sl := range cut {
-		sl.kick()
+		// counted before the kick, so whoever sees the cut sees the count
 		if s.onTimeout != nil {
 			s.onTimeout()
 		}
+		sl.kick()
 	}
 }
 
