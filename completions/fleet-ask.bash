@@ -18,7 +18,7 @@ _fleet_ask() {
         -*)
             [[ ${COMP_WORDS[i+1]} == = ]] && continue
             case $cmd:$w in
-            :--socket|:--state-dir|:--config|:--as|:--ttl|:--turn|:--about) i=$((i + 1)) ;; # skip the flag's value
+            :--socket|:--state-dir|:--config|:--as|:--ttl|:--turn|:--about|:--wait-for-broker) i=$((i + 1)) ;; # skip the flag's value
             esac
             ;;
         *)
@@ -32,11 +32,11 @@ _fleet_ask() {
     :--socket|:--config) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return 0 ;;
     :--state-dir) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -d -- "$cur"); return 0 ;;
     :--as) mapfile -t COMPREPLY < <(compgen -W "$(fleet-roster __complete entities 2>/dev/null)" -- "$cur"); return 0 ;;
-    :--ttl|:--turn|:--about) COMPREPLY=(); return 0 ;;
+    :--ttl|:--turn|:--about|:--wait-for-broker) COMPREPLY=(); return 0 ;;
     esac
     if [[ $cur == -* ]]; then
         case $cmd in
-        '') mapfile -t COMPREPLY < <(compgen -W '--socket --state-dir --config --json --as --ttl --turn --about --wait-for-host --help -h --version' -- "$cur") ;;
+        '') mapfile -t COMPREPLY < <(compgen -W '--socket --state-dir --config --json --as --ttl --turn --about --wait-for-host --wait-for-broker --help -h --version' -- "$cur") ;;
         esac
         return 0
     fi

@@ -17,7 +17,7 @@ function __fleet_ask_at
                 return 1 # the rest is text
             case '-*'
                 switch "$cmd:$w"
-                    case ':--socket' ':--state-dir' ':--config' ':--as' ':--ttl' ':--turn' ':--about'
+                    case ':--socket' ':--state-dir' ':--config' ':--as' ':--ttl' ':--turn' ':--about' ':--wait-for-broker'
                         set skip 1 # the flag's value follows
                 end
             case '*'
@@ -42,6 +42,7 @@ complete -c fleet-ask -n '__fleet_ask_at ""' -l ttl -x -d 'how long to wait for 
 complete -c fleet-ask -n '__fleet_ask_at ""' -l turn -x -d 'the asking turn\'s id (default: env FLEET_TURN_ID, else a fresh one)'
 complete -c fleet-ask -n '__fleet_ask_at ""' -l about -x -d 'the ask belongs to the flow of message MSG_ID (one you sent or received): it carries its trace id'
 complete -c fleet-ask -n '__fleet_ask_at ""' -l wait-for-host -d 'ask even if the askee\'s host reads stale or gone, and wait the TTL for it (without: exit 69 at once, kind host_gone)'
+complete -c fleet-ask -n '__fleet_ask_at ""' -l wait-for-broker -x -d 'while the broker is down or blocks publishers, the gateway holds the send for up to DURATION and sends it again, as the same message, once the broker is back: exit 0 sent, 69 never sent, 74 outcome unknown (nothing is held if the gateway stops)'
 complete -c fleet-ask -n '__fleet_ask_at ""' -l help -s h -d 'show help'
 complete -c fleet-ask -n '__fleet_ask_at ""' -l version -d 'print the version'
 complete -c fleet-ask -n '__fleet_ask_at "" 0' -x -a '(fleet-roster __complete entities 2>/dev/null)'

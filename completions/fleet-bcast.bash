@@ -18,7 +18,7 @@ _fleet_bcast() {
         -*)
             [[ ${COMP_WORDS[i+1]} == = ]] && continue
             case $cmd:$w in
-            :--socket|:--state-dir|:--config|:--as|:--group) i=$((i + 1)) ;; # skip the flag's value
+            :--socket|:--state-dir|:--config|:--as|:--group|:--wait-for-broker) i=$((i + 1)) ;; # skip the flag's value
             esac
             ;;
         *)
@@ -33,10 +33,11 @@ _fleet_bcast() {
     :--state-dir) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -d -- "$cur"); return 0 ;;
     :--as) mapfile -t COMPREPLY < <(compgen -W "$(fleet-roster __complete entities 2>/dev/null)" -- "$cur"); return 0 ;;
     :--group) mapfile -t COMPREPLY < <(compgen -W "$(fleet-roster __complete groups 2>/dev/null)" -- "$cur"); return 0 ;;
+    :--wait-for-broker) COMPREPLY=(); return 0 ;;
     esac
     if [[ $cur == -* ]]; then
         case $cmd in
-        '') mapfile -t COMPREPLY < <(compgen -W '--socket --state-dir --config --json --as --group --help -h --version' -- "$cur") ;;
+        '') mapfile -t COMPREPLY < <(compgen -W '--socket --state-dir --config --json --as --group --wait-for-broker --help -h --version' -- "$cur") ;;
         esac
         return 0
     fi

@@ -17,7 +17,7 @@ function __fleet_bcast_at
                 return 1 # the rest is text
             case '-*'
                 switch "$cmd:$w"
-                    case ':--socket' ':--state-dir' ':--config' ':--as' ':--group'
+                    case ':--socket' ':--state-dir' ':--config' ':--as' ':--group' ':--wait-for-broker'
                         set skip 1 # the flag's value follows
                 end
             case '*'
@@ -39,5 +39,6 @@ complete -c fleet-bcast -n '__fleet_bcast_at ""' -l config -r -F -d 'config file
 complete -c fleet-bcast -n '__fleet_bcast_at ""' -l json -d 'machine-readable output: one JSON object, or JSON Lines for streams'
 complete -c fleet-bcast -n '__fleet_bcast_at ""' -l as -x -a '(fleet-roster __complete entities 2>/dev/null)' -d 'act as NAME, reading its owner-only credential file (default: env FLEET_TOKEN)'
 complete -c fleet-bcast -n '__fleet_bcast_at ""' -l group -x -a '(fleet-roster __complete groups 2>/dev/null)' -d 'only the members of group G (default: everyone)'
+complete -c fleet-bcast -n '__fleet_bcast_at ""' -l wait-for-broker -x -d 'while the broker is down or blocks publishers, the gateway holds the send for up to DURATION and sends it again, as the same message, once the broker is back: exit 0 sent, 69 never sent, 74 outcome unknown (nothing is held if the gateway stops)'
 complete -c fleet-bcast -n '__fleet_bcast_at ""' -l help -s h -d 'show help'
 complete -c fleet-bcast -n '__fleet_bcast_at ""' -l version -d 'print the version'

@@ -18,7 +18,7 @@ _fleet_send() {
         -*)
             [[ ${COMP_WORDS[i+1]} == = ]] && continue
             case $cmd:$w in
-            :--socket|:--state-dir|:--config|:--as|:--reply-to|:--id|:--status|:--until|:--answer|:--wait-reply|:--timeout) i=$((i + 1)) ;; # skip the flag's value
+            :--socket|:--state-dir|:--config|:--as|:--reply-to|:--id|:--status|:--until|:--answer|:--wait-reply|:--timeout|:--wait-for-broker) i=$((i + 1)) ;; # skip the flag's value
             esac
             ;;
         *)
@@ -32,12 +32,12 @@ _fleet_send() {
     :--socket|:--config) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return 0 ;;
     :--state-dir) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -d -- "$cur"); return 0 ;;
     :--as) mapfile -t COMPREPLY < <(compgen -W "$(fleet-roster __complete entities 2>/dev/null)" -- "$cur"); return 0 ;;
-    :--reply-to|:--id|:--status|:--answer|:--wait-reply|:--timeout) COMPREPLY=(); return 0 ;;
+    :--reply-to|:--id|:--status|:--answer|:--wait-reply|:--timeout|:--wait-for-broker) COMPREPLY=(); return 0 ;;
     :--until) mapfile -t COMPREPLY < <(compgen -W 'delivered' -- "$cur"); return 0 ;;
     esac
     if [[ $cur == -* ]]; then
         case $cmd in
-        '') mapfile -t COMPREPLY < <(compgen -W '--socket --state-dir --config --json --as --reply-to --id --status --until --answer --wait --wait-reply --timeout --help -h --version' -- "$cur") ;;
+        '') mapfile -t COMPREPLY < <(compgen -W '--socket --state-dir --config --json --as --reply-to --id --status --until --answer --wait --wait-reply --timeout --wait-for-broker --help -h --version' -- "$cur") ;;
         esac
         return 0
     fi

@@ -17,7 +17,7 @@ function __fleet_send_at
                 return 1 # the rest is text
             case '-*'
                 switch "$cmd:$w"
-                    case ':--socket' ':--state-dir' ':--config' ':--as' ':--reply-to' ':--id' ':--status' ':--until' ':--answer' ':--wait-reply' ':--timeout'
+                    case ':--socket' ':--state-dir' ':--config' ':--as' ':--reply-to' ':--id' ':--status' ':--until' ':--answer' ':--wait-reply' ':--timeout' ':--wait-for-broker'
                         set skip 1 # the flag's value follows
                 end
             case '*'
@@ -46,6 +46,7 @@ complete -c fleet-send -n '__fleet_send_at ""' -l answer -x -d 'answer the ask A
 complete -c fleet-send -n '__fleet_send_at ""' -l wait -d 'hold the send open and print the recipient\'s reply (exit 75 if none within --timeout); an ask to you arriving first is printed instead (exit 10): answer it, then --wait-reply'
 complete -c fleet-send -n '__fleet_send_at ""' -l wait-reply -x -d 'wait again for the reply to your message MSGID (after --wait ended with an ask, exit 10, or timed out)'
 complete -c fleet-send -n '__fleet_send_at ""' -l timeout -x -d 'how long --wait or --until waits'
+complete -c fleet-send -n '__fleet_send_at ""' -l wait-for-broker -x -d 'while the broker is down or blocks publishers, the gateway holds the send for up to DURATION and sends it again, as the same message, once the broker is back: exit 0 sent, 69 never sent, 74 outcome unknown (nothing is held if the gateway stops)'
 complete -c fleet-send -n '__fleet_send_at ""' -l help -s h -d 'show help'
 complete -c fleet-send -n '__fleet_send_at ""' -l version -d 'print the version'
 complete -c fleet-send -n '__fleet_send_at "" 0' -x -a '(fleet-roster __complete entities 2>/dev/null)'

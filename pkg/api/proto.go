@@ -21,6 +21,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"io"
+	"slices"
 	"time"
 
 	"github.com/fleetd/fleet/pkg/envelope"
@@ -247,7 +248,23 @@ type Hello struct {
 	Version string `json:"version"`
 	MaxBody int    `json:"max_body"`
 	Pid     int    `json:"pid"`
+	// Features: what this gateway does beyond protocol 1 as the legacy
+	// one-struct request had it. A gateway of an earlier build ignores a
+	// field it does not know, so a command checks the feature first.
+	Features []string `json:"features,omitempty"`
 }
+
+// Features a gateway of this build announces in its hello, each the
+// request fields added since protocol 1 (request_test.go names them).
+const (
+	FeatureWaitForBroker = "wait_for_broker" // wait_for_broker_ms of send, ask, bcast
+)
+
+// Features is what this build's gateway announces.
+var Features = []string{FeatureWaitForBroker}
+
+// Has is whether the gateway that said h announces feature f.
+func (h *Hello) Has(f string) bool { return h != nil && slices.Contains(h.Features, f) }
 
 // EntityRow is one entity as fleet-roster shows it.
 type EntityRow struct {

@@ -112,6 +112,9 @@ type SendRequest struct {
 	MsgID     string `json:"msg_id,omitempty"`
 	Wait      bool   `json:"wait,omitempty"`
 	TimeoutMS int64  `json:"timeout_ms,omitempty"`
+	// WaitBrokerMS: while the broker is down, hold the send and try it
+	// again under the same msg id for up to this long (0: fail at once)
+	WaitBrokerMS int64 `json:"wait_for_broker_ms,omitempty"`
 }
 
 // AskRequest puts a live question to To: Sent, then the answer or a
@@ -126,6 +129,8 @@ type AskRequest struct {
 	ReplyTo   string `json:"reply_to,omitempty"`
 	WaitHost  bool   `json:"wait_for_host,omitempty"`
 	TimeoutMS int64  `json:"timeout_ms,omitempty"`
+	// WaitBrokerMS: as SendRequest's, within the ask's TTL
+	WaitBrokerMS int64 `json:"wait_for_broker_ms,omitempty"`
 }
 
 // BcastRequest sends Body to a group ("" or "all": everyone).
@@ -133,6 +138,8 @@ type BcastRequest struct {
 	Head
 	Group string `json:"group,omitempty"`
 	Body  string `json:"body,omitempty"`
+	// WaitBrokerMS: as SendRequest's, for the copies of other hosts
+	WaitBrokerMS int64 `json:"wait_for_broker_ms,omitempty"`
 }
 
 // A message's state: lookup, wait, wait_reply.

@@ -27,6 +27,7 @@ func NewAskApp() *cli.App {
 		&cli.StringFlag{Name: "turn", Usage: "the asking turn's id (default: env FLEET_TURN_ID, else a fresh one)"},
 		&cli.StringFlag{Name: "about", Usage: "the ask belongs to the flow of message MSG_ID (one you sent or received): it carries its trace id"},
 		&cli.BoolFlag{Name: "wait-for-host", Usage: "ask even if the askee's host reads stale or gone, and wait the TTL for it (without: exit 69 at once, kind host_gone)"},
+		waitForBrokerFlag(),
 	)
 	app.Action = func(c *cli.Context) error {
 		args := c.Args().Slice()
@@ -36,11 +37,17 @@ func NewAskApp() *cli.App {
 		if c.IsSet("ttl") && c.Duration("ttl") <= 0 {
 			return usage("--ttl must be positive, not %v", c.Duration("ttl")).WithHint("fleet-ask --ttl 2m NAME QUESTION")
 		}
+		if err := checkWaitForBroker(c); err != nil {
+			return err
+		}
 		s, err := connect(c)
 		if err != nil {
 			return err
 		}
 		defer s.client.Close()
+		if err := s.needs(c, "wait-for-broker", api.FeatureWaitForBroker); err != nil {
+			return err
+		}
 		body, err := readBody(args[1:], s.client.Hello.MaxBody)
 		if err != nil {
 			return err
@@ -51,7 +58,8 @@ func NewAskApp() *cli.App {
 		}
 		ttl := c.Duration("ttl")
 		resp, err := s.client.Call(&api.AskRequest{To: args[0], Body: body, TurnID: turn, TimeoutMS: ttl.Milliseconds(),
-			ReplyTo: c.String("about"), WaitHost: c.Bool("wait-for-host")})
+			ReplyTo: c.String("about"), WaitHost: c.Bool("wait-for-host"),
+			WaitBrokerMS: c.Duration("wait-for-broker").Milliseconds()})
 		if err != nil {
 			return err
 		}

@@ -24,6 +24,7 @@ func NewBcastApp() *cli.App {
 		"A group is named as an entity is (a letter, then up to 63 letters, digits, '-' or '_'): any other --group exits 64 before anything is sent."
 	app.Flags = append(connFlags(), jsonFlag(), asFlag(),
 		&cli.StringFlag{Name: "group", Usage: "only the members of group G (default: everyone)"},
+		waitForBrokerFlag(),
 	)
 	app.Action = func(c *cli.Context) error {
 		// the group becomes the routing key broadcast.<group>: checked
@@ -31,16 +32,23 @@ func NewBcastApp() *cli.App {
 		if err := ident.CheckGroup(c.String("group")); err != nil {
 			return err
 		}
+		if err := checkWaitForBroker(c); err != nil {
+			return err
+		}
 		s, err := connect(c)
 		if err != nil {
 			return err
 		}
 		defer s.client.Close()
+		if err := s.needs(c, "wait-for-broker", api.FeatureWaitForBroker); err != nil {
+			return err
+		}
 		body, err := readBody(c.Args().Slice(), s.client.Hello.MaxBody)
 		if err != nil {
 			return err
 		}
-		resp, err := s.client.Call(&api.BcastRequest{Group: c.String("group"), Body: body})
+		resp, err := s.client.Call(&api.BcastRequest{Group: c.String("group"), Body: body,
+			WaitBrokerMS: c.Duration("wait-for-broker").Milliseconds()})
 		if resp == nil || resp.Sent == nil {
 			if err == nil {
 				err = fault.New(fault.Unavailable, fault.KindProtocol, "the gateway's answer names no message")

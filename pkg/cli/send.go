@@ -43,6 +43,7 @@ func NewSendApp() *cli.App {
 		&cli.BoolFlag{Name: "wait", Usage: "hold the send open and print the recipient's reply (exit 75 if none within --timeout); an ask to you arriving first is printed instead (exit 10): answer it, then --wait-reply"},
 		&cli.StringFlag{Name: "wait-reply", Usage: "wait again for the reply to your message MSGID (after --wait ended with an ask, exit 10, or timed out)"},
 		&cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, Usage: "how long --wait or --until waits"},
+		waitForBrokerFlag(),
 	)
 	app.Action = runSend
 	return app
@@ -71,6 +72,9 @@ func runSend(c *cli.Context) error {
 		return err
 	}
 	defer s.client.Close()
+	if err := s.needs(c, "wait-for-broker", api.FeatureWaitForBroker); err != nil {
+		return err
+	}
 	body, err := readBody(args, s.client.Hello.MaxBody)
 	if err != nil {
 		return err
@@ -86,7 +90,8 @@ func runSend(c *cli.Context) error {
 	}
 	// a send's answer is the sent message or an error
 	resp, err := s.client.Call(&api.SendRequest{To: to, Body: body, ReplyTo: c.String("reply-to"),
-		AnswerTo: c.String("answer"), Wait: wait, TimeoutMS: timeout.Milliseconds(), MsgID: id})
+		AnswerTo: c.String("answer"), Wait: wait, TimeoutMS: timeout.Milliseconds(), MsgID: id,
+		WaitBrokerMS: c.Duration("wait-for-broker").Milliseconds()})
 	if fault.KindOf(err) == fault.KindNoGateway && id != "" {
 		return fault.Wrap(fault.OutcomeUnknown, fault.KindOutcomeUnknown, err, "message %s: outcome unknown", id).
 			WithHint("once the gateway is back, fleet-send --status %s tells; a retry with --id %s is sent at most once", id, id)
@@ -118,6 +123,9 @@ func checkSend(c *cli.Context) error {
 	if c.IsSet("timeout") && c.Duration("timeout") <= 0 {
 		return usage("--timeout must be positive, not %v", c.Duration("timeout"))
 	}
+	if err := checkWaitForBroker(c); err != nil {
+		return err
+	}
 	if id := c.String("id"); c.IsSet("id") && !envelope.ValidID(id) {
 		return usage("--id takes a message id (a UUID such as fleet-send prints), not %q", id).
 			WithHint("leave --id out and fleet-send mints one")
@@ -132,9 +140,9 @@ func checkSend(c *cli.Context) error {
 		opt  string
 		with []string
 	}{
-		{"status", []string{"reply-to", "answer", "wait", "wait-reply", "id"}},
-		{"wait-reply", []string{"reply-to", "answer", "wait", "until", "id"}},
-		{"answer", []string{"id"}},
+		{"status", []string{"reply-to", "answer", "wait", "wait-reply", "id", "wait-for-broker"}},
+		{"wait-reply", []string{"reply-to", "answer", "wait", "until", "id", "wait-for-broker"}},
+		{"answer", []string{"id", "wait-for-broker"}},
 		{"reply-to", []string{"answer"}},
 		{"wait", []string{"until"}},
 	} {
@@ -308,4 +316,31 @@ func printRecord(c *cli.Context, r *api.Record, warning ...string) error {
 	}
 	_, err := fmt.Fprintln(c.App.Writer, line)
 	return err
+}
+
+// waitForBrokerFlag is --wait-for-broker, for the commands that send.
+func waitForBrokerFlag() cli.Flag {
+	return &cli.DurationFlag{Name: "wait-for-broker", Usage: "while the broker is down or blocks publishers, " +
+		"the gateway holds the send for up to DURATION and sends it again, as the same message, once the broker is back: " +
+		"exit 0 sent, 69 never sent, 74 outcome unknown (nothing is held if the gateway stops)"}
+}
+
+// checkWaitForBroker refuses a --wait-for-broker that is not a positive
+// duration, before anything is sent.
+func checkWaitForBroker(c *cli.Context) error {
+	if c.IsSet("wait-for-broker") && c.Duration("wait-for-broker") <= 0 {
+		return usage("--wait-for-broker must be positive, not %v", c.Duration("wait-for-broker")).
+			WithHint("fleet-send --wait-for-broker 1m NAME TEXT")
+	}
+	return nil
+}
+
+// needs refuses an option set on the command line that the gateway does
+// not announce: a gateway of an earlier build would ignore it silently.
+func (s *session) needs(c *cli.Context, opt, feature string) error {
+	if !c.IsSet(opt) || s.client.Hello.Has(feature) {
+		return nil
+	}
+	return fault.New(fault.Data, fault.KindProtocol, "--%s: the gateway (fleet-gw %s) does not know it", opt, s.client.Hello.Version).
+		WithHint("restart fleet-gw with the release of these commands, or leave --%s out", opt)
 }

@@ -273,8 +273,11 @@ func (g *Gateway) ask(c *conn, req *api.AskRequest) {
 	if ttl <= 0 {
 		ttl = g.cfg.AskTTL
 	}
-	t, err := g.route.Resolve(req.To)
-	if err != nil {
+	// --wait-for-broker: within the ask's own TTL (brokerwait.go)
+	bound := min(time.Duration(req.WaitBrokerMS)*time.Millisecond, ttl)
+	wait := g.route.brokerWait()
+	var t target
+	if err := wait.Do(bound, func(bool) (err error) { t, err = g.route.Resolve(req.To); return err }); err != nil {
 		c.fail(err)
 		return
 	}
@@ -320,7 +323,11 @@ func (g *Gateway) ask(c *conn, req *api.AskRequest) {
 		g.liveAdd(t.box, env)
 	} else {
 		g.audit.Message("published", env, 0, "")
-		if err := g.br.Publish(g.hardCtx, rcpt.Gid, env, false); err != nil {
+		// the same ask again, if the broker was down: its receiver keeps
+		// one (asks.seen), and the time waited comes out of its TTL
+		if err := wait.Do(min(bound, time.Until(env.Expires)), func(bool) error {
+			return g.br.Publish(g.hardCtx, rcpt.Gid, env, false)
+		}); err != nil {
 			g.audit.Message("not_sent", env, 0, err.Error())
 			c.fail(err)
 			return

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/fleetd/fleet/pkg/api"
 	"github.com/fleetd/fleet/pkg/envelope"
@@ -48,7 +49,11 @@ func (g *Gateway) broadcast(req *api.BcastRequest) (*api.Response, error) {
 	if g.br != nil {
 		pubErr = make(chan error, 1)
 		g.audit.Message("published", env, 0, "")
-		if !g.side.Go(func() { pubErr <- g.br.Publish(g.hardCtx, "broadcast."+group, env, true) }) {
+		// --wait-for-broker: the same broadcast again once the broker is
+		// back (brokerwait.go); each member keeps one copy of a msg id
+		wait, bound := g.route.brokerWait(), time.Duration(req.WaitBrokerMS)*time.Millisecond
+		publish := func(bool) error { return g.br.Publish(g.hardCtx, "broadcast."+group, env, true) }
+		if !g.side.Go(func() { pubErr <- wait.Do(bound, publish) }) {
 			pubErr <- fault.New(fault.Unavailable, fault.KindBrokerDown, "the gateway is stopping: not published")
 		}
 	}

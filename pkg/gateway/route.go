@@ -241,8 +241,11 @@ func (rt *router) SendWith(req *api.SendRequest, before func(*envelope.Envelope)
 	if to == "" {
 		return nil, fault.New(fault.Usage, fault.KindUsage, "no recipient")
 	}
-	t, err := rt.Resolve(to)
-	if err != nil {
+	// --wait-for-broker: a name unknown while the broker is down, or a
+	// publish it could not take, waits for its return (brokerwait.go)
+	bound := time.Duration(req.WaitBrokerMS) * time.Millisecond
+	var t target
+	if err := rt.brokerWait().Do(bound, func(bool) (err error) { t, err = rt.Resolve(to); return err }); err != nil {
 		return nil, err
 	}
 	rcpt := envelope.Party{Gid: t.gid, Name: t.name, Host: t.host}
@@ -301,7 +304,7 @@ func (rt *router) SendWith(req *api.SendRequest, before func(*envelope.Envelope)
 			return nil, err
 		}
 		state = rec.State
-	} else if err := rt.publish(env, retry); err != nil {
+	} else if err := rt.brokerWait().Do(bound, func(again bool) error { return rt.publish(env, retry || again) }); err != nil {
 		return nil, err
 	} else {
 		// the broker holds it for the host's return; the sender hears
@@ -319,6 +322,22 @@ func (rt *router) SendWith(req *api.SendRequest, before func(*envelope.Envelope)
 		Recipient: env.Recipient.String(), Gid: rcpt.Gid, Warning: warning,
 	}}, nil
 }
+
+// brokerWait is the wait of one send for the broker's return: nothing
+// to wait for in single-host mode.
+func (rt *router) brokerWait() *brokerWait {
+	w := &brokerWait{ctx: rt.ctx(), stop: rt.closing(), poll: 250 * time.Millisecond, broker: alwaysUp{}}
+	if b := rt.br(); b != nil {
+		w.broker = b
+	}
+	return w
+}
+
+// alwaysUp is the broker of a gateway that has none: a local send never
+// waits for it.
+type alwaysUp struct{}
+
+func (alwaysUp) Connected() bool { return true }
 
 // sameMessage checks a client-minted msg id: nil if no message has it yet,
 // its record if env is a retry of that message (same sender, recipient and

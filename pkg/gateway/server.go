@@ -26,7 +26,7 @@ func (g *Gateway) dispatch(c *conn, req api.Request) (*api.Response, error) {
 		c.good = true
 		return &api.Response{Hello: &api.Hello{
 			Proto: api.Proto, Host: g.cfg.Host, Version: version.Version,
-			MaxBody: g.cfg.MaxBody, Pid: os.Getpid(),
+			MaxBody: g.cfg.MaxBody, Pid: os.Getpid(), Features: api.Features,
 		}}, nil
 	case *api.JoinRequest:
 		return g.join(req)
