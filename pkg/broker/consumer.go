@@ -404,10 +404,13 @@ func (b *Broker) drain(gen *generation, c *consumer, o *opened) bool {
 				}
 				batch = append(batch, d)
 			}
-			if held := b.takeBatch(batch, c.gid, c.quit, gen.ctx.Done()); held != nil {
+			if held, bp := b.takeBatch(batch, c.gid, c.quit, gen.ctx.Done()); held != nil {
 				b.cancel(gen, o, c.tag, held)
 				if gen.ctx.Err() != nil {
 					return false
+				}
+				if bp != nil { // back-pressure: consumed again once there is room
+					return b.waitRoom(gen, c, bp)
 				}
 				return wait(c, gen, time.Second)
 			}
@@ -449,6 +452,50 @@ type holdError struct{ err error }
 func (e *holdError) Error() string { return e.err.Error() }
 func (e *holdError) Unwrap() error { return e.err }
 
+// Backpressure marks a handler's error as "no room for this inbox's mail
+// now" (its local inbox is full): the delivery, and what came after it,
+// go back to the queue in order at once, the inbox is not consumed until
+// room says there is room again, and nothing counts against the message.
+// Meanwhile the broker holds the inbox's mail, and past its own cap
+// (x-max-length, reject-publish) refuses new publishes: their senders
+// hear it at once. The host's other inboxes flow on.
+func Backpressure(err error, room func() bool) error { return &backpressure{err, room} }
+
+type backpressure struct {
+	err  error
+	room func() bool // quick: polled every roomPoll while the inbox waits
+}
+
+func (e *backpressure) Error() string { return e.err.Error() }
+func (e *backpressure) Unwrap() error { return e.err }
+
+// Room is whether the inbox has room again.
+func (e *backpressure) Room() bool { return e.room() }
+
+// roomPoll is how often an inbox held by back-pressure asks whether its
+// local inbox has room again.
+const roomPoll = 200 * time.Millisecond
+
+// waitRoom waits, with the inbox not consumed, until bp says there is
+// room, or the consumer or its generation stops (false).
+func (b *Broker) waitRoom(gen *generation, c *consumer, bp *backpressure) bool {
+	log := b.log.With("queue", InboxQueue(c.gid))
+	log.Info("local inbox full: not taking from its broker inbox until it drains (the broker holds the mail)", "err", bp.err)
+	t := time.NewTicker(roomPoll)
+	defer t.Stop()
+	for !bp.Room() {
+		select {
+		case <-c.quit:
+			return false
+		case <-gen.ctx.Done():
+			return false
+		case <-t.C:
+		}
+	}
+	log.Info("local inbox has room: taking from its broker inbox again")
+	return true
+}
+
 // take hands one delivery of an inbox to the handler and settles it on its
 // own channel. Undecodable, not authentic, or refused by the handler (a
 // *Refusal): refused at once to bridge.dlq with the reason, loudly.
@@ -470,7 +517,8 @@ func (b *Broker) take(d amqp.Delivery, gid string, stop, done <-chan struct{}) b
 	if !ok {
 		return true
 	}
-	return b.hold(d, env, InboxQueue(gid), stop, done)
+	settled, _ := b.hold(d, env, InboxQueue(gid), stop, done)
+	return settled
 }
 
 // admit decodes a delivery of gid's inbox and checks that it is
@@ -539,8 +587,9 @@ func (b *Broker) handleBatch(envs []*envelope.Envelope) []error {
 // a run of messages) and are acked each once it has them. From the first
 // one the handler could not take in, they are taken one at a time, with
 // take's order guarantee; what take gives back, with everything after
-// it, is returned (held) for the caller to give back in order.
-func (b *Broker) takeBatch(ds []amqp.Delivery, gid string, stop, done <-chan struct{}) (held []amqp.Delivery) {
+// it, is returned (held) for the caller to give back in order; with bp if
+// the handler said there is no room (Backpressure).
+func (b *Broker) takeBatch(ds []amqp.Delivery, gid string, stop, done <-chan struct{}) (held []amqp.Delivery, bp *backpressure) {
 	q := InboxQueue(gid)
 	envs := make([]*envelope.Envelope, 0, len(ds))
 	kept := make([]amqp.Delivery, 0, len(ds))
@@ -550,7 +599,7 @@ func (b *Broker) takeBatch(ds []amqp.Delivery, gid string, stop, done <-chan str
 		}
 	}
 	if len(envs) == 0 {
-		return nil
+		return nil, nil
 	}
 	errs := b.handleBatch(envs)
 	for i, env := range envs {
@@ -565,25 +614,31 @@ func (b *Broker) takeBatch(ds []amqp.Delivery, gid string, stop, done <-chan str
 			}
 		case errors.As(err, &r):
 			b.refuse(kept[i], q, env, r, true)
+		case errors.As(err, &bp):
+			return kept[i:], bp // given back at once, in order
 		default:
 			for k := i; k < len(envs); k++ {
-				if !b.hold(kept[k], envs[k], q, stop, done) {
-					return kept[k:]
+				if settled, bp := b.hold(kept[k], envs[k], q, stop, done); !settled {
+					return kept[k:], bp
 				}
 			}
-			return nil
+			return nil, nil
 		}
 	}
-	return nil
+	return nil, nil
 }
 
 // hold hands an authentic delivery to the handler, holding the inbox's
 // intake while the host cannot take it in (see take), and settles it;
-// false: not settled, to be given back with what came after it.
-func (b *Broker) hold(d amqp.Delivery, env *envelope.Envelope, q string, stop, done <-chan struct{}) bool {
+// false: not settled, to be given back with what came after it (with bp:
+// at once, for want of room).
+func (b *Broker) hold(d amqp.Delivery, env *envelope.Envelope, q string, stop, done <-chan struct{}) (settled bool, bp *backpressure) {
 	log := b.log.With("msg_id", env.MsgID, "trace_id", env.TraceID, "queue", q)
 	var r *Refusal
 	err := b.handle(env)
+	if errors.As(err, &bp) {
+		return false, bp
+	}
 	if err != nil && !errors.As(err, &r) {
 		log.Warn("could not take a message into the host store: holding this inbox's intake, nothing behind it overtakes it", "err", err)
 		deadline := time.Now().Add(holdBound)
@@ -592,13 +647,15 @@ func (b *Broker) hold(d amqp.Delivery, env *envelope.Envelope, q string, stop, d
 			select {
 			case <-stop:
 				t.Stop()
-				return false
+				return false, nil
 			case <-done: // the connection is going: its deliveries go back with it
 				t.Stop()
-				return false
+				return false, nil
 			case <-t.C:
 			}
-			err = b.handle(env)
+			if err = b.handle(env); errors.As(err, &bp) {
+				return false, bp
+			}
 		}
 		if err == nil {
 			log.Info("message taken in: the inbox's intake resumes")
@@ -607,7 +664,7 @@ func (b *Broker) hold(d amqp.Delivery, env *envelope.Envelope, q string, stop, d
 	switch {
 	case errors.As(err, &r):
 		b.refuse(d, q, env, r, true)
-		return true
+		return true, nil
 	case err == nil:
 		b.forget(env.MsgID)
 		if err := d.Ack(false); err != nil {
@@ -615,7 +672,7 @@ func (b *Broker) hold(d amqp.Delivery, env *envelope.Envelope, q string, stop, d
 			// dropped by the host's dedup by msg id
 			log.Warn("ack failed; the redelivery will be recognised by its msg id", "err", err)
 		}
-		return true
+		return true, nil
 	}
 	var hold *holdError
 	if !errors.As(err, &hold) { // the host's failures (a full disk) never count against a message
@@ -624,12 +681,12 @@ func (b *Broker) hold(d amqp.Delivery, env *envelope.Envelope, q string, stop, d
 			b.refused(ReasonPoison, env.Sender.Host)
 			_ = d.Nack(false, false)
 			b.forget(env.MsgID)
-			return true
+			return true, nil
 		}
 	}
 	log.Warn("could not take a message into the host store: given back to the broker with what came after it, in order; consuming again shortly",
 		"held", holdBound.String(), "err", err)
-	return false
+	return false, nil
 }
 
 // hand checks that a decoded delivery is authentic, gives it to handler

@@ -275,7 +275,7 @@ func (g *Gateway) ask(c *conn, req *api.AskRequest) {
 	}
 	// --wait-for-broker: within the ask's own TTL (brokerwait.go)
 	bound := min(time.Duration(req.WaitBrokerMS)*time.Millisecond, ttl)
-	wait := g.route.brokerWait()
+	wait := g.route.brokerWait(bound)
 	var t target
 	if err := wait.Do(bound, func(bool) (err error) { t, err = g.route.Resolve(req.To); return err }); err != nil {
 		c.fail(err)

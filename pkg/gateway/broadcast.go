@@ -51,7 +51,8 @@ func (g *Gateway) broadcast(req *api.BcastRequest) (*api.Response, error) {
 		g.audit.Message("published", env, 0, "")
 		// --wait-for-broker: the same broadcast again once the broker is
 		// back (brokerwait.go); each member keeps one copy of a msg id
-		wait, bound := g.route.brokerWait(), time.Duration(req.WaitBrokerMS)*time.Millisecond
+		bound := time.Duration(req.WaitBrokerMS) * time.Millisecond
+		wait := g.route.brokerWait(bound)
 		publish := func(bool) error { return g.br.Publish(g.hardCtx, "broadcast."+group, env, true) }
 		if !g.side.Go(func() { pubErr <- wait.Do(bound, publish) }) {
 			pubErr <- fault.New(fault.Unavailable, fault.KindBrokerDown, "the gateway is stopping: not published")

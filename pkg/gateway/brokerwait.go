@@ -42,9 +42,10 @@ func waitsForBroker(err error) bool {
 // outcome unknown (74) if any attempt may have reached the broker and none
 // was confirmed; else the last error (69: never sent), saying how long it
 // waited.
+// A nil wait runs attempt once.
 func (w *brokerWait) Do(bound time.Duration, attempt func(again bool) error) error {
 	err := attempt(false)
-	if bound <= 0 || err == nil || !waitsForBroker(err) {
+	if w == nil || bound <= 0 || err == nil || !waitsForBroker(err) {
 		return err
 	}
 	start := time.Now()

@@ -186,6 +186,10 @@ func (ib *inboxes) Unregister(gid, name string) (int, error) {
 		// stop routing to it, take in what is queued, delete the queue.
 		// Without the broker that cannot be done, and a queue left behind
 		// would swallow mail nobody reads: refuse, and keep the entity.
+		// whatever the cap: what waits there dies with the inbox below,
+		// each sender told, rather than staying on the broker for nobody
+		ib.caps.Leaving(gid, true)
+		defer ib.caps.Leaving(gid, false)
 		if err := ib.br().RemoveInbox(gid, groups); err != nil {
 			ib.br().KeepInbox(gid, groups) // still ours: consumed again on reconnect
 			return 0, fault.Wrap(fault.Unavailable, fault.KindBrokerDown, err, "cannot remove %s now: its inbox queue on the broker must go with it", name).

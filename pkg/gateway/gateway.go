@@ -504,7 +504,7 @@ func (g *Gateway) open() error {
 	g.rdv.wire(st, g.reg, g.log, a, g.metrics, g.rcpt.Settled)
 	g.boxes = &inboxes{cfg: g.cfg, st: st, log: g.log, audit: a, metrics: g.metrics,
 		reg: g.reg, rdv: g.rdv, wake: g.wake, rcpt: g.rcpt, crash: g.crash, workers: &g.workers,
-		peers: g.peers, names: g.names, follow: g.follow,
+		peers: g.peers, names: g.names, follow: g.follow, caps: g.caps,
 		change: g.said.Change,
 		br:     func() *broker.Broker { return g.br },
 		admit:  func() *admission { return g.admit },

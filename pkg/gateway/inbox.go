@@ -45,6 +45,7 @@ type inboxes struct {
 	peers   *peerView  // a name is one entity across the trusted hosts (Register)
 	names   *nameBook  // names.go
 	follow  *followers // follow.go: an entity that leaves is not followed
+	caps    *inboxCaps // inboxcap.go: an entity that leaves takes in its broker inbox whole
 	crash   crashpoint
 	workers *sync.WaitGroup // the delivery workers: the gateway's, waited for in the drain
 

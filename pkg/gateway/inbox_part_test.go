@@ -37,7 +37,7 @@ func newInboxesRig(t *testing.T) *inboxesRig {
 	run, stop := context.WithCancel(context.Background())
 	workers := &sync.WaitGroup{}
 	t.Cleanup(func() { stop(); workers.Wait() })
-	ib := &inboxes{cfg: cfg, st: r.st, log: r.in.log, reg: r.in.reg, rdv: r.in.rdv, rcpt: rc, workers: workers,
+	ib := &inboxes{cfg: cfg, st: r.st, log: r.in.log, reg: r.in.reg, rdv: r.in.rdv, rcpt: rc, workers: workers, caps: r.in.caps,
 		change: func(string) {},
 		br:     func() *broker.Broker { return nil },
 		admit:  func() *admission { return nil },

@@ -10,10 +10,14 @@ package gateway
 //     hears 75 inbox_full, and the message is dead here with the reason
 //     and a BOUNCE, as when a broker inbox refuses it (route.go publish).
 //     A broadcast copy is refused for that member only (the others have
-//     theirs; the broadcast fails 75, as the broker's nack makes it). A
-//     message from another host is taken in first (its broker delivery
-//     must be acked or refused) and dead at once if it took the inbox past
-//     the cap: its sender's host is told by a dead receipt, and bounces.
+//     theirs; the broadcast fails 75, as the broker's nack makes it). Mail
+//     from another host is never taken past the cap: it stays on the
+//     broker (back-pressure, Fits): the gateway stops taking from that
+//     entity's broker inbox, and only that one, until the local inbox has
+//     drained to resumeAt; past the broker inbox's own cap the broker
+//     refuses new publishes, and their senders hear 75 at once. Nothing
+//     that the broker confirmed dies for want of room here, and nothing
+//     is held in memory: what the consumer had is given back in order.
 //     A replay over the cap is refused and not made a new dead letter.
 //     The gateway's own notices (BOUNCE, TOO_LATE) are never refused: they
 //     tell an entity what became of what it sent. Like the broker's, the
@@ -36,6 +40,7 @@ import (
 	"time"
 
 	"github.com/fleetd/fleet/pkg/audit"
+	"github.com/fleetd/fleet/pkg/broker"
 	"github.com/fleetd/fleet/pkg/envelope"
 	"github.com/fleetd/fleet/pkg/fault"
 	"github.com/fleetd/fleet/pkg/metrics"
@@ -65,8 +70,9 @@ type inboxCaps struct {
 	metrics *metrics.Metrics
 	hooks   capHooks
 
-	mu   sync.Mutex
-	full map[string]bool // inboxes that refused since they last had room: said once
+	mu      sync.Mutex
+	full    map[string]bool // inboxes that refused since they last had room: said once
+	leaving map[string]bool // entities whose broker inbox is taken in whole (Leaving)
 }
 
 // capHooks is what the part asks of the rest of the gateway.
@@ -85,7 +91,7 @@ type capHooks struct {
 }
 
 func newInboxCaps(st *store.Store, max int, ttl time.Duration, log *slog.Logger, a *audit.Log, m *metrics.Metrics, h capHooks) *inboxCaps {
-	return &inboxCaps{st: st, max: max, ttl: ttl, log: log, audit: a, metrics: m, hooks: h, full: map[string]bool{}}
+	return &inboxCaps{st: st, max: max, ttl: ttl, log: log, audit: a, metrics: m, hooks: h, full: map[string]bool{}, leaving: map[string]bool{}}
 }
 
 // capped says whether the length cap can refuse a message of kind: the
@@ -153,29 +159,68 @@ func (c *inboxCaps) Refuse(env *envelope.Envelope) error {
 	return err
 }
 
-// Trim dead-letters a message from another host just taken into its
-// inbox (rec, not a duplicate) when that took the inbox past the cap:
-// taken in, so its broker delivery is acked, and dead, so its sender's
-// host is told. It reports whether it did.
-func (c *inboxCaps) Trim(env *envelope.Envelope, rec *store.Record) bool {
-	if c.max <= 0 || !capped(env.Kind) || rec.State != store.Accepted || c.st.Pending(env.Recipient.Gid) <= c.max {
-		return false
+// Fits is how many of envs, mail from the broker for one local inbox in
+// the order it came, the inbox has room for: all of them, or up to the
+// first that would take it past inbox-max-length, with the error that
+// says so (broker.Backpressure). That one and what follows it stay on the
+// broker, which holds them for this host, in order: its gateway does not
+// take from that broker inbox until the local one has drained to a
+// quarter under the cap (resumeAt). A message the inbox has already (a
+// redelivery) and the gateway's notices take no room; an entity that is
+// leaving takes in all that waits (its inbox dies with it).
+func (c *inboxCaps) Fits(envs []*envelope.Envelope) (int, error) {
+	if c.max <= 0 || len(envs) == 0 {
+		return len(envs), nil
 	}
-	reason := c.fullReason()
-	if err := c.st.Kill(store.Key(env), reason, 0); err != nil {
-		c.log.Error("dead-lettering", "msg_id", env.MsgID, "trace_id", env.TraceID, "err", err)
-		return false
-	}
+	gid := envs[0].Recipient.Gid
 	c.mu.Lock()
-	was := c.full[env.Recipient.Gid]
-	c.full[env.Recipient.Gid] = true
+	leaving := c.leaving[gid]
 	c.mu.Unlock()
-	if !was {
-		c.log.Warn("local inbox full: mail from other hosts is dead-lettered until it drains", "entity", env.Recipient.String(), "max", c.max)
+	free := c.max - c.st.Pending(gid)
+	if leaving || free >= len(envs) {
+		return len(envs), nil
 	}
-	c.metrics.InboxFull(env.Kind)
-	c.hooks.dead(env, reason)
-	return true
+	for i, env := range envs {
+		if !capped(env.Kind) {
+			continue
+		}
+		if _, err := c.st.Record(store.Key(env)); err == nil {
+			continue // a redelivery: the dedup drops it
+		}
+		if free <= 0 {
+			return i, c.backpressure(env)
+		}
+		free--
+	}
+	return len(envs), nil
+}
+
+// resumeAt is the length a full inbox drains to before its broker inbox
+// is taken from again: a quarter of the cap under it (at least one), so
+// that a reader taking one message at a time does not make the consumer
+// stop and start for each.
+func (c *inboxCaps) resumeAt() int { return c.max - max(1, c.max/4) }
+
+// backpressure is the broker's word for env's full inbox (the broker's
+// consumer logs each hold and its end).
+func (c *inboxCaps) backpressure(env *envelope.Envelope) error {
+	gid := env.Recipient.Gid
+	c.metrics.InboxHeld()
+	err := fault.New(fault.TempFail, fault.KindInboxFull, "the inbox of %s is full (inbox-max-length %d; taken again at %d)",
+		env.Recipient.String(), c.max, c.resumeAt())
+	return broker.Backpressure(err, func() bool { return c.st.Pending(gid) <= c.resumeAt() })
+}
+
+// Leaving marks gid's entity as leaving (true: its broker inbox is being
+// taken in whole before it is deleted, whatever the cap) or no longer.
+func (c *inboxCaps) Leaving(gid string, on bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if on {
+		c.leaving[gid] = true
+	} else {
+		delete(c.leaving, gid)
+	}
 }
 
 // interval is how often Run sweeps: a tenth of inbox-ttl, from 100 ms to

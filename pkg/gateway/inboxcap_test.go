@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"log/slog"
 	"path/filepath"
 	"strings"
@@ -182,34 +183,67 @@ func TestInboxCapOff(t *testing.T) {
 	}
 }
 
-// A message from another host that took its inbox past the cap is
-// dead-lettered once taken in (its sender's host is told by the dead
-// hook); one within the cap, or a duplicate, is not.
-func TestInboxCapTrimsTakenMail(t *testing.T) {
-	r := newCapRig(t, 1, 0)
+// Mail from another host is never taken past the cap (back-pressure):
+// Fits stores what the inbox has room for, in order, and says where the
+// broker must hold the rest, with a room check that reads true only once
+// the inbox has drained to resumeAt. A redelivery of a message the inbox
+// has takes no room; an entity that is leaving takes in everything.
+func TestInboxCapHoldsMailOnTheBroker(t *testing.T) {
+	r := newCapRig(t, 4, 0)
 	now := time.Now()
-	first := r.msg(envelope.Send, "first", now)
-	r.store(first, now)
-	if r.c.Trim(first, r.record(first)) {
-		t.Fatal("trimmed a message within the cap")
+	var envs []*envelope.Envelope
+	for i := range 6 {
+		envs = append(envs, r.msg(envelope.Send, fmt.Sprint("m", i), now))
 	}
-	second := r.msg(envelope.Send, "second", now)
-	r.store(second, now)
-	if !r.c.Trim(second, r.record(second)) {
-		t.Fatal("a message past the cap was kept")
+	r.store(envs[0], now)
+	r.store(envs[1], now)
+	// room for two more; envs[1] again is a redelivery
+	batch := []*envelope.Envelope{envs[1], envs[2], envs[3], envs[4], envs[5]}
+	n, err := r.c.Fits(batch)
+	if n != 3 {
+		t.Fatalf("fits %d, want 3 (a redelivery and two new ones)", n)
 	}
-	if rec := r.record(second); rec.State != store.Dead || !strings.HasPrefix(rec.Reason, "inbox full") {
-		t.Fatalf("record %+v", rec)
+	capFault(t, err)
+	var bp interface{ Room() bool }
+	if !errors.As(err, &bp) || !strings.Contains(err.Error(), "the inbox of bob@h1 is full") {
+		t.Fatalf("not a back-pressure error: %v", err)
 	}
-	if !strings.HasPrefix(r.dead[second.MsgID], "inbox full") || len(r.dead) != 1 {
-		t.Fatalf("dead hook %v", r.dead)
+	for _, env := range batch[1:n] {
+		r.store(env, now)
 	}
-	if n := r.st.Pending(r.bob.Gid); n != 1 {
-		t.Fatalf("pending %d, want 1", n)
+	if p := r.st.Pending(r.bob.Gid); p != 4 {
+		t.Fatalf("pending %d, want 4", p)
 	}
-	// the dead one again (a broker redelivery): its record is dead, not trimmed again
-	if r.c.Trim(second, r.record(second)) {
-		t.Fatal("a dead record trimmed again")
+	if _, again := r.c.Fits(batch[n:]); again == nil {
+		t.Fatal("a full inbox fits more")
+	}
+	// room again once it has drained to a quarter under the cap (3)
+	if bp.Room() {
+		t.Fatal("room in a full inbox")
+	}
+	if err := r.st.Delivered(envs[0].MsgID, now); err != nil {
+		t.Fatal(err)
+	}
+	if !bp.Room() {
+		t.Fatalf("no room at %d pending", r.st.Pending(r.bob.Gid))
+	}
+	// nothing died for want of room
+	for _, env := range envs[1:4] {
+		if rec := r.record(env); rec.State != store.Accepted {
+			t.Fatalf("%s: %+v", env.Body, rec)
+		}
+	}
+	if len(r.dead) != 0 || len(r.bounced) != 0 {
+		t.Fatalf("dead %v, bounced %v", r.dead, r.bounced)
+	}
+	// leaving: everything is taken in
+	r.c.Leaving(r.bob.Gid, true)
+	if n, err := r.c.Fits(batch[3:]); n != 2 || err != nil {
+		t.Fatalf("leaving: fits %d, %v", n, err)
+	}
+	r.c.Leaving(r.bob.Gid, false)
+	if _, err := r.c.Fits(batch[3:]); err == nil {
+		t.Fatal("no longer leaving: the cap holds again")
 	}
 }
 

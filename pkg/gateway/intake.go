@@ -100,9 +100,12 @@ func (in *intake) take(env *envelope.Envelope) error {
 	if in.ownCopy(env, b) {
 		return nil // our own broadcast, back from the broker
 	}
-	recs, dups, err := in.AcceptAll([]*envelope.Envelope{env})
+	if _, err := in.caps.Fits([]*envelope.Envelope{env}); err != nil {
+		return err // no room: the broker holds it (inboxcap.go)
+	}
+	recs, _, err := in.AcceptAll([]*envelope.Envelope{env})
 	if err == nil {
-		in.expire(env, recs[0], dups[0])
+		in.expire(env, recs[0])
 	}
 	return err
 }
@@ -128,18 +131,31 @@ func (in *intake) TakeBatch(envs []*envelope.Envelope) []error {
 		for k, i := range run {
 			batch[k] = envs[i]
 		}
-		recs, dups, err := in.AcceptAll(batch)
-		if err != nil {
-			errs[run[0]] = holdFull(err)
-			for _, i := range run[1:] {
+		// what the inbox has room for is stored; from the first it has
+		// none for, the broker holds the rest, in order (inboxcap.go)
+		n, full := in.caps.Fits(batch)
+		stored := n > 0
+		if stored {
+			recs, _, err := in.AcceptAll(batch[:n])
+			if err != nil {
+				errs[run[0]] = holdFull(err)
+				for _, i := range run[1:] {
+					errs[i] = broker.ErrNotTried
+				}
+				run = nil
+				return false
+			}
+			for k := range n {
+				in.expire(batch[k], recs[k])
+			}
+		}
+		if full != nil {
+			errs[run[n]] = full
+			for _, i := range run[n+1:] {
 				errs[i] = broker.ErrNotTried
 			}
 			run = nil
 			return false
-		}
-		// the newest first: past the cap, what came last is refused
-		for k := len(batch) - 1; k >= 0; k-- {
-			in.expire(batch[k], recs[k], dups[k])
 		}
 		run = run[:0]
 		return true
@@ -289,15 +305,10 @@ func (in *intake) ownCopy(env *envelope.Envelope, b *mailbox) bool {
 
 // expire dead-letters a message just taken in that has expired: per-
 // message TTL acts only at a queue's head, so an expired message that
-// waited behind live ones is never delivered. One that is new here and
-// took its inbox past inbox-max-length dies too (inboxcap.go).
-func (in *intake) expire(env *envelope.Envelope, rec *store.Record, dup bool) {
+// waited behind live ones is never delivered.
+func (in *intake) expire(env *envelope.Envelope, rec *store.Record) {
 	if rec.State == store.Accepted && env.Expired(time.Now()) {
 		in.kill(env, "expired before delivery", 0)
-		return
-	}
-	if !dup {
-		in.caps.Trim(env, rec)
 	}
 }
 

@@ -245,7 +245,7 @@ func (rt *router) SendWith(req *api.SendRequest, before func(*envelope.Envelope)
 	// publish it could not take, waits for its return (brokerwait.go)
 	bound := time.Duration(req.WaitBrokerMS) * time.Millisecond
 	var t target
-	if err := rt.brokerWait().Do(bound, func(bool) (err error) { t, err = rt.Resolve(to); return err }); err != nil {
+	if err := rt.brokerWait(bound).Do(bound, func(bool) (err error) { t, err = rt.Resolve(to); return err }); err != nil {
 		return nil, err
 	}
 	rcpt := envelope.Party{Gid: t.gid, Name: t.name, Host: t.host}
@@ -304,7 +304,7 @@ func (rt *router) SendWith(req *api.SendRequest, before func(*envelope.Envelope)
 			return nil, err
 		}
 		state = rec.State
-	} else if err := rt.brokerWait().Do(bound, func(again bool) error { return rt.publish(env, retry || again) }); err != nil {
+	} else if err := rt.brokerWait(bound).Do(bound, func(again bool) error { return rt.publish(env, retry || again) }); err != nil {
 		return nil, err
 	} else {
 		// the broker holds it for the host's return; the sender hears
@@ -323,9 +323,13 @@ func (rt *router) SendWith(req *api.SendRequest, before func(*envelope.Envelope)
 	}}, nil
 }
 
-// brokerWait is the wait of one send for the broker's return: nothing
-// to wait for in single-host mode.
-func (rt *router) brokerWait() *brokerWait {
+// brokerWait is the wait of one send for the broker's return, up to
+// bound: nil (no wait) for none, and nothing to wait for in single-host
+// mode.
+func (rt *router) brokerWait(bound time.Duration) *brokerWait {
+	if bound <= 0 {
+		return nil
+	}
 	w := &brokerWait{ctx: rt.ctx(), stop: rt.closing(), poll: 250 * time.Millisecond, broker: alwaysUp{}}
 	if b := rt.br(); b != nil {
 		w.broker = b

@@ -50,6 +50,7 @@ type Metrics struct {
 	delivered  *prometheus.CounterVec
 	dead       *prometheus.CounterVec
 	inboxFull  *prometheus.CounterVec
+	inboxHeld  prometheus.Counter
 	refused    *prometheus.CounterVec
 	reconnects prometheus.Counter
 	confirm    *prometheus.HistogramVec
@@ -112,8 +113,12 @@ func New(host, version string, snap func() (Snapshot, error)) *Metrics {
 		}, []string{"kind", "reason"}),
 		inboxFull: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fleet_inbox_full_total",
-			Help: "Cap hits: messages refused because an inbox is at inbox-max-length (a broker inbox: reject-publish; a local one: the gateway), by kind. The sender is told 75, or, for mail from another host, a dead receipt.",
+			Help: "Cap hits: messages refused because an inbox is at inbox-max-length (a broker inbox: reject-publish; a local one: the gateway), by kind. The sender is told 75 (mail from another host is held on the broker instead: fleet_inbox_held_total).",
 		}, []string{"kind"}),
+		inboxHeld: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fleet_inbox_held_total",
+			Help: "Back-pressure: times this gateway stopped taking from an entity's broker inbox because its local inbox was at inbox-max-length (the broker holds the mail until it drains; nothing is refused).",
+		}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fleet_refused_total",
 			Help: "Deliveries from the broker refused before they could act, by cause (not_authentic, malformed, newer_schema, replay, misrouted, poison) and the exact reason.",
@@ -139,7 +144,7 @@ func New(host, version string, snap func() (Snapshot, error)) *Metrics {
 		m.refused.WithLabelValues(causes[r], r)
 	}
 	m.confirm.WithLabelValues("ack")
-	m.reg.MustRegister(m.accepted, m.delivered, m.dead, m.inboxFull, m.refused, m.reconnects, m.confirm, m.flush,
+	m.reg.MustRegister(m.accepted, m.delivered, m.dead, m.inboxFull, m.inboxHeld, m.refused, m.reconnects, m.confirm, m.flush,
 		&scraper{host: host, version: version, snap: snap},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -184,6 +189,13 @@ func (m *Metrics) Settled(kind envelope.Kind, dead bool, reason string) {
 func (m *Metrics) InboxFull(kind envelope.Kind) {
 	if m != nil {
 		m.inboxFull.WithLabelValues(kindLabel(kind)).Inc()
+	}
+}
+
+// InboxHeld counts a local inbox's back-pressure on its broker inbox.
+func (m *Metrics) InboxHeld() {
+	if m != nil {
+		m.inboxHeld.Inc()
 	}
 }
 
