@@ -329,8 +329,12 @@ func waitForBrokerFlag() cli.Flag {
 // duration, before anything is sent.
 func checkWaitForBroker(c *cli.Context) error {
 	if c.IsSet("wait-for-broker") && c.Duration("wait-for-broker") <= 0 {
+		args := map[string]string{"fleet-ask": "NAME QUESTION", "fleet-bcast": "TEXT"}[c.App.Name]
+		if args == "" {
+			args = "NAME TEXT"
+		}
 		return usage("--wait-for-broker must be positive, not %v", c.Duration("wait-for-broker")).
-			WithHint("fleet-send --wait-for-broker 1m NAME TEXT")
+			WithHint("%s --wait-for-broker 1m %s", c.App.Name, args)
 	}
 	return nil
 }
