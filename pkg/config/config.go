@@ -90,6 +90,12 @@ var Choices = map[string][]string{
 	"seal-fallback":    {"refuse", "clear"},
 }
 
+// ChoiceHints are the next step for a setting of Choices given another
+// value (the flag's error, and the config's when it is the only one).
+var ChoiceHints = map[string]string{
+	"seal-fallback": "leave seal-fallback out (refuse: a host with no sealing key gets no text) or set seal-fallback = clear; fleet-security(7), SEALED BODIES",
+}
+
 // Keys is every setting, in the order the docs list them.
 var Keys = []Key{
 	{"host", "FLEET_HOST", "host id of this gateway", "the hostname"},
@@ -324,7 +330,9 @@ func load(lookup Lookup, configPath string, client, optional bool) (*Config, err
 		}
 	}
 	c.SealFallback = str("seal-fallback", "refuse")
+	hint := ""
 	if !slices.Contains(Choices["seal-fallback"], c.SealFallback) {
+		hint = ChoiceHints["seal-fallback"]
 		errs = append(errs, fmt.Errorf("seal-fallback: %q is not %s (refuse: a host with no sealing key gets no text; clear: it gets text the broker can read)", c.SealFallback, strings.Join(Choices["seal-fallback"], " or ")))
 	}
 	c.AskTTL = dur("ask-ttl", 10*time.Minute)
@@ -362,7 +370,11 @@ func load(lookup Lookup, configPath string, client, optional bool) (*Config, err
 		errs = nil
 	}
 	if err := errors.Join(errs...); err != nil {
-		return nil, fault.Wrap(fault.Usage, fault.KindUsage, err, "configuration")
+		fe := fault.Wrap(fault.Usage, fault.KindUsage, err, "configuration")
+		if len(errs) == 1 && hint != "" {
+			fe = fe.WithHint("%s", hint)
+		}
+		return nil, fe
 	}
 	return c, nil
 }

@@ -632,4 +632,7 @@ func TestSealFallback(t *testing.T) {
 	}
 	_, err = Load(flags(map[string]string{"seal-fallback": "maybe"}), "")
 	wantUsage(t, err, "seal-fallback", `"maybe"`, "refuse or clear")
+	if h := fault.HintOf(err); !strings.Contains(h, "seal-fallback = clear") {
+		t.Errorf("hint %q does not say the choice", h)
+	}
 }
