@@ -200,11 +200,14 @@ func clearReason(hosts []string) string {
 	return "in the clear to " + strings.Join(hosts, ",")
 }
 
-// publishBroadcast publishes env once, sealed, to broadcast.<group>,
-// and a copy in the clear to each of clearTo's gids at the same time.
-// The sealed publish's outcome is the broadcast's; a member in the clear
-// gone from the broker (67) is let be, and any other failure of those
-// copies is a delivery in part.
+// publishBroadcast publishes a copy in the clear to each of clearTo's
+// gids, then env once, sealed, to broadcast.<group>. The copies in the
+// clear are confirmed first, so each such inbox holds its copy ahead of
+// the sealed one: its host takes the readable one first, and drops the
+// sealed one (clear_gids) or, an older fleet that ignores clear_gids,
+// keeps one copy per msg id and member. The sealed publish's outcome is
+// the broadcast's; a member in the clear gone from the broker (67) is
+// let be, and any other failure of those copies is a delivery in part.
 func (g *Gateway) publishBroadcast(group string, env *envelope.Envelope, clearTo []envelope.Party) error {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -228,8 +231,8 @@ func (g *Gateway) publishBroadcast(group string, env *envelope.Envelope, clearTo
 			}
 		}()
 	}
-	err := g.br.Publish(g.hardCtx, "broadcast."+group, env, true)
 	wg.Wait()
+	err := g.br.Publish(g.hardCtx, "broadcast."+group, env, true)
 	if err != nil || len(missed) == 0 {
 		return err
 	}

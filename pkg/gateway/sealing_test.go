@@ -506,3 +506,16 @@ func TestSealingBroadcastOpenedOnce(t *testing.T) {
 		t.Fatalf("%d remembered, over %d", len(r.opened), maxOpened)
 	}
 }
+
+// clear_gids names gids only: anything else is refused with the claims.
+func TestSealingClearGidsAreGids(t *testing.T) {
+	b := envelope.New(envelope.Broadcast, envelope.Party{Gid: "h1.0c0ffee0-0000-4000-8000-000000000001", Host: "h1"}, envelope.Party{Group: "ops"}, "to ops")
+	b.ClearGids = []string{"h3.0c0ffee0-0000-4000-8000-000000000003"}
+	if err := checkFields(b); err != nil {
+		t.Fatalf("a gid refused: %v", err)
+	}
+	b.ClearGids = append(b.ClearGids, "h3.*")
+	if err := checkFields(b); err == nil || !strings.Contains(err.Error(), `clear_gids "h3.*" is not a gid`) {
+		t.Fatalf("got %v, want the non-gid named", err)
+	}
+}
