@@ -79,9 +79,12 @@ func TestCrossSealedDropNeedsTheSignature(t *testing.T) {
 	}
 
 	unsigned := bcast("clear_gids added after signing")
-	raw, sig := signAs(t, da, unsigned)
+	_, sig := signAs(t, da, unsigned)
 	unsigned.ClearGids = []string{full.Gid}
-	raw, _ = envelope.Encode(unsigned)
+	raw, err := envelope.Encode(unsigned)
+	if err != nil {
+		t.Fatal(err)
+	}
 	publishBytes(t, da, full, unsigned, raw, sig)
 	dd.waitLog(`"msg":"message refused: bad_signature; sent to bridge.dlq"`)
 	if c := dlqCopy(t, unsigned.MsgID); c.Headers["fleet-reason"] != broker.ReasonForged {
