@@ -301,6 +301,9 @@ type Sent struct {
 	Again     bool   `json:"again,omitempty"`      // a replay made before, sent again (the recipient drops a copy it has)
 	SenderGid string `json:"sender_gid,omitempty"` // replay with Known: the sender of the replay (and of its dead letter)
 	Warning   string `json:"warning,omitempty"`    // accepted, but the recipient's host reads stale or gone
+	// ClearHosts are the hosts that got the text in the clear (no
+	// sealing key; plaintext-hosts or seal-fallback = clear), sorted
+	ClearHosts []string `json:"clear_hosts,omitempty"`
 }
 
 // Record is a message's delivery state as the sender may see it.

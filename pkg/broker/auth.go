@@ -66,16 +66,49 @@ func (b *Broker) sealed(env *envelope.Envelope) (*envelope.Envelope, error) {
 	return &c, nil
 }
 
-// open opens a delivery's envelope, once authentic (signed by host).
+// open opens a delivery's envelope, once authentic (signed by host): a
+// *Refusal, or a *Drop the sealer returned as it is.
 func (b *Broker) open(d amqp.Delivery, env *envelope.Envelope) error {
 	if b.sealer == nil {
 		return nil
 	}
 	host, _ := d.Headers["fleet-host"].(string)
 	if err := b.sealer.Open(host, env); err != nil {
+		var drop *Drop
+		if errors.As(err, &drop) {
+			return drop
+		}
 		return asRefusal(err, ReasonTampered)
 	}
 	return nil
+}
+
+// Drop is the Sealer's word that an authentic message is not to be
+// taken in, and is no fault of its sender's: a sealed broadcast copy
+// whose member gets its copy in the clear instead, as the signed
+// envelope itself says (issue 36). It is acked, logged and told to
+// OnDropped; no dead letter, no refusal notice. Only what the signing
+// host signed may lead to one (never a header, never the body).
+type Drop struct{ Why string }
+
+func (d *Drop) Error() string { return "dropped: " + d.Why }
+
+// Dropped returns a Drop saying why.
+func Dropped(format string, args ...any) *Drop { return &Drop{Why: fmt.Sprintf(format, args...)} }
+
+// OnDropped sets a function told of every message dropped (Drop), for
+// the audit log; call before Run.
+func (b *Broker) OnDropped(f func(env *envelope.Envelope, why string)) { b.onDropped = f }
+
+// drop acks a delivery the sealer said to drop.
+func (b *Broker) drop(d amqp.Delivery, q string, env *envelope.Envelope, why string) {
+	b.log.Info("message dropped: "+why, "msg_id", env.MsgID, "trace_id", env.TraceID, "queue", q)
+	if err := d.Ack(false); err != nil {
+		b.log.Warn("ack failed; the redelivery will be dropped again", "msg_id", env.MsgID, "trace_id", env.TraceID, "queue", q, "err", err)
+	}
+	if b.onDropped != nil {
+		b.onDropped(env, why)
+	}
 }
 
 // Refusal reasons: the fleet-reason header of a refused message in

@@ -72,10 +72,11 @@ type Broker struct {
 	verify       Verifier         // auth.go: and checks what it takes in
 	sealer       Sealer           // auth.go: seals text to the hosts that deliver it, opens what comes
 	onRefused    func(reason, claimedHost string)
-	onRefusedMsg func(RefusedMsg)       // auth.go: refusal notices to the sender
-	observe      Observer               // observe.go: for metrics
-	presRefused  map[string]*refusedRun // presence.go: refusals reported once a minute
-	chanCloses   map[string]*refusedRun // the publishing channel's closes, said once a minute per cause (Run's goroutine only)
+	onRefusedMsg func(RefusedMsg)                 // auth.go: refusal notices to the sender
+	onDropped    func(*envelope.Envelope, string) // auth.go: what the sealer said to drop, for the audit log
+	observe      Observer                         // observe.go: for metrics
+	presRefused  map[string]*refusedRun           // presence.go: refusals reported once a minute
+	chanCloses   map[string]*refusedRun           // the publishing channel's closes, said once a minute per cause (Run's goroutine only)
 
 	tried     chan struct{} // closed after the first connection attempt that was not refused the host id
 	triedOnce sync.Once

@@ -542,6 +542,12 @@ func (b *Broker) admit(d amqp.Delivery, gid string) (*envelope.Envelope, bool) {
 		return nil, false
 	}
 	if err := b.open(d, env); err != nil {
+		var drop *Drop
+		if errors.As(err, &drop) {
+			// a sealed broadcast copy whose member has it in the clear
+			b.drop(d, q, env, drop.Why)
+			return nil, false
+		}
 		// authentic, but sealed to other hosts, altered, or in the clear
 		b.refuse(d, q, env, asRefusal(err, ReasonTampered), true)
 		return nil, false

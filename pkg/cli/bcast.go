@@ -63,6 +63,9 @@ func NewBcastApp() *cli.App {
 				"msg_id": resp.Sent.MsgID, "trace_id": resp.Sent.TraceID, "group": strings.TrimPrefix(resp.Sent.Recipient, "broadcast."),
 				"local_members": resp.Count,
 			}
+			if len(resp.Sent.ClearHosts) > 0 {
+				out["clear_hosts"] = resp.Sent.ClearHosts // their members got it in the clear
+			}
 			switch fault.KindOf(err) {
 			case fault.KindLocalOnly:
 				out["other_hosts"] = "not_reached"
@@ -73,6 +76,9 @@ func NewBcastApp() *cli.App {
 				return perr
 			}
 			return err
+		}
+		if hs := resp.Sent.ClearHosts; len(hs) > 0 {
+			fmt.Fprintf(c.App.ErrWriter, "fleet-bcast: warning: sent in the clear to the members on %s (no sealing key): the broker can read it\n", strings.Join(hs, ", "))
 		}
 		if _, perr := fmt.Fprintf(c.App.Writer, "%s %s\n", resp.Sent.MsgID, resp.Sent.TraceID); perr != nil {
 			return perr

@@ -102,6 +102,9 @@ func runSend(c *cli.Context) error {
 	if w := resp.Sent.Warning; w != "" && (wait || c.String("until") != "" || c.IsSet("id")) {
 		fmt.Fprintf(c.App.ErrWriter, "fleet-send: warning: %s\n", w)
 	}
+	if hs := resp.Sent.ClearHosts; len(hs) > 0 && !c.Bool("json") {
+		fmt.Fprintf(c.App.ErrWriter, "fleet-send: warning: sent in the clear to %s (no sealing key): the broker can read it\n", strings.Join(hs, ", "))
+	}
 	if wait {
 		return readReply(c, s, resp.Sent, timeout)
 	}

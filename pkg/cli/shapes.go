@@ -73,10 +73,13 @@ type sentJSON struct {
 	State     string `json:"state"`
 	Recipient *Party `json:"recipient"`
 	Warning   string `json:"warning,omitempty"` // the recipient's host reads stale or gone: the broker holds it
+	// ClearHosts: the host got the text in the clear (it has no sealing
+	// key; plaintext-hosts or seal-fallback = clear)
+	ClearHosts []string `json:"clear_hosts,omitempty"`
 }
 
 func sentOut(s *api.Sent) sentJSON {
-	return sentJSON{MsgID: s.MsgID, TraceID: s.TraceID, State: s.State, Recipient: partyOf(s.Gid, s.Recipient), Warning: s.Warning}
+	return sentJSON{MsgID: s.MsgID, TraceID: s.TraceID, State: s.State, Recipient: partyOf(s.Gid, s.Recipient), Warning: s.Warning, ClearHosts: s.ClearHosts}
 }
 
 // recordJSON is a message's delivery state (fleet-send --status, --until).

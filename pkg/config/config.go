@@ -67,6 +67,7 @@ type Config struct {
 
 	TrustFile        string        // host public keys admitted across hosts
 	PlaintextHosts   []string      // hosts sent (and accepted from) unsealed text: no sealing key (issue 27); loud
+	SealFallback     string        // refuse (77) or clear: text to a trusted host that announces no sealing key (issue 36)
 	AskTTL           time.Duration // default time an ask waits for its answer
 	PresenceInterval time.Duration // heartbeat interval on bridge.roster
 	PresenceTTL      time.Duration // a host not heard this long leaves the view
@@ -86,6 +87,13 @@ type Key struct {
 var Choices = map[string][]string{
 	"uncertain":        {"hold", "reinject"},
 	"inbox-queue-type": {"classic", "quorum"},
+	"seal-fallback":    {"refuse", "clear"},
+}
+
+// ChoiceHints are the next step for a setting of Choices given another
+// value (the flag's error, and the config's when it is the only one).
+var ChoiceHints = map[string]string{
+	"seal-fallback": "leave seal-fallback out (refuse: a host with no sealing key gets no text) or set seal-fallback = clear; fleet-security(7), SEALED BODIES",
 }
 
 // Keys is every setting, in the order the docs list them.
@@ -124,6 +132,7 @@ var Keys = []Key{
 	{"publish-timeout", "FLEET_PUBLISH_TIMEOUT", "longest wait for the broker to confirm a remote send", "5s"},
 	{"trust-file", "FLEET_TRUST_FILE", "host public keys whose signed messages are admitted (lines HOST KEY SEALING-KEY; fleet-gw key prints this host's)", "STATE_DIR/trust"},
 	{"plaintext-hosts", "FLEET_PLAINTEXT_HOSTS", "INSECURE: hosts with no sealing key (an older fleet) that this gateway sends message text the broker can read, and accepts such text from, separated by commas; every other host gets sealed text or none (exit 77, no_seal_key)", "none"},
+	{"seal-fallback", "FLEET_SEAL_FALLBACK", "a trusted host that announces no sealing key and plaintext-hosts does not name: refuse (exit 77, no_seal_key, naming every such host, before anything is sent) or clear (INSECURE: that host alone gets text the broker can read, said loudly and named in clear_hosts)", "refuse"},
 	{"ask-ttl", "FLEET_ASK_TTL", "how long fleet-ask waits for an answer unless --ttl says otherwise", "10m"},
 	{"presence-interval", "FLEET_PRESENCE_INTERVAL", "how often this gateway announces its entities on bridge.roster", "5s"},
 	{"presence-ttl", "FLEET_PRESENCE_TTL", "a host not heard this long leaves the roster view", "3 intervals"},
@@ -320,6 +329,12 @@ func load(lookup Lookup, configPath string, client, optional bool) (*Config, err
 			c.PlaintextHosts = append(c.PlaintextHosts, h)
 		}
 	}
+	c.SealFallback = str("seal-fallback", "refuse")
+	hint := ""
+	if !slices.Contains(Choices["seal-fallback"], c.SealFallback) {
+		hint = ChoiceHints["seal-fallback"]
+		errs = append(errs, fmt.Errorf("seal-fallback: %q is not %s (refuse: a host with no sealing key gets no text; clear: it gets text the broker can read)", c.SealFallback, strings.Join(Choices["seal-fallback"], " or ")))
+	}
 	c.AskTTL = dur("ask-ttl", 10*time.Minute)
 	c.PresenceInterval = dur("presence-interval", 5*time.Second)
 	if c.PresenceInterval <= 0 {
@@ -355,7 +370,11 @@ func load(lookup Lookup, configPath string, client, optional bool) (*Config, err
 		errs = nil
 	}
 	if err := errors.Join(errs...); err != nil {
-		return nil, fault.Wrap(fault.Usage, fault.KindUsage, err, "configuration")
+		fe := fault.Wrap(fault.Usage, fault.KindUsage, err, "configuration")
+		if len(errs) == 1 && hint != "" {
+			fe = fe.WithHint("%s", hint)
+		}
+		return nil, fe
 	}
 	return c, nil
 }

@@ -468,6 +468,8 @@ func TestKeysTable(t *testing.T) {
 			text.WriteString("15s")
 		case k.Name == "plaintext-hosts":
 			text.WriteString("old1,old2")
+		case k.Name == "seal-fallback":
+			text.WriteString("clear")
 		case durErr == nil || numErr == nil:
 			text.WriteString(k.Default) // a valid value, whatever the key
 		default:
@@ -611,4 +613,26 @@ func TestPlaintextHosts(t *testing.T) {
 	}
 	_, err = Load(flags(map[string]string{"plaintext-hosts": "h1,a.b"}), "")
 	wantUsage(t, err, "plaintext-hosts", `"a.b"`)
+}
+
+// seal-fallback is refuse by default, or clear; anything else is one
+// usage error that names the choices.
+func TestSealFallback(t *testing.T) {
+	isolate(t)
+	c, err := Load(flags(nil), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.SealFallback != "refuse" {
+		t.Fatalf("seal-fallback by default: %q", c.SealFallback)
+	}
+	c, err = Load(flags(map[string]string{"seal-fallback": "clear"}), "")
+	if err != nil || c.SealFallback != "clear" {
+		t.Fatalf("seal-fallback clear: %v %q", err, c.SealFallback)
+	}
+	_, err = Load(flags(map[string]string{"seal-fallback": "maybe"}), "")
+	wantUsage(t, err, "seal-fallback", `"maybe"`, "refuse or clear")
+	if h := fault.HintOf(err); !strings.Contains(h, "seal-fallback = clear") {
+		t.Errorf("hint %q does not say the choice", h)
+	}
 }

@@ -106,6 +106,14 @@ type Envelope struct {
 	// receiving gateway opens it after it checked the signature, so
 	// nothing past the broker sees an envelope with Sealed set.
 	Sealed []byte `json:"sealed,omitempty"`
+	// ClearGids are, on a sealed broadcast, the member inboxes (on hosts
+	// that announce no sealing key: seal-fallback, plaintext-hosts) that
+	// get their copy in the clear instead, one each, under the same msg
+	// id (issue 36). Signed with the rest, so such an inbox's host drops
+	// the sealed copy it cannot open there: the sender itself says so. A
+	// member not named (one the sender did not know of) refuses it, as
+	// sealed to other hosts, loudly.
+	ClearGids []string `json:"clear_gids,omitempty"`
 }
 
 // SealOverhead bounds what sealing adds to a body of max bytes sealed to
@@ -121,6 +129,10 @@ func SealOverhead(max, hosts int) int {
 // MaxSealHosts is how many hosts one sealed message may name
 // (pkg/seal.MaxRecipients).
 const MaxSealHosts = 4096
+
+// MaxClearGids is how many member inboxes one sealed broadcast may name
+// as getting their copies in the clear (ClearGids).
+const MaxClearGids = 4096
 
 // sealedHosts reads how many hosts sealed bytes name: pkg/seal's frame
 // begins "fsl1" and that count (a uvarint). false: not sealed bytes.
@@ -323,6 +335,13 @@ func (e *Envelope) Validate(max int) error {
 			return fault.New(fault.Data, fault.KindBodyTooLarge,
 				"sealed body is %d bytes, over the %d-byte limit and what sealing adds", len(e.Sealed), max)
 		}
+	}
+	switch {
+	case e.ClearGids == nil:
+	case e.Kind != Broadcast:
+		return bad("clear_gids on a message that is not a broadcast")
+	case len(e.ClearGids) > MaxClearGids:
+		return bad("clear_gids names %d inboxes, over %d", len(e.ClearGids), MaxClearGids)
 	}
 	if !utf8.ValidString(e.Body) {
 		return fault.New(fault.Data, fault.KindBadUTF8, "message body is not valid UTF-8 text")

@@ -513,3 +513,31 @@ func TestDecodeRefusesRawInvalidUTF8(t *testing.T) {
 	}
 	wantFault(t, e, err, fault.KindBadUTF8)
 }
+
+// clear_gids (issue 36) rides on a broadcast only, at most MaxClearGids
+// of them; on any other kind the envelope is refused.
+func TestDecodeClearGids(t *testing.T) {
+	m := validMap()
+	m["kind"] = "BROADCAST"
+	m["recipient"] = map[string]any{"group": "ops"}
+	m["body"] = ""
+	m["sealed"] = base64.StdEncoding.EncodeToString([]byte("fsl1\x01sealed bytes"))
+	m["clear_gids"] = []string{"h3.0c0ffee0-0000-4000-8000-000000000003"}
+	e, err := Decode(mustJSON(t, m), 10)
+	if err != nil || len(e.ClearGids) != 1 {
+		t.Fatalf("a sealed broadcast naming its clear copies: %v, %v", err, e)
+	}
+	many := make([]string, MaxClearGids+1)
+	for i := range many {
+		many[i] = "h3.0c0ffee0-0000-4000-8000-000000000003"
+	}
+	m["clear_gids"] = many
+	if _, err := Decode(mustJSON(t, m), 1<<20); fault.KindOf(err) != fault.KindBadEnvelope {
+		t.Fatalf("%d clear_gids: %v, want bad_envelope", len(many), err)
+	}
+	s := validMap()
+	s["clear_gids"] = []string{"h3.0c0ffee0-0000-4000-8000-000000000003"}
+	if _, err := Decode(mustJSON(t, s), 10); fault.KindOf(err) != fault.KindBadEnvelope {
+		t.Fatalf("clear_gids on a SEND: %v, want bad_envelope", err)
+	}
+}

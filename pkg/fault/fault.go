@@ -195,7 +195,7 @@ const (
 	KindUntrustedHost      Kind = "untrusted_host"       // a name only a host this gateway does not trust announces, or NAME@HOST of such a host
 	KindLocalOnly          Kind = "local_only"           // fleet-bcast: delivered on this host, the other hosts not reached
 	KindRefusedByHost      Kind = "refused_by_host"      // the recipient's host refused the message or request (not admitted, bad signature, ...)
-	KindNoSealKey          Kind = "no_seal_key"          // a host that announces no sealing key, not named in plaintext-hosts: no text is sent to it
+	KindNoSealKey          Kind = "no_seal_key"          // hosts that announce no sealing key, neither plaintext-hosts nor seal-fallback = clear allowing them: nothing is sent
 )
 
 // Kinds is the closed set: the kinds of KindTable (kinds.go).

@@ -65,7 +65,7 @@ var KindTable = []KindInfo{
 	{Kind: KindBadCert, Hint: "make it again where it came from (fleet-gw cert request on the host, fleet-gw operator certify or revoke on the operator's machine) and pass the whole line"},
 	{Kind: KindUntrustedHost, Hint: "trust that host (fleet-gw trust add 'HOST KEY' with the line fleet-gw key prints there), or certify it (fleet-security(7))"},
 	{Kind: KindRefusedByHost, Hint: "the message names the host and its reason: fix that there (fleet-security(7) says what each reason means), then send again"},
-	{Kind: KindNoSealKey, Hint: "on that host run `fleet-gw key`, then here: fleet-gw trust add HOST SIGNING-KEY SEALING-KEY with the line it prints (or name the host in plaintext-hosts, fleet-config(5), to send it text the broker can read)"},
+	{Kind: KindNoSealKey, Hint: "on that host run `fleet-gw key`, then here: fleet-gw trust add HOST SIGNING-KEY SEALING-KEY with the line it prints (or, to send it text the broker can read, name the host in plaintext-hosts or set seal-fallback = clear, fleet-config(5))"},
 	{Kind: KindLocalOnly, Hint: "do not run fleet-bcast again (this host's members would get it twice): once the broker is back (fleet-gw status), reach the members on other hosts with fleet-send NAME@HOST"},
 }
 

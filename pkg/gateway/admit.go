@@ -106,6 +106,12 @@ func (g *Gateway) setupAuth(ring *seal.Keyring) error {
 	// sealing.go: text is sealed to the hosts that deliver it (issue 27)
 	sl := newSealing(g.cfg.Host, ring, file, g.admit.certs, g.cfg.PlaintextHosts, g.cfg.MaxBody, g.log)
 	sl.everyone, sl.trusted, sl.spawn = g.admit.trustedHosts, g.admit.trusted, checkSpawn
+	if sl.fallback = g.cfg.SealFallback == "clear"; sl.fallback {
+		g.log.Warn("seal-fallback = clear: a trusted host that announces no sealing key gets message text the broker can read (each such message names it in clear_hosts)",
+			"fix", "give every host a sealing key (fleet-gw key there; fleet-gw trust add HOST SIGNING-KEY SEALING-KEY here), then remove seal-fallback")
+	}
+	// a sealed broadcast copy its member has in the clear (sealing.go)
+	g.br.OnDropped(func(env *envelope.Envelope, why string) { g.audit.Message("dropped", env, 0, why) })
 	sl.announced = g.peers.SealKey // presence.go: the key a host announced, signed
 	sl.members = func(group string) []string {
 		var hosts []string
@@ -240,6 +246,11 @@ func checkFields(env *envelope.Envelope) error {
 		}
 		if p.p.Host != "" && !trust.HostRE.MatchString(p.p.Host) {
 			return bad("%s host %q is not a host id", p.what, p.p.Host)
+		}
+	}
+	for _, gid := range env.ClearGids {
+		if !ident.IsGid(gid) {
+			return bad("clear_gids %q is not a gid", gid)
 		}
 	}
 	group := env.Recipient.Group

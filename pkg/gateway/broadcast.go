@@ -43,17 +43,33 @@ func (g *Gateway) broadcast(req *api.BcastRequest) (*api.Response, error) {
 	env := envelope.New(envelope.Broadcast,
 		envelope.Party{Gid: sender.Gid, Name: sender.Name, Host: sender.Host},
 		envelope.Party{Group: group}, req.Body)
+	// sealing.go: a host with no sealing key that nothing allows text in
+	// the clear refuses the whole broadcast (77), before anything is
+	// published or stored; those allowed get copies in the clear, one
+	// per member the peers' presence lists, under the same msg id
+	var clearTo []envelope.Party
+	var clearHosts []string
+	if g.br != nil {
+		hosts, err := g.seal.Check(env)
+		if err != nil {
+			return nil, err
+		}
+		clearTo, clearHosts = g.clearMembers(group, hosts)
+		for _, p := range clearTo {
+			env.ClearGids = append(env.ClearGids, p.Gid) // signed: their hosts drop the sealed copy there
+		}
+	}
 	// The publish for other hosts starts at once; this host's copies are
 	// stored meanwhile, concurrently, so they share group commits.
 	var pubErr chan error
 	if g.br != nil {
 		pubErr = make(chan error, 1)
-		g.audit.Message("published", env, 0, "")
+		g.audit.Message("published", env, 0, clearReason(clearHosts))
 		// --wait-for-broker: the same broadcast again once the broker is
 		// back (brokerwait.go); each member keeps one copy of a msg id
 		bound := time.Duration(req.WaitBrokerMS) * time.Millisecond
 		wait := g.route.brokerWait(bound)
-		publish := func(bool) error { return g.br.Publish(g.hardCtx, "broadcast."+group, env, true) }
+		publish := func(bool) error { return g.publishBroadcast(group, env, clearTo) }
 		if !g.side.Go(func() { pubErr <- wait.Do(bound, publish) }) {
 			pubErr <- fault.New(fault.Unavailable, fault.KindBrokerDown, "the gateway is stopping: not published")
 		}
@@ -69,6 +85,7 @@ func (g *Gateway) broadcast(req *api.BcastRequest) (*api.Response, error) {
 			continue
 		}
 		cp := *env
+		cp.ClearGids = nil
 		cp.Recipient = envelope.Party{Gid: e.Gid, Name: e.Name, Host: e.Host, Group: group}
 		if g.caps.Refuse(&cp) != nil {
 			full = append(full, e.Name)
@@ -92,7 +109,7 @@ func (g *Gateway) broadcast(req *api.BcastRequest) (*api.Response, error) {
 		}
 		return nil, storeErr
 	}
-	sent := &api.Sent{MsgID: env.MsgID, TraceID: env.TraceID, State: store.Accepted, Recipient: "broadcast." + group}
+	sent := &api.Sent{MsgID: env.MsgID, TraceID: env.TraceID, State: store.Accepted, Recipient: "broadcast." + group, ClearHosts: clearHosts}
 	resp := &api.Response{Sent: sent, Count: local}
 	var fullErr error
 	if len(full) > 0 {
@@ -119,13 +136,18 @@ func (g *Gateway) broadcast(req *api.BcastRequest) (*api.Response, error) {
 		}
 		return nil, fullErr
 	case err == nil:
-		g.audit.Message("confirmed", env, 0, "")
+		g.audit.Message("confirmed", env, 0, clearReason(clearHosts))
 		return resp, nil
 	case fault.KindOf(err) == fault.KindUnknownRecipient:
 		if local > 0 {
 			return resp, nil // members here only
 		}
 		return nil, g.nearGroup(group, fault.New(fault.NoRecipient, fault.KindUnknownRecipient, "no members of %s on any host", sent.Recipient))
+	case fault.CodeOf(err) == fault.Partial:
+		// sealed to the hosts with keys, and some members in the clear
+		// not reached (publishBroadcast)
+		g.audit.Message("confirmed", env, 0, clearReason(clearHosts))
+		return resp, err
 	case fault.KindOf(err) == fault.KindInboxFull:
 		// reject-publish nacks the whole publish when any one bound inbox
 		// is full; every other inbox has its copy: delivered in part (12,
@@ -149,6 +171,80 @@ func (g *Gateway) broadcast(req *api.BcastRequest) (*api.Response, error) {
 		WithHint("do not run fleet-bcast again (this host's %d member(s) would get it twice): once the broker is back "+
 			"(fleet-gw status), reach the members on other hosts with fleet-send NAME@HOST (%s lists them)", local, list)
 	return resp, fe
+}
+
+// clearMembers are the members of group on hosts (those with no sealing
+// key allowed text in the clear), as the peers' presence lists them, by
+// gid, and the hosts of those (sorted): what gets a copy in the clear.
+func (g *Gateway) clearMembers(group string, hosts []string) ([]envelope.Party, []string) {
+	if len(hosts) == 0 {
+		return nil, nil
+	}
+	var to []envelope.Party
+	var got []string
+	for _, r := range g.peers.Rows(time.Now(), g.br.Connected(), g.cfg.PresenceTTL, g.admit.trusted) {
+		if !slices.Contains(hosts, r.Host) || ident.GidHost(r.Gid) != r.Host || (group != "all" && !slices.Contains(r.Groups, group)) {
+			continue
+		}
+		to = append(to, envelope.Party{Gid: r.Gid, Name: r.Name, Host: r.Host, Group: group})
+		if !slices.Contains(got, r.Host) {
+			got = append(got, r.Host)
+		}
+	}
+	sort.Slice(to, func(i, j int) bool { return to[i].Gid < to[j].Gid })
+	sort.Strings(got)
+	return to, got
+}
+
+// clearReason is what the audit line of a message says of the hosts
+// that got it in the clear (fleet-trace shows it).
+func clearReason(hosts []string) string {
+	if len(hosts) == 0 {
+		return ""
+	}
+	return "in the clear to " + strings.Join(hosts, ",")
+}
+
+// publishBroadcast publishes a copy in the clear to each of clearTo's
+// gids, then env once, sealed, to broadcast.<group>. The copies in the
+// clear are confirmed first, so each such inbox holds its copy ahead of
+// the sealed one: its host takes the readable one first, and drops the
+// sealed one (clear_gids) or, an older fleet that ignores clear_gids,
+// keeps one copy per msg id and member. The sealed publish's outcome is
+// the broadcast's; a member in the clear gone from the broker (67) is
+// let be, and any other failure of those copies is a delivery in part.
+func (g *Gateway) publishBroadcast(group string, env *envelope.Envelope, clearTo []envelope.Party) error {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var missed []string
+	var cause error
+	for _, p := range clearTo {
+		cp := *env
+		cp.ClearGids, cp.Recipient = nil, p
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := g.br.Publish(g.hardCtx, p.Gid, &cp, true)
+			switch {
+			case err == nil:
+			case fault.KindOf(err) == fault.KindUnknownRecipient:
+				g.log.Info("broadcast: a member on a host without a sealing key has no inbox on the broker: no copy in the clear", "msg_id", env.MsgID, "trace_id", env.TraceID, "entity", p.Name, "peer", p.Host)
+			default:
+				mu.Lock()
+				missed, cause = append(missed, p.Name+"@"+p.Host), err
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	err := g.br.Publish(g.hardCtx, "broadcast."+group, env, true)
+	if err != nil || len(missed) == 0 {
+		return err
+	}
+	sort.Strings(missed)
+	return fault.New(fault.Partial, fault.KindLocalOnly,
+		"broadcast.%s: %s not reached with a copy in the clear: %v; every other member has it", group, strings.Join(missed, ", "), cause).
+		WithHint("do not run fleet-bcast again (the others would get it twice): once the broker is back (fleet-gw status), send to each of them with fleet-send NAME@HOST")
 }
 
 // members are the local entities of a group ("all": every one).

@@ -217,7 +217,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 		g.br.Observe(g.scrape.Observer()) // metrics.go
 		if clear, where := broker.InClear(g.cfg.Broker); clear {
 			// sealing.go seals the text; the login and what routes it do not
-			g.log.Warn("the broker URI is amqp://, not amqps://: the broker login's password, entity names, ids and routing cross the network to "+where+" in clear, readable by anyone on the path (message text is sealed, except to plaintext-hosts)",
+			g.log.Warn("the broker URI is amqp://, not amqps://: the broker login's password, entity names, ids and routing cross the network to "+where+" in clear, readable by anyone on the path (message text is sealed, except to hosts with no sealing key that plaintext-hosts or seal-fallback = clear allows)",
 				"fix", "use amqps:// (man 7 fleet-broker: TLS)")
 		}
 		// sealkeys.go: the keys that open what is sealed to this host

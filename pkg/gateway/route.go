@@ -298,13 +298,17 @@ func (rt *router) SendWith(req *api.SendRequest, before func(*envelope.Envelope)
 	}
 	state := store.Accepted
 	warning := t.warning
+	var clear []string // the host that gets it in the clear (sealing.go)
 	if t.box != nil {
 		rec, err := rt.in.Accept(env)
 		if err != nil {
 			return nil, err
 		}
 		state = rec.State
-	} else if err := rt.brokerWait(bound).Do(bound, func(again bool) error { return rt.publish(env, retry || again) }); err != nil {
+	} else if err := rt.brokerWait(bound).Do(bound, func(again bool) (err error) {
+		clear, err = rt.publish(env, retry || again)
+		return err
+	}); err != nil {
 		return nil, err
 	} else {
 		// the broker holds it for the host's return; the sender hears
@@ -319,7 +323,7 @@ func (rt *router) SendWith(req *api.SendRequest, before func(*envelope.Envelope)
 	}
 	return &api.Response{Sent: &api.Sent{
 		MsgID: env.MsgID, TraceID: env.TraceID, State: state,
-		Recipient: env.Recipient.String(), Gid: rcpt.Gid, Warning: warning,
+		Recipient: env.Recipient.String(), Gid: rcpt.Gid, Warning: warning, ClearHosts: clear,
 	}}, nil
 }
 
@@ -369,9 +373,20 @@ func sameMessage(st *store.Store, id string, env *envelope.Envelope) (*store.Rec
 // reasonRemoteFull is why a message refused by a full broker inbox died.
 const reasonRemoteFull = "inbox full: the broker refused it"
 
-// publish hands a message for another host to the broker and records it.
-// An inbox that is full there dead-letters it here, with that reason.
-func (rt *router) publish(env *envelope.Envelope, retry bool) error {
+// publish hands a message for another host to the broker and records it,
+// and says which host gets it in the clear (sealing.go). An inbox that is
+// full there dead-letters it here, with that reason.
+func (rt *router) publish(env *envelope.Envelope, retry bool) ([]string, error) {
+	// a host with no sealing key that nothing allows text in the clear:
+	// refused (77) before anything is recorded or published
+	clear, err := rt.seal.Check(env)
+	if err != nil {
+		return nil, err
+	}
+	return clear, rt.publishSealed(env, retry, clearReason(clear))
+}
+
+func (rt *router) publishSealed(env *envelope.Envelope, retry bool, clear string) error {
 	log := rt.log.With("msg_id", env.MsgID, "trace_id", env.TraceID)
 	now := time.Now().UTC()
 	if env.Kind == envelope.Send || env.Kind == envelope.Reply {
@@ -390,7 +405,7 @@ func (rt *router) publish(env *envelope.Envelope, retry bool) error {
 	// after, finds it — and goes to disk while the broker confirms: the
 	// sender hears once both are done.
 	recorded := rt.st.RecordOutboundKeep(env, now, rt.seal.Kept(env)) // sealing.go, refusals.go
-	rt.audit.Message("published", env, 0, "")
+	rt.audit.Message("published", env, 0, clear)
 	err := rt.br().Publish(rt.ctx(), env.Recipient.Gid, env, true)
 	if rerr := recorded(); rerr != nil && err == nil {
 		// sent and confirmed: said as it is (a retry would send it twice)
@@ -401,7 +416,7 @@ func (rt *router) publish(env *envelope.Envelope, retry bool) error {
 	}
 	switch kind := fault.KindOf(err); {
 	case err == nil:
-		rt.audit.Message("confirmed", env, 0, "")
+		rt.audit.Message("confirmed", env, 0, clear)
 		if retry {
 			// a retry confirmed: whatever the first attempt did, the
 			// broker has it now (the receiver keeps one per msg id)

@@ -18,15 +18,22 @@ package gateway
 // authentic presence (announced), the one its operator certificate names,
 // the one its trust line names (HOST SIGNING-KEY SEALING-KEY).
 //
-// Secure by default: a host with no key gets no text. A send to it fails
-// before anything is written (77, no_seal_key, naming the command that
-// fixes it), unless plaintext-hosts names it: then its messages go in the
-// clear, with a WARN line per such host at most once a minute. A
-// broadcast leaves out the hosts with no key that are not named (their
-// copies arrive sealed to others, and are refused there as
-// sealed_elsewhere), and says so in one WARN line per host a minute; if
-// a member's host with no key IS named, the whole broadcast goes in the
-// clear (one message, one body).
+// Secure by default, and never silently downgraded (issue 36): a host
+// with no key gets no text. A send or broadcast that one trusted host
+// with no key would deliver fails before anything is published or
+// stored (77, no_seal_key, naming every such host and the command that
+// fixes it), unless plaintext-hosts names the host or seal-fallback =
+// clear: then that host alone gets text in the clear, with a WARN line
+// per such host at most once a minute, and the sender's JSON
+// (clear_hosts) and its audit line (fleet-trace) name it. A broadcast
+// stays one sealed publish to broadcast.<group> for the hosts with keys;
+// each member of a host without one that the peers' presence lists gets
+// a copy in the clear of its own, under the same msg id, to its gid, so
+// no host with a key ever gets text in the clear. The sealed copy names
+// those members (clear_gids, signed): their hosts drop the sealed copy
+// in those inboxes (audited, no dead letter, no bounce). A member the
+// sender did not know of refuses the sealed copy as sealed_elsewhere,
+// loudly, as before.
 //
 // What comes in is opened after the signature and every claim were
 // checked (the broker calls Open after its verifier): sealed to other
@@ -38,6 +45,7 @@ package gateway
 import (
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -77,6 +85,9 @@ type sealing struct {
 	log     *slog.Logger
 	// plaintext are the hosts named in plaintext-hosts.
 	plaintext map[string]bool
+	// fallback: seal-fallback = clear, every trusted host with no key
+	// gets text in the clear (false: refused, 77)
+	fallback bool
 	// announced is the key host announced in its own authentic presence
 	// ("" unknown); nil: none heard (wired by the gateway).
 	announced func(host string) string
@@ -196,17 +207,19 @@ func (s *sealing) once(what, msg string, args ...any) {
 }
 
 // hosts are the hosts that deliver env: its recipient's, or for a
-// broadcast those with members in its group (every trusted one for
+// whole broadcast those with members in its group (every trusted one for
 // "all"). Sorted, without this host.
 func (s *sealing) hosts(env *envelope.Envelope) []string {
 	var hs []string
 	switch r := env.Recipient; {
+	case r.Gid != "" && ident.GidHost(r.Gid) != "":
+		// a gid names the host it lives on (a broadcast's copy for one
+		// member too: in the clear, or a dead letter)
+		hs = []string{ident.GidHost(r.Gid)}
 	case env.Kind == envelope.Broadcast && r.Group == "all":
 		hs = s.everyone()
 	case env.Kind == envelope.Broadcast:
 		hs = s.members(r.Group)
-	case r.Gid != "" && ident.GidHost(r.Gid) != "":
-		hs = []string{ident.GidHost(r.Gid)} // a gid names the host it lives on
 	case r.Host != "":
 		hs = []string{r.Host}
 	}
@@ -234,6 +247,73 @@ func (s *sealing) Seal(env *envelope.Envelope) error {
 	return s.seal(env)
 }
 
+// sealPlan is how a message's text reaches the hosts that deliver it.
+type sealPlan struct {
+	to      []*seal.Recipient // this host's key and each keyed host's
+	clear   []string          // hosts with no key allowed text in the clear (plaintext-hosts, seal-fallback = clear), sorted
+	refused []string          // trusted hosts with no key that neither allows, sorted
+}
+
+// plan sorts the hosts that deliver env by how its text reaches them; an
+// untrusted host with no key is in none: it gets bytes it cannot open.
+func (s *sealing) plan(env *envelope.Envelope) sealPlan {
+	p := sealPlan{to: []*seal.Recipient{s.keys.Public()}}
+	for _, h := range s.hosts(env) {
+		switch k := s.keyOf(h); {
+		case k != nil:
+			p.to = append(p.to, k)
+		case s.plaintext[h]:
+			p.clear = append(p.clear, h)
+		case s.trusted != nil && !s.trusted(h):
+			// not ours to talk to: it gets nothing it can read
+		case s.fallback:
+			p.clear = append(p.clear, h)
+		default:
+			p.refused = append(p.refused, h)
+		}
+	}
+	return p
+}
+
+// whole is a broadcast as one publish to broadcast.<group>, not a copy
+// for one member (Recipient.Gid set: a copy in the clear).
+func whole(env *envelope.Envelope) bool {
+	return env.Kind == envelope.Broadcast && env.Recipient.Gid == ""
+}
+
+// Check says, before anything is published or stored, which hosts that
+// deliver env get its text in the clear (sorted), or refuses it (77)
+// naming every trusted host with no key that neither plaintext-hosts
+// nor seal-fallback = clear allows. nil s: single-host mode, nothing.
+func (s *sealing) Check(env *envelope.Envelope) ([]string, error) {
+	if s == nil || !sealKinds[env.Kind] || env.Body == "" || env.Sealed != nil {
+		return nil, nil
+	}
+	p := s.plan(env)
+	if len(p.refused) > 0 {
+		return nil, refusedHosts(env, p.refused)
+	}
+	return p.clear, nil
+}
+
+// refusedHosts is the 77 of a message hosts would deliver with no key.
+func refusedHosts(env *envelope.Envelope, hosts []string) error {
+	what := fmt.Sprintf("%s %s not sent", strings.ToLower(string(env.Kind)), env.MsgID)
+	if whole(env) {
+		what = fmt.Sprintf("broadcast %s not sent to any host, nor stored here", env.MsgID)
+	}
+	if len(hosts) == 1 {
+		h := hosts[0]
+		return fault.New(fault.Refused, fault.KindNoSealKey,
+			"host %s announces no sealing key: no text is sent to it (the broker would hold it readable); %s", h, what).
+			WithHint("on %s run `fleet-gw key`, then here: fleet-gw trust add %s SIGNING-KEY SEALING-KEY with the line it prints (or, to send it text the broker can read, name it in plaintext-hosts or set seal-fallback = clear)", h, h)
+	}
+	list := strings.Join(hosts, ", ")
+	return fault.New(fault.Refused, fault.KindNoSealKey,
+		"hosts %s announce no sealing key: no text is sent to them (the broker would hold it readable); %s", list, what).
+		WithHint("on each of %s run `fleet-gw key`, then here: fleet-gw trust add HOST SIGNING-KEY SEALING-KEY with the line it prints (or, to send them text the broker can read, name them in plaintext-hosts or set seal-fallback = clear)", list)
+}
+
 func (s *sealing) seal(env *envelope.Envelope) error {
 	if env.Sealed != nil {
 		// sealed bytes are bound to their message: sent again under
@@ -243,39 +323,25 @@ func (s *sealing) seal(env *envelope.Envelope) error {
 	if !sealKinds[env.Kind] || env.Body == "" {
 		return nil
 	}
-	to := []*seal.Recipient{s.keys.Public()}
-	var plain, left []string
-	for _, h := range s.hosts(env) {
-		if k := s.keyOf(h); k != nil {
-			to = append(to, k)
-			continue
-		}
-		if s.plaintext[h] {
-			plain = append(plain, h)
-			continue
-		}
-		if s.trusted != nil && !s.trusted(h) {
-			continue // not ours to talk to: it gets nothing it can read
-		}
-		if env.Kind != envelope.Broadcast {
-			return fault.New(fault.Refused, fault.KindNoSealKey,
-				"host %s announces no sealing key: no text is sent to it (the broker would hold it readable); %s %s not sent", h, strings.ToLower(string(env.Kind)), env.MsgID).
-				WithHint("on %s run `fleet-gw key`, then here: fleet-gw trust add %s SIGNING-KEY SEALING-KEY with the line it prints (or name it in plaintext-hosts to send it text the broker can read)", h, h)
-		}
-		left = append(left, h)
+	p := s.plan(env)
+	if len(p.refused) > 0 {
+		return refusedHosts(env, p.refused)
 	}
-	for _, h := range left {
-		s.once("left/"+h, "broadcast: a host with members announces no sealing key and plaintext-hosts does not name it: left out (it refuses its copies as sealed_elsewhere)",
-			"peer", h, "msg_id", env.MsgID, "trace_id", env.TraceID, "group", env.Recipient.Group,
-			"fix", "on "+h+" run `fleet-gw key`, then here: fleet-gw trust add "+h+" SIGNING-KEY SEALING-KEY")
-	}
-	if len(plain) > 0 {
-		for _, h := range plain {
-			s.once("plain/"+h, "sending text in the clear: plaintext-hosts names this host and it announces no sealing key (the broker can read it)",
+	if len(p.clear) > 0 && !whole(env) {
+		// one host delivers it, and it has no key: in the clear
+		for _, h := range p.clear {
+			why := "plaintext-hosts names this host"
+			if !s.plaintext[h] {
+				why = "seal-fallback = clear"
+			}
+			s.once("plain/"+h, "sending text in the clear: this host announces no sealing key and "+why+" (the broker can read it)",
 				"peer", h, "msg_id", env.MsgID, "trace_id", env.TraceID, "kind", string(env.Kind))
 		}
 		return nil
 	}
+	// a whole broadcast: sealed to the hosts with keys; the members of
+	// those without one have copies in the clear of their own (clear_gids)
+	to := p.to
 	if h := env.Sender.Host; h != "" && h != s.host {
 		// a copy this host publishes of another host's message (a dead
 		// letter to bridge.dlq): its sender may open it too, if it can
@@ -336,7 +402,7 @@ func (s *sealing) Plain(raw []byte) []byte {
 		s.log.Warn("a dead letter of this host's does not open with its keys: kept sealed", "msg_id", env.MsgID, "err", err)
 		return raw
 	}
-	env.Body, env.Sealed = string(plain), nil
+	env.Body, env.Sealed, env.ClearGids = string(plain), nil, nil
 	out, err := envelope.Encode(env)
 	if err != nil {
 		return raw
@@ -366,7 +432,7 @@ func (s *sealing) Open(host string, env *envelope.Envelope) error {
 		text, ok := s.opened[memo]
 		s.mu.Unlock()
 		if ok {
-			env.Body, env.Sealed = text, nil
+			env.Body, env.Sealed, env.ClearGids = text, nil, nil
 			return nil
 		}
 	}
@@ -378,6 +444,13 @@ func (s *sealing) Open(host string, env *envelope.Envelope) error {
 			switch se.Reason() {
 			case "not_for_us":
 				reason = broker.ReasonSealedElsewhere
+				if env.Kind == envelope.Broadcast && env.Recipient.Gid != "" &&
+					ident.GidHost(env.Recipient.Gid) == s.host && slices.Contains(env.ClearGids, env.Recipient.Gid) {
+					// the sending host signed that this inbox gets its
+					// copy in the clear (env.Recipient.Gid is the inbox
+					// it came from: the broker's admit)
+					return broker.Dropped("a sealed broadcast whose sender %s sends this member its copy in the clear (clear_gids)", host)
+				}
 			case "unknown_seal_key":
 				reason = broker.ReasonUnknownSealKey
 			}
@@ -390,7 +463,7 @@ func (s *sealing) Open(host string, env *envelope.Envelope) error {
 	case !utf8.Valid(plain):
 		return broker.Refuse(broker.ReasonMalformed, "sealed body is not UTF-8 text")
 	}
-	env.Body, env.Sealed = string(plain), nil
+	env.Body, env.Sealed, env.ClearGids = string(plain), nil, nil
 	if env.Kind == envelope.Broadcast && len(plain) <= openedBytes/8 {
 		s.remember(memo, env.Body)
 	}

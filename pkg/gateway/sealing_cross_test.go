@@ -60,3 +60,77 @@ func TestCrossSealedRefusals(t *testing.T) {
 	}
 	full.empty(alice)
 }
+
+// Issue 36: a host drops a sealed broadcast copy it cannot open only
+// when the sending host's signed envelope names that very inbox in
+// clear_gids (its member has a copy in the clear). Named after signing
+// (the signature no longer holds), or naming another inbox, the copy is
+// refused to bridge.dlq as before, loudly; a dropped copy has none.
+func TestCrossSealedDropNeedsTheSignature(t *testing.T) {
+	da, db, dd := threeHosts(t, nil)
+	alice, full := da.join("alice"), dd.join("full")
+	da.resolves("full@dd")
+	bcast := func(body string, clear ...string) *envelope.Envelope {
+		env := envelope.New(envelope.Broadcast, envelope.Party{Gid: alice.Gid, Name: alice.Name, Host: "da"},
+			envelope.Party{Group: "all"}, body)
+		sealAs(t, da, env, db) // not to dd: it cannot open it
+		env.ClearGids = clear
+		return env
+	}
+
+	unsigned := bcast("clear_gids added after signing")
+	_, sig := signAs(t, da, unsigned)
+	unsigned.ClearGids = []string{full.Gid}
+	raw, err := envelope.Encode(unsigned)
+	if err != nil {
+		t.Fatal(err)
+	}
+	publishBytes(t, da, full, unsigned, raw, sig)
+	dd.waitLog(`"msg":"message refused: bad_signature; sent to bridge.dlq"`)
+	if c := dlqCopy(t, unsigned.MsgID); c.Headers["fleet-reason"] != broker.ReasonForged {
+		t.Fatalf("the copy in bridge.dlq: %v", c.Headers)
+	}
+
+	other := bcast("another inbox named", "dd.0c0ffee0-0000-4000-8000-00000000dead")
+	raw, sig = signAs(t, da, other)
+	publishBytes(t, da, full, other, raw, sig)
+	dd.waitLog(`"msg":"message refused: sealed_elsewhere; sent to bridge.dlq"`)
+	if c := dlqCopy(t, other.MsgID); c.Headers["fleet-reason"] != broker.ReasonSealedElsewhere {
+		t.Fatalf("the copy in bridge.dlq: %v", c.Headers)
+	}
+
+	named := bcast("this inbox named, signed", full.Gid)
+	raw, sig = signAs(t, da, named)
+	publishBytes(t, da, full, named, raw, sig)
+	dd.waitLog(`"msg":"message dropped: a sealed broadcast whose sender da sends this member its copy in the clear (clear_gids)"`)
+
+	alice.mustSend(full.Gid, "sealed, opened, delivered")
+	for _, d := range full.collect("sealed, opened, delivered") {
+		if d.Envelope.Kind == envelope.Broadcast {
+			t.Fatalf("full got a forged broadcast: %+v", d.Envelope)
+		}
+	}
+	if inDLQ(t, named.MsgID) {
+		t.Fatal("the dropped copy is in bridge.dlq")
+	}
+}
+
+// inDLQ says whether bridge.dlq holds a copy of msgID (every message
+// looked at is given back).
+func inDLQ(t *testing.T, msgID string) bool {
+	t.Helper()
+	ch, done := brokerChannel(t)
+	defer done()
+	for {
+		d, ok, err := ch.Get(broker.QDLQ, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			return false
+		}
+		if d.MessageId == msgID {
+			return true
+		}
+	}
+}

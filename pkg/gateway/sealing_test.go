@@ -185,16 +185,16 @@ func TestSealingNoKey(t *testing.T) {
 }
 
 // A broadcast is sealed once, one stanza per host with members (every
-// trusted host for "all"); a host with no key is left out of a group
-// broadcast and refuses its copy as sealed to others.
+// trusted host for "all"); a host with members and no key refuses the
+// whole broadcast (77) by default.
 func TestSealingBroadcast(t *testing.T) {
 	hs := sealHosts(t, []string{"h1", "h2", "h3", "h4"}, "h4")
 	s := hs["h1"].s
 	s.members = func(g string) []string {
 		if g == "ops" {
-			return []string{"h2", "h4", "h2"}
+			return []string{"h2", "h2"}
 		}
-		return nil
+		return []string{"h2", "h4"}
 	}
 	b := envelope.New(envelope.Broadcast, envelope.Party{Gid: "h1.0c0ffee0-0000-4000-8000-000000000001", Host: "h1"}, envelope.Party{Group: "ops"}, "to ops")
 	if err := s.Seal(b); err != nil {
@@ -209,27 +209,134 @@ func TestSealingBroadcast(t *testing.T) {
 			t.Fatalf("%s: %v", at, err)
 		}
 	}
-	for _, at := range []string{"h3", "h4"} {
-		o := *b
-		wantRefusal(t, hs[at].s.Open("h1", &o), broker.ReasonSealedElsewhere)
+	o := *b
+	wantRefusal(t, hs["h3"].s.Open("h1", &o), broker.ReasonSealedElsewhere)
+	// h4 has a member of dev and no key: refused, nothing sealed
+	dev := envelope.New(envelope.Broadcast, envelope.Party{Gid: "h1.0c0ffee0-0000-4000-8000-000000000001", Host: "h1"}, envelope.Party{Group: "dev"}, "to dev")
+	wantNoSealKey(t, s.Seal(dev), "host h4 announces", "fleet-gw trust add h4 SIGNING-KEY SEALING-KEY", "seal-fallback = clear")
+	if dev.Sealed != nil || dev.Body != "to dev" {
+		t.Fatal("a refused seal changed the envelope")
 	}
+	// every trusted host for "all": h4 refuses that too
 	all := envelope.New(envelope.Broadcast, envelope.Party{Gid: "h1.0c0ffee0-0000-4000-8000-000000000001", Host: "h1"}, envelope.Party{Group: "all"}, "to all")
+	wantNoSealKey(t, s.Seal(all), "host h4 announces")
+	s.everyone = func() []string { return []string{"h1", "h2", "h3"} }
 	if err := s.Seal(all); err != nil {
 		t.Fatal(err)
 	}
 	if ids, _ := seal.Recipients(all.Sealed); len(ids) != 3 {
 		t.Fatalf("broadcast.all sealed to %d hosts, want h1, h2, h3", len(ids))
 	}
-	o := *all
+	o = *all
 	if err := hs["h3"].s.Open("h1", &o); err != nil || o.Body != "to all" {
 		t.Fatalf("h3: %v", err)
 	}
-	// a member's host with no key, named: the broadcast goes in the clear
+}
+
+// wantNoSealKey checks that err is a 77 no_seal_key whose message and
+// hint say each of says.
+func wantNoSealKey(t *testing.T, err error, says ...string) {
+	t.Helper()
+	var fe *fault.Error
+	if !errors.As(err, &fe) || fe.Kind != fault.KindNoSealKey || fault.CodeOf(err) != 77 {
+		t.Fatalf("got %v, want 77 no_seal_key", err)
+	}
+	for _, w := range says {
+		if !strings.Contains(fe.Error()+" hint: "+fe.Hint, w) {
+			t.Errorf("%q (hint %q) does not say %q", fe.Error(), fe.Hint, w)
+		}
+	}
+}
+
+// Which hosts get a message sealed, in the clear, or refuse it (issue
+// 36): plaintext-hosts names a host, seal-fallback = clear allows every
+// trusted one; untrusted hosts with no key are in none; a refusal names
+// every host it is for, sorted, before anything is sealed.
+func TestSealingPlan(t *testing.T) {
+	hs := sealHosts(t, []string{"h1", "h2", "h3", "h4", "h5"}, "h3", "h4", "h5")
+	s := hs["h1"].s
+	s.trusted = func(h string) bool { return h != "h5" }
+	s.members = func(string) []string { return []string{"h5", "h4", "h2", "h3"} }
+	b := envelope.New(envelope.Broadcast, envelope.Party{Gid: "h1.0c0ffee0-0000-4000-8000-000000000001", Host: "h1"}, envelope.Party{Group: "ops"}, "to ops")
+	p := s.plan(b)
+	if len(p.to) != 2 || p.clear != nil || strings.Join(p.refused, " ") != "h3 h4" {
+		t.Fatalf("default: sealed to %d, clear %v, refused %v; want 2 (h1 h2), none, h3 h4", len(p.to), p.clear, p.refused)
+	}
+	_, err := s.Check(b)
+	wantNoSealKey(t, err, "hosts h3, h4 announce no sealing key", "broadcast "+b.MsgID+" not sent to any host, nor stored here", "on each of h3, h4 run `fleet-gw key`")
+
 	s.plaintext["h4"] = true
-	b = envelope.New(envelope.Broadcast, envelope.Party{Gid: "h1.0c0ffee0-0000-4000-8000-000000000001", Host: "h1"}, envelope.Party{Group: "ops"}, "to ops")
-	if err := s.Seal(b); err != nil || b.Sealed != nil {
+	_, err = s.Check(b)
+	wantNoSealKey(t, err, "host h3 announces")
+
+	s.fallback = true
+	clear, err := s.Check(b)
+	if err != nil || strings.Join(clear, " ") != "h3 h4" {
+		t.Fatalf("seal-fallback = clear: %v, clear %v; want h3 h4", err, clear)
+	}
+	// the whole broadcast is sealed to the hosts with keys only
+	if err := s.Seal(b); err != nil || b.Sealed == nil {
 		t.Fatalf("%v, sealed %v", err, b.Sealed != nil)
 	}
+	if ids, _ := seal.Recipients(b.Sealed); len(ids) != 2 {
+		t.Fatalf("sealed to %d hosts, want h1 and h2", len(ids))
+	}
+	// a member's copy goes to its host alone: in the clear to h3, sealed
+	// to h2 (never clear to a host with a key)
+	for host, clear := range map[string]bool{"h3": true, "h2": false} {
+		cp := envelope.New(envelope.Broadcast, envelope.Party{Gid: "h1.0c0ffee0-0000-4000-8000-000000000001", Host: "h1"},
+			envelope.Party{Gid: host + ".0c0ffee0-0000-4000-8000-000000000002", Host: host, Group: "ops"}, "to ops")
+		if err := s.Seal(cp); err != nil || (cp.Sealed == nil) != clear {
+			t.Fatalf("copy to %s: %v, sealed %v", host, err, cp.Sealed != nil)
+		}
+	}
+	// a single send: the same rule
+	s.fallback, s.plaintext = false, map[string]bool{}
+	_, err = s.Check(sendTo("h3", "x"))
+	wantNoSealKey(t, err, "host h3 announces", "send ")
+	if clear, err := s.Check(sendTo("h5", "x")); err != nil || clear != nil {
+		t.Fatalf("an untrusted host: %v, clear %v", err, clear)
+	}
+	s.fallback = true
+	if clear, err := s.Check(sendTo("h3", "x")); err != nil || strings.Join(clear, " ") != "h3" {
+		t.Fatalf("a send with seal-fallback = clear: %v, clear %v", err, clear)
+	}
+	if clear, err := s.Check(sendTo("h2", "x")); err != nil || clear != nil {
+		t.Fatalf("a send to a host with a key: %v, clear %v", err, clear)
+	}
+}
+
+// A sealed broadcast names the inboxes that get their copy in the clear
+// (clear_gids, signed): their host drops its sealed copy there, and only
+// there; any other inbox of it refuses it as sealed to other hosts.
+func TestSealingDropsSealedCopyOfClearMember(t *testing.T) {
+	hs := sealHosts(t, []string{"h1", "h2", "h3"}, "h3")
+	s := hs["h1"].s
+	s.fallback = true
+	s.members = func(string) []string { return []string{"h2", "h3"} }
+	carol, dave := "h3.0c0ffee0-0000-4000-8000-000000000003", "h3.0c0ffee0-0000-4000-8000-000000000004"
+	b := envelope.New(envelope.Broadcast, envelope.Party{Gid: "h1.0c0ffee0-0000-4000-8000-000000000001", Host: "h1"}, envelope.Party{Group: "ops"}, "to ops")
+	b.ClearGids = []string{carol}
+	if err := s.Seal(b); err != nil {
+		t.Fatal(err)
+	}
+	at := func(gid string) *envelope.Envelope { o := *b; o.Recipient.Gid = gid; return &o }
+	var drop *broker.Drop
+	if err := hs["h3"].s.Open("h1", at(carol)); !errors.As(err, &drop) {
+		t.Fatalf("carol's sealed copy on h3: %v, want dropped", err)
+	}
+	wantRefusal(t, hs["h3"].s.Open("h1", at(dave)), broker.ReasonSealedElsewhere)
+	// a gid of another host named: h2 opens its copy, never drops it
+	b2 := at("h2.0c0ffee0-0000-4000-8000-000000000002")
+	b2.ClearGids = []string{b2.Recipient.Gid}
+	if err := hs["h2"].s.Open("h1", b2); err != nil || b2.Body != "to ops" || b2.ClearGids != nil {
+		t.Fatalf("h2: %v %q %v", err, b2.Body, b2.ClearGids)
+	}
+	// unsealed, clear_gids means nothing: text in the clear is refused
+	// from a host plaintext-hosts does not name
+	c := *b
+	c.Sealed, c.Body, c.Recipient.Gid = nil, "to ops", carol
+	wantRefusal(t, hs["h3"].s.Open("h1", &c), broker.ReasonUnsealed)
 }
 
 // A key the host announced in its presence comes first, then its
@@ -397,5 +504,18 @@ func TestSealingBroadcastOpenedOnce(t *testing.T) {
 	}
 	if len(r.opened) != maxOpened || len(r.order) != maxOpened {
 		t.Fatalf("%d remembered, over %d", len(r.opened), maxOpened)
+	}
+}
+
+// clear_gids names gids only: anything else is refused with the claims.
+func TestSealingClearGidsAreGids(t *testing.T) {
+	b := envelope.New(envelope.Broadcast, envelope.Party{Gid: "h1.0c0ffee0-0000-4000-8000-000000000001", Host: "h1"}, envelope.Party{Group: "ops"}, "to ops")
+	b.ClearGids = []string{"h3.0c0ffee0-0000-4000-8000-000000000003"}
+	if err := checkFields(b); err != nil {
+		t.Fatalf("a gid refused: %v", err)
+	}
+	b.ClearGids = append(b.ClearGids, "h3.*")
+	if err := checkFields(b); err == nil || !strings.Contains(err.Error(), `clear_gids "h3.*" is not a gid`) {
+		t.Fatalf("got %v, want the non-gid named", err)
 	}
 }

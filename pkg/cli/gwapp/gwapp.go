@@ -295,7 +295,9 @@ func gwFlags() []ucli.Flag {
 		usage := k.Usage + " (env " + k.Env + "; default " + k.Default + ")"
 		if choices, ok := config.Choices[k.Name]; ok {
 			// no default of its own: the config supplies it
-			flags = append(flags, cli.Choice(k.Name, usage, "", choices...))
+			f := cli.Choice(k.Name, usage, "", choices...)
+			f.Hint = config.ChoiceHints[k.Name]
+			flags = append(flags, f)
 			continue
 		}
 		flags = append(flags, &ucli.StringFlag{Name: k.Name, Usage: usage})
