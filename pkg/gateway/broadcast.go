@@ -196,15 +196,6 @@ func (g *Gateway) clearMembers(group string, hosts []string) ([]envelope.Party, 
 	return to, got
 }
 
-// clearReason is what the audit line of a message says of the hosts
-// that got it in the clear (fleet-trace shows it).
-func clearReason(hosts []string) string {
-	if len(hosts) == 0 {
-		return ""
-	}
-	return "in the clear to " + strings.Join(hosts, ",")
-}
-
 // publishBroadcast publishes a copy in the clear to each of clearTo's
 // gids, then env once, sealed, to broadcast.<group>. The copies in the
 // clear are confirmed first, so each such inbox holds its copy ahead of

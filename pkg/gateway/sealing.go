@@ -490,3 +490,12 @@ func (s *sealing) remember(key [32]byte, text string) {
 	s.order = append(s.order, key)
 	s.size += len(text)
 }
+
+// clearReason is what the audit line of a message says of the hosts
+// that got it in the clear (fleet-trace shows it).
+func clearReason(hosts []string) string {
+	if len(hosts) == 0 {
+		return ""
+	}
+	return "in the clear to " + strings.Join(hosts, ",")
+}
