@@ -224,6 +224,15 @@ func (ib *inboxes) injectLoop(ctx context.Context, b *mailbox) {
 		}
 		hooked := ent.TmuxTarget != "" && ent.Turns != turnsNone
 		pasted := time.Now()
+		if !hooked && statusMoved(ent, b.snapshot()) {
+			// a hook said busy since the status was read (the look at
+			// the pane and the store can take seconds on a loaded host):
+			// nothing is pasted from a stale idle
+			if ferr := ib.st.Failed(store.Key(env), "the agent's status changed before the paste"); ferr != nil {
+				log.Error("recording failed attempt", "err", ferr)
+			}
+			continue
+		}
 		if hooked {
 			// busy from the paste: nothing else is pasted until the
 			// agent's hooks say how its turn went — and nothing is pasted

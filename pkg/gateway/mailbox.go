@@ -68,13 +68,20 @@ func (b *mailbox) putStatus(st *store.Store, status, reason string, hook bool, p
 // errStale: the status changed since it was read.
 var errStale = errors.New("the status changed meanwhile")
 
+// statusMoved says whether the status in now is not the one read in
+// from: changed, or said again by a hook since.
+func statusMoved(from, now store.Entity) bool {
+	return now.Status != from.Status || now.StatusReason != from.StatusReason ||
+		!now.StatusAt.Equal(from.StatusAt) || !now.HookAt.Equal(from.HookAt)
+}
+
 // putStatusFrom is putStatus only if the entity's status is still what
 // from says it was (nil: whatever it is): the safety net and the paste
 // decide from a snapshot, and a hook that came in between wins.
 func (b *mailbox) putStatusFrom(st *store.Store, from *store.Entity, status, reason string, hook bool, program string) (*store.Entity, error) {
 	now := time.Now().UTC()
 	_, e, err := b.update(st, func(e *store.Entity) error {
-		if from != nil && (e.Status != from.Status || e.StatusReason != from.StatusReason || !e.StatusAt.Equal(from.StatusAt) || !e.HookAt.Equal(from.HookAt)) {
+		if from != nil && statusMoved(*from, *e) {
 			return errStale
 		}
 		if e.Status != status || e.StatusReason != reason {
