@@ -178,7 +178,8 @@ var scriptLong = map[string]time.Duration{
 	"broker_mcp_inspector": 25 * time.Second, "broker_trust": 25 * time.Second,
 	"broker_exclusive": 25 * time.Second, "broker_diskfull": 25 * time.Second,
 	"hook_wake": 25 * time.Second, "mcp_inspector": 20 * time.Second,
-	"inject_states": 20 * time.Second,
+	"broker_backpressure_starved": 20 * time.Second,
+	"inject_states":               20 * time.Second,
 }
 
 func scriptEnv(ts *testscript.TestScript) []string {
@@ -211,9 +212,11 @@ func scriptEnv(ts *testscript.TestScript) []string {
 // gw wait [NAME] — wait for the gateway to die on its own (a crash point,
 // a refusal to serve); print "exit: CODE".
 // gw abort [NAME] — SIGTERM twice; print how it ended.
+// gw freeze [NAME] / gw thaw [NAME] — SIGSTOP / SIGCONT: a gateway
+// starved of CPU (its sockets stay open, nothing it holds moves).
 func cmdGateway(ts *testscript.TestScript, neg bool, args []string) {
 	if len(args) < 1 {
-		ts.Fatalf("usage: gw start|connected|stop|kill|wait [NAME]")
+		ts.Fatalf("usage: gw start|connected|stop|kill|wait|abort|freeze|thaw [NAME]")
 	}
 	name := "gw"
 	if len(args) > 1 {
@@ -324,6 +327,15 @@ func cmdGateway(ts *testscript.TestScript, neg bool, args []string) {
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
+	case "freeze", "thaw":
+		if p == nil {
+			ts.Fatalf("no gateway %s", name)
+		}
+		sig := syscall.SIGSTOP
+		if args[0] == "thaw" {
+			sig = syscall.SIGCONT
+		}
+		ts.Check(p.cmd.Process.Signal(sig))
 	case "stop", "kill", "wait":
 		if p == nil {
 			ts.Fatalf("no gateway %s", name)
