@@ -45,3 +45,42 @@ func Sleep(ctx context.Context, d time.Duration) {
 	case <-t.C:
 	}
 }
+
+// Wait waits d, or less if one of the stop channels closes first (a nil
+// one never does). It says whether the whole d passed.
+func Wait(d time.Duration, stop1, stop2 <-chan struct{}) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-stop1:
+		return false
+	case <-stop2:
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// Poll asks ready every interval, the first time after one interval,
+// until it says true (true), deadline passes (zero: never), or one of the
+// stop channels closes (false; a nil one never does). The deadline is
+// looked at before ready: past it, the answer is false.
+func Poll(every time.Duration, deadline time.Time, ready func() bool, stop1, stop2 <-chan struct{}) bool {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop1:
+			return false
+		case <-stop2:
+			return false
+		case <-t.C:
+		}
+		if !deadline.IsZero() && !time.Now().Before(deadline) {
+			return false
+		}
+		if ready() {
+			return true
+		}
+	}
+}

@@ -35,3 +35,30 @@ func TestJitterStaysInUpperHalf(t *testing.T) {
 		}
 	}
 }
+
+func TestPollEndsOnReadyStopOrDeadline(t *testing.T) {
+	n := 0
+	if !Poll(time.Millisecond, time.Time{}, func() bool { n++; return n == 3 }, nil, nil) || n != 3 {
+		t.Fatalf("Poll: want true after the third ask, asked %d times", n)
+	}
+	stop := make(chan struct{})
+	close(stop)
+	if Poll(time.Hour, time.Time{}, func() bool { return true }, nil, stop) {
+		t.Fatal("Poll: true after a stop closed")
+	}
+	asked := false
+	if Poll(time.Millisecond, time.Now(), func() bool { asked = true; return true }, nil, nil) || asked {
+		t.Fatal("Poll: past its deadline it must say false without asking")
+	}
+}
+
+func TestWaitEndsEarlyOnStop(t *testing.T) {
+	if !Wait(time.Millisecond, nil, nil) {
+		t.Fatal("Wait: false with no stop")
+	}
+	stop := make(chan struct{})
+	close(stop)
+	if Wait(time.Hour, stop, nil) {
+		t.Fatal("Wait: true after a stop closed")
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fleetd/fleet/pkg/backoff"
 	"github.com/fleetd/fleet/pkg/envelope"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -231,16 +232,7 @@ func (b *Broker) consume(gen *generation, c *consumer, first *opened) {
 }
 
 func wait(c *consumer, gen *generation, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-c.quit:
-		return false
-	case <-gen.ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
+	return backoff.Wait(d, c.quit, gen.ctx.Done())
 }
 
 // declare declares and binds gid's inbox on the setup channel. A queue
@@ -481,16 +473,8 @@ const roomPoll = 200 * time.Millisecond
 func (b *Broker) waitRoom(gen *generation, c *consumer, bp *backpressure) bool {
 	log := b.log.With("queue", InboxQueue(c.gid))
 	log.Info("local inbox full: not taking from its broker inbox until it drains (the broker holds the mail)", "err", bp.err)
-	t := time.NewTicker(roomPoll)
-	defer t.Stop()
-	for !bp.Room() {
-		select {
-		case <-c.quit:
-			return false
-		case <-gen.ctx.Done():
-			return false
-		case <-t.C:
-		}
+	if !bp.Room() && !backoff.Poll(roomPoll, time.Time{}, bp.Room, c.quit, gen.ctx.Done()) {
+		return false
 	}
 	log.Info("local inbox has room: taking from its broker inbox again")
 	return true

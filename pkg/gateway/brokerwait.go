@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/fleetd/fleet/pkg/backoff"
 	"github.com/fleetd/fleet/pkg/fault"
 )
 
@@ -80,21 +81,5 @@ func (w *brokerWait) Do(bound time.Duration, attempt func(again bool) error) err
 // that its consumers and publishers are set up again), or deadline, or
 // shutdown. It is whether an attempt is still worth making.
 func (w *brokerWait) sleep(deadline time.Time) bool {
-	t := time.NewTicker(w.poll)
-	defer t.Stop()
-	for {
-		select {
-		case <-w.stop:
-			return false
-		case <-w.ctx.Done():
-			return false
-		case <-t.C:
-		}
-		if !time.Now().Before(deadline) {
-			return false
-		}
-		if w.broker.Connected() {
-			return true
-		}
-	}
+	return backoff.Poll(w.poll, deadline, w.broker.Connected, w.stop, w.ctx.Done())
 }
