@@ -78,7 +78,7 @@ complete -c fleet-roster -n '__fleet_roster_at ""' -l state-dir -x -a '(__fish_c
 complete -c fleet-roster -n '__fleet_roster_at ""' -l config -r -F -d 'config file (env FLEET_CONFIG)'
 complete -c fleet-roster -n '__fleet_roster_at ""' -l host -x -a '(fleet-roster __complete hosts 2>/dev/null)' -d 'only entities on host H'
 complete -c fleet-roster -n '__fleet_roster_at ""' -l group -x -a '(fleet-roster __complete groups 2>/dev/null)' -d 'only members of group G'
-complete -c fleet-roster -n '__fleet_roster_at ""' -l watch -s w -d 'stream changes (JSON Lines) or redraw the table (terminal)'
+complete -c fleet-roster -n '__fleet_roster_at ""' -l watch -s w -d 'stream changes (JSON Lines: entity rows, gone rows, and the gateway\'s events, never a message\'s text) or redraw the table (terminal)'
 complete -c fleet-roster -n '__fleet_roster_at ""' -l json -d 'machine-readable output: one JSON object, or JSON Lines for streams'
 complete -c fleet-roster -n '__fleet_roster_at ""' -l help -s h -d 'show help'
 complete -c fleet-roster -n '__fleet_roster_at ""' -l version -d 'print the version'
@@ -94,7 +94,7 @@ complete -c fleet-roster -n '__fleet_roster_at "" 0' -a 'dead' -d 'list dead let
 # fleet-roster list
 complete -c fleet-roster -n '__fleet_roster_at list' -l host -x -a '(fleet-roster __complete hosts 2>/dev/null)' -d 'only entities on host H'
 complete -c fleet-roster -n '__fleet_roster_at list' -l group -x -a '(fleet-roster __complete groups 2>/dev/null)' -d 'only members of group G'
-complete -c fleet-roster -n '__fleet_roster_at list' -l watch -s w -d 'stream changes (JSON Lines) or redraw the table (terminal)'
+complete -c fleet-roster -n '__fleet_roster_at list' -l watch -s w -d 'stream changes (JSON Lines: entity rows, gone rows, and the gateway\'s events, never a message\'s text) or redraw the table (terminal)'
 complete -c fleet-roster -n '__fleet_roster_at list' -l json -d 'machine-readable output: one JSON object, or JSON Lines for streams'
 complete -c fleet-roster -n '__fleet_roster_at list' -l socket -r -F -d 'the gateway\'s socket (env FLEET_SOCKET)'
 complete -c fleet-roster -n '__fleet_roster_at list' -l state-dir -x -a '(__fish_complete_directories (commandline -ct))' -d 'the gateway\'s state folder, for --as (env FLEET_STATE_DIR)'

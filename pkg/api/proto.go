@@ -73,6 +73,10 @@ const (
 	// host's audit log and, with a broker, every trusted host's, gathered
 	// for at most TimeoutMS (Response.Trace)
 	OpTrace = "trace"
+	// OpWatch streams the gateway's events (WatchEvent, one per frame)
+	// until the client closes: fleet-roster --watch, fleet-top. A watcher
+	// that reads too slowly is dropped with a slow_watcher error.
+	OpWatch = "watch"
 )
 
 // ErrorBody is a failure carried on the socket; it maps one to one onto
@@ -117,6 +121,35 @@ type Response struct {
 	Trace *Trace `json:"trace,omitempty"`
 	// Opened answers OpOpenDead
 	Opened *Opened `json:"opened,omitempty"`
+	// Event is one frame of OpWatch's stream
+	Event *WatchEvent `json:"event,omitempty"`
+}
+
+// WatchEvent is one event of a gateway's watch stream. It never carries
+// a message's text: its ids, kind, parties, size and times only.
+//
+// Event is one of: joined, left, status (an entity changed state:
+// Status, Reason), the message events of the audit log (accepted,
+// published, confirmed, taken, injected, drained, delivered, dead,
+// bounced, receipt, asked, answered, too_late, expired, ...: see man 7
+// fleet-metrics), and peer (a host went live, stale or gone: Peer,
+// Status).
+type WatchEvent struct {
+	Time      time.Time `json:"time"`
+	Host      string    `json:"host"`             // the gateway that saw it
+	Event     string    `json:"event"`            // what happened
+	Entity    string    `json:"entity,omitempty"` // the entity of this host it concerns
+	Gid       string    `json:"gid,omitempty"`
+	Status    string    `json:"status,omitempty"` // status: the entity's new state; peer: live, stale or gone
+	Peer      string    `json:"peer,omitempty"`   // peer: the host
+	TraceID   string    `json:"trace_id,omitempty"`
+	MsgID     string    `json:"msg_id,omitempty"`
+	Kind      string    `json:"kind,omitempty"`
+	Sender    string    `json:"sender,omitempty"`
+	Recipient string    `json:"recipient,omitempty"`
+	Size      int       `json:"size,omitempty"`
+	Attempt   int       `json:"attempt,omitempty"`
+	Reason    string    `json:"reason,omitempty"`
 }
 
 // Opened is a sealed dead letter as this host's keys open it (or not).
@@ -258,10 +291,11 @@ type Hello struct {
 // request fields added since protocol 1 (request_test.go names them).
 const (
 	FeatureWaitForBroker = "wait_for_broker" // wait_for_broker_ms of send, ask, bcast
+	FeatureWatch         = "watch"           // op watch
 )
 
 // Features is what this build's gateway announces.
-var Features = []string{FeatureWaitForBroker}
+var Features = []string{FeatureWaitForBroker, FeatureWatch}
 
 // Has is whether the gateway that said h announces feature f.
 func (h *Hello) Has(f string) bool { return h != nil && slices.Contains(h.Features, f) }

@@ -258,6 +258,9 @@ type TraceRequest struct {
 	TimeoutMS int64  `json:"timeout_ms,omitempty"`
 }
 
+// WatchRequest opens the gateway's watch stream (Response.Event).
+type WatchRequest struct{ Head }
+
 // UnknownRequest is a frame whose op this build does not know (a newer
 // command's): the gateway answers it with an error. Its Op is sent as
 // it is.
@@ -286,6 +289,7 @@ func (*PurgeDeadRequest) op() string     { return OpPurgeDead }
 func (*SpawnRequest) op() string         { return OpSpawn }
 func (*StopRequest) op() string          { return OpStop }
 func (*TraceRequest) op() string         { return OpTrace }
+func (*WatchRequest) op() string         { return OpWatch }
 func (r *UnknownRequest) op() string     { return r.Op }
 
 // newRequest is an empty request of op, for DecodeRequest to fill; an
@@ -338,6 +342,8 @@ func newRequest(op string) Request {
 		return &StopRequest{}
 	case OpTrace:
 		return &TraceRequest{}
+	case OpWatch:
+		return &WatchRequest{}
 	}
 	return &UnknownRequest{}
 }

@@ -47,7 +47,17 @@ type Log struct {
 	opt  Options
 
 	rot sync.RWMutex // the set of file names: renamed under Lock, opened for a search under RLock
+
+	tap Tap // set once, before the first write (SetTap)
 }
+
+// Tap is told every line as it is written: the gateway's watch stream.
+// It must not block.
+type Tap interface{ Tap(Line) }
+
+// SetTap has every line from now on told to t too. Call it before the
+// log is shared.
+func (l *Log) SetTap(t Tap) { l.tap = t }
 
 // Open opens (creating 0600) the audit log at path for appending.
 func Open(path, host string, opt Options) (*Log, error) {
@@ -94,7 +104,11 @@ func (l *Log) Message(event string, env *envelope.Envelope, attempt int, reason 
 	if l == nil {
 		return
 	}
-	l.write(l.appendLine(nil, l.messageLine(event, env, attempt, reason)))
+	line := l.messageLine(event, env, attempt, reason)
+	l.write(l.appendLine(nil, line))
+	if l.tap != nil {
+		l.tap.Tap(line)
+	}
 }
 
 // Messages records one event about each of envs, with one write.
@@ -104,7 +118,11 @@ func (l *Log) Messages(event string, envs []*envelope.Envelope, attempt int, rea
 	}
 	var data []byte
 	for _, env := range envs {
-		data = l.appendLine(data, l.messageLine(event, env, attempt, reason))
+		line := l.messageLine(event, env, attempt, reason)
+		data = l.appendLine(data, line)
+		if l.tap != nil {
+			l.tap.Tap(line)
+		}
 	}
 	l.write(data)
 }
@@ -152,6 +170,9 @@ func (l *Log) Write(line Line) {
 		return
 	}
 	l.write(l.appendLine(nil, line))
+	if l.tap != nil {
+		l.tap.Tap(line)
+	}
 }
 
 func (l *Log) appendLine(dst []byte, line Line) []byte {

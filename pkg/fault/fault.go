@@ -164,6 +164,7 @@ const (
 	KindBrokerDown         Kind = "broker_down"
 	KindBrokerBlocked      Kind = "broker_blocked"
 	KindShuttingDown       Kind = "shutting_down"
+	KindSlowWatcher        Kind = "slow_watcher" // a watch stream read too slowly: dropped
 	KindInternal           Kind = "internal"
 	KindLaunchFailed       Kind = "launch_failed"
 	KindSpawnUncertain     Kind = "spawn_uncertain"

@@ -35,6 +35,7 @@ var KindTable = []KindInfo{
 	{Kind: KindBrokerDown, Hint: "fleet-gw status shows the broker's state; try again once it is connected"},
 	{Kind: KindBrokerBlocked, Hint: "the broker is short of memory or disk (rabbitmq-diagnostics alarms); try again once it has room"},
 	{Kind: KindShuttingDown, Hint: "try again once the gateway is back: fleet-gw status"},
+	{Kind: KindSlowWatcher, Hint: "read the stream as it comes (a pipe into a slow program falls behind): {cmd} again, into a faster reader or a file"},
 	{Kind: KindInternal, Hint: "a bug in fleet: report it with the gateway's log around this time (journalctl --user -u fleet-gw)"},
 	{Kind: KindLaunchFailed, Hint: "the command's output is in the message; check the profile on the target host (fleet-config(5)), then spawn again"},
 	{Kind: KindSpawnUncertain, Hint: "look before spawning again: fleet-roster lists the entity if it came up"},

@@ -276,7 +276,7 @@ func (g *Gateway) setGroups(req *api.GroupsRequest) (*api.Response, error) {
 			g.log.Warn("inbox not rebound now; it will be on the next connection", "entity", e.Name, "err", err)
 		}
 	}
-	g.said.Change(gid)
+	g.notes.Change(gid)
 	row := g.row(*e, nil, nil)
 	return &api.Response{Entity: &row}, nil
 }

@@ -306,7 +306,7 @@ func (g *Gateway) setStatus(pid int32, req *api.StatusRequest) (*api.Response, e
 	if program != "" {
 		g.log.Info("agent's program learnt from its first hook", "entity", e.Name, "program", program)
 	}
-	g.said.Change(e.Gid)
+	g.notes.Change(e.Gid)
 	row := g.row(*e, nil, nil)
 	return &api.Response{Entity: &row}, nil
 }

@@ -49,6 +49,7 @@ import (
 //	dlq    dlq.go         fleet-dlq: dead letters replayed (once) and purged
 //	peers  peers.go       what was heard of the other hosts (the remote roster, by name)
 //	said   announcer.go   this host's presence chain: what it announced of its entities
+//	watch  watch.go       the watch stream: every audit line and change of state, to its watchers
 //	keys   sealkeys.go    this host's sealing keys: rotation announced, retired keys destroyed
 //	admit  admit.go       what a message from the broker must prove
 //	seal   sealing.go     text sealed to the hosts that deliver it, opened once admitted
@@ -72,6 +73,8 @@ type Gateway struct {
 	admits  *admitsView  // admits.go: which hosts each other host admits
 	heardMu sync.Mutex   // one save of peers' last words at a time (presence.go saveHeard)
 	said    *announcer   // announcer.go: this host's presence chain
+	watch   *watchers    // watch.go: the watch stream (fleet-roster --watch, fleet-top)
+	notes   changes      // watch.go: who is told of a change of an entity's state (said, watch)
 	keys    *sealKeys    // sealkeys.go: this host's sealing keys (nil: single-host mode)
 	admit   *admission   // nil: single-host mode
 	seal    *sealing     // sealing.go: text sealed to the hosts that deliver it (nil: single-host mode)
@@ -132,6 +135,7 @@ func New(cfg *config.Config, log *slog.Logger) *Gateway {
 		ready:  make(chan struct{}),
 		scrape: &scrapes{log: log.With("host", cfg.Host)},
 	}
+	g.watch = newWatchers(cfg.Host, g.log, g.reg)
 	g.said = newAnnouncer(cfg.Host, cfg.PresenceInterval, cfg.PresenceTTL, g.log, announceHooks{
 		row: func(gid string) (api.EntityRow, bool) {
 			b := g.reg.Get(gid)
@@ -158,6 +162,7 @@ func New(cfg *config.Config, log *slog.Logger) *Gateway {
 		// a name more than one trusted host has, told once (names.go)
 		told: func() { g.names.TellAll(g.cfg.Host, append(g.reg.Rows(), g.remoteRows()...)) },
 	})
+	g.notes = changes{g.said, g.watch}
 	return g
 }
 
@@ -482,8 +487,10 @@ func (g *Gateway) open() error {
 		return fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot open the audit log in %s", dir)
 	}
 	g.audit = a
-	g.wake = newWakes(g.cfg, st, g.log, a, g.said.Change)
-	g.follow = newFollowers(st, g.log, g.said.Change)
+	a.SetTap(g.watch)
+	changed := g.notes.Change // a change of an entity's state: announced, and watched
+	g.wake = newWakes(g.cfg, st, g.log, a, changed)
+	g.follow = newFollowers(st, g.log, changed)
 	g.caps = newInboxCaps(st, g.cfg.InboxMaxLength, g.cfg.InboxTTL, g.log, a, g.metrics, capHooks{
 		held: func(gid, key string) bool {
 			b := g.reg.Get(gid)
@@ -505,7 +512,7 @@ func (g *Gateway) open() error {
 	g.boxes = &inboxes{cfg: g.cfg, st: st, log: g.log, audit: a, metrics: g.metrics,
 		reg: g.reg, rdv: g.rdv, wake: g.wake, rcpt: g.rcpt, crash: g.crash, workers: &g.workers,
 		peers: g.peers, names: g.names, follow: g.follow, caps: g.caps,
-		change: g.said.Change,
+		change: changed,
 		br:     func() *broker.Broker { return g.br },
 		admit:  func() *admission { return g.admit },
 		run:    func() context.Context { return g.runCtx },

@@ -128,6 +128,9 @@ func (g *Gateway) handle(uc *net.UnixConn, gd *guard, sl *slot) {
 		case *api.WaitReplyRequest:
 			g.waitReply(c, req)
 			return
+		case *api.WatchRequest: // watch.go
+			g.watch.Serve(c, g.runCtx.Done())
+			return
 		}
 		resp, err := g.dispatch(c, req)
 		sl.set(holdIdle)
@@ -161,7 +164,7 @@ func (g *Gateway) handle(uc *net.UnixConn, gd *guard, sl *slot) {
 // a stream, or a wait for an answer or a state.
 func holdsOpen(req api.Request) bool {
 	switch req := req.(type) {
-	case *api.RecvRequest, *api.AskRequest, *api.WaitReplyRequest, *api.WaitRequest:
+	case *api.RecvRequest, *api.AskRequest, *api.WaitReplyRequest, *api.WaitRequest, *api.WatchRequest:
 		return true
 	case *api.SendRequest:
 		return req.Wait

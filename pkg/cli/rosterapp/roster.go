@@ -140,7 +140,7 @@ func listFlags() []ucli.Flag {
 	return []ucli.Flag{
 		&ucli.StringFlag{Name: "host", Usage: "only entities on host H"},
 		&ucli.StringFlag{Name: "group", Usage: "only members of group G"},
-		&ucli.BoolFlag{Name: "watch", Aliases: []string{"w"}, Usage: "stream changes (JSON Lines) or redraw the table (terminal)"},
+		&ucli.BoolFlag{Name: "watch", Aliases: []string{"w"}, Usage: "stream changes (JSON Lines: entity rows, gone rows, and the gateway's events, never a message's text) or redraw the table (terminal)"},
 	}
 }
 
@@ -208,7 +208,14 @@ func runList(c *ucli.Context) error {
 	if !lineageBool(c, "watch") {
 		return printRoster(c, rows)
 	}
-	return watchRoster(c, rows, fetch)
+	var stream *eventStream
+	if s.Client.Hello.Has(api.FeatureWatch) { // an older gateway: the rows alone
+		if stream, err = openEvents(c); err != nil {
+			return err
+		}
+		defer stream.close()
+	}
+	return watchRoster(c, rows, fetch, stream)
 }
 
 func printRoster(c *ucli.Context, rows []api.EntityRow) error {
@@ -294,7 +301,7 @@ func tableRows(rows []api.EntityRow) [][]string {
 // watchRoster polls the view and prints what changed: JSON Lines of
 // {"type":"entity",...} and {"type":"gone",...}, or a redrawn table on a
 // terminal. It runs until interrupted.
-func watchRoster(c *ucli.Context, rows []api.EntityRow, fetch func() ([]api.EntityRow, error)) error {
+func watchRoster(c *ucli.Context, rows []api.EntityRow, fetch func() ([]api.EntityRow, error), stream *eventStream) error {
 	asJSON := jsonOut(c)
 	type key struct{ host, gid string }
 	seen := map[key]string{}
@@ -346,6 +353,21 @@ func watchRoster(c *ucli.Context, rows []api.EntityRow, fetch func() ([]api.Enti
 		case <-c.Context.Done():
 			return nil
 		case <-t.C:
+		case ev, ok := <-stream.events():
+			if !ok {
+				return stream.err
+			}
+			if asJSON {
+				if err := fleetcli.PrintJSON(c.App.Writer, struct {
+					Type string `json:"type"`
+					api.WatchEvent
+				}{"event", ev}); err != nil {
+					return err
+				}
+			}
+			if !rowEvent[ev.Event] {
+				continue
+			}
 		}
 		rows, err := fetch()
 		if err != nil {

@@ -1,0 +1,189 @@
+package gateway
+
+// watch.go — the watch stream (issue 38): what happens on this gateway,
+// as events, to whoever holds an OpWatch connection (fleet-roster
+// --watch, fleet-top). The events come from the parts that already say
+// what happened: every audit line (the audit log's tap: messages,
+// receipts, bounces, joins and leaves, dead letters), the entities'
+// changes of state (the change notices presence announces), and the
+// peers' changes (peers.go). No event carries a message's text, and no
+// event adds traffic between hosts: another host's rows are what this
+// gateway hears anyway.
+//
+// A watcher never slows the gateway: an event is handed to each
+// watcher's bounded queue without waiting, and a watcher whose queue is
+// full is dropped, told why (slow_watcher) if its socket still takes a
+// frame within watchWrite.
+
+import (
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fleetd/fleet/pkg/api"
+	"github.com/fleetd/fleet/pkg/audit"
+	"github.com/fleetd/fleet/pkg/fault"
+)
+
+// watchQueue is how many events a watcher may be behind before it is
+// dropped; watchWrite how long one frame to it may take.
+const (
+	watchQueue = 1024
+	watchWrite = 5 * time.Second
+)
+
+// watchers owns the open watch streams: who watches, and each one's
+// queue. Emit is safe from any goroutine and costs one atomic load when
+// nobody watches.
+type watchers struct {
+	host string
+	log  *slog.Logger
+	reg  *registry // an entity's state, for its status events
+
+	n    atomic.Int32 // open watchers: Emit's fast path
+	mu   sync.Mutex
+	subs map[*watcher]struct{}
+}
+
+// watcher is one open stream: its queue, and dropped, closed once when
+// it fell behind.
+type watcher struct {
+	ch      chan api.WatchEvent
+	dropped chan struct{}
+}
+
+func newWatchers(host string, log *slog.Logger, reg *registry) *watchers {
+	return &watchers{host: host, log: log, reg: reg, subs: map[*watcher]struct{}{}}
+}
+
+// Emit hands ev to every watcher, never waiting: one that has no room is
+// dropped.
+func (w *watchers) Emit(ev api.WatchEvent) {
+	if w == nil || w.n.Load() == 0 {
+		return
+	}
+	if ev.Time.IsZero() {
+		ev.Time = time.Now().UTC()
+	}
+	ev.Host = w.host
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for s := range w.subs {
+		select {
+		case s.ch <- ev:
+		default:
+			delete(w.subs, s)
+			w.n.Add(-1)
+			close(s.dropped)
+		}
+	}
+}
+
+// Tap is the audit log's tap: each audit line, as an event.
+func (w *watchers) Tap(l audit.Line) {
+	if w.n.Load() == 0 {
+		return
+	}
+	w.Emit(api.WatchEvent{Time: l.Time, Event: l.Event, Entity: l.Entity, TraceID: dash(l.TraceID), MsgID: l.MsgID,
+		Kind: l.Kind, Sender: l.Sender, Recipient: l.Recipient, Size: l.Size, Attempt: l.Attempt, Reason: l.Reason})
+}
+
+// dash is s, "" for the audit log's "-" (a line of no trace).
+func dash(s string) string {
+	if s == "-" {
+		return ""
+	}
+	return s
+}
+
+// Change is a change notice of a local entity: its state now, as a
+// status event.
+func (w *watchers) Change(gid string) {
+	if w.n.Load() == 0 {
+		return
+	}
+	b := w.reg.Get(gid)
+	if b == nil {
+		return // left: its "left" audit line says so
+	}
+	e := b.snapshot()
+	w.Emit(api.WatchEvent{Event: "status", Entity: e.Name, Gid: e.Gid, Status: e.Status, Reason: e.StatusReason})
+}
+
+// Peer is a host seen going live, stale or gone.
+func (w *watchers) Peer(host, status, reason string) {
+	w.Emit(api.WatchEvent{Event: "peer", Peer: host, Status: status, Reason: reason})
+}
+
+func (w *watchers) add() *watcher {
+	s := &watcher{ch: make(chan api.WatchEvent, watchQueue), dropped: make(chan struct{})}
+	w.mu.Lock()
+	w.subs[s] = struct{}{}
+	w.n.Add(1)
+	w.mu.Unlock()
+	return s
+}
+
+func (w *watchers) remove(s *watcher) {
+	w.mu.Lock()
+	if _, ok := w.subs[s]; ok {
+		delete(w.subs, s)
+		w.n.Add(-1)
+	}
+	w.mu.Unlock()
+}
+
+// Serve streams events to c until the client goes, the gateway stops
+// (closing), or the watcher falls behind. The first frame is an OK
+// without an event: the stream is open, and every event after it is
+// sent.
+func (w *watchers) Serve(c *conn, closing <-chan struct{}) {
+	s := w.add()
+	defer w.remove(s)
+	gone := make(chan struct{})
+	go func() {
+		// the client sends nothing more: a read ends when it closes
+		var one [1]byte
+		c.c.SetReadDeadline(time.Time{})
+		c.c.Read(one[:])
+		close(gone)
+	}()
+	if w.write(c, &api.Response{OK: true}) != nil {
+		return
+	}
+	for {
+		select {
+		case ev := <-s.ch:
+			if w.write(c, &api.Response{OK: true, Event: &ev}) != nil {
+				return
+			}
+		case <-s.dropped:
+			w.log.Warn("a watcher fell behind: dropped", "pid", c.pid, "queue", watchQueue)
+			w.write(c, &api.Response{Error: api.FromFault(fault.New(fault.TempFail, fault.KindSlowWatcher,
+				"this watch stream fell %d events behind: the gateway dropped it", watchQueue))})
+			return
+		case <-gone:
+			return
+		case <-closing:
+			w.write(c, &api.Response{Error: api.FromFault(fault.New(fault.Unavailable, fault.KindShuttingDown, "the gateway is shutting down"))})
+			return
+		}
+	}
+}
+
+func (w *watchers) write(c *conn, resp *api.Response) error {
+	c.c.SetWriteDeadline(time.Now().Add(watchWrite))
+	return c.reply(resp)
+}
+
+// changes are the parts told of a change of a local entity's state:
+// presence (announcer.go) and the watch stream.
+type changes []interface{ Change(gid string) }
+
+// Change tells each of them of gid's change.
+func (cs changes) Change(gid string) {
+	for _, c := range cs {
+		c.Change(gid)
+	}
+}
