@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -96,6 +97,9 @@ func loginRefused(err error) bool {
 // handshake), so a silent node costs seconds, not the library's 30.
 const dialTimeout = 5 * time.Second
 
+// setupBound bounds the declares and binds after the dial (connectTo).
+const setupBound = 15 * time.Second
+
 // refusedAtStart is how long a starting gateway retries a login the broker
 // refuses before it stops with 77.
 const refusedAtStart = 5 * time.Second
@@ -118,14 +122,21 @@ func (b *Broker) Run(ctx context.Context) {
 	pol := backoff.Policy{Base: 200 * time.Millisecond, Max: 10 * time.Second, Jitter: true}
 	failures := 0
 	said := "" // the reason last logged
-	var takenSince, refusedSince time.Time
+	var takenSince, refusedSince, takenSaid time.Time
 	for ctx.Err() == nil {
 		gen, err := b.connect(ctx)
 		if errors.Is(err, errHostTaken) {
 			if takenSince.IsZero() {
 				takenSince = time.Now()
+				takenSaid = takenSince
 				b.log.Error("another live connection holds host id "+b.cfg.Host+" on the broker: waiting for it to go",
 					"queue", RosterQueue(b.cfg.Host), "bound", b.ClaimWait().String())
+			} else if time.Since(takenSaid) >= 15*time.Second {
+				// after a lost connection there is no bound (it is most
+				// likely our own, not yet reaped): say it is still so
+				takenSaid = time.Now()
+				b.log.Warn("host id "+b.cfg.Host+" still held on the broker by another connection",
+					"queue", RosterQueue(b.cfg.Host), "for", time.Since(takenSince).Round(time.Second).String())
 			}
 			if time.Since(takenSince) > b.ClaimWait() && !b.lostOnce {
 				b.fatal <- fault.New(fault.Conflict, fault.KindHostTaken,
@@ -239,9 +250,24 @@ func (b *Broker) connectTo(ctx context.Context, raw string) (*generation, error)
 		pubConn.Close()
 		return nil, err
 	}
+	// the set-up below is RPCs that amqp091-go never times out: a node
+	// that keeps the connection alive (heartbeats) but does not answer a
+	// declare would hold this gateway off the broker for good. Past
+	// setupBound both connections are closed, which ends the RPC waiting.
+	var stalled atomic.Bool
+	watchdog := time.AfterFunc(setupBound, func() {
+		stalled.Store(true)
+		pubConn.CloseDeadline(time.Now().Add(time.Second))
+		subConn.CloseDeadline(time.Now().Add(time.Second))
+	})
+	defer watchdog.Stop()
 	fail := func(err error) (*generation, error) {
+		watchdog.Stop()
 		pubConn.Close()
 		subConn.Close()
+		if stalled.Load() && !errors.Is(err, errHostTaken) {
+			err = fmt.Errorf("the broker did not answer this gateway's set-up within %v: %w", setupBound, err)
+		}
 		return nil, err
 	}
 	ch, err := declareShared(subConn, b.cfg.Limits)
@@ -287,6 +313,10 @@ func (b *Broker) connectTo(ctx context.Context, raw string) (*generation, error)
 	if err != nil {
 		cancel()
 		return fail(err)
+	}
+	if !watchdog.Stop() { // fired as the set-up ended: the connections are closing
+		cancel()
+		return fail(errors.New("set-up finished as its bound closed the connections"))
 	}
 	gen.pub = pub
 	return gen, nil
