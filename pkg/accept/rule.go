@@ -147,3 +147,51 @@ func Decide(rules []Rule, s Sender, k Kind) (Rule, bool) {
 	}
 	return Rule{}, false
 }
+
+// ParseAll reads a list of rules, as given (a flag repeated, a config
+// value split at commas): the first bad one is the error.
+func ParseAll(patterns []string) ([]Rule, error) {
+	rules := make([]Rule, 0, len(patterns))
+	for _, p := range patterns {
+		r, err := Parse(strings.TrimSpace(p))
+		if err != nil {
+			return nil, err
+		}
+		rules = append(rules, r)
+	}
+	return rules, nil
+}
+
+// Everyone reports whether rules accept every kind from everyone (a *
+// with no kinds): the policy that needs no look at the sender.
+func Everyone(rules []Rule) bool {
+	for _, r := range rules {
+		if r.Any && r.Kinds == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// NeedsGroups reports whether a rule names a group: only then are the
+// sender's groups looked up.
+func NeedsGroups(rules []Rule) bool {
+	for _, r := range rules {
+		if r.Group != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// String is the rules as given, separated by commas ("nothing": none).
+func String(rules []Rule) string {
+	if len(rules) == 0 {
+		return "nothing"
+	}
+	s := make([]string, len(rules))
+	for i, r := range rules {
+		s[i] = r.Raw
+	}
+	return strings.Join(s, ", ")
+}

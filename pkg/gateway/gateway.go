@@ -83,6 +83,7 @@ type Gateway struct {
 	follow  *followers   // follow.go: who reads the pull entities; set once the store is open
 	caps    *inboxCaps   // inboxcap.go: set once the store is open
 	in      *intake      // intake.go: a message into its inbox; set once the store is open
+	policy  *policy      // policy.go: who may reach an entity of this host; set once the store is open
 	boxes   *inboxes     // inbox.go: entities made live, their delivery workers, dead-lettering; set once the store is open
 	route   *router      // route.go: the routing fork, sends, what became of them; set once the store is open
 	rcpt    *receipts    // receipt.go: records settled across hosts, bounces; set once the store is open
@@ -545,9 +546,11 @@ func (g *Gateway) open() error {
 		ctx:     func() context.Context { return g.hardCtx },
 		closing: func() <-chan struct{} { return g.runCtx.Done() },
 	}
+	g.policy = newPolicy(g.cfg.Host, g.cfg.AcceptDefault, st, g.reg, g.peers, a, g.metrics) // policy.go
+	g.exec.policy = g.policy
 	g.in = &intake{
 		host: g.cfg.Host, stateDir: dir, st: st, log: g.log, audit: a, metrics: g.metrics,
-		reg: g.reg, rdv: g.rdv, caps: g.caps, crash: g.crash,
+		reg: g.reg, rdv: g.rdv, caps: g.caps, crash: g.crash, policy: g.policy,
 		kill:          g.boxes.Kill,
 		receipt:       g.rcpt.Take,
 		answer:        g.onAnswer,
@@ -558,7 +561,7 @@ func (g *Gateway) open() error {
 	}
 	g.rcpt.in = g.in // a bounce is stored like any message
 	g.route = &router{cfg: g.cfg, st: st, log: g.log, audit: a, metrics: g.metrics,
-		reg: g.reg, peers: g.peers, names: g.names, admits: g.admits, caps: g.caps, in: g.in, rcpt: g.rcpt,
+		reg: g.reg, peers: g.peers, names: g.names, admits: g.admits, caps: g.caps, in: g.in, rcpt: g.rcpt, policy: g.policy,
 		br:     func() *broker.Broker { return g.br },
 		admit:  func() *admission { return g.admit },
 		caller: g.caller, remote: g.remoteRows, heard: g.saveHeard,
