@@ -136,7 +136,7 @@ func New(cfg *config.Config, log *slog.Logger) *Gateway {
 		ready:  make(chan struct{}),
 		scrape: &scrapes{log: log.With("host", cfg.Host)},
 	}
-	g.watch = newWatchers(cfg.Host, g.log, g.reg)
+	g.watch = newWatchers(cfg.Host, g.log, g.reg, g.peers, cfg.PresenceTTL)
 	g.said = newAnnouncer(cfg.Host, cfg.PresenceInterval, cfg.PresenceTTL, g.log, announceHooks{
 		row: func(gid string) (api.EntityRow, bool) {
 			b := g.reg.Get(gid)
@@ -216,6 +216,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 			Limits: broker.Limits{MaxLength: g.cfg.InboxMaxLength, TTL: g.cfg.InboxTTL, DLQLength: broker.DLQLength, QueueType: g.cfg.InboxQueueType},
 		}, g.log, g.in.Take) // intake.go: a delivery to a local inbox, to the store or its part
 		g.rcpt.br = g.br             // receipts cross hosts from now on
+		g.watch.Link(g.br)           // watch.go: the peers' states follow the connection
 		g.br.OnBatch(g.in.TakeBatch) // intake.go: what an inbox's consumer had waiting, runs of mail stored at once
 		g.br.OnPresence(g.onPresence)
 		// names.go: what an untrusted host announces is named in a 67, never believed

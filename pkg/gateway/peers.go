@@ -673,6 +673,23 @@ func (v *peerView) hostLocked(host string, now time.Time, connected bool, ttl ti
 	return hostUnknown, v.gone[host]
 }
 
+// States is how each host in the view, or gone from it, reads at now
+// (HostState): what the watch stream's peer events follow.
+func (v *peerView) States(now time.Time, connected bool, ttl time.Duration) map[string]string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	out := make(map[string]string, len(v.peers)+len(v.gone))
+	for h := range v.peers {
+		out[h], _ = v.hostLocked(h, now, connected, ttl)
+	}
+	for h := range v.gone {
+		if _, ok := out[h]; !ok {
+			out[h], _ = v.hostLocked(h, now, connected, ttl)
+		}
+	}
+	return out
+}
+
 // Peers lists the other hosts, sorted: the trusted ones (from the trust
 // file, this host left out) and every host in the view or gone from it,
 // each with its state; a host heard but not trusted reads untrusted.

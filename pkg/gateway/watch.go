@@ -17,6 +17,8 @@ package gateway
 
 import (
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,6 +43,15 @@ type watchers struct {
 	log  *slog.Logger
 	reg  *registry // an entity's state, for its status events
 
+	// the peers' states, read while anyone watches (peerLoop): the view,
+	// the presence TTL and the broker (linked once in Run; nil in
+	// single-host mode, where there are no peers)
+	peers *peerView
+	ttl   time.Duration
+	link  linkState
+	every time.Duration // how often the peers' states are read
+	stop  chan struct{} // closed when the last watcher goes: peerLoop ends
+
 	n    atomic.Int32 // open watchers: Emit's fast path
 	mu   sync.Mutex
 	subs map[*watcher]struct{}
@@ -53,9 +64,16 @@ type watcher struct {
 	dropped chan struct{}
 }
 
-func newWatchers(host string, log *slog.Logger, reg *registry) *watchers {
-	return &watchers{host: host, log: log, reg: reg, subs: map[*watcher]struct{}{}}
+// linkState is whether this gateway is connected to the broker now.
+type linkState interface{ Connected() bool }
+
+func newWatchers(host string, log *slog.Logger, reg *registry, peers *peerView, ttl time.Duration) *watchers {
+	return &watchers{host: host, log: log, reg: reg, peers: peers, ttl: ttl, every: 500 * time.Millisecond, subs: map[*watcher]struct{}{}}
 }
+
+// Link gives the watch stream the broker whose connection decides how the
+// peers read (Run, before any client is served).
+func (w *watchers) Link(l linkState) { w.link = l }
 
 // Emit hands ev to every watcher, never waiting: one that has no room is
 // dropped.
@@ -74,7 +92,7 @@ func (w *watchers) Emit(ev api.WatchEvent) {
 		case s.ch <- ev:
 		default:
 			delete(w.subs, s)
-			w.n.Add(-1)
+			w.dropLocked()
 			close(s.dropped)
 		}
 	}
@@ -111,16 +129,19 @@ func (w *watchers) Change(gid string) {
 	w.Emit(api.WatchEvent{Event: "status", Entity: e.Name, Gid: e.Gid, Status: e.Status, Reason: e.StatusReason})
 }
 
-// Peer is a host seen going live, stale or gone.
-func (w *watchers) Peer(host, status, reason string) {
-	w.Emit(api.WatchEvent{Event: "peer", Peer: host, Status: status, Reason: reason})
+// Peer is a host seen going live, stale, gone or unknown.
+func (w *watchers) Peer(host, status string) {
+	w.Emit(api.WatchEvent{Event: "peer", Peer: host, Status: status})
 }
 
 func (w *watchers) add() *watcher {
 	s := &watcher{ch: make(chan api.WatchEvent, watchQueue), dropped: make(chan struct{})}
 	w.mu.Lock()
 	w.subs[s] = struct{}{}
-	w.n.Add(1)
+	if w.n.Add(1) == 1 && w.link != nil {
+		w.stop = make(chan struct{})
+		go w.peerLoop(w.stop)
+	}
 	w.mu.Unlock()
 	return s
 }
@@ -129,9 +150,44 @@ func (w *watchers) remove(s *watcher) {
 	w.mu.Lock()
 	if _, ok := w.subs[s]; ok {
 		delete(w.subs, s)
-		w.n.Add(-1)
+		w.dropLocked()
 	}
 	w.mu.Unlock()
+}
+
+// dropLocked counts one watcher gone; the last one ends peerLoop. w.mu
+// is held.
+func (w *watchers) dropLocked() {
+	if w.n.Add(-1) == 0 && w.stop != nil {
+		close(w.stop)
+		w.stop = nil
+	}
+}
+
+// peerLoop reads the peers' states while anyone watches, and says each
+// change as a peer event. A host goes stale or gone by time passing, not
+// by anything heard, so it is read, every w.every: from the view this
+// gateway keeps anyway, with no traffic between hosts. What the peers
+// read when the first watcher came is the baseline, not an event
+// (fleet-gw status --json lists them).
+func (w *watchers) peerLoop(stop <-chan struct{}) {
+	t := time.NewTicker(w.every)
+	defer t.Stop()
+	last := w.peers.States(time.Now(), w.link.Connected(), w.ttl)
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		now := w.peers.States(time.Now(), w.link.Connected(), w.ttl)
+		for _, host := range slices.Sorted(maps.Keys(now)) {
+			if now[host] != last[host] {
+				w.Peer(host, now[host])
+			}
+		}
+		last = now
+	}
 }
 
 // Serve streams events to c until the client goes, the gateway stops
