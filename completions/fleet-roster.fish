@@ -17,7 +17,7 @@ function __fleet_roster_at
                 return 1 # the rest is text
             case '-*'
                 switch "$cmd:$w"
-                    case ':--socket' ':--state-dir' ':--config' ':--host' ':--group' 'list:--host' 'list:--group' 'list:--socket' 'list:--state-dir' 'list:--config' 'join:--mode' 'join:--tmux-target' 'join:--exec' 'join:--nudge' 'join:--group' 'join:--accept' 'join:--program' 'join:--turns' 'join:--paste' 'join:--header' 'join:--idle-screen' 'join:--socket' 'join:--state-dir' 'join:--config' 'leave:--socket' 'leave:--state-dir' 'leave:--config' 'status:--as' 'status:--socket' 'status:--state-dir' 'status:--config' 'whoami:--as' 'whoami:--socket' 'whoami:--state-dir' 'whoami:--config' 'group:--add' 'group:--remove' 'group:--socket' 'group:--state-dir' 'group:--config' 'accept:--socket' 'accept:--state-dir' 'accept:--config' 'hooks:--socket' 'hooks:--state-dir' 'hooks:--config' 'hooks.install:--project' 'hooks.install:--mcp' 'hooks.install:--approve' 'hooks.status:--project' 'hooks.remove:--project' 'hooks.doctor:--project' 'hooks.doctor:--entity' 'hooks.doctor:--watch' 'hooks.doctor:--socket' 'hooks.doctor:--state-dir' 'hooks.doctor:--config' 'dead:--socket' 'dead:--state-dir' 'dead:--config'
+                    case ':--socket' ':--state-dir' ':--config' ':--host' ':--group' ':--as' 'list:--host' 'list:--group' 'list:--as' 'list:--socket' 'list:--state-dir' 'list:--config' 'join:--mode' 'join:--tmux-target' 'join:--exec' 'join:--nudge' 'join:--group' 'join:--accept' 'join:--program' 'join:--turns' 'join:--paste' 'join:--header' 'join:--idle-screen' 'join:--socket' 'join:--state-dir' 'join:--config' 'leave:--socket' 'leave:--state-dir' 'leave:--config' 'status:--as' 'status:--socket' 'status:--state-dir' 'status:--config' 'whoami:--as' 'whoami:--socket' 'whoami:--state-dir' 'whoami:--config' 'group:--add' 'group:--remove' 'group:--socket' 'group:--state-dir' 'group:--config' 'accept:--socket' 'accept:--state-dir' 'accept:--config' 'hooks:--socket' 'hooks:--state-dir' 'hooks:--config' 'hooks.install:--project' 'hooks.install:--mcp' 'hooks.install:--approve' 'hooks.status:--project' 'hooks.remove:--project' 'hooks.doctor:--project' 'hooks.doctor:--entity' 'hooks.doctor:--watch' 'hooks.doctor:--socket' 'hooks.doctor:--state-dir' 'hooks.doctor:--config' 'dead:--socket' 'dead:--state-dir' 'dead:--config'
                         set skip 1 # the flag's value follows
                 end
             case '*'
@@ -82,6 +82,8 @@ complete -c fleet-roster -n '__fleet_roster_at ""' -l config -r -F -d 'config fi
 complete -c fleet-roster -n '__fleet_roster_at ""' -l host -x -a '(fleet-roster __complete hosts 2>/dev/null)' -d 'only entities on host H'
 complete -c fleet-roster -n '__fleet_roster_at ""' -l group -x -a '(fleet-roster __complete groups 2>/dev/null)' -d 'only members of group G'
 complete -c fleet-roster -n '__fleet_roster_at ""' -l watch -s w -d 'stream changes (JSON Lines: entity rows, gone rows, and the gateway\'s events, never a message\'s text) or redraw the table (terminal)'
+complete -c fleet-roster -n '__fleet_roster_at ""' -l text -d 'with --watch: the events of messages stored in your own inbox carry their text (body); takes your credential (FLEET_TOKEN or --as)'
+complete -c fleet-roster -n '__fleet_roster_at ""' -l as -x -a '(fleet-roster __complete entities 2>/dev/null)' -d 'act as NAME, reading its owner-only credential file (default: env FLEET_TOKEN)'
 complete -c fleet-roster -n '__fleet_roster_at ""' -l json -d 'machine-readable output: one JSON object, or JSON Lines for streams'
 complete -c fleet-roster -n '__fleet_roster_at ""' -l help -s h -d 'show help'
 complete -c fleet-roster -n '__fleet_roster_at ""' -l version -d 'print the version'
@@ -99,6 +101,8 @@ complete -c fleet-roster -n '__fleet_roster_at "" 0' -a 'dead' -d 'list dead let
 complete -c fleet-roster -n '__fleet_roster_at list' -l host -x -a '(fleet-roster __complete hosts 2>/dev/null)' -d 'only entities on host H'
 complete -c fleet-roster -n '__fleet_roster_at list' -l group -x -a '(fleet-roster __complete groups 2>/dev/null)' -d 'only members of group G'
 complete -c fleet-roster -n '__fleet_roster_at list' -l watch -s w -d 'stream changes (JSON Lines: entity rows, gone rows, and the gateway\'s events, never a message\'s text) or redraw the table (terminal)'
+complete -c fleet-roster -n '__fleet_roster_at list' -l text -d 'with --watch: the events of messages stored in your own inbox carry their text (body); takes your credential (FLEET_TOKEN or --as)'
+complete -c fleet-roster -n '__fleet_roster_at list' -l as -x -a '(fleet-roster __complete entities 2>/dev/null)' -d 'act as NAME, reading its owner-only credential file (default: env FLEET_TOKEN)'
 complete -c fleet-roster -n '__fleet_roster_at list' -l json -d 'machine-readable output: one JSON object, or JSON Lines for streams'
 complete -c fleet-roster -n '__fleet_roster_at list' -l socket -r -F -d 'the gateway\'s socket (env FLEET_SOCKET)'
 complete -c fleet-roster -n '__fleet_roster_at list' -l state-dir -x -a '(__fish_complete_directories (commandline -ct))' -d 'the gateway\'s state folder, for --as (env FLEET_STATE_DIR)'

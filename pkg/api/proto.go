@@ -151,6 +151,9 @@ type WatchEvent struct {
 	Size      int       `json:"size,omitempty"`
 	Attempt   int       `json:"attempt,omitempty"`
 	Reason    string    `json:"reason,omitempty"`
+	// Body: the text of a message stored in the watcher's own inbox,
+	// only when its watch asked for it (WatchRequest.Text)
+	Body string `json:"body,omitempty"`
 }
 
 // Opened is a sealed dead letter as this host's keys open it (or not).

@@ -271,8 +271,13 @@ type TraceRequest struct {
 	TimeoutMS int64  `json:"timeout_ms,omitempty"`
 }
 
-// WatchRequest opens the gateway's watch stream (Response.Event).
-type WatchRequest struct{ Head }
+// WatchRequest opens the gateway's watch stream (Response.Event). Text:
+// the events of messages stored in the caller's own inbox carry their
+// text (WatchEvent.Body); it takes the caller's credential.
+type WatchRequest struct {
+	Head
+	Text bool `json:"text,omitempty"`
+}
 
 // UnknownRequest is a frame whose op this build does not know (a newer
 // command's): the gateway answers it with an error. Its Op is sent as

@@ -56,6 +56,9 @@ type legacyRequest struct {
 	Add    []string `json:"add,omitempty"`
 	Remove []string `json:"remove,omitempty"`
 
+	// watch
+	Text bool `json:"text,omitempty"`
+
 	// accept (with Name)
 	Action   string   `json:"action,omitempty"`
 	Patterns []string `json:"patterns,omitempty"`

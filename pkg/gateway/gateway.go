@@ -469,6 +469,7 @@ func (g *Gateway) open() error {
 		return fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot open the store in %s", dir)
 	}
 	g.st = st
+	g.watch.st = st // watch.go: a watcher's own mail, for its text
 	switch host := st.Meta("host"); host {
 	case "":
 		if err := st.SetMeta("host", g.cfg.Host); err != nil {

@@ -26,6 +26,7 @@ import (
 	"github.com/fleetd/fleet/pkg/api"
 	"github.com/fleetd/fleet/pkg/audit"
 	"github.com/fleetd/fleet/pkg/fault"
+	"github.com/fleetd/fleet/pkg/store"
 )
 
 // watchQueue is how many events a watcher may be behind before it is
@@ -41,7 +42,8 @@ const (
 type watchers struct {
 	host string
 	log  *slog.Logger
-	reg  *registry // an entity's state, for its status events
+	reg  *registry    // an entity's state, for its status events
+	st   *store.Store // a watcher's own mail, for its text (nil: never)
 
 	// the peers' states, read while anyone watches (peerLoop): the view,
 	// the presence TTL and the broker (linked once in Run; nil in
@@ -193,8 +195,9 @@ func (w *watchers) peerLoop(stop <-chan struct{}) {
 // Serve streams events to c until the client goes, the gateway stops
 // (closing), or the watcher falls behind. The first frame is an OK
 // without an event: the stream is open, and every event after it is
-// sent.
-func (w *watchers) Serve(c *conn, closing <-chan struct{}) {
+// sent. own is the watcher's gid when it asked for its own mail's text
+// ("" otherwise): a message stored in that inbox carries it.
+func (w *watchers) Serve(c *conn, closing <-chan struct{}, own string) {
 	s := w.add()
 	defer w.remove(s)
 	gone := make(chan struct{})
@@ -211,6 +214,9 @@ func (w *watchers) Serve(c *conn, closing <-chan struct{}) {
 	for {
 		select {
 		case ev := <-s.ch:
+			if own != "" && ev.Recipient == own && (ev.Event == "accepted" || ev.Event == "taken") {
+				ev.Body = w.text(own, ev.MsgID)
+			}
 			if w.write(c, &api.Response{OK: true, Event: &ev}) != nil {
 				return
 			}
@@ -226,6 +232,24 @@ func (w *watchers) Serve(c *conn, closing <-chan struct{}) {
 			return
 		}
 	}
+}
+
+// text is the body of message msgID in gid's inbox ("" once it left it).
+func (w *watchers) text(gid, msgID string) string {
+	if w.st == nil {
+		return ""
+	}
+	rec, err := w.st.Record(msgID)
+	if err != nil || rec.Recipient != gid { // a broadcast copy is recorded per member
+		if rec, err = w.st.Record(msgID + "/" + gid); err != nil {
+			return ""
+		}
+	}
+	items, err := w.st.Head(gid, rec.Seq-1, 1)
+	if err != nil || len(items) == 0 || items[0].Seq != rec.Seq || items[0].Env.MsgID != msgID {
+		return ""
+	}
+	return items[0].Env.Body
 }
 
 func (w *watchers) write(c *conn, resp *api.Response) error {

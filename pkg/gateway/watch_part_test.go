@@ -67,7 +67,7 @@ func TestStuckWatcherToldOverItsSocket(t *testing.T) {
 	}
 	w := newWatchers("h1", slog.New(slog.NewTextHandler(io.Discard, nil)), newRegistry(), nil, 0)
 	served := make(chan struct{})
-	go func() { w.Serve(&conn{c: uc}, nil); uc.Close(); close(served) }()
+	go func() { w.Serve(&conn{c: uc}, nil, ""); uc.Close(); close(served) }()
 	read := func() *api.Response {
 		t.Helper()
 		client.SetReadDeadline(time.Now().Add(30 * time.Second))

@@ -145,6 +145,8 @@ func listFlags() []ucli.Flag {
 		&ucli.StringFlag{Name: "host", Usage: "only entities on host H"},
 		&ucli.StringFlag{Name: "group", Usage: "only members of group G"},
 		&ucli.BoolFlag{Name: "watch", Aliases: []string{"w"}, Usage: "stream changes (JSON Lines: entity rows, gone rows, and the gateway's events, never a message's text) or redraw the table (terminal)"},
+		&ucli.BoolFlag{Name: "text", Usage: "with --watch: the events of messages stored in your own inbox carry their text (body); takes your credential (FLEET_TOKEN or --as)"},
+		fleetcli.AsFlag(),
 	}
 }
 
@@ -210,6 +212,9 @@ func runList(c *ucli.Context) error {
 		return err
 	}
 	if !lineageBool(c, "watch") {
+		if lineageBool(c, "text") {
+			return fleetcli.Usage("--text is for --watch: the text of your own inbox's mail as it comes")
+		}
 		return printRoster(c, rows)
 	}
 	var stream *eventStream
