@@ -18,7 +18,7 @@ _fleet_roster() {
         -*)
             [[ ${COMP_WORDS[i+1]} == = ]] && continue
             case $cmd:$w in
-            :--socket|:--state-dir|:--config|:--host|:--group|list:--host|list:--group|list:--socket|list:--state-dir|list:--config|join:--mode|join:--tmux-target|join:--exec|join:--nudge|join:--group|join:--program|join:--turns|join:--paste|join:--header|join:--idle-screen|join:--socket|join:--state-dir|join:--config|leave:--socket|leave:--state-dir|leave:--config|status:--as|status:--socket|status:--state-dir|status:--config|whoami:--as|whoami:--socket|whoami:--state-dir|whoami:--config|group:--add|group:--remove|group:--socket|group:--state-dir|group:--config|hooks:--socket|hooks:--state-dir|hooks:--config|hooks.install:--project|hooks.install:--mcp|hooks.install:--approve|hooks.status:--project|hooks.remove:--project|hooks.doctor:--project|hooks.doctor:--entity|hooks.doctor:--watch|hooks.doctor:--socket|hooks.doctor:--state-dir|hooks.doctor:--config|dead:--socket|dead:--state-dir|dead:--config) i=$((i + 1)) ;; # skip the flag's value
+            :--socket|:--state-dir|:--config|:--host|:--group|:--as|list:--host|list:--group|list:--as|list:--socket|list:--state-dir|list:--config|join:--mode|join:--tmux-target|join:--exec|join:--nudge|join:--group|join:--accept|join:--program|join:--turns|join:--paste|join:--header|join:--idle-screen|join:--socket|join:--state-dir|join:--config|leave:--socket|leave:--state-dir|leave:--config|status:--as|status:--socket|status:--state-dir|status:--config|whoami:--as|whoami:--socket|whoami:--state-dir|whoami:--config|group:--add|group:--remove|group:--socket|group:--state-dir|group:--config|accept:--socket|accept:--state-dir|accept:--config|hooks:--socket|hooks:--state-dir|hooks:--config|hooks.install:--project|hooks.install:--mcp|hooks.install:--approve|hooks.status:--project|hooks.remove:--project|hooks.doctor:--project|hooks.doctor:--entity|hooks.doctor:--watch|hooks.doctor:--socket|hooks.doctor:--state-dir|hooks.doctor:--config|dead:--socket|dead:--state-dir|dead:--config) i=$((i + 1)) ;; # skip the flag's value
             esac
             ;;
         *)
@@ -30,6 +30,7 @@ _fleet_roster() {
                 :status) cmd=status; continue ;;
                 :whoami) cmd=whoami; continue ;;
                 :group) cmd=group; continue ;;
+                :accept) cmd=accept; continue ;;
                 :hooks) cmd=hooks; continue ;;
                 :dead) cmd=dead; continue ;;
                 hooks:install) cmd=hooks.install; continue ;;
@@ -45,27 +46,28 @@ _fleet_roster() {
     '<'|'>'|'>>') compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return 0 ;;
     esac
     case $cmd:$prev in
-    :--socket|:--config|list:--socket|list:--config|join:--socket|join:--config|leave:--socket|leave:--config|status:--socket|status:--config|whoami:--socket|whoami:--config|group:--socket|group:--config|hooks:--socket|hooks:--config|hooks.doctor:--socket|hooks.doctor:--config|dead:--socket|dead:--config) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return 0 ;;
-    :--state-dir|list:--state-dir|join:--state-dir|leave:--state-dir|status:--state-dir|whoami:--state-dir|group:--state-dir|hooks:--state-dir|hooks.install:--project|hooks.status:--project|hooks.remove:--project|hooks.doctor:--project|hooks.doctor:--state-dir|dead:--state-dir) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -d -- "$cur"); return 0 ;;
+    :--socket|:--config|list:--socket|list:--config|join:--socket|join:--config|leave:--socket|leave:--config|status:--socket|status:--config|whoami:--socket|whoami:--config|group:--socket|group:--config|accept:--socket|accept:--config|hooks:--socket|hooks:--config|hooks.doctor:--socket|hooks.doctor:--config|dead:--socket|dead:--config) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return 0 ;;
+    :--state-dir|list:--state-dir|join:--state-dir|leave:--state-dir|status:--state-dir|whoami:--state-dir|group:--state-dir|accept:--state-dir|hooks:--state-dir|hooks.install:--project|hooks.status:--project|hooks.remove:--project|hooks.doctor:--project|hooks.doctor:--state-dir|dead:--state-dir) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -d -- "$cur"); return 0 ;;
     :--host|list:--host) mapfile -t COMPREPLY < <(compgen -W "$(fleet-roster __complete hosts 2>/dev/null)" -- "$cur"); return 0 ;;
     :--group|list:--group|join:--group|group:--add|group:--remove) mapfile -t COMPREPLY < <(compgen -W "$(fleet-roster __complete groups 2>/dev/null)" -- "$cur"); return 0 ;;
+    :--as|list:--as|status:--as|whoami:--as|hooks.install:--mcp|hooks.doctor:--entity) mapfile -t COMPREPLY < <(compgen -W "$(fleet-roster __complete entities 2>/dev/null)" -- "$cur"); return 0 ;;
     join:--mode) mapfile -t COMPREPLY < <(compgen -W 'pull inject hook' -- "$cur"); return 0 ;;
-    join:--tmux-target|join:--program|join:--idle-screen|hooks.install:--approve|hooks.doctor:--watch) COMPREPLY=(); return 0 ;;
+    join:--tmux-target|join:--accept|join:--program|join:--idle-screen|hooks.install:--approve|hooks.doctor:--watch) COMPREPLY=(); return 0 ;;
     join:--exec|join:--nudge) mapfile -t COMPREPLY < <(compgen -c -- "$cur"); return 0 ;;
     join:--turns) mapfile -t COMPREPLY < <(compgen -W 'hooks none' -- "$cur"); return 0 ;;
     join:--paste) mapfile -t COMPREPLY < <(compgen -W 'auto line bracketed' -- "$cur"); return 0 ;;
     join:--header) mapfile -t COMPREPLY < <(compgen -W 'before after off' -- "$cur"); return 0 ;;
-    status:--as|whoami:--as|hooks.install:--mcp|hooks.doctor:--entity) mapfile -t COMPREPLY < <(compgen -W "$(fleet-roster __complete entities 2>/dev/null)" -- "$cur"); return 0 ;;
     esac
     if [[ $cur == -* ]]; then
         case $cmd in
-        '') mapfile -t COMPREPLY < <(compgen -W '--socket --state-dir --config --host --group --watch -w --json --help -h --version' -- "$cur") ;;
-        list) mapfile -t COMPREPLY < <(compgen -W '--host --group --watch -w --json --socket --state-dir --config --help -h' -- "$cur") ;;
-        join) mapfile -t COMPREPLY < <(compgen -W '--json --mode --tmux-target --exec --nudge --group --program --turns --paste --header --idle-screen --socket --state-dir --config --help -h' -- "$cur") ;;
+        '') mapfile -t COMPREPLY < <(compgen -W '--socket --state-dir --config --host --group --watch -w --text --as --json --help -h --version' -- "$cur") ;;
+        list) mapfile -t COMPREPLY < <(compgen -W '--host --group --watch -w --text --as --json --socket --state-dir --config --help -h' -- "$cur") ;;
+        join) mapfile -t COMPREPLY < <(compgen -W '--json --mode --tmux-target --exec --nudge --group --accept --program --turns --paste --header --idle-screen --socket --state-dir --config --help -h' -- "$cur") ;;
         leave) mapfile -t COMPREPLY < <(compgen -W '--json --socket --state-dir --config --help -h' -- "$cur") ;;
         status) mapfile -t COMPREPLY < <(compgen -W '--json --as --pane --socket --state-dir --config --help -h' -- "$cur") ;;
         whoami) mapfile -t COMPREPLY < <(compgen -W '--json --as --socket --state-dir --config --help -h' -- "$cur") ;;
         group) mapfile -t COMPREPLY < <(compgen -W '--json --add --remove --socket --state-dir --config --help -h' -- "$cur") ;;
+        accept) mapfile -t COMPREPLY < <(compgen -W '--json --socket --state-dir --config --help -h' -- "$cur") ;;
         hooks) mapfile -t COMPREPLY < <(compgen -W '--socket --state-dir --config --help -h' -- "$cur") ;;
         hooks.install) mapfile -t COMPREPLY < <(compgen -W '--json --project --trust --mcp --force --approve --help -h' -- "$cur") ;;
         hooks.status) mapfile -t COMPREPLY < <(compgen -W '--json --project --help -h' -- "$cur") ;;
@@ -76,10 +78,11 @@ _fleet_roster() {
         return 0
     fi
     case $cmd in
-    '') (( npos == 0 )) && mapfile -t COMPREPLY < <(compgen -W 'list join leave status whoami group hooks dead' -- "$cur") ;;
+    '') (( npos == 0 )) && mapfile -t COMPREPLY < <(compgen -W 'list join leave status whoami group accept hooks dead' -- "$cur") ;;
     leave) (( npos == 0 )) && mapfile -t COMPREPLY < <(compgen -W "$(fleet-roster __complete entities 2>/dev/null)" -- "$cur") ;;
     status) (( npos == 0 )) && mapfile -t COMPREPLY < <(compgen -W 'busy idle' -- "$cur") ;;
     group) (( npos == 0 )) && mapfile -t COMPREPLY < <(compgen -W "$(fleet-roster __complete entities 2>/dev/null)" -- "$cur") ;;
+    accept) (( npos == 0 )) && mapfile -t COMPREPLY < <(compgen -W "$(fleet-roster __complete entities 2>/dev/null)" -- "$cur") ;;
     hooks) (( npos == 0 )) && mapfile -t COMPREPLY < <(compgen -W 'install status remove doctor' -- "$cur") ;;
     hooks.install) (( npos == 0 )) && mapfile -t COMPREPLY < <(compgen -W 'claude codex gemini' -- "$cur") ;;
     hooks.status) (( npos == 0 )) && mapfile -t COMPREPLY < <(compgen -W 'claude codex gemini' -- "$cur") ;;

@@ -17,7 +17,7 @@ function __fleet_roster_at
                 return 1 # the rest is text
             case '-*'
                 switch "$cmd:$w"
-                    case ':--socket' ':--state-dir' ':--config' ':--host' ':--group' 'list:--host' 'list:--group' 'list:--socket' 'list:--state-dir' 'list:--config' 'join:--mode' 'join:--tmux-target' 'join:--exec' 'join:--nudge' 'join:--group' 'join:--program' 'join:--turns' 'join:--paste' 'join:--header' 'join:--idle-screen' 'join:--socket' 'join:--state-dir' 'join:--config' 'leave:--socket' 'leave:--state-dir' 'leave:--config' 'status:--as' 'status:--socket' 'status:--state-dir' 'status:--config' 'whoami:--as' 'whoami:--socket' 'whoami:--state-dir' 'whoami:--config' 'group:--add' 'group:--remove' 'group:--socket' 'group:--state-dir' 'group:--config' 'hooks:--socket' 'hooks:--state-dir' 'hooks:--config' 'hooks.install:--project' 'hooks.install:--mcp' 'hooks.install:--approve' 'hooks.status:--project' 'hooks.remove:--project' 'hooks.doctor:--project' 'hooks.doctor:--entity' 'hooks.doctor:--watch' 'hooks.doctor:--socket' 'hooks.doctor:--state-dir' 'hooks.doctor:--config' 'dead:--socket' 'dead:--state-dir' 'dead:--config'
+                    case ':--socket' ':--state-dir' ':--config' ':--host' ':--group' ':--as' 'list:--host' 'list:--group' 'list:--as' 'list:--socket' 'list:--state-dir' 'list:--config' 'join:--mode' 'join:--tmux-target' 'join:--exec' 'join:--nudge' 'join:--group' 'join:--accept' 'join:--program' 'join:--turns' 'join:--paste' 'join:--header' 'join:--idle-screen' 'join:--socket' 'join:--state-dir' 'join:--config' 'leave:--socket' 'leave:--state-dir' 'leave:--config' 'status:--as' 'status:--socket' 'status:--state-dir' 'status:--config' 'whoami:--as' 'whoami:--socket' 'whoami:--state-dir' 'whoami:--config' 'group:--add' 'group:--remove' 'group:--socket' 'group:--state-dir' 'group:--config' 'accept:--socket' 'accept:--state-dir' 'accept:--config' 'hooks:--socket' 'hooks:--state-dir' 'hooks:--config' 'hooks.install:--project' 'hooks.install:--mcp' 'hooks.install:--approve' 'hooks.status:--project' 'hooks.remove:--project' 'hooks.doctor:--project' 'hooks.doctor:--entity' 'hooks.doctor:--watch' 'hooks.doctor:--socket' 'hooks.doctor:--state-dir' 'hooks.doctor:--config' 'dead:--socket' 'dead:--state-dir' 'dead:--config'
                         set skip 1 # the flag's value follows
                 end
             case '*'
@@ -40,6 +40,9 @@ function __fleet_roster_at
                             continue
                         case ':group'
                             set cmd 'group'
+                            continue
+                        case ':accept'
+                            set cmd 'accept'
                             continue
                         case ':hooks'
                             set cmd 'hooks'
@@ -79,6 +82,8 @@ complete -c fleet-roster -n '__fleet_roster_at ""' -l config -r -F -d 'config fi
 complete -c fleet-roster -n '__fleet_roster_at ""' -l host -x -a '(fleet-roster __complete hosts 2>/dev/null)' -d 'only entities on host H'
 complete -c fleet-roster -n '__fleet_roster_at ""' -l group -x -a '(fleet-roster __complete groups 2>/dev/null)' -d 'only members of group G'
 complete -c fleet-roster -n '__fleet_roster_at ""' -l watch -s w -d 'stream changes (JSON Lines: entity rows, gone rows, and the gateway\'s events, never a message\'s text) or redraw the table (terminal)'
+complete -c fleet-roster -n '__fleet_roster_at ""' -l text -d 'with --watch: the events of messages stored in your own inbox carry their text (body); takes your credential (FLEET_TOKEN or --as)'
+complete -c fleet-roster -n '__fleet_roster_at ""' -l as -x -a '(fleet-roster __complete entities 2>/dev/null)' -d 'act as NAME, reading its owner-only credential file (default: env FLEET_TOKEN)'
 complete -c fleet-roster -n '__fleet_roster_at ""' -l json -d 'machine-readable output: one JSON object, or JSON Lines for streams'
 complete -c fleet-roster -n '__fleet_roster_at ""' -l help -s h -d 'show help'
 complete -c fleet-roster -n '__fleet_roster_at ""' -l version -d 'print the version'
@@ -88,6 +93,7 @@ complete -c fleet-roster -n '__fleet_roster_at "" 0' -a 'leave' -d 'remove an en
 complete -c fleet-roster -n '__fleet_roster_at "" 0' -a 'status' -d 'mark the caller busy (inject waits) or idle: an agent\'s turn hook'
 complete -c fleet-roster -n '__fleet_roster_at "" 0' -a 'whoami' -d 'the caller\'s own row (name, gid, host, mode, status, pending): no side effect'
 complete -c fleet-roster -n '__fleet_roster_at "" 0' -a 'group' -d 'add an entity to groups or remove it; its inbox is rebound at once'
+complete -c fleet-roster -n '__fleet_roster_at "" 0' -a 'accept' -d 'who may message, ask, broadcast to or stop an entity of this host: add, remove, reset or list its patterns'
 complete -c fleet-roster -n '__fleet_roster_at "" 0' -a 'hooks' -d 'install the turn hooks (busy and idle), or fleet-mcp as an MCP server, into Claude Code, Codex CLI or Gemini CLI; status, remove, doctor'
 complete -c fleet-roster -n '__fleet_roster_at "" 0' -a 'dead' -d 'list dead letters, with the reason each died'
 
@@ -95,6 +101,8 @@ complete -c fleet-roster -n '__fleet_roster_at "" 0' -a 'dead' -d 'list dead let
 complete -c fleet-roster -n '__fleet_roster_at list' -l host -x -a '(fleet-roster __complete hosts 2>/dev/null)' -d 'only entities on host H'
 complete -c fleet-roster -n '__fleet_roster_at list' -l group -x -a '(fleet-roster __complete groups 2>/dev/null)' -d 'only members of group G'
 complete -c fleet-roster -n '__fleet_roster_at list' -l watch -s w -d 'stream changes (JSON Lines: entity rows, gone rows, and the gateway\'s events, never a message\'s text) or redraw the table (terminal)'
+complete -c fleet-roster -n '__fleet_roster_at list' -l text -d 'with --watch: the events of messages stored in your own inbox carry their text (body); takes your credential (FLEET_TOKEN or --as)'
+complete -c fleet-roster -n '__fleet_roster_at list' -l as -x -a '(fleet-roster __complete entities 2>/dev/null)' -d 'act as NAME, reading its owner-only credential file (default: env FLEET_TOKEN)'
 complete -c fleet-roster -n '__fleet_roster_at list' -l json -d 'machine-readable output: one JSON object, or JSON Lines for streams'
 complete -c fleet-roster -n '__fleet_roster_at list' -l socket -r -F -d 'the gateway\'s socket (env FLEET_SOCKET)'
 complete -c fleet-roster -n '__fleet_roster_at list' -l state-dir -x -a '(__fish_complete_directories (commandline -ct))' -d 'the gateway\'s state folder, for --as (env FLEET_STATE_DIR)'
@@ -108,6 +116,7 @@ complete -c fleet-roster -n '__fleet_roster_at join' -l tmux-target -x -d 'injec
 complete -c fleet-roster -n '__fleet_roster_at join' -l exec -x -a '(__fish_complete_command)' -d 'inject: run this command with the message JSON on stdin; exit 0 means delivered'
 complete -c fleet-roster -n '__fleet_roster_at join' -l nudge -x -a '(__fish_complete_command)' -d 'pull: run this command, with backoff, while unread messages wait and no fleet-recv reads them (env FLEET_ENTITY, FLEET_PENDING, FLEET_NUDGE, FLEET_STATUS, FLEET_STATUS_REASON)'
 complete -c fleet-roster -n '__fleet_roster_at join' -l group -x -a '(fleet-roster __complete groups 2>/dev/null)' -d 'member of group G, named as an entity is; not all, which everyone is in (repeat for more)'
+complete -c fleet-roster -n '__fleet_roster_at join' -l accept -x -d 'take messages only from `PATTERN`: NAME, NAME@HOST, @HOST, group:G or *, optionally /KIND,... (SEND, ASK, BROADCAST, STOP); repeat for more (default: the host\'s accept-default)'
 complete -c fleet-roster -n '__fleet_roster_at join' -l program -x -d 'tmux: the program a paste needs in the pane\'s foreground (default: what runs there now, or, a shell, what runs at the agent\'s first hook)'
 complete -c fleet-roster -n '__fleet_roster_at join' -l turns -x -a 'hooks none' -d 'tmux: hooks (busy and idle from the agent\'s turn hooks; starting until the first) or none (a program without turns)'
 complete -c fleet-roster -n '__fleet_roster_at join' -l paste -x -a 'auto line bracketed' -d 'tmux: auto (lines when tmux says the program enabled bracketed paste), line (one line, newlines shown as ␊) or bracketed (lines, for Claude Code, Codex, Gemini CLI, IPython)'
@@ -153,6 +162,14 @@ complete -c fleet-roster -n '__fleet_roster_at group' -l state-dir -x -a '(__fis
 complete -c fleet-roster -n '__fleet_roster_at group' -l config -r -F -d 'config file (env FLEET_CONFIG)'
 complete -c fleet-roster -n '__fleet_roster_at group' -l help -s h -d 'show help'
 complete -c fleet-roster -n '__fleet_roster_at group 0' -x -a '(fleet-roster __complete entities 2>/dev/null)'
+
+# fleet-roster accept
+complete -c fleet-roster -n '__fleet_roster_at accept' -l json -d 'machine-readable output: one JSON object, or JSON Lines for streams'
+complete -c fleet-roster -n '__fleet_roster_at accept' -l socket -r -F -d 'the gateway\'s socket (env FLEET_SOCKET)'
+complete -c fleet-roster -n '__fleet_roster_at accept' -l state-dir -x -a '(__fish_complete_directories (commandline -ct))' -d 'the gateway\'s state folder, for --as (env FLEET_STATE_DIR)'
+complete -c fleet-roster -n '__fleet_roster_at accept' -l config -r -F -d 'config file (env FLEET_CONFIG)'
+complete -c fleet-roster -n '__fleet_roster_at accept' -l help -s h -d 'show help'
+complete -c fleet-roster -n '__fleet_roster_at accept 0' -x -a '(fleet-roster __complete entities 2>/dev/null)'
 
 # fleet-roster hooks
 complete -c fleet-roster -n '__fleet_roster_at hooks' -l socket -r -F -d 'the gateway\'s socket (env FLEET_SOCKET)'

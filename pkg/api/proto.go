@@ -49,6 +49,7 @@ const (
 	OpBcast  = "bcast"
 	OpAsk    = "ask"    // live-only question: Sent, then the answer or a timeout
 	OpGroups = "groups" // add/remove an entity's groups
+	OpAccept = "accept" // change or read an entity's inbound policy
 	OpSpawn  = "spawn"  // start an entity on a host through its launcher (U4); waits for the answer
 	OpStop   = "stop"   // stop an entity wherever it lives (U4); waits for the answer
 	// OpWaitReply resumes the wait of a send (MsgID) for its reply: the
@@ -150,6 +151,9 @@ type WatchEvent struct {
 	Size      int       `json:"size,omitempty"`
 	Attempt   int       `json:"attempt,omitempty"`
 	Reason    string    `json:"reason,omitempty"`
+	// Body: the text of a message stored in the watcher's own inbox,
+	// only when its watch asked for it (WatchRequest.Text)
+	Body string `json:"body,omitempty"`
 }
 
 // Opened is a sealed dead letter as this host's keys open it (or not).
@@ -322,6 +326,10 @@ type EntityRow struct {
 	LastDelivery time.Time `json:"last_delivery,omitzero"`
 	LastSeen     time.Time `json:"last_seen,omitzero"`    // remote rows: when their host was last heard
 	NameHolder   string    `json:"name_holder,omitempty"` // roster: the name is on more than one trusted host, and means this NAME@HOST (the first to join)
+	// local rows: who may reach it (its own policy, or the host's
+	// accept-default when AcceptFrom is "default")
+	Accept     []string `json:"accept,omitempty"`
+	AcceptFrom string   `json:"accept_from,omitempty"` // own or default
 }
 
 // Sent is the outcome of an accepted send.

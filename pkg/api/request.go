@@ -55,6 +55,9 @@ type JoinRequest struct {
 	Exec       string   `json:"exec,omitempty"`
 	Nudge      string   `json:"nudge,omitempty"`
 	Groups     []string `json:"groups,omitempty"`
+	// Accept: the entity's own inbound policy (pkg/accept patterns); none:
+	// the host's accept-default
+	Accept []string `json:"accept,omitempty"`
 	// tmux: the agent in the pane (store.Entity's fields of the same names)
 	Program      string `json:"program,omitempty"`
 	Turns        string `json:"turns,omitempty"`
@@ -84,6 +87,16 @@ type GroupsRequest struct {
 	Name   string   `json:"name,omitempty"`
 	Add    []string `json:"add,omitempty"`
 	Remove []string `json:"remove,omitempty"`
+}
+
+// AcceptRequest changes or reads the inbound policy of the entity Name
+// (fleet-roster accept): Action add or remove (Patterns), reset (back to
+// the host's accept-default) or list. The answer is the entity's row.
+type AcceptRequest struct {
+	Head
+	Name     string   `json:"name,omitempty"`
+	Action   string   `json:"action,omitempty"`
+	Patterns []string `json:"patterns,omitempty"`
 }
 
 // Questions with no fields of their own: roster, whoami, gateway_status.
@@ -258,8 +271,13 @@ type TraceRequest struct {
 	TimeoutMS int64  `json:"timeout_ms,omitempty"`
 }
 
-// WatchRequest opens the gateway's watch stream (Response.Event).
-type WatchRequest struct{ Head }
+// WatchRequest opens the gateway's watch stream (Response.Event). Text:
+// the events of messages stored in the caller's own inbox carry their
+// text (WatchEvent.Body); it takes the caller's credential.
+type WatchRequest struct {
+	Head
+	Text bool `json:"text,omitempty"`
+}
 
 // UnknownRequest is a frame whose op this build does not know (a newer
 // command's): the gateway answers it with an error. Its Op is sent as
@@ -271,6 +289,7 @@ func (*JoinRequest) op() string          { return OpJoin }
 func (*LeaveRequest) op() string         { return OpLeave }
 func (*StatusRequest) op() string        { return OpStatus }
 func (*GroupsRequest) op() string        { return OpGroups }
+func (*AcceptRequest) op() string        { return OpAccept }
 func (*RosterRequest) op() string        { return OpRoster }
 func (*WhoamiRequest) op() string        { return OpWhoami }
 func (*GatewayStatusRequest) op() string { return OpGatewayStatus }
@@ -306,6 +325,8 @@ func newRequest(op string) Request {
 		return &StatusRequest{}
 	case OpGroups:
 		return &GroupsRequest{}
+	case OpAccept:
+		return &AcceptRequest{}
 	case OpRoster:
 		return &RosterRequest{}
 	case OpWhoami:

@@ -25,6 +25,7 @@ type legacyRequest struct {
 	Exec       string   `json:"exec,omitempty"`
 	Nudge      string   `json:"nudge,omitempty"`
 	Groups     []string `json:"groups,omitempty"`
+	Accept     []string `json:"accept,omitempty"` // join: the entity's own inbound policy
 	// join, tmux: the agent in the pane (store.Entity's fields of the same names)
 	Program      string `json:"program,omitempty"`
 	Turns        string `json:"turns,omitempty"`
@@ -54,6 +55,13 @@ type legacyRequest struct {
 	// groups
 	Add    []string `json:"add,omitempty"`
 	Remove []string `json:"remove,omitempty"`
+
+	// watch
+	Text bool `json:"text,omitempty"`
+
+	// accept (with Name)
+	Action   string   `json:"action,omitempty"`
+	Patterns []string `json:"patterns,omitempty"`
 
 	// status; Pane: the caller is the agent of the tmux pane it runs in,
 	// proven by its process's ancestry (no credential)
@@ -89,7 +97,7 @@ type legacyRequest struct {
 // allOps is every op of the protocol.
 var allOps = []string{OpHello, OpJoin, OpLeave, OpRoster, OpStatus, OpSend, OpLookup, OpRecv, OpAck, OpDead, OpOpenDead,
 	OpWhoami, OpWait, OpBcast, OpAsk, OpGroups, OpSpawn, OpStop, OpWaitReply, OpGatewayStatus, OpReplay,
-	OpPurgeDead, OpTrace, OpWatch}
+	OpPurgeDead, OpTrace, OpWatch, OpAccept}
 
 // TestLegacyRequestsDecode: what the commands of earlier builds sent, for
 // every op (every field its handler reads set), decodes into that op's

@@ -123,6 +123,7 @@ const (
 	ReasonReplay      = "replay"         // older than its window, or superseded
 	ReasonNotMember   = "not_member"     // a broadcast copy in a non-member's inbox
 	ReasonMisrouted   = "misrouted"      // in an inbox or queue it was not addressed to
+	ReasonNotAccepted = "not_accepted"   // its recipient's inbound policy does not accept its sender
 	// sealed bodies (issue 27)
 	ReasonSealedElsewhere = "sealed_elsewhere" // sealed to other hosts' keys, none of this host's
 	ReasonUnknownSealKey  = "unknown_seal_key" // sealed to a key of this host it destroyed, or retired past its grace

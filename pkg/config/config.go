@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fleetd/fleet/pkg/accept"
 	"github.com/fleetd/fleet/pkg/fault"
 	"github.com/fleetd/fleet/pkg/private"
 	"github.com/fleetd/fleet/pkg/trust"
@@ -66,6 +67,7 @@ type Config struct {
 	PublishTimeout time.Duration // bound on a broker confirm
 
 	TrustFile        string        // host public keys admitted across hosts
+	AcceptDefault    []accept.Rule // who may reach an entity that has no policy of its own (issue 37.1)
 	PlaintextHosts   []string      // hosts sent (and accepted from) unsealed text: no sealing key (issue 27); loud
 	SealFallback     string        // refuse (77) or clear: text to a trusted host that announces no sealing key (issue 36)
 	AskTTL           time.Duration // default time an ask waits for its answer
@@ -131,6 +133,7 @@ var Keys = []Key{
 	{"inbox-ttl", "FLEET_INBOX_TTL", "how long a message may wait in an inbox (local or broker) before it is dead-lettered as expired, its sender bounced; 0s: for ever", "168h"},
 	{"publish-timeout", "FLEET_PUBLISH_TIMEOUT", "longest wait for the broker to confirm a remote send", "5s"},
 	{"trust-file", "FLEET_TRUST_FILE", "host public keys whose signed messages are admitted (lines HOST KEY SEALING-KEY; fleet-gw key prints this host's)", "STATE_DIR/trust"},
+	{"accept-default", "FLEET_ACCEPT_DEFAULT", "who may message, ask or broadcast to an entity of this host that has no policy of its own (fleet-roster accept), and who may spawn on it: patterns NAME, NAME@HOST, @HOST, group:G or *, each optionally /KIND,... (SEND, ASK, BROADCAST, SPAWN, STOP), separated by spaces; a message none accepts is refused (exit 77, not_accepted)", "*"},
 	{"plaintext-hosts", "FLEET_PLAINTEXT_HOSTS", "INSECURE: hosts with no sealing key (an older fleet) that this gateway sends message text the broker can read, and accepts such text from, separated by commas; every other host gets sealed text or none (exit 77, no_seal_key)", "none"},
 	{"seal-fallback", "FLEET_SEAL_FALLBACK", "a trusted host that announces no sealing key and plaintext-hosts does not name: refuse (exit 77, no_seal_key, naming every such host, before anything is sent) or clear (INSECURE: that host alone gets text the broker can read, said loudly and named in clear_hosts)", "refuse"},
 	{"ask-ttl", "FLEET_ASK_TTL", "how long fleet-ask waits for an answer unless --ttl says otherwise", "10m"},
@@ -320,6 +323,12 @@ func load(lookup Lookup, configPath string, client, optional bool) (*Config, err
 	}
 	c.PublishTimeout = dur("publish-timeout", 5*time.Second)
 	c.TrustFile = str("trust-file", filepath.Join(c.StateDir, "trust"))
+	if rules, err := accept.ParseAll(strings.Fields(str("accept-default", "*"))); err != nil {
+		errs = append(errs, fmt.Errorf("accept-default: %w", err))
+		c.AcceptDefault, _ = accept.ParseAll([]string{"*"})
+	} else {
+		c.AcceptDefault = rules
+	}
 	for _, h := range BrokerNodes(str("plaintext-hosts", "")) {
 		switch {
 		case h == "none":

@@ -470,6 +470,8 @@ func TestKeysTable(t *testing.T) {
 			text.WriteString("old1,old2")
 		case k.Name == "seal-fallback":
 			text.WriteString("clear")
+		case k.Name == "accept-default":
+			text.WriteString("@h2/SEND group:ops")
 		case durErr == nil || numErr == nil:
 			text.WriteString(k.Default) // a valid value, whatever the key
 		default:
@@ -483,7 +485,8 @@ func TestKeysTable(t *testing.T) {
 	if err != nil {
 		t.Fatalf("a file setting every key was refused: %v", err)
 	}
-	if c.Host != "filehost" || c.DrainTimeout != 2*time.Second || c.StateDir != "/tmp/x" || c.Uncertain != "reinject" {
+	if c.Host != "filehost" || c.DrainTimeout != 2*time.Second || c.StateDir != "/tmp/x" || c.Uncertain != "reinject" ||
+		len(c.AcceptDefault) != 2 || c.AcceptDefault[1].Group != "ops" {
 		t.Errorf("got %+v", c)
 	}
 }
@@ -634,5 +637,16 @@ func TestSealFallback(t *testing.T) {
 	wantUsage(t, err, "seal-fallback", `"maybe"`, "refuse or clear")
 	if h := fault.HintOf(err); !strings.Contains(h, "seal-fallback = clear") {
 		t.Errorf("hint %q does not say the choice", h)
+	}
+}
+
+// A bad accept-default is refused with the pattern and a hint.
+func TestAcceptDefaultBad(t *testing.T) {
+	configHome := t.TempDir()
+	t.Setenv("XDG_CONFIG_HOME", configHome)
+	t.Setenv("FLEET_ACCEPT_DEFAULT", "bob@h2 group:")
+	_, err := Load(flags(nil), "")
+	if err == nil || !strings.Contains(err.Error(), `accept-default: accept pattern "group:"`) || !strings.Contains(err.Error(), "hint") {
+		t.Fatalf("err = %v", err)
 	}
 }

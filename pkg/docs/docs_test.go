@@ -162,7 +162,7 @@ func TestCheckInvocation(t *testing.T) {
 		{"fleet-roster", "join alice", "needs --mode"},
 		{"fleet-roster", "join alice --mode pull --bogus /s", "no flag --bogus"},
 		{"fleet-roster", "status --as bob busy", ""},
-		{"fleet-roster", "--as bob status busy", "no flag --as"},
+		{"fleet-roster", "--as bob status busy", ""}, // the top level takes --as (for --watch --text): a subcommand reads it,
 		{"fleet-gw", "--state-dir /x", "no flag --state-dir"},
 		{"fleet-gw", "", "needs a command"},
 		{"fleet-gw", "run --uncertain reinject", ""},

@@ -191,6 +191,7 @@ const (
 	KindNotReplayable      Kind = "not_replayable"       // a dead letter this host may not or cannot deliver again
 	KindNotPrivate         Kind = "not_private"          // a state folder, file or socket that is not this user's alone, or a link
 	KindHostGone           Kind = "host_gone"            // the recipient's host reads stale or gone: an ask could not be answered
+	KindNotAccepted        Kind = "not_accepted"         // the recipient's inbound policy does not accept the sender (fleet-roster accept)
 	KindOutcomeUnknown     Kind = "outcome_unknown"      // sent or not is unknown (a confirm lost with the connection, the gateway lost mid-send)
 	KindBadCert            Kind = "bad_certificate"      // an enrolment request, host certificate or revocation list that does not read or verify
 	KindUntrustedHost      Kind = "untrusted_host"       // a name only a host this gateway does not trust announces, or NAME@HOST of such a host

@@ -62,6 +62,7 @@ var KindTable = []KindInfo{
 	{Kind: KindNotReplayable, None: "the dead letter cannot be delivered again (no message kept, or a kind that is never replayed); the message says which, and no command changes that"},
 	{Kind: KindNotPrivate, Hint: "make it this user's alone (chown, chmod go-rwx, no link), as fleet-security(7) says"},
 	{Kind: KindHostGone, Hint: "ask again once the host is back (fleet-gw status lists the peers), or add --wait-for-host"},
+	{Kind: KindNotAccepted, Hint: "the recipient does not take messages from you: its host's user may allow it (fleet-roster accept NAME add PATTERN there, fleet-security(7) ACCEPTING MESSAGES)"},
 	{Kind: KindOutcomeUnknown, Hint: "fleet-send --status MSG_ID tells once it is known; fleet-send --id MSG_ID sends it again as the same message, at most once"},
 	{Kind: KindBadCert, Hint: "make it again where it came from (fleet-gw cert request on the host, fleet-gw operator certify or revoke on the operator's machine) and pass the whole line"},
 	{Kind: KindUntrustedHost, Hint: "trust that host (fleet-gw trust add 'HOST KEY' with the line fleet-gw key prints there), or certify it (fleet-security(7))"},

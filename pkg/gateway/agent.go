@@ -86,6 +86,7 @@ func wireStatus(s string) string {
 // a reason that changes would cost a notice each time).
 func onWire(r *api.EntityRow) {
 	r.Status, r.StatusReason, r.Program = wireStatus(r.Status), "", ""
+	r.Accept, r.AcceptFrom = nil, "" // who may reach it is this host's business (policy.go)
 }
 
 // The turns setting: where busy and idle come from.

@@ -311,6 +311,12 @@ func (g *Gateway) ask(c *conn, req *api.AskRequest) {
 		env.TraceID = r.TraceID
 	}
 	env.Expires = time.Now().Add(ttl).UTC()
+	if t.box != nil { // the recipient's policy (policy.go); across hosts its host decides
+		if err := g.policy.Check(t.box.snapshot(), env, "send"); err != nil {
+			c.fail(err)
+			return
+		}
+	}
 	w := &askWaiter{gid: sender.Gid, turn: env.TurnID, to: rcpt.Gid, ch: make(chan *envelope.Envelope, 1), refused: make(chan string, 1)}
 	g.asks.Wait(env.MsgID, w)
 	g.said.Soon(sender.Gid) // reads "waiting" in the roster

@@ -87,6 +87,9 @@ func (g *Gateway) broadcast(req *api.BcastRequest) (*api.Response, error) {
 		cp := *env
 		cp.ClearGids = nil
 		cp.Recipient = envelope.Party{Gid: e.Gid, Name: e.Name, Host: e.Host, Group: group}
+		if g.policy.Check(e, &cp, "send") != nil {
+			continue // a member that does not accept the sender (policy.go): audited, no copy
+		}
 		if g.caps.Refuse(&cp) != nil {
 			full = append(full, e.Name)
 			continue

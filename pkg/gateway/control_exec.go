@@ -37,6 +37,7 @@ type controlExec struct {
 	audit  *audit.Log
 	reg    *registry
 	follow *followers
+	policy *policy // policy.go: who may spawn here, or stop an entity
 	crash  crashpoint
 	run    sync.Mutex // one control request carried out at a time on this host
 
@@ -94,11 +95,20 @@ func (x *controlExec) CarryOut(env *envelope.Envelope) *controlResult {
 		if err := json.Unmarshal([]byte(env.Body), &b); err != nil {
 			return bad(err)
 		}
+		if err := x.policy.CheckControl(nil, env); err != nil {
+			return failed(id, err) // not recorded: allowed later, the same request may be tried again
+		}
 		return x.spawn(env, b)
 	case envelope.Stop:
 		var b stopBody
 		if err := json.Unmarshal([]byte(env.Body), &b); err != nil {
 			return bad(err)
+		}
+		if bx := x.reg.Get(b.Gid); bx != nil {
+			e := bx.snapshot()
+			if err := x.policy.CheckControl(&e, env); err != nil {
+				return failed(id, err)
+			}
 		}
 		return x.stop(env, b)
 	}

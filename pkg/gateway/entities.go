@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/fleetd/fleet/pkg/accept"
 	"github.com/fleetd/fleet/pkg/api"
 	"github.com/fleetd/fleet/pkg/audit"
 	"github.com/fleetd/fleet/pkg/fault"
@@ -26,6 +27,13 @@ func (g *Gateway) join(req *api.JoinRequest) (*api.Response, error) {
 		Name: req.Name, Mode: req.Mode,
 		TmuxTarget: req.TmuxTarget, Exec: req.Exec, Nudge: req.Nudge, Groups: req.Groups,
 		Program: req.Program, Turns: req.Turns, Paste: req.Paste, Header: req.Header, IdleScreen: req.IdleScreenMS,
+	}
+	if len(req.Accept) > 0 {
+		rules, err := accept.ParseAll(req.Accept)
+		if err != nil {
+			return nil, fault.New(fault.Usage, fault.KindUsage, "%v", err)
+		}
+		e.Accept, e.OwnAccept = rawRules(rules), true
 	}
 	token, path, err := g.boxes.Register(e)
 	if err != nil {
@@ -249,8 +257,10 @@ func (g *Gateway) row(e store.Entity, dead, pending map[string]int) api.EntityRo
 	if status == "idle" && g.asks.Asking(e.Gid) {
 		status = "waiting" // on an ask of its own (U2)
 	}
+	accepts, from := g.policy.Patterns(e)
 	return api.EntityRow{
 		Name: e.Name, Gid: e.Gid, Host: e.Host, Mode: e.Mode, Target: target, Groups: groups,
+		Accept: accepts, AcceptFrom: from,
 		Status: status, StatusReason: e.StatusReason, Program: e.Program,
 		Pending: waiting, Dead: dead[e.Gid], LastDelivery: e.LastDelivery,
 	}

@@ -83,6 +83,7 @@ type Gateway struct {
 	follow  *followers   // follow.go: who reads the pull entities; set once the store is open
 	caps    *inboxCaps   // inboxcap.go: set once the store is open
 	in      *intake      // intake.go: a message into its inbox; set once the store is open
+	policy  *policy      // policy.go: who may reach an entity of this host; set once the store is open
 	boxes   *inboxes     // inbox.go: entities made live, their delivery workers, dead-lettering; set once the store is open
 	route   *router      // route.go: the routing fork, sends, what became of them; set once the store is open
 	rcpt    *receipts    // receipt.go: records settled across hosts, bounces; set once the store is open
@@ -135,7 +136,7 @@ func New(cfg *config.Config, log *slog.Logger) *Gateway {
 		ready:  make(chan struct{}),
 		scrape: &scrapes{log: log.With("host", cfg.Host)},
 	}
-	g.watch = newWatchers(cfg.Host, g.log, g.reg)
+	g.watch = newWatchers(cfg.Host, g.log, g.reg, g.peers, cfg.PresenceTTL)
 	g.said = newAnnouncer(cfg.Host, cfg.PresenceInterval, cfg.PresenceTTL, g.log, announceHooks{
 		row: func(gid string) (api.EntityRow, bool) {
 			b := g.reg.Get(gid)
@@ -215,6 +216,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 			Limits: broker.Limits{MaxLength: g.cfg.InboxMaxLength, TTL: g.cfg.InboxTTL, DLQLength: broker.DLQLength, QueueType: g.cfg.InboxQueueType},
 		}, g.log, g.in.Take) // intake.go: a delivery to a local inbox, to the store or its part
 		g.rcpt.br = g.br             // receipts cross hosts from now on
+		g.watch.Link(g.br)           // watch.go: the peers' states follow the connection
 		g.br.OnBatch(g.in.TakeBatch) // intake.go: what an inbox's consumer had waiting, runs of mail stored at once
 		g.br.OnPresence(g.onPresence)
 		// names.go: what an untrusted host announces is named in a 67, never believed
@@ -467,6 +469,7 @@ func (g *Gateway) open() error {
 		return fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot open the store in %s", dir)
 	}
 	g.st = st
+	g.watch.st = st // watch.go: a watcher's own mail, for its text
 	switch host := st.Meta("host"); host {
 	case "":
 		if err := st.SetMeta("host", g.cfg.Host); err != nil {
@@ -545,9 +548,11 @@ func (g *Gateway) open() error {
 		ctx:     func() context.Context { return g.hardCtx },
 		closing: func() <-chan struct{} { return g.runCtx.Done() },
 	}
+	g.policy = newPolicy(g.cfg.Host, g.cfg.AcceptDefault, st, g.reg, g.peers, a, g.metrics) // policy.go
+	g.exec.policy = g.policy
 	g.in = &intake{
 		host: g.cfg.Host, stateDir: dir, st: st, log: g.log, audit: a, metrics: g.metrics,
-		reg: g.reg, rdv: g.rdv, caps: g.caps, crash: g.crash,
+		reg: g.reg, rdv: g.rdv, caps: g.caps, crash: g.crash, policy: g.policy,
 		kill:          g.boxes.Kill,
 		receipt:       g.rcpt.Take,
 		answer:        g.onAnswer,
@@ -558,7 +563,7 @@ func (g *Gateway) open() error {
 	}
 	g.rcpt.in = g.in // a bounce is stored like any message
 	g.route = &router{cfg: g.cfg, st: st, log: g.log, audit: a, metrics: g.metrics,
-		reg: g.reg, peers: g.peers, names: g.names, admits: g.admits, caps: g.caps, in: g.in, rcpt: g.rcpt,
+		reg: g.reg, peers: g.peers, names: g.names, admits: g.admits, caps: g.caps, in: g.in, rcpt: g.rcpt, policy: g.policy,
 		br:     func() *broker.Broker { return g.br },
 		admit:  func() *admission { return g.admit },
 		caller: g.caller, remote: g.remoteRows, heard: g.saveHeard,

@@ -39,6 +39,7 @@ type intake struct {
 	reg      *registry
 	rdv      *rendezvous
 	caps     *inboxCaps
+	policy   *policy // policy.go: who may reach the entity
 	crash    crashpoint
 
 	// the parts what is not inbox mail is handed to (wired by the Gateway)
@@ -229,6 +230,10 @@ func (in *intake) box(env *envelope.Envelope) (*mailbox, error) {
 	}
 	if err := idClaim(in.st, in.host, env); err != nil {
 		return nil, err
+	}
+	if err := in.policy.Check(b.snapshot(), env, "arrival"); err != nil {
+		// the sender's host hears it (a refusal notice): dead, a BOUNCE
+		return nil, broker.Refuse(broker.ReasonNotAccepted, "%s", err.Error())
 	}
 	return b, nil
 }

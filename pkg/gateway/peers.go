@@ -10,6 +10,7 @@ import (
 
 	"github.com/fleetd/fleet/pkg/api"
 	"github.com/fleetd/fleet/pkg/broker"
+	"github.com/fleetd/fleet/pkg/ident"
 	"github.com/fleetd/fleet/pkg/seal"
 	"github.com/fleetd/fleet/pkg/store"
 )
@@ -248,6 +249,22 @@ func (v *peerView) Name(gid string) string {
 		}
 	}
 	return ""
+}
+
+// Groups are a remote entity's groups as its host last announced them
+// (its live row first, else its last word; nil if not known).
+func (v *peerView) Groups(gid string) []string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if p := v.peers[ident.GidHost(gid)]; p != nil {
+		if h := p.entities[gid]; h != nil {
+			return slices.Clone(h.row.Groups)
+		}
+	}
+	if k := v.known[gid]; k != nil {
+		return slices.Clone(k.row.Groups)
+	}
+	return nil
 }
 
 // ByName is the remote entities known by name (on host, if not ""),
@@ -654,6 +671,23 @@ func (v *peerView) hostLocked(host string, now time.Time, connected bool, ttl ti
 		return hostGone, at
 	}
 	return hostUnknown, v.gone[host]
+}
+
+// States is how each host in the view, or gone from it, reads at now
+// (HostState): what the watch stream's peer events follow.
+func (v *peerView) States(now time.Time, connected bool, ttl time.Duration) map[string]string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	out := make(map[string]string, len(v.peers)+len(v.gone))
+	for h := range v.peers {
+		out[h], _ = v.hostLocked(h, now, connected, ttl)
+	}
+	for h := range v.gone {
+		if _, ok := out[h]; !ok {
+			out[h], _ = v.hostLocked(h, now, connected, ttl)
+		}
+	}
+	return out
 }
 
 // Peers lists the other hosts, sorted: the trusted ones (from the trust

@@ -42,6 +42,7 @@ type router struct {
 	seal    *sealing  // sealing.go: a large message kept as published, sealed (nil: as it is)
 	in      *intake   // a local message into its inbox
 	rcpt    *receipts // a message dead here bounces
+	policy  *policy   // policy.go: who may reach an entity of this host
 
 	br      func() *broker.Broker                // nil: single-host mode
 	admit   func() *admission                    // nil: single-host mode
@@ -287,6 +288,11 @@ func (rt *router) SendWith(req *api.SendRequest, before func(*envelope.Envelope)
 		rt.audit.Message("replied", env, 0, "to "+req.ReplyTo)
 	}
 	if t.box != nil {
+		// the recipient's policy first (policy.go): refused, nothing is
+		// stored
+		if err := rt.policy.Check(t.box.snapshot(), env, "send"); err != nil {
+			return nil, err
+		}
 		// a full local inbox refuses it, as a full broker inbox does
 		// (inboxcap.go): dead here, a bounce, 75 for the call
 		if err := rt.caps.Refuse(env); err != nil {

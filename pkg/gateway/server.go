@@ -66,6 +66,20 @@ func (g *Gateway) dispatch(c *conn, req api.Request) (*api.Response, error) {
 		return g.broadcast(req)
 	case *api.GroupsRequest:
 		return g.setGroups(req)
+	case *api.AcceptRequest: // policy.go
+		b := g.reg.ByName(req.Name)
+		if b == nil {
+			return nil, fault.New(fault.NoRecipient, fault.KindUnknownEntity, "no entity named %s on this host", req.Name)
+		}
+		e, err := g.policy.Change(b, req)
+		if err != nil {
+			return nil, err
+		}
+		if req.Action != "list" {
+			g.notes.Change(e.Gid)
+		}
+		row := g.row(e, nil, nil)
+		return &api.Response{Entity: &row}, nil
 	case *api.SpawnRequest: // control.go
 		return g.ctl.Spawn(req)
 	case *api.StopRequest: // control.go

@@ -129,7 +129,16 @@ func (g *Gateway) handle(uc *net.UnixConn, gd *guard, sl *slot) {
 			g.waitReply(c, req)
 			return
 		case *api.WatchRequest: // watch.go
-			g.watch.Serve(c, g.runCtx.Done())
+			own := ""
+			if req.Text { // the text of its own inbox's mail: the caller's credential
+				b, err := g.caller(req.Token)
+				if err != nil {
+					c.reply(&api.Response{Error: api.FromFault(err)})
+					return
+				}
+				own = b.snapshot().Gid
+			}
+			g.watch.Serve(c, g.runCtx.Done(), own)
 			return
 		}
 		resp, err := g.dispatch(c, req)

@@ -17,6 +17,8 @@ package gateway
 
 import (
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,6 +26,7 @@ import (
 	"github.com/fleetd/fleet/pkg/api"
 	"github.com/fleetd/fleet/pkg/audit"
 	"github.com/fleetd/fleet/pkg/fault"
+	"github.com/fleetd/fleet/pkg/store"
 )
 
 // watchQueue is how many events a watcher may be behind before it is
@@ -39,7 +42,17 @@ const (
 type watchers struct {
 	host string
 	log  *slog.Logger
-	reg  *registry // an entity's state, for its status events
+	reg  *registry    // an entity's state, for its status events
+	st   *store.Store // a watcher's own mail, for its text (nil: never)
+
+	// the peers' states, read while anyone watches (peerLoop): the view,
+	// the presence TTL and the broker (linked once in Run; nil in
+	// single-host mode, where there are no peers)
+	peers *peerView
+	ttl   time.Duration
+	link  linkState
+	every time.Duration // how often the peers' states are read
+	stop  chan struct{} // closed when the last watcher goes: peerLoop ends
 
 	n    atomic.Int32 // open watchers: Emit's fast path
 	mu   sync.Mutex
@@ -53,9 +66,16 @@ type watcher struct {
 	dropped chan struct{}
 }
 
-func newWatchers(host string, log *slog.Logger, reg *registry) *watchers {
-	return &watchers{host: host, log: log, reg: reg, subs: map[*watcher]struct{}{}}
+// linkState is whether this gateway is connected to the broker now.
+type linkState interface{ Connected() bool }
+
+func newWatchers(host string, log *slog.Logger, reg *registry, peers *peerView, ttl time.Duration) *watchers {
+	return &watchers{host: host, log: log, reg: reg, peers: peers, ttl: ttl, every: 500 * time.Millisecond, subs: map[*watcher]struct{}{}}
 }
+
+// Link gives the watch stream the broker whose connection decides how the
+// peers read (Run, before any client is served).
+func (w *watchers) Link(l linkState) { w.link = l }
 
 // Emit hands ev to every watcher, never waiting: one that has no room is
 // dropped.
@@ -74,7 +94,7 @@ func (w *watchers) Emit(ev api.WatchEvent) {
 		case s.ch <- ev:
 		default:
 			delete(w.subs, s)
-			w.n.Add(-1)
+			w.dropLocked()
 			close(s.dropped)
 		}
 	}
@@ -111,16 +131,19 @@ func (w *watchers) Change(gid string) {
 	w.Emit(api.WatchEvent{Event: "status", Entity: e.Name, Gid: e.Gid, Status: e.Status, Reason: e.StatusReason})
 }
 
-// Peer is a host seen going live, stale or gone.
-func (w *watchers) Peer(host, status, reason string) {
-	w.Emit(api.WatchEvent{Event: "peer", Peer: host, Status: status, Reason: reason})
+// Peer is a host seen going live, stale, gone or unknown.
+func (w *watchers) Peer(host, status string) {
+	w.Emit(api.WatchEvent{Event: "peer", Peer: host, Status: status})
 }
 
 func (w *watchers) add() *watcher {
 	s := &watcher{ch: make(chan api.WatchEvent, watchQueue), dropped: make(chan struct{})}
 	w.mu.Lock()
 	w.subs[s] = struct{}{}
-	w.n.Add(1)
+	if w.n.Add(1) == 1 && w.link != nil {
+		w.stop = make(chan struct{})
+		go w.peerLoop(w.stop)
+	}
 	w.mu.Unlock()
 	return s
 }
@@ -129,16 +152,52 @@ func (w *watchers) remove(s *watcher) {
 	w.mu.Lock()
 	if _, ok := w.subs[s]; ok {
 		delete(w.subs, s)
-		w.n.Add(-1)
+		w.dropLocked()
 	}
 	w.mu.Unlock()
+}
+
+// dropLocked counts one watcher gone; the last one ends peerLoop. w.mu
+// is held.
+func (w *watchers) dropLocked() {
+	if w.n.Add(-1) == 0 && w.stop != nil {
+		close(w.stop)
+		w.stop = nil
+	}
+}
+
+// peerLoop reads the peers' states while anyone watches, and says each
+// change as a peer event. A host goes stale or gone by time passing, not
+// by anything heard, so it is read, every w.every: from the view this
+// gateway keeps anyway, with no traffic between hosts. What the peers
+// read when the first watcher came is the baseline, not an event
+// (fleet-gw status --json lists them).
+func (w *watchers) peerLoop(stop <-chan struct{}) {
+	t := time.NewTicker(w.every)
+	defer t.Stop()
+	last := w.peers.States(time.Now(), w.link.Connected(), w.ttl)
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		now := w.peers.States(time.Now(), w.link.Connected(), w.ttl)
+		for _, host := range slices.Sorted(maps.Keys(now)) {
+			if now[host] != last[host] {
+				w.Peer(host, now[host])
+			}
+		}
+		last = now
+	}
 }
 
 // Serve streams events to c until the client goes, the gateway stops
 // (closing), or the watcher falls behind. The first frame is an OK
 // without an event: the stream is open, and every event after it is
-// sent.
-func (w *watchers) Serve(c *conn, closing <-chan struct{}) {
+// sent. own is the watcher's gid when it asked for its own mail's text
+// ("" otherwise): a message stored in that inbox carries it.
+func (w *watchers) Serve(c *conn, closing <-chan struct{}, own string) {
 	s := w.add()
 	defer w.remove(s)
 	gone := make(chan struct{})
@@ -155,6 +214,9 @@ func (w *watchers) Serve(c *conn, closing <-chan struct{}) {
 	for {
 		select {
 		case ev := <-s.ch:
+			if own != "" && ev.Recipient == own && (ev.Event == "accepted" || ev.Event == "taken") {
+				ev.Body = w.text(own, ev.MsgID)
+			}
 			if w.write(c, &api.Response{OK: true, Event: &ev}) != nil {
 				return
 			}
@@ -170,6 +232,24 @@ func (w *watchers) Serve(c *conn, closing <-chan struct{}) {
 			return
 		}
 	}
+}
+
+// text is the body of message msgID in gid's inbox ("" once it left it).
+func (w *watchers) text(gid, msgID string) string {
+	if w.st == nil {
+		return ""
+	}
+	rec, err := w.st.Record(msgID)
+	if err != nil || rec.Recipient != gid { // a broadcast copy is recorded per member
+		if rec, err = w.st.Record(msgID + "/" + gid); err != nil {
+			return ""
+		}
+	}
+	items, err := w.st.Head(gid, rec.Seq-1, 1)
+	if err != nil || len(items) == 0 || items[0].Seq != rec.Seq || items[0].Env.MsgID != msgID {
+		return ""
+	}
+	return items[0].Env.Body
 }
 
 func (w *watchers) write(c *conn, resp *api.Response) error {

@@ -17,7 +17,7 @@ import (
 // TestWatcherBehindIsDropped: Emit never waits; a watcher whose queue
 // is full is dropped, the others keep every event.
 func TestWatcherBehindIsDropped(t *testing.T) {
-	w := newWatchers("h1", slog.New(slog.NewTextHandler(io.Discard, nil)), newRegistry())
+	w := newWatchers("h1", slog.New(slog.NewTextHandler(io.Discard, nil)), newRegistry(), nil, 0)
 	w.Emit(api.WatchEvent{Event: "nobody watches"}) // no watcher: nothing to do
 	slow, fast := w.add(), w.add()
 	got := 0
@@ -65,9 +65,9 @@ func TestStuckWatcherToldOverItsSocket(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := newWatchers("h1", slog.New(slog.NewTextHandler(io.Discard, nil)), newRegistry())
+	w := newWatchers("h1", slog.New(slog.NewTextHandler(io.Discard, nil)), newRegistry(), nil, 0)
 	served := make(chan struct{})
-	go func() { w.Serve(&conn{c: uc}, nil); uc.Close(); close(served) }()
+	go func() { w.Serve(&conn{c: uc}, nil, ""); uc.Close(); close(served) }()
 	read := func() *api.Response {
 		t.Helper()
 		client.SetReadDeadline(time.Now().Add(30 * time.Second))
@@ -104,4 +104,51 @@ func TestStuckWatcherToldOverItsSocket(t *testing.T) {
 		}
 	}
 	<-served
+}
+
+type linked bool
+
+func (l linked) Connected() bool { return bool(l) }
+
+// TestWatcherHearsPeersGo: while someone watches, a host the view heard
+// going stale then gone by time passing is said as peer events, each
+// change once; with the last watcher gone the loop ends.
+func TestWatcherHearsPeersGo(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	v := newPeerView(40*time.Millisecond, log)
+	v.mu.Lock()
+	v.peerLocked("h2").heard = time.Now() // heard now, every 40ms: live
+	v.mu.Unlock()
+	w := newWatchers("h1", log, newRegistry(), v, 300*time.Millisecond)
+	w.every = 10 * time.Millisecond
+	w.Link(linked(true))
+	s := w.add()
+	var got []string
+	deadline := time.After(10 * time.Second)
+	for len(got) < 2 {
+		select {
+		case ev := <-s.ch:
+			if ev.Event != "peer" || ev.Peer != "h2" {
+				t.Fatalf("event %+v, want peer h2", ev)
+			}
+			got = append(got, ev.Status)
+		case <-deadline:
+			t.Fatalf("peer events %v, want stale then gone", got)
+		}
+	}
+	if got[0] != hostStale || got[1] != hostGone {
+		t.Fatalf("peer events %v, want stale then gone", got)
+	}
+	select {
+	case ev := <-s.ch:
+		t.Fatalf("a change said twice: %+v", ev)
+	case <-time.After(100 * time.Millisecond):
+	}
+	stop := w.stop
+	w.remove(s)
+	select {
+	case <-stop:
+	default:
+		t.Fatal("the last watcher went and the peer loop was not stopped")
+	}
 }

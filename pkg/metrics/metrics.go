@@ -53,6 +53,7 @@ type Metrics struct {
 	inboxHeld  prometheus.Counter
 	refused    *prometheus.CounterVec
 	reconnects prometheus.Counter
+	notAccept  *prometheus.CounterVec
 	confirm    *prometheus.HistogramVec
 	flush      prometheus.Histogram
 }
@@ -127,6 +128,10 @@ func New(host, version string, snap func() (Snapshot, error)) *Metrics {
 			Name: "fleet_broker_reconnects_total",
 			Help: "Broker connections made again after one was lost.",
 		}),
+		notAccept: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fleet_not_accepted_total",
+			Help: "Messages an entity's inbound policy refused (kind not_accepted), by where: send (a local sender's, refused before anything was stored) or arrival (one from another host, refused as it came in: it is also in fleet_broker_refused_total).",
+		}, []string{"where"}),
 		confirm: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "fleet_publish_confirm_seconds",
 			Help:    "From handing a publish to the publishing channel to the broker's confirm, by outcome (ack, returned, nack, closed, timeout).",
@@ -144,7 +149,9 @@ func New(host, version string, snap func() (Snapshot, error)) *Metrics {
 		m.refused.WithLabelValues(causes[r], r)
 	}
 	m.confirm.WithLabelValues("ack")
-	m.reg.MustRegister(m.accepted, m.delivered, m.dead, m.inboxFull, m.inboxHeld, m.refused, m.reconnects, m.confirm, m.flush,
+	m.notAccept.WithLabelValues("send")
+	m.notAccept.WithLabelValues("arrival")
+	m.reg.MustRegister(m.accepted, m.delivered, m.dead, m.inboxFull, m.inboxHeld, m.refused, m.reconnects, m.notAccept, m.confirm, m.flush,
 		&scraper{host: host, version: version, snap: snap},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -209,6 +216,14 @@ func (m *Metrics) Refused(reason string) {
 		reason, cause = "other", "other"
 	}
 	m.refused.WithLabelValues(cause, reason).Inc()
+}
+
+// NotAccepted counts a message an inbound policy refused, where "send"
+// or "arrival".
+func (m *Metrics) NotAccepted(where string) {
+	if m != nil {
+		m.notAccept.WithLabelValues(where).Inc()
+	}
 }
 
 // Reconnected counts a reconnect (broker.Observer.Reconnected).
@@ -291,6 +306,7 @@ var causes = map[string]string{
 	"replay":         "replay",
 	"not_member":     "misrouted",
 	"misrouted":      "misrouted",
+	"not_accepted":   "not_accepted",
 	"poison":         "poison",
 }
 

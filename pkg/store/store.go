@@ -72,6 +72,10 @@ type Entity struct {
 	Nudge      string   `json:"nudge,omitempty"`
 	Groups     []string `json:"groups,omitempty"`
 	TokenHash  string   `json:"token_hash"`
+	// Accept is who may reach it (pkg/accept patterns) when OwnAccept:
+	// its own policy, empty for "nobody"; else the host's accept-default
+	Accept    []string `json:"accept,omitempty"`
+	OwnAccept bool     `json:"own_accept,omitempty"`
 	// tmux inject: the agent in the pane (pkg/gateway/agent.go)
 	PaneID     string `json:"pane_id,omitempty"`     // %N, read at join
 	PanePID    int    `json:"pane_pid,omitempty"`    // the pane's first process: a hook is the agent's if it descends from it

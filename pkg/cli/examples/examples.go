@@ -71,6 +71,9 @@ func all() map[string][]Example {
 				"fleet-gw cert request --host build4 > build4.req\n" +
 					"fleet-gw operator bundle --key ~/fleet-operator.key --uri build4.uri --ca ca.pem --tls-cert build4.pem --tls-key build4.key --out build4.bundle build4.req\n" +
 					"fleet-gw join build4.bundle"},
+			{"Enrol host build4 in one line, from the operator's machine (it runs rabbitmqctl and reaches build4 by ssh): " +
+				"the broker login, the certificate and the bundle, which only ever goes through the pipe:",
+				"ssh build4 fleet-gw cert request --host build4 | fleet-gw operator enrol --key ~/fleet-operator.key --broker amqps://broker:5671/fleet --ca ca.pem --tls-cert build4.pem --tls-key build4.key | ssh build4 fleet-gw join -"},
 			{"Keep the state and the socket in chosen places. Every other command then needs the same " +
 				"socket, and the same state folder to use --as:",
 				"fleet-gw run --state-dir /srv/fleet --socket /srv/fleet/gw.sock\n" +
@@ -205,6 +208,10 @@ func all() map[string][]Example {
 				"fleet-roster whoami --as alice"},
 			{"Put bob in group reviewers and take him out of ops; his inbox is rebound at once:",
 				"fleet-roster group bob --add reviewers --remove ops"},
+			{"Let only main (on any host) and the members of ops send to worker1; anyone else gets exit 77, not_accepted:",
+				"fleet-roster accept worker1 add main group:ops/SEND"},
+			{"See worker1's policy, then send it back to the host's accept-default:",
+				"fleet-roster accept worker1 list\nfleet-roster accept worker1 reset"},
 			{"Show the dead letters addressed to bob, with the reason each died:",
 				"fleet-roster dead bob"},
 			{"Remove bob; what waits in its inbox is dead-lettered:",

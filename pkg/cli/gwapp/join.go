@@ -3,7 +3,9 @@ package gwapp
 import (
 	"bytes"
 	"crypto/ed25519"
+	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -57,17 +59,9 @@ func bundleCommand(app *ucli.App) *ucli.Command {
 				return cli.Usage("--uri FILE is required: the host's broker login").
 					WithHint("on the broker's machine: fleet-gw broker-setup --broker URL --host HOST --output HOST.uri")
 			}
-			days := c.Int("days")
-			if days < 1 || time.Duration(days)*24*time.Hour > trust.MaxCertLife {
-				return cli.Usage("--days %d: a certificate is valid for 1 to %d days", days, int(trust.MaxCertLife/(24*time.Hour)))
-			}
 			in, err := readInput(c, "enrolment request")
 			if err != nil {
 				return err
-			}
-			r, err := trust.ParseRequest(in)
-			if err != nil {
-				return badObject(err, "on the new host run: fleet-gw cert request --host HOST > HOST.req")
 			}
 			uri, err := private.ReadFile("broker URI file", c.String("uri"), true, 64<<10)
 			if fe := fault.NotPrivate(err); fe != nil {
@@ -76,56 +70,84 @@ func bundleCommand(app *ucli.App) *ucli.Command {
 			if err != nil {
 				return fault.Wrap(fault.Usage, fault.KindUsage, err, "cannot read the broker URI file")
 			}
-			b := trust.Bundle{Host: r.Host, Broker: strings.TrimSpace(string(uri))}
-			if u, err := url.Parse(b.Broker); err == nil && u.User != nil {
-				_, vhost, _ := broker.ParseBase((&url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path}).String())
-				if want := broker.HostUser(vhost, r.Host); u.User.Username() != want {
-					return cli.Usage("the login in %s is %s, not %s's (%s)", c.String("uri"), u.User.Username(), r.Host, want).
-						WithHint("make the host's own: fleet-gw broker-setup --host %s --output FILE", r.Host)
-				}
-			}
-			for _, f := range []struct {
-				flag string
-				to   *string
-			}{{"ca", &b.CA}, {"tls-cert", &b.ClientCert}, {"tls-key", &b.ClientKey}} {
-				if p := c.String(f.flag); p != "" {
-					data, err := os.ReadFile(p)
-					if err != nil {
-						return fault.Wrap(fault.Usage, fault.KindUsage, err, "--%s", f.flag)
-					}
-					*f.to = string(data)
-				}
-			}
-			cert, err := trust.Certify(o.Key, r, time.Duration(days)*24*time.Hour)
+			raw, r, cert, err := hostBundle(c, o, in, func(*trust.Request) (string, error) { return strings.TrimSpace(string(uri)), nil })
 			if err != nil {
-				return badObject(err, "")
-			}
-			b.Cert = cert.Raw
-			raw, err := trust.MakeBundle(o, b)
-			if err != nil {
-				return cli.Usage("%v", err)
-			}
-			if out == "-" {
-				_, err = fmt.Fprintln(c.App.Writer, raw)
 				return err
 			}
-			f, err := private.OpenFile(out, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-			if err != nil {
-				return fault.Wrap(fault.CantCreate, fault.KindOutput, err, "cannot write the bundle %s (a bundle is never written over)", out)
-			}
-			_, err = f.WriteString(raw + "\n")
-			if cerr := f.Close(); err == nil {
-				err = cerr
-			}
-			if err != nil {
-				os.Remove(out)
-				return fault.Wrap(fault.CantCreate, fault.KindOutput, err, "cannot write the bundle %s", out)
-			}
-			fmt.Fprintf(c.App.ErrWriter, "fleet-gw: bundle for %s in %s (operator %s, key id %s; certified until %s): it holds %s's broker password, carry it by a channel you trust; on %s run: fleet-gw join %s\n",
-				r.Host, out, o.Name, trust.KeyID(o.Key.Public().(ed25519.PublicKey)), cert.NotAfter.Format(time.RFC3339), r.Host, r.Host, filepath.Base(out))
-			return nil
+			return writeBundle(c, out, raw, r, cert, o)
 		},
 	}
+}
+
+// writeBundle writes a bundle to out, a new file mode 0600, or prints it
+// once (out "-").
+func writeBundle(c *ucli.Context, out, raw string, r *trust.Request, cert *trust.Cert, o *trust.Operator) error {
+	if out == "-" {
+		_, err := fmt.Fprintln(c.App.Writer, raw)
+		return err
+	}
+	f, err := private.OpenFile(out, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fault.Wrap(fault.CantCreate, fault.KindOutput, err, "cannot write the bundle %s (a bundle is never written over)", out)
+	}
+	_, err = f.WriteString(raw + "\n")
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(out)
+		return fault.Wrap(fault.CantCreate, fault.KindOutput, err, "cannot write the bundle %s", out)
+	}
+	fmt.Fprintf(c.App.ErrWriter, "fleet-gw: bundle for %s in %s (operator %s, key id %s; certified until %s): it holds %s's broker password, carry it by a channel you trust; on %s run: fleet-gw join %s\n",
+		r.Host, out, o.Name, trust.KeyID(o.Key.Public().(ed25519.PublicKey)), cert.NotAfter.Format(time.RFC3339), r.Host, r.Host, filepath.Base(out))
+	return nil
+}
+
+// hostBundle checks --days and the enrolment request in, gets the host's
+// broker URI with its login (login: read from a file, or made at once by
+// fleet-gw operator enrol), reads the TLS files of --ca, --tls-cert and
+// --tls-key, certifies the request and signs the bundle.
+func hostBundle(c *ucli.Context, o *trust.Operator, in string, login func(*trust.Request) (string, error)) (string, *trust.Request, *trust.Cert, error) {
+	days := c.Int("days")
+	if days < 1 || time.Duration(days)*24*time.Hour > trust.MaxCertLife {
+		return "", nil, nil, cli.Usage("--days %d: a certificate is valid for 1 to %d days", days, int(trust.MaxCertLife/(24*time.Hour)))
+	}
+	r, err := trust.ParseRequest(in)
+	if err != nil {
+		return "", nil, nil, badObject(err, "on the new host run: fleet-gw cert request --host HOST > HOST.req")
+	}
+	files := map[string]string{}
+	for _, flag := range []string{"ca", "tls-cert", "tls-key"} {
+		if p := c.String(flag); p != "" {
+			data, err := os.ReadFile(p)
+			if err != nil {
+				return "", nil, nil, fault.Wrap(fault.Usage, fault.KindUsage, err, "--%s", flag)
+			}
+			files[flag] = string(data)
+		}
+	}
+	uri, err := login(r)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	b := trust.Bundle{Host: r.Host, Broker: uri, CA: files["ca"], ClientCert: files["tls-cert"], ClientKey: files["tls-key"]}
+	if u, err := url.Parse(b.Broker); err == nil && u.User != nil {
+		_, vhost, _ := broker.ParseBase((&url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path}).String())
+		if want := broker.HostUser(vhost, r.Host); u.User.Username() != want {
+			return "", nil, nil, cli.Usage("the login in %s is %s, not %s's (%s)", c.String("uri"), u.User.Username(), r.Host, want).
+				WithHint("make the host's own: fleet-gw broker-setup --host %s --output FILE", r.Host)
+		}
+	}
+	cert, err := trust.Certify(o.Key, r, time.Duration(days)*24*time.Hour)
+	if err != nil {
+		return "", nil, nil, badObject(err, "")
+	}
+	b.Cert = cert.Raw
+	raw, err := trust.MakeBundle(o, b)
+	if err != nil {
+		return "", nil, nil, cli.Usage("%v", err)
+	}
+	return raw, r, cert, nil
 }
 
 // joinFile is one file fleet-gw join writes.
@@ -146,20 +168,35 @@ func joinCommand(app *ucli.App) *ucli.Command {
 			"trusts, when it trusts some. On first use the bundle's operator is taken on trust: compare its key id, " +
 			"printed here, with the operator's. An existing different config file or file is never written over " +
 			"without --force.",
-		UsageText:    "fleet-gw join [--force] BUNDLE-FILE",
+		UsageText:    "fleet-gw join [--force] BUNDLE-FILE|-",
 		OnUsageError: app.OnUsageError,
 		Flags: append(gwFlags(), &ucli.BoolFlag{Name: "force", Usage: "write over an existing, different config file, TLS file, certificate or operator line"},
 			cli.JSONFlag()),
 		Action: func(c *ucli.Context) error {
-			if c.NArg() != 1 || c.Args().First() == "-" {
-				return cli.Usage("fleet-gw join takes the bundle file").WithHint("fleet-gw join HOST.bundle")
+			if c.NArg() != 1 {
+				return cli.Usage("fleet-gw join takes the bundle file, or - to read it from stdin").WithHint("fleet-gw join HOST.bundle")
 			}
-			raw, err := private.ReadFile("join bundle", c.Args().First(), true, 512<<10)
-			if fe := fault.NotPrivate(err); fe != nil {
-				return fe.WithHint("a bundle holds a broker password: chmod 600 %s", c.Args().First())
+			var raw []byte
+			var err error
+			if c.Args().First() == "-" {
+				// piped from fleet-gw operator enrol (over ssh): the
+				// password never touches a disk before the config file
+				if f, ok := c.App.Reader.(*os.File); ok && cli.IsTerminal(f) {
+					return cli.Usage("fleet-gw join - reads the bundle from stdin, and stdin is a terminal").
+						WithHint("ssh HOST fleet-gw cert request --host HOST | fleet-gw operator enrol ... | ssh HOST fleet-gw join -")
+				}
+				raw, err = io.ReadAll(io.LimitReader(c.App.Reader, 512<<10))
+			} else {
+				raw, err = private.ReadFile("join bundle", c.Args().First(), true, 512<<10)
+				if fe := fault.NotPrivate(err); fe != nil {
+					return fe.WithHint("a bundle holds a broker password: chmod 600 %s", c.Args().First())
+				}
 			}
 			if err != nil {
 				return fault.Wrap(fault.Usage, fault.KindUsage, err, "cannot read the bundle")
+			}
+			if len(bytes.TrimSpace(raw)) == 0 {
+				return badObject(errors.New("no bundle: the input is empty"), "the command before the pipe failed? run it alone to see its error")
 			}
 			b, err := trust.ParseBundle(string(raw))
 			if err != nil {

@@ -177,7 +177,7 @@ func operatorCommand(app *ucli.App) *ucli.Command {
 				_, err = fmt.Fprintln(c.App.Writer, cert.Raw)
 				return err
 			},
-		}, bundleCommand(app), {
+		}, bundleCommand(app), enrolCommand(app), {
 			Name:  "revoke",
 			Usage: "revoke hosts' certificates: sign the next revocation list into --list FILE and print it",
 			Description: "Every certificate of each HOST issued until now is void (a certificate issued later, " +

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fleetd/fleet/pkg/accept"
 	"github.com/fleetd/fleet/pkg/api"
 	fleetcli "github.com/fleetd/fleet/pkg/cli"
 	"github.com/fleetd/fleet/pkg/cli/table"
@@ -25,8 +26,9 @@ import (
 func NewRosterApp() *ucli.App {
 	app := fleetcli.NewApp("fleet-roster", "list, register and remove this host's entities; set the caller's status")
 	app.UsageText = "fleet-roster [options] [list]\n" +
-		"fleet-roster join NAME --mode pull|inject|hook [--tmux-target T [--program P] [--turns hooks|none] [--paste auto|line|bracketed] [--header before|after|off] | --exec CMD] [--nudge CMD] [--group G ...]\n" +
+		"fleet-roster join NAME --mode pull|inject|hook [--tmux-target T [--program P] [--turns hooks|none] [--paste auto|line|bracketed] [--header before|after|off] | --exec CMD] [--nudge CMD] [--group G ...] [--accept PATTERN ...]\n" +
 		"fleet-roster leave NAME\n" +
+		"fleet-roster accept NAME add|remove PATTERN... | reset | list\n" +
 		"fleet-roster status busy|idle [--pane]\n" +
 		"fleet-roster group NAME [--add G ...] [--remove G ...]\n" +
 		"fleet-roster dead [NAME]\n" +
@@ -59,6 +61,7 @@ func NewRosterApp() *ucli.App {
 				&ucli.StringFlag{Name: "exec", Usage: "inject: run this command with the message JSON on stdin; exit 0 means delivered"},
 				&ucli.StringFlag{Name: "nudge", Usage: "pull: run this command, with backoff, while unread messages wait and no fleet-recv reads them (env FLEET_ENTITY, FLEET_PENDING, FLEET_NUDGE, FLEET_STATUS, FLEET_STATUS_REASON)"},
 				&ucli.StringSliceFlag{Name: "group", Usage: "member of group G, named as an entity is; not all, which everyone is in (repeat for more)"},
+				&ucli.StringSliceFlag{Name: "accept", Usage: "take messages only from `PATTERN`: NAME, NAME@HOST, @HOST, group:G or *, optionally /KIND,... (SEND, ASK, BROADCAST, STOP); repeat for more (default: the host's accept-default)"},
 				&ucli.StringFlag{Name: "program", Usage: "tmux: the program a paste needs in the pane's foreground (default: what runs there now, or, a shell, what runs at the agent's first hook)"},
 				fleetcli.Choice("turns", "tmux: hooks (busy and idle from the agent's turn hooks; starting until the first) or none (a program without turns)", "hooks", "hooks", "none"),
 				fleetcli.Choice("paste", "tmux: auto (lines when tmux says the program enabled bracketed paste), line (one line, newlines shown as ␊) or bracketed (lines, for Claude Code, Codex, Gemini CLI, IPython)", "auto", "auto", "line", "bracketed"),
@@ -110,6 +113,7 @@ func NewRosterApp() *ucli.App {
 			},
 			Action: runGroup,
 		},
+		acceptCommand(),
 		hooksCommand(),
 		{
 			Name:      "dead",
@@ -141,6 +145,8 @@ func listFlags() []ucli.Flag {
 		&ucli.StringFlag{Name: "host", Usage: "only entities on host H"},
 		&ucli.StringFlag{Name: "group", Usage: "only members of group G"},
 		&ucli.BoolFlag{Name: "watch", Aliases: []string{"w"}, Usage: "stream changes (JSON Lines: entity rows, gone rows, and the gateway's events, never a message's text) or redraw the table (terminal)"},
+		&ucli.BoolFlag{Name: "text", Usage: "with --watch: the events of messages stored in your own inbox carry their text (body); takes your credential (FLEET_TOKEN or --as)"},
+		fleetcli.AsFlag(),
 	}
 }
 
@@ -206,6 +212,9 @@ func runList(c *ucli.Context) error {
 		return err
 	}
 	if !lineageBool(c, "watch") {
+		if lineageBool(c, "text") {
+			return fleetcli.Usage("--text is for --watch: the text of your own inbox's mail as it comes")
+		}
 		return printRoster(c, rows)
 	}
 	var stream *eventStream
@@ -389,13 +398,16 @@ func runJoin(c *ucli.Context) error {
 	if err := ident.CheckMember(c.StringSlice("group")); err != nil {
 		return err
 	}
+	if _, err := accept.ParseAll(c.StringSlice("accept")); err != nil {
+		return fleetcli.Usage("%v", err)
+	}
 	s, err := fleetcli.Connect(c)
 	if err != nil {
 		return err
 	}
 	defer s.Client.Close()
 	resp, err := s.Client.Call(&api.JoinRequest{Name: name, Mode: c.String("mode"), TmuxTarget: c.String("tmux-target"),
-		Exec: c.String("exec"), Nudge: c.String("nudge"), Groups: c.StringSlice("group"),
+		Exec: c.String("exec"), Nudge: c.String("nudge"), Groups: c.StringSlice("group"), Accept: c.StringSlice("accept"),
 		Program: c.String("program"), IdleScreenMS: c.Duration("idle-screen").Milliseconds(),
 		Turns: tmuxOnly(c, "turns"), Paste: tmuxOnly(c, "paste"), Header: tmuxOnly(c, "header"),
 	})

@@ -25,7 +25,7 @@ func openEvents(c *ucli.Context) (*eventStream, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := s.Client.Call(&api.WatchRequest{}); err != nil {
+	if _, err := s.Client.Call(&api.WatchRequest{Text: lineageBool(c, "text")}); err != nil {
 		s.Client.Close()
 		return nil, err
 	}
