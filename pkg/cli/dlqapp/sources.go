@@ -301,6 +301,7 @@ var refusalWords = map[string]string{
 	broker.ReasonReplay:      "not authentic: replayed",
 	broker.ReasonNotMember:   "misrouted: not a member",
 	broker.ReasonMisrouted:   "misrouted",
+	broker.ReasonNotAccepted: "refused: its recipient does not accept the sender",
 	// sealed bodies
 	broker.ReasonSealedElsewhere: "sealed to other hosts",
 	broker.ReasonUnknownSealKey:  "sealed to a key its host no longer holds",
