@@ -492,8 +492,13 @@ func paneTaken(reg *registry, id string) string {
 //
 // It returns the agent's process too: the leader of the terminal's
 // foreground process group, when the caller descends from it (a hook run
-// by the agent in front), else 0.
-func agentOf(reg *registry, pid int) (*mailbox, int) {
+// by the agent in front), else 0. And why the agent cannot be told from
+// the pane's shell ("" when it can): it runs in the shell's own process
+// group, the shell leading the foreground — started by a non-interactive
+// compound command (tmux new-session "claude; exec bash") or a wrapper
+// that does not exec it. Then nothing proves, at paste time, that the
+// agent and not the shell reads what is typed (issue 40.3).
+func agentOf(reg *registry, pid int) (*mailbox, int, string) {
 	up := ancestors(pid)
 	var best *mailbox
 	bestAt := len(up)
@@ -507,12 +512,27 @@ func agentOf(reg *registry, pid int) (*mailbox, int) {
 		}
 	}
 	if best == nil {
-		return nil, 0
+		return nil, 0, ""
 	}
-	if fg, _, ok := stat(best.snapshot().PanePID); ok && slices.Contains(up[:bestAt+1], fg) {
-		return best, fg
+	pane := best.snapshot().PanePID
+	if fg, _, ok := stat(pane); ok && slices.Contains(up[:bestAt+1], fg) {
+		if fg == pane && bestAt >= 1 && deliver.IsShell(comm(pane)) && !deliver.IsShell(comm(up[bestAt-1])) {
+			return best, fg, fmt.Sprintf("%s (pid %d) runs in the process group of the pane's shell %s (started by a compound command such as \"claude; exec bash\", or a wrapper that does not exec it): "+
+				"fleet cannot tell it from the shell, so it types nothing into the pane; start the agent as the pane's command, with exec, or from an interactive shell",
+				comm(up[bestAt-1]), up[bestAt-1], comm(pane))
+		}
+		return best, fg, ""
 	}
-	return best, 0
+	return best, 0, ""
+}
+
+// comm is the command name of process pid ("" if gone).
+func comm(pid int) string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
 }
 
 // bindAgent records pid as the entity's agent process (with its start

@@ -299,9 +299,25 @@ func (g *Gateway) setStatus(pid int32, req *api.StatusRequest) (*api.Response, e
 	var b *mailbox
 	agent := 0
 	if req.Pane {
-		if b, agent = agentOf(g.reg, int(pid)); b == nil {
+		var why string
+		if b, agent, why = agentOf(g.reg, int(pid)); b == nil {
 			return nil, fault.New(fault.Refused, fault.KindNotAgent, "this process runs in no inject entity's tmux pane on this host").
 				WithHint("join the pane first: fleet-roster join NAME --mode inject|hook --tmux-target \"$TMUX_PANE\"")
+		}
+		if why != "" {
+			// its hooks run, and nothing may be typed: unhooked at once,
+			// with the reason, on every hook (agent.go: agentOf)
+			was := b.snapshot()
+			e, err := b.putStatus(g.st, stUnhooked, why, false, "")
+			if err != nil {
+				return nil, fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot record the status")
+			}
+			if was.Status != stUnhooked || was.StatusReason != why {
+				g.log.Warn("the agent cannot be told from its pane's shell: its mail is held", "entity", e.Name, "reason", why)
+			}
+			g.notes.Change(e.Gid)
+			row := g.row(*e, nil, nil)
+			return &api.Response{Entity: &row}, nil
 		}
 	} else {
 		var err error
