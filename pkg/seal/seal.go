@@ -89,7 +89,7 @@ var magic = []byte("fsl1")
 
 // Recipient is a host's public sealing key.
 type Recipient struct {
-	r    *age.X25519Recipient
+	r    *x25519Recipient // age's X25519 stanza (x25519.go)
 	id   KeyID
 	text string
 }
@@ -114,11 +114,15 @@ func ParseRecipient(s string) (*Recipient, error) {
 	if err != nil || hrp != "age" || len(raw) != 32 {
 		return nil, fmt.Errorf("%q is not a sealing key (age1..., as fleet-gw key prints it)", s)
 	}
-	r, err := age.ParseX25519Recipient(s)
+	ar, err := age.ParseX25519Recipient(s)
 	if err != nil {
 		return nil, fmt.Errorf("%q is not a sealing key: %v", s, err)
 	}
-	return &Recipient{r: r, id: keyID(raw), text: r.String()}, nil
+	r, err := newX25519Recipient(raw)
+	if err != nil {
+		return nil, fmt.Errorf("%q is not a sealing key: %v", s, err)
+	}
+	return &Recipient{r: r, id: keyID(raw), text: ar.String()}, nil
 }
 
 func recipientOf(id *age.X25519Identity) *Recipient {
@@ -261,7 +265,7 @@ func split(sealed []byte) ([]KeyID, []byte, error) {
 // one tries an identity on stanza i alone: the one the key id table
 // names for it.
 type one struct {
-	id *age.X25519Identity
+	id *x25519Identity
 	i  int
 	n  int
 }
@@ -289,7 +293,11 @@ func Open(bind string, sealed []byte, kr *Keyring) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	r, err := age.Decrypt(bytes.NewReader(file), one{id: ident, i: at, n: len(ids)})
+	fast, err := fastIdentity(ident)
+	if err != nil {
+		return nil, err
+	}
+	r, err := age.Decrypt(bytes.NewReader(file), one{id: fast, i: at, n: len(ids)})
 	if err != nil {
 		return nil, tampered("%s", err.Error())
 	}
