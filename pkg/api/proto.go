@@ -87,6 +87,9 @@ type ErrorBody struct {
 	Exit    int        `json:"exit"`
 	Message string     `json:"message"`
 	Hint    string     `json:"hint,omitempty"`
+	// RetryAfterMS: how long to wait before the same call may succeed
+	// (rate_limited); absent when the error does not say
+	RetryAfterMS int64 `json:"retry_after_ms,omitempty"`
 }
 
 // Response is every gateway→client frame. Unlike requests it is one
@@ -296,10 +299,11 @@ type Hello struct {
 const (
 	FeatureWaitForBroker = "wait_for_broker" // wait_for_broker_ms of send, ask, bcast
 	FeatureWatch         = "watch"           // op watch
+	FeatureCause         = "cause"           // cause of send: a hop of the message delivered (issue 37.2)
 )
 
 // Features is what this build's gateway announces.
-var Features = []string{FeatureWaitForBroker, FeatureWatch}
+var Features = []string{FeatureWaitForBroker, FeatureWatch, FeatureCause}
 
 // Has is whether the gateway that said h announces feature f.
 func (h *Hello) Has(f string) bool { return h != nil && slices.Contains(h.Features, f) }
@@ -380,12 +384,15 @@ func FromFault(err error) *ErrorBody {
 		Exit:    int(fault.CodeOf(err)),
 		Message: err.Error(),
 		Hint:    fault.HintOf(err),
+
+		RetryAfterMS: fault.RetryAfterOf(err).Milliseconds(),
 	}
 }
 
 // Fault turns a socket error back into a fault.Error.
 func (e *ErrorBody) Fault() *fault.Error {
-	return &fault.Error{Code: fault.Code(e.Exit), Kind: e.Kind, Msg: e.Message, Hint: e.Hint}
+	return &fault.Error{Code: fault.Code(e.Exit), Kind: e.Kind, Msg: e.Message, Hint: e.Hint,
+		RetryAfter: time.Duration(e.RetryAfterMS) * time.Millisecond}
 }
 
 // MaxFrame returns the largest frame a gateway with body limit maxBody

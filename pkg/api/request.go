@@ -128,6 +128,11 @@ type SendRequest struct {
 	// WaitBrokerMS: while the broker is down, hold the send and try it
 	// again under the same msg id for up to this long (0: fail at once)
 	WaitBrokerMS int64 `json:"wait_for_broker_ms,omitempty"`
+	// Cause: the message being delivered to the caller when it sends
+	// this (an exec worker's FLEET_MSG_ID): believed only when this
+	// gateway's record of it names the caller as its recipient; the send
+	// is then a hop of its trace (gateway/hops.go)
+	Cause string `json:"cause,omitempty"`
 }
 
 // AskRequest puts a live question to To: Sent, then the answer or a

@@ -262,6 +262,7 @@ func TestRequestsReadByLegacy(t *testing.T) {
 // a gateway of an earlier build would drop the field silently.
 var sinceLegacy = map[string]string{
 	"wait_for_broker_ms": FeatureWaitForBroker,
+	"cause":              FeatureCause,
 }
 
 // clearField zeroes the field of v (a struct) whose JSON name is name.

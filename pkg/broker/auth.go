@@ -150,6 +150,11 @@ func (r *Refusal) Here(format string, args ...any) *Refusal {
 func (r *Refusal) Error() string { return r.Reason + ": " + r.Err.Error() }
 func (r *Refusal) Unwrap() error { return r.Err }
 
+// ReasonLoop: a SEND or REPLY past the receiving gateway's max-hops in
+// its trace (issue 37.2: a loop, cut on arrival). A refusal reason as the
+// others above.
+const ReasonLoop = "loop"
+
 // Refuse returns a refusal for reason.
 func Refuse(reason, format string, args ...any) *Refusal {
 	return &Refusal{Reason: reason, Err: fmt.Errorf(format, args...)}

@@ -31,7 +31,9 @@ func NewSendApp() *cli.App {
 		"fleet-send [options] --wait-reply MSGID"
 	app.Description = "Sends TEXT (the arguments joined by spaces; stdin when there are none or TEXT is -) " +
 		"as the caller's entity, whose credential comes from FLEET_TOKEN or --as NAME. " +
-		"Prints the msg id and the trace id once the message is stored durably at its recipient's gateway."
+		"Prints the msg id and the trace id once the message is stored durably at its recipient's gateway. " +
+		"Run by an exec worker's command while a message is delivered to it (FLEET_MSG_ID set), a send is a hop of that message's trace, " +
+		"as a reply is: past max-hops it is refused as a loop, and pair-rate bounds the sends to one recipient a minute (fleet(7), LOOPS AND RATES)."
 	until := Choice("until", "after sending (or with --status), wait until the message is STATE (delivered); exit 75 if not within --timeout", "", "delivered")
 	until.Hint = "fleet-send --until delivered NAME TEXT (or --status MSGID --until delivered)"
 	app.Flags = append(connFlags(), jsonFlag(), asFlag(),
@@ -88,10 +90,18 @@ func runSend(c *cli.Context) error {
 	if id == "" && c.String("answer") == "" {
 		id = envelope.NewID()
 	}
+	// a send made while a message is delivered to an exec worker names
+	// it (FLEET_MSG_ID): the gateway makes the send a hop of its trace
+	// if that message was delivered to the caller, and ignores it if not
+	// (an earlier gateway would drop it: the send is then not counted)
+	cause := ""
+	if c.String("reply-to") == "" && c.String("answer") == "" && s.client.Hello.Has(api.FeatureCause) {
+		cause = os.Getenv("FLEET_MSG_ID")
+	}
 	// a send's answer is the sent message or an error
 	resp, err := s.client.Call(&api.SendRequest{To: to, Body: body, ReplyTo: c.String("reply-to"),
 		AnswerTo: c.String("answer"), Wait: wait, TimeoutMS: timeout.Milliseconds(), MsgID: id,
-		WaitBrokerMS: c.Duration("wait-for-broker").Milliseconds()})
+		WaitBrokerMS: c.Duration("wait-for-broker").Milliseconds(), Cause: cause})
 	if fault.KindOf(err) == fault.KindNoGateway && id != "" {
 		return fault.Wrap(fault.OutcomeUnknown, fault.KindOutcomeUnknown, err, "message %s: outcome unknown", id).
 			WithHint("once the gateway is back, fleet-send --status %s tells; a retry with --id %s is sent at most once", id, id)

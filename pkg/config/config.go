@@ -71,6 +71,8 @@ type Config struct {
 	PlaintextHosts   []string      // hosts sent (and accepted from) unsealed text: no sealing key (issue 27); loud
 	SealFallback     string        // refuse (77) or clear: text to a trusted host that announces no sealing key (issue 36)
 	AskTTL           time.Duration // default time an ask waits for its answer
+	MaxHops          int           // a message past this many hops in its trace is refused as a loop
+	PairRate         int           // messages one entity may send another a minute; 0: no limit
 	PresenceInterval time.Duration // heartbeat interval on bridge.roster
 	PresenceTTL      time.Duration // a host not heard this long leaves the view
 
@@ -137,6 +139,8 @@ var Keys = []Key{
 	{"plaintext-hosts", "FLEET_PLAINTEXT_HOSTS", "INSECURE: hosts with no sealing key (an older fleet) that this gateway sends message text the broker can read, and accepts such text from, separated by commas; every other host gets sealed text or none (exit 77, no_seal_key)", "none"},
 	{"seal-fallback", "FLEET_SEAL_FALLBACK", "a trusted host that announces no sealing key and plaintext-hosts does not name: refuse (exit 77, no_seal_key, naming every such host, before anything is sent) or clear (INSECURE: that host alone gets text the broker can read, said loudly and named in clear_hosts)", "refuse"},
 	{"ask-ttl", "FLEET_ASK_TTL", "how long fleet-ask waits for an answer unless --ttl says otherwise", "10m"},
+	{"max-hops", "FLEET_MAX_HOPS", "hops a trace may have: the first message of a flow is hop 0, and a reply, or a send made while a message is delivered to an exec worker, is one more than that message; a message to an entity of this host past it is refused as a loop (a local send exits 77, loop; one from another host is refused as it arrives, and its sender gets a BOUNCE); a positive whole number", "32"},
+	{"pair-rate", "FLEET_PAIR_RATE", "messages (sends and replies) one entity may send one recipient a minute, checked by the sender's gateway: a burst of that many, then one every minute/pair-rate; over it a send is refused, never queued (exit 75, rate_limited, naming the time to wait); 0 turns it off", "30"},
 	{"presence-interval", "FLEET_PRESENCE_INTERVAL", "how often this gateway announces its entities on bridge.roster", "5s"},
 	{"presence-ttl", "FLEET_PRESENCE_TTL", "a host not heard this long leaves the roster view", "3 intervals"},
 }
@@ -345,6 +349,16 @@ func load(lookup Lookup, configPath string, client, optional bool) (*Config, err
 		errs = append(errs, fmt.Errorf("seal-fallback: %q is not %s (refuse: a host with no sealing key gets no text; clear: it gets text the broker can read)", c.SealFallback, strings.Join(Choices["seal-fallback"], " or ")))
 	}
 	c.AskTTL = dur("ask-ttl", 10*time.Minute)
+	c.MaxHops = num("max-hops", 32)
+	c.PairRate = 30
+	if v, ok := get("pair-rate"); ok {
+		// 0 is a value here: no limit
+		if n, err := strconv.Atoi(v); err != nil || n < 0 {
+			errs = append(errs, fmt.Errorf("pair-rate: %q is not a whole number of messages a minute (0: no limit)", v))
+		} else {
+			c.PairRate = n
+		}
+	}
 	c.PresenceInterval = dur("presence-interval", 5*time.Second)
 	if c.PresenceInterval <= 0 {
 		errs = append(errs, fmt.Errorf("presence-interval must be positive"))

@@ -89,18 +89,25 @@ func (p Party) String() string {
 
 // Envelope is one message.
 type Envelope struct {
-	Schema    string    `json:"v"`
-	MsgID     string    `json:"msg_id"`
-	Kind      Kind      `json:"kind"`
-	Sender    Party     `json:"sender"`
-	Recipient Party     `json:"recipient"`
-	TraceID   string    `json:"trace_id"`
-	InReplyTo string    `json:"in_reply_to,omitempty"`
-	TurnID    string    `json:"turn_id,omitempty"`
-	ReplayOf  string    `json:"replay_of,omitempty"` // fleet-dlq replay: the dead letter this delivers again
-	Created   time.Time `json:"created"`
-	Expires   time.Time `json:"expires,omitzero"`
-	Body      string    `json:"body"`
+	Schema    string `json:"v"`
+	MsgID     string `json:"msg_id"`
+	Kind      Kind   `json:"kind"`
+	Sender    Party  `json:"sender"`
+	Recipient Party  `json:"recipient"`
+	TraceID   string `json:"trace_id"`
+	InReplyTo string `json:"in_reply_to,omitempty"`
+	TurnID    string `json:"turn_id,omitempty"`
+	ReplayOf  string `json:"replay_of,omitempty"` // fleet-dlq replay: the dead letter this delivers again
+	// Hops is how many messages came before this one in its trace, each
+	// the cause of the next (0: the first; a reply or a send made in a
+	// trace counts one more). Only a gateway sets it, from a message it
+	// knows was delivered to the sender (never from a body or a client),
+	// and the receiving gateway refuses one past its max-hops. It is
+	// signed with the rest; a gateway older than it ignores it.
+	Hops    int       `json:"hops,omitempty"`
+	Created time.Time `json:"created"`
+	Expires time.Time `json:"expires,omitzero"`
+	Body    string    `json:"body"`
 	// Sealed is the body sealed to the hosts that deliver the message
 	// (pkg/seal, issue 27): base64 in JSON, Body "" beside it. The
 	// receiving gateway opens it after it checked the signature, so
@@ -317,6 +324,8 @@ func (e *Envelope) Validate(max int) error {
 		return bad("no trace_id")
 	case e.Created.IsZero():
 		return bad("no created time")
+	case e.Hops < 0:
+		return bad("hops %d is negative", e.Hops)
 	case e.Recipient.Gid == "" && e.Recipient.Group == "":
 		return bad("no recipient")
 	}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 )
 
 // Code is a process exit status, sysexits-style.
@@ -45,6 +46,9 @@ type Error struct {
 	Msg  string
 	Hint string
 	Err  error
+	// RetryAfter is, on a refusal that ends by itself (rate_limited),
+	// how long to wait before the same call may succeed (0: not said).
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string {
@@ -115,6 +119,16 @@ func HintOf(err error) string {
 		return fe.Hint
 	}
 	return ""
+}
+
+// RetryAfterOf returns how long err says to wait before trying again (0:
+// it does not say).
+func RetryAfterOf(err error) time.Duration {
+	var fe *Error
+	if errors.As(err, &fe) {
+		return fe.RetryAfter
+	}
+	return 0
 }
 
 // HintFor returns the hint err carries, else the default hint of its kind
@@ -198,6 +212,8 @@ const (
 	KindLocalOnly          Kind = "local_only"           // fleet-bcast: delivered on this host, the other hosts not reached
 	KindRefusedByHost      Kind = "refused_by_host"      // the recipient's host refused the message or request (not admitted, bad signature, ...)
 	KindNoSealKey          Kind = "no_seal_key"          // hosts that announce no sealing key, neither plaintext-hosts nor seal-fallback = clear allowing them: nothing is sent
+	KindLoop               Kind = "loop"                 // the message's trace is past max-hops: a reply loop, cut here
+	KindRateLimited        Kind = "rate_limited"         // over pair-rate, the sends from one entity to another a minute: nothing is queued
 )
 
 // Kinds is the closed set: the kinds of KindTable (kinds.go).

@@ -56,6 +56,7 @@ import (
 //	names  names.go       a name is one entity: conflicts told, untrusted hosts' names
 //	wake   wake.go        the wake notices typed for hook entities with a pane
 //	caps   inboxcap.go    local inboxes held to inbox-max-length and inbox-ttl
+//	pairs  pairrate.go    pair-rate: the sends of each sender→recipient pair a minute
 //	br     pkg/broker     the cross-host transport (nil: single-host mode)
 //	metrics pkg/metrics   counted events (nil: off)
 //	scrape metrics.go     the /metrics endpoint and what a scrape reads
@@ -71,6 +72,7 @@ type Gateway struct {
 	asks    *asks
 	peers   *peerView
 	admits  *admitsView  // admits.go: which hosts each other host admits
+	pairs   *pairRates   // pairrate.go: the sends of each sender→recipient pair a minute
 	heardMu sync.Mutex   // one save of peers' last words at a time (presence.go saveHeard)
 	said    *announcer   // announcer.go: this host's presence chain
 	watch   *watchers    // watch.go: the watch stream (fleet-roster --watch, fleet-top)
@@ -129,6 +131,7 @@ func New(cfg *config.Config, log *slog.Logger) *Gateway {
 		rdv:    newRendezvous(),
 		peers:  newPeerView(cfg.PresenceInterval, log.With("host", cfg.Host)),
 		admits: newAdmitsView(cfg.Host, cfg.PresenceTTL),
+		pairs:  newPairRates(cfg.PairRate),
 		names:  newNameBook(log.With("host", cfg.Host), cfg.PresenceTTL),
 		reg:    newRegistry(),
 		crash:  crashpoint(os.Getenv("FLEET_CRASHPOINT")),
@@ -550,9 +553,10 @@ func (g *Gateway) open() error {
 	}
 	g.policy = newPolicy(g.cfg.Host, g.cfg.AcceptDefault, st, g.reg, g.peers, a, g.metrics) // policy.go
 	g.exec.policy = g.policy
+	loops := &loopGuard{max: g.cfg.MaxHops, log: g.log, audit: a, metrics: g.metrics} // hops.go
 	g.in = &intake{
 		host: g.cfg.Host, stateDir: dir, st: st, log: g.log, audit: a, metrics: g.metrics,
-		reg: g.reg, rdv: g.rdv, caps: g.caps, crash: g.crash, policy: g.policy,
+		reg: g.reg, rdv: g.rdv, caps: g.caps, crash: g.crash, policy: g.policy, loops: loops,
 		kill:          g.boxes.Kill,
 		receipt:       g.rcpt.Take,
 		answer:        g.onAnswer,
@@ -564,6 +568,7 @@ func (g *Gateway) open() error {
 	g.rcpt.in = g.in // a bounce is stored like any message
 	g.route = &router{cfg: g.cfg, st: st, log: g.log, audit: a, metrics: g.metrics,
 		reg: g.reg, peers: g.peers, names: g.names, admits: g.admits, caps: g.caps, in: g.in, rcpt: g.rcpt, policy: g.policy,
+		loops: loops, pairs: g.pairs,
 		br:     func() *broker.Broker { return g.br },
 		admit:  func() *admission { return g.admit },
 		caller: g.caller, remote: g.remoteRows, heard: g.saveHeard,

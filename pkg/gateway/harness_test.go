@@ -84,6 +84,9 @@ func newConfig(t testing.TB, dir, host string, set settings) *config.Config {
 		"host": host, "state-dir": filepath.Join(dir, host), "socket": filepath.Join(dir, host+".sock"),
 		"retry-base": "20ms", "retry-max": "100ms", "settle-delay": "10ms", "drain-timeout": "2s",
 		"heartbeat": "2s", "presence-interval": "200ms", "trust-file": filepath.Join(dir, host, "trust"),
+		// tests send one recipient hundreds of messages a second; pair-rate
+		// has its own (pairrate_test.go, testdata/script/pair_rate.txtar)
+		"pair-rate": "0",
 	}
 	for k, v := range set {
 		all[k] = v

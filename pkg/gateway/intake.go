@@ -39,7 +39,8 @@ type intake struct {
 	reg      *registry
 	rdv      *rendezvous
 	caps     *inboxCaps
-	policy   *policy // policy.go: who may reach the entity
+	policy   *policy    // policy.go: who may reach the entity
+	loops    *loopGuard // hops.go: a message past max-hops is cut as it arrives
 	crash    crashpoint
 
 	// the parts what is not inbox mail is handed to (wired by the Gateway)
@@ -79,6 +80,9 @@ func (in *intake) take(env *envelope.Envelope) error {
 	case envelope.Bounce:
 		// a bounce is made by the sender's own gateway from a receipt
 		return broker.Refuse(broker.ReasonMisrouted, "a BOUNCE never crosses hosts")
+	}
+	if err := in.loops.Arrival(env); err != nil {
+		return err
 	}
 	b, err := in.box(env)
 	if err != nil {
@@ -171,6 +175,10 @@ func (in *intake) TakeBatch(envs []*envelope.Envelope) []error {
 	for i, env := range envs {
 		switch env.Kind {
 		case envelope.Send, envelope.Reply, envelope.Broadcast:
+			if err := in.loops.Arrival(env); err != nil {
+				errs[i] = err // a loop cut (hops.go): refused, as below
+				continue
+			}
 			b, err := in.box(env)
 			var r *broker.Refusal
 			switch {

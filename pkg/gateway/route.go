@@ -39,10 +39,12 @@ type router struct {
 	names   *nameBook
 	admits  *admitsView
 	caps    *inboxCaps
-	seal    *sealing  // sealing.go: a large message kept as published, sealed (nil: as it is)
-	in      *intake   // a local message into its inbox
-	rcpt    *receipts // a message dead here bounces
-	policy  *policy   // policy.go: who may reach an entity of this host
+	seal    *sealing   // sealing.go: a large message kept as published, sealed (nil: as it is)
+	in      *intake    // a local message into its inbox
+	rcpt    *receipts  // a message dead here bounces
+	policy  *policy    // policy.go: who may reach an entity of this host
+	loops   *loopGuard // hops.go: past max-hops, cut
+	pairs   *pairRates // pairrate.go: the sends of one pair a minute
 
 	br      func() *broker.Broker                // nil: single-host mode
 	admit   func() *admission                    // nil: single-host mode
@@ -224,6 +226,7 @@ func (rt *router) SendWith(req *api.SendRequest, before func(*envelope.Envelope)
 	kind := envelope.Send
 	to := req.To
 	trace := ""
+	var parent *store.Record // the message this one is a hop after (hops.go)
 	if req.ReplyTo != "" {
 		orig, err := rt.st.Record(req.ReplyTo)
 		if err != nil { // a broadcast copy is recorded per member
@@ -238,6 +241,9 @@ func (rt *router) SendWith(req *api.SendRequest, before func(*envelope.Envelope)
 			return nil, fault.New(fault.Usage, fault.KindUsage, "a reply goes to the original sender: give --reply-to or a recipient, not both")
 		}
 		kind, to, trace = envelope.Reply, orig.Sender, orig.TraceID
+		parent = orig
+	} else if parent = deliveredTo(rt.st, req.Cause, sender.Gid); parent != nil {
+		trace = parent.TraceID // a send made while parent was delivered: a hop of its flow (hops.go)
 	}
 	if to == "" {
 		return nil, fault.New(fault.Usage, fault.KindUsage, "no recipient")
@@ -259,6 +265,9 @@ func (rt *router) SendWith(req *api.SendRequest, before func(*envelope.Envelope)
 		env.TraceID = trace
 	}
 	env.InReplyTo = req.ReplyTo
+	if parent != nil {
+		env.Hops = parent.Hops + 1
+	}
 	retry := false
 	if req.MsgID != "" {
 		// the client minted the id (fleet-send does, so that a send whose
@@ -269,7 +278,7 @@ func (rt *router) SendWith(req *api.SendRequest, before func(*envelope.Envelope)
 		}
 		env.MsgID = req.MsgID
 		if prev != nil {
-			env.TraceID = prev.TraceID
+			env.TraceID, env.Hops = prev.TraceID, prev.Hops
 			if prev.State == store.Delivered || prev.State == store.Dead {
 				// settled: told as it is, never sent again
 				return &api.Response{Sent: &api.Sent{
@@ -283,6 +292,9 @@ func (rt *router) SendWith(req *api.SendRequest, before func(*envelope.Envelope)
 			// one copy per msg id
 			retry = true
 		}
+	}
+	if err := rt.limit(env, t.box != nil, retry); err != nil {
+		return nil, err
 	}
 	if kind == envelope.Reply {
 		rt.audit.Message("replied", env, 0, "to "+req.ReplyTo)

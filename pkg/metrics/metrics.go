@@ -54,6 +54,8 @@ type Metrics struct {
 	refused    *prometheus.CounterVec
 	reconnects prometheus.Counter
 	notAccept  *prometheus.CounterVec
+	loopsCut   *prometheus.CounterVec
+	rateLim    prometheus.Counter
 	confirm    *prometheus.HistogramVec
 	flush      prometheus.Histogram
 }
@@ -132,6 +134,14 @@ func New(host, version string, snap func() (Snapshot, error)) *Metrics {
 			Name: "fleet_not_accepted_total",
 			Help: "Messages an entity's inbound policy refused (kind not_accepted), by where: send (a local sender's, refused before anything was stored) or arrival (one from another host, refused as it came in: it is also in fleet_broker_refused_total).",
 		}, []string{"where"}),
+		loopsCut: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fleet_loops_cut_total",
+			Help: "Messages refused as past max-hops in their trace (kind loop), by where: send (a local sender's, refused before it was stored or published) or arrival (one from another host, refused as it came in).",
+		}, []string{"where"}),
+		rateLim: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fleet_rate_limited_total",
+			Help: "Sends refused because their sender sent the recipient more than pair-rate messages in the last minute (kind rate_limited, exit 75; nothing queued).",
+		}),
 		confirm: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "fleet_publish_confirm_seconds",
 			Help:    "From handing a publish to the publishing channel to the broker's confirm, by outcome (ack, returned, nack, closed, timeout).",
@@ -151,7 +161,9 @@ func New(host, version string, snap func() (Snapshot, error)) *Metrics {
 	m.confirm.WithLabelValues("ack")
 	m.notAccept.WithLabelValues("send")
 	m.notAccept.WithLabelValues("arrival")
-	m.reg.MustRegister(m.accepted, m.delivered, m.dead, m.inboxFull, m.inboxHeld, m.refused, m.reconnects, m.notAccept, m.confirm, m.flush,
+	m.loopsCut.WithLabelValues("send")
+	m.loopsCut.WithLabelValues("arrival")
+	m.reg.MustRegister(m.accepted, m.delivered, m.dead, m.inboxFull, m.inboxHeld, m.refused, m.reconnects, m.notAccept, m.loopsCut, m.rateLim, m.confirm, m.flush,
 		&scraper{host: host, version: version, snap: snap},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -223,6 +235,20 @@ func (m *Metrics) Refused(reason string) {
 func (m *Metrics) NotAccepted(where string) {
 	if m != nil {
 		m.notAccept.WithLabelValues(where).Inc()
+	}
+}
+
+// LoopCut counts a message refused as a loop, where "send" or "arrival".
+func (m *Metrics) LoopCut(where string) {
+	if m != nil {
+		m.loopsCut.WithLabelValues(where).Inc()
+	}
+}
+
+// RateLimited counts a send refused over pair-rate.
+func (m *Metrics) RateLimited() {
+	if m != nil {
+		m.rateLim.Inc()
 	}
 }
 
@@ -304,6 +330,7 @@ var causes = map[string]string{
 	"malformed":      "malformed",
 	"newer_schema":   "newer_schema",
 	"replay":         "replay",
+	"loop":           "loop",
 	"not_member":     "misrouted",
 	"misrouted":      "misrouted",
 	"not_accepted":   "not_accepted",

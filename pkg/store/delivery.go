@@ -29,6 +29,10 @@ type Record struct {
 	// sent (as this host then knew it), so its record still names it
 	// once the entity has left and been forgotten; "" if sent unnamed.
 	Named string `json:"named,omitempty"`
+
+	// Hops: the message's hop count in its trace (envelope.Hops), so a
+	// reply to it, or a send made while it is delivered, counts one more.
+	Hops int `json:"hops,omitempty"`
 }
 
 // DeadLetter is a message that will not be delivered, with why. It is

@@ -98,7 +98,7 @@ func acceptTx(tx *wtx, env *envelope.Envelope, raw []byte, now time.Time, out *R
 	*out = Record{
 		MsgID: env.MsgID, Kind: env.Kind, TraceID: env.TraceID,
 		Sender: env.Sender.Gid, Recipient: env.Recipient.Gid,
-		Seq: seq, State: Accepted, Accepted: now,
+		Seq: seq, State: Accepted, Accepted: now, Hops: env.Hops,
 	}
 	return false, save(recs, Key(env), out)
 }

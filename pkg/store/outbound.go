@@ -80,7 +80,7 @@ func (s *Store) DeadOutbound(env *envelope.Envelope, reason string, now time.Tim
 		r := Record{
 			MsgID: env.MsgID, Kind: env.Kind, TraceID: env.TraceID,
 			Sender: env.Sender.Gid, Recipient: env.Recipient.Gid, Named: named(env.Recipient),
-			State: Dead, Reason: reason, Accepted: now, Done: now,
+			State: Dead, Reason: reason, Accepted: now, Done: now, Hops: env.Hops,
 		}
 		if err := save(tx.Bucket(bDead), key, &DeadLetter{Record: r, Envelope: raw}); err != nil {
 			return err

@@ -14,7 +14,8 @@ import (
 // form rather than JSON: version byte 1, then the strings as uvarint length
 // and bytes, the numbers as uvarints, the times as a flag byte and the
 // Unix nanoseconds as a varint; then, optionally, the recipient's name
-// (Named) as a string. Records written as JSON by earlier versions
+// (Named) as a string, and after it, optionally, the hop count (Hops) as a
+// uvarint (Named is then written, empty or not). Records written as JSON by earlier versions
 // (they start with '{') are still read.
 const recordV1 = 1
 
@@ -37,11 +38,16 @@ func encodeRecord(r *Record) []byte {
 		b = append(b, 1)
 		b = binary.AppendVarint(b, t.UnixNano())
 	}
-	if r.Named != "" {
+	if r.Named != "" || r.Hops > 0 {
 		// optional, last: a record without it reads as before, and an
 		// older reader stops before it
 		b = binary.AppendUvarint(b, uint64(len(r.Named)))
 		b = append(b, r.Named...)
+	}
+	if r.Hops > 0 {
+		// optional, after Named (then written, empty or not): the hop
+		// count in its trace (issue 37.2); an older reader stops before it
+		b = binary.AppendUvarint(b, uint64(r.Hops))
 	}
 	return b
 }
@@ -104,11 +110,18 @@ func decodeRecord(data []byte, r *Record) error {
 		p = p[k:]
 		*dst = time.Unix(0, ns).UTC()
 	}
-	r.Named = ""
+	r.Named, r.Hops = "", 0
 	if len(p) > 0 {
 		if r.Named, ok = str(); !ok {
 			return errBadRecord
 		}
+	}
+	if len(p) > 0 {
+		hops, k := binary.Uvarint(p)
+		if k <= 0 || hops > 1<<31 {
+			return errBadRecord
+		}
+		r.Hops = int(hops)
 	}
 	return nil
 }

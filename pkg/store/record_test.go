@@ -17,6 +17,8 @@ func TestRecordEncodingRoundTrip(t *testing.T) {
 			Accepted: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), Done: time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)},
 		{MsgID: "m3", Kind: "SEND", Sender: "h1.a", Recipient: "h2.b", State: Dead, Named: "bob@h2",
 			Accepted: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)},
+		{MsgID: "m4", Kind: "REPLY", State: Accepted, Hops: 7},
+		{MsgID: "m5", Kind: "SEND", State: Delivered, Named: "bob@h2", Hops: 1 << 20},
 		{},
 	} {
 		var got Record
@@ -59,6 +61,50 @@ func TestRecordNamedIsOptional(t *testing.T) {
 	}
 	if err := decodeRecord(named[:len(named)-1], &got); err == nil {
 		t.Errorf("a cut name accepted")
+	}
+}
+
+// The hop count (issue 37.2) is an optional tail after Named: a record
+// with none reads as before (hops 0), and one with hops but no name
+// writes the name empty.
+func TestRecordHopsIsOptional(t *testing.T) {
+	r := Record{MsgID: "m", Recipient: "h1.b", State: Accepted, Accepted: time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC)}
+	old := encodeRecord(&r)
+	r.Hops = 3
+	hops := encodeRecord(&r)
+	if len(hops) != len(old)+2 || string(hops[:len(old)]) != string(old) {
+		t.Fatalf("Hops is not an optional tail: %v vs %v", hops, old)
+	}
+	got := Record{Hops: 9}
+	if err := decodeRecord(old, &got); err != nil || got.Hops != 0 {
+		t.Errorf("an earlier record: Hops %d, %v; want 0", got.Hops, err)
+	}
+	if err := decodeRecord(hops, &got); err != nil || got.Hops != 3 || got.Named != "" {
+		t.Errorf("Hops %d, Named %q, %v; want 3 and none", got.Hops, got.Named, err)
+	}
+}
+
+// A message's hop count stays on its record from accept through delivery
+// (a reply to it is one more: gateway/hops.go).
+func TestRecordKeepsHops(t *testing.T) {
+	s, _ := newStore(t)
+	if err := s.CreateEntity(&Entity{Gid: "h1.b", Name: "bob", Host: "h1"}); err != nil {
+		t.Fatal(err)
+	}
+	env := envelope.New(envelope.Reply, envelope.Party{Gid: "h1.a", Name: "alice", Host: "h1"},
+		envelope.Party{Gid: "h1.b", Name: "bob", Host: "h1"}, "hi")
+	env.Hops = 5
+	if _, _, err := s.Accept(env, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := s.Record(env.MsgID); err != nil || r.Hops != 5 {
+		t.Fatalf("accepted: %+v, %v; want hops 5", r, err)
+	}
+	if _, err := s.BeginInject(env.MsgID); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := s.Record(env.MsgID); err != nil || r.Hops != 5 || r.Attempts != 1 {
+		t.Fatalf("injecting: %+v, %v; want hops 5", r, err)
 	}
 }
 

@@ -35,7 +35,7 @@ func (s *Store) RecordOutboundKeep(env *envelope.Envelope, now time.Time, raw []
 		return save(tx.Bucket(bRecords), env.MsgID, &Record{
 			MsgID: env.MsgID, Kind: env.Kind, TraceID: env.TraceID,
 			Sender: env.Sender.Gid, Recipient: env.Recipient.Gid, Named: named(env.Recipient),
-			State: Accepted, Accepted: now,
+			State: Accepted, Accepted: now, Hops: env.Hops,
 		})
 	}})
 }

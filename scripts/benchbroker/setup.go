@@ -86,6 +86,7 @@ func startSet(bin, root, tag string, hosts []string, brokerURL, conf string, int
 		env := []string{
 			"FLEET_BROKER=" + brokerURL,
 			"FLEET_PRESENCE_INTERVAL=" + interval.String(),
+			"FLEET_PAIR_RATE=0", // a run measures throughput, not pair-rate (fleet(7), LOOPS AND RATES)
 		}
 		if *flagPprof > 0 && tag == "a" {
 			env = append(env, fmt.Sprintf("FLEET_PPROF_ADDR=127.0.0.1:%d", *flagPprof+i))

@@ -88,6 +88,9 @@ func startGateway(bin, dir string) (*benchkit.Gateway, error) {
 	// a run measures the store, not the inbox cap: room for all of it
 	// even if the receiver falls behind (every inbox is capped: fleet(7))
 	env = append(env, fmt.Sprintf("FLEET_INBOX_MAX_LENGTH=%d", max(*flagN, 10000)))
+	// and the store, not pair-rate (30 a minute by default: fleet(7),
+	// LOOPS AND RATES): one sender sends one recipient all of it
+	env = append(env, "FLEET_PAIR_RATE=0")
 	return benchkit.StartGateway(benchkit.GatewayConfig{
 		Bin: bin, Dir: dir, Host: "bench", Pidfile: *flagPidfile, Ready: readyTimeout, Env: env,
 	})

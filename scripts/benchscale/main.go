@@ -87,7 +87,7 @@ func run() error {
 
 	g, err := benchkit.StartGateway(benchkit.GatewayConfig{
 		Bin: bin, Dir: filepath.Join(dir, "h1"), Host: "h1",
-		Env:   []string{"FLEET_BROKER=" + url, "FLEET_PRESENCE_INTERVAL=1h"},
+		Env:   []string{"FLEET_BROKER=" + url, "FLEET_PRESENCE_INTERVAL=1h", "FLEET_PAIR_RATE=0"},
 		Ready: time.Minute, WaitBroker: true,
 	})
 	if err != nil {

@@ -302,6 +302,7 @@ var refusalWords = map[string]string{
 	broker.ReasonNotMember:   "misrouted: not a member",
 	broker.ReasonMisrouted:   "misrouted",
 	broker.ReasonNotAccepted: "refused: its recipient does not accept the sender",
+	broker.ReasonLoop:        "refused: a loop, past max-hops",
 	// sealed bodies
 	broker.ReasonSealedElsewhere: "sealed to other hosts",
 	broker.ReasonUnknownSealKey:  "sealed to a key its host no longer holds",
