@@ -710,3 +710,74 @@ func TestClaudeCodeJoinedAfterStart(t *testing.T) {
 		t.Fatalf("hooks doctor saw no busy then idle: %s", dout.String())
 	}
 }
+
+// Two real Claude Code sessions told to answer each other (issue 37.2):
+// every message's body makes the model run `fleet-send --reply-to ID`
+// with the same body, so ca and cb reply to each other for as long as
+// fleet lets them. The gateway cuts the trace past max-hops (3 here): the
+// send of hop 4 exits 77 (loop) and the model sees that in its tool's
+// result, no turn follows it, the messages delivered are exactly hops 0 to
+// 3 (each pasted once), and fleet-trace shows where the loop was cut.
+func TestClaudeCodeLoopCut(t *testing.T) {
+	agentTest(t)
+	agentBin(t, "claude")
+	rig := newAgentRig(t, "FLEET_MAX_HOPS=3")
+	loop := filepath.Join(rig.dir, "loop.txt")
+	body := `answer it STUB:TOOL=fleet-send --reply-to {MSGID} "$(cat ` + loop + `)"`
+	if err := os.WriteFile(loop, []byte(body+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ca := startClaude(t, rig, "ca")
+	cb := startClaude(t, rig, "cb")
+	rig.waitStatus(ca.name, "idle", 10*time.Second)
+	rig.waitStatus(cb.name, "idle", 10*time.Second)
+
+	out := rig.fleet("fleet-send", "--as", "cb", "--json", "ca", body)
+	trace := regexp.MustCompile(`"trace_id":"([^"]+)"`).FindStringSubmatch(out)
+	if trace == nil {
+		t.Fatalf("fleet-send printed %s", out)
+	}
+	// the model's tool results: three replies sent, the fourth refused
+	var cut time.Time
+	deadline := time.Now().Add(3 * time.Minute)
+	for cut.IsZero() {
+		for _, q := range rig.stub.Turns() {
+			if strings.Contains(q.ToolResult, "past max-hops 3: a loop, cut here") {
+				cut = q.Time
+			}
+		}
+		if time.Now().After(deadline) {
+			for i, q := range rig.stub.Turns() {
+				t.Logf("turn %d: answer %q, tool result %q", i, q.Answer, q.ToolResult)
+			}
+			t.Fatalf("no tool result said the loop was cut within 3m; ca's screen:\n%s\ncb's screen:\n%s", rig.screen(ca.pane), rig.screen(cb.pane))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	// it stays stopped: both agents go idle and no turn comes after the cut's
+	rig.waitStatus(ca.name, "idle", 30*time.Second)
+	rig.waitStatus(cb.name, "idle", 30*time.Second)
+	time.Sleep(3 * time.Second)
+	calls, after := 0, 0
+	for _, q := range rig.stub.Turns() {
+		if strings.Contains(q.Answer, "fleet-send --reply-to ") {
+			calls++
+		}
+		if q.Time.After(cut) {
+			after++
+		}
+	}
+	if calls != 4 || after != 0 {
+		for i, q := range rig.stub.Turns() {
+			t.Logf("turn %d at %s: answer %q, tool result %q", i, q.Time.Format(time.StampMilli), q.Answer, q.ToolResult)
+		}
+		t.Fatalf("%d reply tool calls (want 4: hops 1 to 3 sent, the 4th cut), %d turns after the cut (want 0)", calls, after)
+	}
+	tr := rig.fleet("fleet-trace", "--as", "cb", trace[1])
+	if !strings.Contains(tr, `"event":"loop_cut","size":108,"reason":"hop 4 past max-hops 3`) {
+		t.Fatalf("fleet-trace does not show the cut:\n%s", tr)
+	}
+	if n := strings.Count(tr, `"event":"injected"`); n != 4 {
+		t.Errorf("fleet-trace shows %d messages pasted, want 4 (hops 0 to 3):\n%s", n, tr)
+	}
+}

@@ -60,7 +60,7 @@ var agentLong = map[string]time.Duration{
 	"TestCodexHookMode": 33 * time.Second, "TestMCPGemini": 26 * time.Second,
 	"TestClaudeCodeHookAskAcrossHosts": 25 * time.Second, "TestCodexAPIError": 24 * time.Second,
 	"TestGeminiHookWake": 22 * time.Second, "TestClaudeCodeHookMode": 20 * time.Second,
-	"TestClaudeCodeJoinedAfterStart": 18 * time.Second, "TestCodexHookWake": 17 * time.Second,
+	"TestClaudeCodeJoinedAfterStart": 18 * time.Second, "TestClaudeCodeLoopCut": 16 * time.Second, "TestCodexHookWake": 17 * time.Second,
 	"TestMCPCodex": 12 * time.Second, "TestClaudeCodeReplyAcrossHosts": 10 * time.Second,
 	"TestMCPClaudeCode": 6 * time.Second,
 }
