@@ -516,7 +516,7 @@ func agentOf(reg *registry, pid int) (*mailbox, int, string) {
 	}
 	pane := best.snapshot().PanePID
 	if fg, _, ok := stat(pane); ok && slices.Contains(up[:bestAt+1], fg) {
-		if fg == pane && bestAt >= 1 && deliver.IsShell(comm(pane)) && !deliver.IsShell(comm(up[bestAt-1])) {
+		if fg == pane && bestAt >= 1 && pgrp(up[bestAt-1]) == pane && deliver.IsShell(comm(pane)) && !deliver.IsShell(comm(up[bestAt-1])) {
 			return best, fg, fmt.Sprintf("%s (pid %d) runs in the process group of the pane's shell %s (started by a compound command such as \"claude; exec bash\", or a wrapper that does not exec it): "+
 				"fleet cannot tell it from the shell, so it types nothing into the pane; start the agent as the pane's command, with exec, or from an interactive shell",
 				comm(up[bestAt-1]), up[bestAt-1], comm(pane))
@@ -524,6 +524,23 @@ func agentOf(reg *registry, pid int) (*mailbox, int, string) {
 		return best, fg, ""
 	}
 	return best, 0, ""
+}
+
+// pgrp is the process group of pid (0 if gone): an agent backgrounded
+// from an interactive shell (claude &) has a group of its own while the
+// shell is in front, and is not the shell's.
+func pgrp(pid int) int {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 3 {
+		return 0
+	}
+	g, _ := strconv.Atoi(f[2])
+	return g
 }
 
 // comm is the command name of process pid ("" if gone).

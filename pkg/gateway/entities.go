@@ -314,8 +314,8 @@ func (g *Gateway) setStatus(pid int32, req *api.StatusRequest) (*api.Response, e
 			}
 			if was.Status != stUnhooked || was.StatusReason != why {
 				g.log.Warn("the agent cannot be told from its pane's shell: its mail is held", "entity", e.Name, "reason", why)
+				g.notes.Change(e.Gid)
 			}
-			g.notes.Change(e.Gid)
 			row := g.row(*e, nil, nil)
 			return &api.Response{Entity: &row}, nil
 		}

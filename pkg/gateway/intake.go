@@ -239,9 +239,13 @@ func (in *intake) box(env *envelope.Envelope) (*mailbox, error) {
 	if err := idClaim(in.st, in.host, env); err != nil {
 		return nil, err
 	}
-	if err := in.policy.Check(b.snapshot(), env, "arrival"); err != nil {
-		// the sender's host hears it (a refusal notice): dead, a BOUNCE
-		return nil, broker.Refuse(broker.ReasonNotAccepted, "%s", err.Error())
+	// the policy (policy.go); this host's own broadcast copies, back from
+	// the broker, met it when they were sent (ownCopy drops those)
+	if env.Sender.Host != in.host {
+		if err := in.policy.Arrival(b.snapshot(), env); err != nil {
+			// the sender's host hears it (a refusal notice): dead, a BOUNCE
+			return nil, broker.Refuse(broker.ReasonNotAccepted, "%s", err.Error())
+		}
 	}
 	return b, nil
 }
@@ -312,6 +316,9 @@ func (in *intake) ownCopy(env *envelope.Envelope, b *mailbox) bool {
 		return true
 	}
 	e := b.snapshot()
+	if env.Sender.Host == in.host && !in.policy.Allows(e, env) {
+		return true // a member whose policy refused it here, as it was sent: no copy
+	}
 	env.Recipient.Name, env.Recipient.Host = e.Name, e.Host
 	return false
 }

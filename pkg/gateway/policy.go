@@ -19,9 +19,10 @@ package gateway
 // message admission verified as signed by the sender's own host (admit.go).
 // A group: rule matches the sender's groups as the sender's own host says
 // them (this host's registry, or the signed presence of the sender's host).
-// A REPLY to a message the recipient itself sent is always taken: the
-// recipient asked for it (checked against this host's own record, never
-// the message's word).
+// A REPLY to a message the recipient itself sent to the replier is
+// always taken: the recipient asked for it (checked against this host's
+// own record of the original — its sender and its recipient — never the
+// message's word). A reply to a broadcast meets the policy as any send.
 
 import (
 	"slices"
@@ -106,6 +107,38 @@ func (p *policy) Check(e store.Entity, env *envelope.Envelope, where string) err
 	if ok {
 		return nil
 	}
+	return p.refuse(e, env, where, rules, from)
+}
+
+// Allows is Check without its side effects: whether env may reach e.
+func (p *policy) Allows(e store.Entity, env *envelope.Envelope) bool {
+	if p == nil {
+		return true
+	}
+	_, _, ok := p.decide(e, env)
+	return ok
+}
+
+// Arrival is Check for a message from another host, as the intake takes
+// it: a copy of one this host took before (a redelivery, after the
+// policy changed) is left to the dedup, never refused — its sender was
+// told it was delivered.
+func (p *policy) Arrival(e store.Entity, env *envelope.Envelope) error {
+	if p == nil {
+		return nil
+	}
+	rules, from, ok := p.decide(e, env)
+	if ok {
+		return nil
+	}
+	if _, err := p.st.Record(store.Key(env)); err == nil {
+		return nil
+	}
+	return p.refuse(e, env, "arrival", rules, from)
+}
+
+// refuse audits, counts and says a refusal.
+func (p *policy) refuse(e store.Entity, env *envelope.Envelope, where string, rules []accept.Rule, from string) error {
 	what := "its own policy"
 	if from == "default" {
 		what = "this host's accept-default"
@@ -166,8 +199,11 @@ func (p *policy) repliesTo(e store.Entity, env *envelope.Envelope) bool {
 	if env.InReplyTo == "" {
 		return false
 	}
+	// e sent the original, to the entity that replies (its gid proven:
+	// a local credential, or admission's check that the signing host is
+	// the sender's): knowing a msg id of e's is not enough
 	r, err := p.st.Record(env.InReplyTo)
-	return err == nil && r.Sender == e.Gid
+	return err == nil && r.Sender == e.Gid && r.Recipient == env.Sender.Gid
 }
 
 // groups are a sender's groups as its own host says them.

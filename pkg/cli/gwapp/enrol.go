@@ -90,6 +90,9 @@ func enrolCommand(app *ucli.App) *ucli.Command {
 				return uri, nil
 			})
 			if err != nil {
+				if made != "" {
+					return fault.Wrap(fault.CodeOf(err), fault.KindOf(err), err, "the login %s was made but no bundle: run this again (a new password)", made)
+				}
 				return err
 			}
 			if err := writeBundle(c, out, raw, r, cert, o); err != nil {

@@ -126,23 +126,24 @@ func hostBundle(c *ucli.Context, o *trust.Operator, in string, login func(*trust
 			files[flag] = string(data)
 		}
 	}
-	uri, err := login(r)
-	if err != nil {
-		return "", nil, nil, err
-	}
-	b := trust.Bundle{Host: r.Host, Broker: uri, CA: files["ca"], ClientCert: files["tls-cert"], ClientKey: files["tls-key"]}
-	if u, err := url.Parse(b.Broker); err == nil && u.User != nil {
-		_, vhost, _ := broker.ParseBase((&url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path}).String())
-		if want := broker.HostUser(vhost, r.Host); u.User.Username() != want {
-			return "", nil, nil, cli.Usage("the login in %s is %s, not %s's (%s)", c.String("uri"), u.User.Username(), r.Host, want).
-				WithHint("make the host's own: fleet-gw broker-setup --host %s --output FILE", r.Host)
-		}
-	}
+	// certified before the login is asked for: enrol makes (or rotates)
+	// the login, and nothing that can fail without it comes after it
 	cert, err := trust.Certify(o.Key, r, time.Duration(days)*24*time.Hour)
 	if err != nil {
 		return "", nil, nil, badObject(err, "")
 	}
-	b.Cert = cert.Raw
+	uri, err := login(r)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	b := trust.Bundle{Host: r.Host, Broker: uri, CA: files["ca"], ClientCert: files["tls-cert"], ClientKey: files["tls-key"], Cert: cert.Raw}
+	if u, err := url.Parse(b.Broker); err == nil && u.User != nil {
+		_, vhost, _ := broker.ParseBase((&url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path}).String())
+		if want := broker.HostUser(vhost, r.Host); u.User.Username() != want {
+			return "", nil, nil, cli.Usage("the broker login is %s, not %s's (%s)", u.User.Username(), r.Host, want).
+				WithHint("make the host's own: fleet-gw broker-setup --host %s --output FILE", r.Host)
+		}
+	}
 	raw, err := trust.MakeBundle(o, b)
 	if err != nil {
 		return "", nil, nil, cli.Usage("%v", err)
