@@ -78,7 +78,11 @@ func setupBroker(env *testscript.Env, name string) error {
 	env.Setenv("TLS_DIR", strings.TrimSpace(string(tlsDir)))
 	env.Setenv("FLEET_BROKER", vhostURL)
 	env.Setenv("BROKER_URL", vhostURL)
-	env.Setenv("FLEET_HEARTBEAT", "2s")
+	// the product's default: a 2-core machine running the suite's
+	// parallel scripts beside the agent CLIs stalled a gateway's reads
+	// past 3 x 2s (two scripts lost their connection to "i/o timeout");
+	// a script about heartbeats sets its own (broker_exclusive, _unknown)
+	env.Setenv("FLEET_HEARTBEAT", "5s")
 	if node, err := testnode.Script(); err == nil {
 		// for fleet-gw broker-setup; a script's environment is its own,
 		// so a node other than the default (FLEET_RMQ_NODE, _DIR, _PORT:
