@@ -774,7 +774,7 @@ func TestClaudeCodeLoopCut(t *testing.T) {
 		t.Fatalf("%d reply tool calls (want 4: hops 1 to 3 sent, the 4th cut), %d turns after the cut (want 0)", calls, after)
 	}
 	tr := rig.fleet("fleet-trace", "--as", "cb", trace[1])
-	if !strings.Contains(tr, `"event":"loop_cut","size":108,"reason":"hop 4 past max-hops 3`) {
+	if !regexp.MustCompile(`"event":"loop_cut","size":\d+,"reason":"hop 4 past max-hops 3`).MatchString(tr) {
 		t.Fatalf("fleet-trace does not show the cut:\n%s", tr)
 	}
 	if n := strings.Count(tr, `"event":"injected"`); n != 4 {

@@ -32,7 +32,10 @@ func newTestGW(t *testing.T, dir, host string, extra ...string) *testGW {
 	}
 	sock := filepath.Join(dir, host+".sock")
 	env = append(env, "FLEET_HOST="+host, "FLEET_STATE_DIR="+filepath.Join(dir, host),
-		"FLEET_SOCKET="+sock, "XDG_CONFIG_HOME="+dir)
+		"FLEET_SOCKET="+sock, "XDG_CONFIG_HOME="+dir,
+		// these tests send one recipient hundreds a minute; pair-rate
+		// has its own (pair_rate.txtar): off unless a test sets it
+		"FLEET_PAIR_RATE=0")
 	g := &testGW{t: t, dir: dir, sock: sock, env: append(env, extra...)}
 	g.start()
 	t.Cleanup(g.kill)
