@@ -3,6 +3,8 @@ module github.com/fleetd/fleet
 go 1.26.8
 
 require (
+	charm.land/bubbles/v2 v2.1.1
+	charm.land/bubbletea/v2 v2.1.1
 	charm.land/lipgloss/v2 v2.1.1
 	filippo.io/age v1.3.2
 	github.com/charmbracelet/x/ansi v0.11.9
@@ -27,6 +29,7 @@ require (
 
 require (
 	filippo.io/hpke v0.4.0 // indirect
+	github.com/atotto/clipboard v0.1.4 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/charmbracelet/colorprofile v0.4.3 // indirect

@@ -21,7 +21,6 @@ package topapp
 import (
 	"fmt"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/fleetd/fleet/pkg/api"
@@ -144,13 +143,12 @@ func nameAt(r api.EntityRow) string {
 	return name + "@" + r.Host
 }
 
-// shortID is the first block of a msg id (a UUID's first 8 hex digits).
+// shortID is the last 8 characters of a msg id: a UUIDv7's first
+// digits are its time, the same for messages of one second, its last
+// are random.
 func shortID(id string) string {
-	if i := strings.IndexByte(id, '-'); i > 0 {
-		return id[:i]
-	}
 	if len(id) > 8 {
-		return id[:8]
+		return id[len(id)-8:]
 	}
 	return id
 }
