@@ -33,6 +33,7 @@ import (
 	"github.com/fleetd/fleet/pkg/cli/gwapp"
 	"github.com/fleetd/fleet/pkg/cli/mcpapp"
 	"github.com/fleetd/fleet/pkg/cli/rosterapp"
+	"github.com/fleetd/fleet/pkg/cli/topapp"
 	"github.com/fleetd/fleet/pkg/cli/traceapp"
 	"github.com/fleetd/fleet/pkg/config"
 	"github.com/fleetd/fleet/pkg/fault"
@@ -44,7 +45,7 @@ var Dirs = []string{"man", "completions"}
 
 // AllApps is every command's constructor: fleet-gw's and the short ones.
 func AllApps() []func() *ucli.App {
-	return append([]func() *ucli.App{gwapp.NewGatewayApp, rosterapp.NewRosterApp, dlqapp.NewDLQApp, traceapp.NewTraceApp, mcpapp.NewMCPApp}, cli.Apps...)
+	return append([]func() *ucli.App{gwapp.NewGatewayApp, rosterapp.NewRosterApp, dlqapp.NewDLQApp, traceapp.NewTraceApp, topapp.NewTopApp, mcpapp.NewMCPApp}, cli.Apps...)
 }
 
 // Render returns every generated file, keyed by its slash-separated path
@@ -329,6 +330,7 @@ var seeAlso = map[string][]string{
 	"fleet-stop":   {"fleet-json(7)"},
 	"fleet-trace":  {"fleet-json(7)", "fleet-broker(7)"},
 	"fleet-dlq":    {"fleet-broker(7)", "fleet-json(7)"},
+	"fleet-top":    {"fleet-metrics(7)"},
 }
 
 func writeSeeAlso(b *strings.Builder, name string, all []string) {

@@ -19,7 +19,11 @@ type section struct {
 var sections = map[string][]section{
 	"fleet-roster": {{"MCP CLIENTS", mcpClients}},
 	"fleet-mcp":    {{"MCP CLIENTS", mcpClients}},
+	"fleet-top":    {{"THE LIBRARY", topLibrary}},
 }
+
+// topLibrary is why fleet-top is built on Bubble Tea.
+const topLibrary = `fleet-top is built on Bubble Tea v2 (charm.land/bubbletea/v2 v2.1.1) with Lip Gloss v2 and Bubbles v2 (v2.1.1), rather than tview v0.42.0 or Bubble Tea's v1 line. Bubble Tea is one loop over one model: every input (a key, a resize, a watch event, a gateway's answer) is a message to one Update, and one View returns the whole screen as a string, so the screen is a function of the model, its formatting is tested without a terminal, and a stream of events fits in as just more messages. tview keeps its widgets' state and draws from its own goroutine, which suits forms more than a view fed by a stream. v2 is the line that is maintained; its renderer writes only the cells that changed, follows every resize and lowers colour to what the terminal has. Its cost: the three modules and their dependencies are linked into fleet-top alone (pkg/cli/topapp), never into the short commands.`
 
 // mcpClients is the reference of fleet-roster hooks install --mcp: what
 // it writes into each agent CLI, and what it cannot do.

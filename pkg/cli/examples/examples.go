@@ -144,6 +144,12 @@ func all() map[string][]Example {
 			{"The same as JSON Lines, waiting up to 20 seconds for slow hosts, and only the hops of one host:",
 				"fleet-trace --as alice --json --timeout 20s 0190f5a1-7b1c-7d2e-9f00-5d9e0b1f4a68 | jq -c 'select(.type == \"hop\" and .host == \"build2\")'"},
 		},
+		"fleet-top": {
+			{"Watch the fleet live on the terminal, as alice (s sends as her, r replays a dead letter, Enter shows a trace, ? the keys):",
+				"fleet-top --as alice"},
+			{"Print one snapshot of the hosts, the entities and the dead letters as tables, and exit:",
+				"fleet-top --once"},
+		},
 		"fleet-recv": {
 			{"Drain the inbox of the entity whose credential is in FLEET_TOKEN:",
 				"fleet-recv"},
