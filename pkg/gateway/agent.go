@@ -180,18 +180,13 @@ func agentInFront(p deliver.PaneInfo) bool {
 	if p.Dead || deliver.IsShell(p.Command) || !deliver.ProgramOK(p.Command) {
 		return false
 	}
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(p.PID) + "/stat")
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	f := statFields(p.PID)
 	if len(f) < 6 {
 		return false
 	}
 	fg, _ := strconv.Atoi(f[5]) // tpgid: the terminal's foreground process group
-	comm, err := os.ReadFile("/proc/" + strconv.Itoa(fg) + "/comm")
-	return err == nil && !deliver.IsShell(strings.TrimSpace(string(comm)))
+	c := comm(fg)
+	return c != "" && !deliver.IsShell(c)
 }
 
 // notPasted records what a paste that typed nothing (err) leaves a tmux
@@ -458,21 +453,11 @@ func ancestors(pid int) []int {
 	var out []int
 	for i := 0; pid > 1 && i < 64; i++ {
 		out = append(out, pid)
-		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-		if err != nil {
-			break
-		}
-		// pid (comm) state ppid ...: comm may hold spaces and parentheses
-		s := string(b)
-		j := strings.LastIndexByte(s, ')')
-		if j < 0 {
-			break
-		}
-		f := strings.Fields(s[j+1:])
+		f := statFields(pid)
 		if len(f) < 2 {
 			break
 		}
-		pid, _ = strconv.Atoi(f[1])
+		pid, _ = strconv.Atoi(f[1]) // ppid
 	}
 	return out
 }
@@ -530,17 +515,28 @@ func agentOf(reg *registry, pid int) (*mailbox, int, string) {
 // from an interactive shell (claude &) has a group of its own while the
 // shell is in front, and is not the shell's.
 func pgrp(pid int) int {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0
-	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	f := statFields(pid)
 	if len(f) < 3 {
 		return 0
 	}
 	g, _ := strconv.Atoi(f[2])
 	return g
+}
+
+// statFields are the fields of /proc/PID/stat after the command name
+// (state, ppid, pgrp, session, tty, tpgid, ...; nil if gone): the name
+// may hold spaces and parentheses, so they start after its last ')'.
+func statFields(pid int) []string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return nil
+	}
+	s := string(b)
+	j := strings.LastIndexByte(s, ')')
+	if j < 0 {
+		return nil
+	}
+	return strings.Fields(s[j+1:])
 }
 
 // comm is the command name of process pid ("" if gone).
@@ -577,16 +573,7 @@ func (b *mailbox) bindAgent(st *store.Store, pid int) (*store.Entity, error) {
 // stat reads fields of /proc/PID/stat after the command name: tpgid (the
 // terminal's foreground process group) and the start time in clock ticks.
 func stat(pid int) (tpgid int, start uint64, ok bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, 0, false
-	}
-	s := string(b)
-	j := strings.LastIndexByte(s, ')')
-	if j < 0 {
-		return 0, 0, false
-	}
-	f := strings.Fields(s[j+1:])
+	f := statFields(pid)
 	if len(f) < 20 {
 		return 0, 0, false
 	}

@@ -28,7 +28,6 @@ const maxPairs = 4096
 type pairRates struct {
 	rate int           // tokens a minute, and the bucket's size; 0: off
 	per  time.Duration // the refill period of rate tokens (a minute)
-	now  func() time.Time
 
 	mu      sync.Mutex
 	buckets map[pairKey]*bucket
@@ -39,16 +38,20 @@ type pairKey struct{ from, to string } // gids
 // newPairRates returns the pair-rate part for rate messages a minute (0:
 // off).
 func newPairRates(rate int) *pairRates {
-	return &pairRates{rate: rate, per: time.Minute, now: time.Now, buckets: map[pairKey]*bucket{}}
+	return &pairRates{rate: rate, per: time.Minute, buckets: map[pairKey]*bucket{}}
 }
 
 // Take spends one of the pair's tokens: ok, or how long until there is
 // one (nothing spent). A nil part, or rate 0, always allows.
 func (p *pairRates) Take(from, to string) (wait time.Duration, ok bool) {
+	return p.take(from, to, time.Now())
+}
+
+// take is Take at now.
+func (p *pairRates) take(from, to string, now time.Time) (wait time.Duration, ok bool) {
 	if p == nil || p.rate <= 0 {
 		return 0, true
 	}
-	now := p.now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	k := pairKey{from, to}

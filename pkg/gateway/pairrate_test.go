@@ -65,17 +65,16 @@ func TestBucketFull(t *testing.T) {
 func TestPairRatesPerPair(t *testing.T) {
 	now := time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC)
 	p := newPairRates(2)
-	p.now = func() time.Time { return now }
 	for range 2 {
-		if _, ok := p.Take("a", "b"); !ok {
+		if _, ok := p.take("a", "b", now); !ok {
 			t.Fatal("a→b refused within its rate")
 		}
 	}
-	if wait, ok := p.Take("a", "b"); ok || !about(wait, 30*time.Second) {
+	if wait, ok := p.take("a", "b", now); ok || !about(wait, 30*time.Second) {
 		t.Fatalf("a→b over its rate: ok %v, wait %v; want refused, 30s", ok, wait)
 	}
 	for _, k := range []pairKey{{"a", "c"}, {"b", "a"}, {"c", "b"}} {
-		if _, ok := p.Take(k.from, k.to); !ok {
+		if _, ok := p.take(k.from, k.to, now); !ok {
 			t.Errorf("%s→%s held up by a→b", k.from, k.to)
 		}
 	}
@@ -98,24 +97,23 @@ func TestPairRatesPerPair(t *testing.T) {
 	// that used its burst keeps its bucket while it is not full
 	t0 := now
 	p = newPairRates(2)
-	p.now = func() time.Time { return now }
-	p.Take("x", "y")
-	p.Take("x", "y")
+	p.take("x", "y", now)
+	p.take("x", "y", now)
 	for i := range maxPairs - 1 {
-		p.Take("s", time.Duration(i).String())
+		p.take("s", time.Duration(i).String(), now)
 	}
 	if len(p.buckets) != maxPairs {
 		t.Fatalf("%d buckets, want %d", len(p.buckets), maxPairs)
 	}
 	now = t0.Add(30 * time.Second) // the s pairs are full again, x→y has one token of two
-	p.Take("new", "pair")
+	p.take("new", "pair", now)
 	if len(p.buckets) != 2 {
 		t.Fatalf("after pruning %d buckets, want x→y and the new pair", len(p.buckets))
 	}
-	if _, ok := p.Take("x", "y"); !ok {
+	if _, ok := p.take("x", "y", now); !ok {
 		t.Error("x→y refused with a token back")
 	}
-	if _, ok := p.Take("x", "y"); ok {
+	if _, ok := p.take("x", "y", now); ok {
 		t.Error("x→y got a fresh bucket from the pruning")
 	}
 }
