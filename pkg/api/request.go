@@ -133,6 +133,9 @@ type SendRequest struct {
 	// gateway's record of it names the caller as its recipient; the send
 	// is then a hop of its trace (gateway/hops.go)
 	Cause string `json:"cause,omitempty"`
+	// Urgent: ahead of normal mail in the recipient's inbox, FIFO among
+	// urgent ones, within the sender's urgent-rate (gateway/urgent.go)
+	Urgent bool `json:"urgent,omitempty"`
 }
 
 // AskRequest puts a live question to To: Sent, then the answer or a
@@ -149,6 +152,8 @@ type AskRequest struct {
 	TimeoutMS int64  `json:"timeout_ms,omitempty"`
 	// WaitBrokerMS: as SendRequest's, within the ask's TTL
 	WaitBrokerMS int64 `json:"wait_for_broker_ms,omitempty"`
+	// Urgent: as SendRequest's: ahead of the askee's other live asks
+	Urgent bool `json:"urgent,omitempty"`
 }
 
 // BcastRequest sends Body to a group ("" or "all": everyone).

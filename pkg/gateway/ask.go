@@ -222,15 +222,18 @@ func (g *Gateway) liveAdd(b *mailbox, env *envelope.Envelope) {
 	})
 }
 
-// liveHead returns the live asks not yet expired. An expired one stays
-// in the queue, unshown, until its expiry removes it (liveAdd).
+// liveHead returns the live asks not yet expired, urgent ones first
+// (each kind in the order they came). An expired one stays in the queue,
+// unshown, until its expiry removes it (liveAdd).
 func (b *mailbox) liveHead(now time.Time) []*envelope.Envelope {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var kept []*envelope.Envelope
-	for _, e := range b.live {
-		if !e.Expired(now) {
-			kept = append(kept, e)
+	for _, urgent := range [2]bool{true, false} {
+		for _, e := range b.live {
+			if e.Urgent == urgent && !e.Expired(now) {
+				kept = append(kept, e)
+			}
 		}
 	}
 	return kept
@@ -311,11 +314,16 @@ func (g *Gateway) ask(c *conn, req *api.AskRequest) {
 		env.TraceID = r.TraceID
 	}
 	env.Expires = time.Now().Add(ttl).UTC()
-	if t.box != nil { // the recipient's policy (policy.go); across hosts its host decides
+	env.Urgent = req.Urgent // ahead of the askee's other live asks (urgent.go)
+	if t.box != nil {       // the recipient's policy (policy.go); across hosts its host decides
 		if err := g.policy.Check(t.box.snapshot(), env, "send"); err != nil {
 			c.fail(err)
 			return
 		}
+	}
+	if err := g.urgent.Take(env, false); err != nil { // after the refusals: a refused ask spends nothing
+		c.fail(err)
+		return
 	}
 	w := &askWaiter{gid: sender.Gid, turn: env.TurnID, to: rcpt.Gid, ch: make(chan *envelope.Envelope, 1), refused: make(chan string, 1)}
 	g.asks.Wait(env.MsgID, w)
