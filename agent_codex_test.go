@@ -96,14 +96,14 @@ exit $rc
 // with the first prompt), so the entity names its program (node: the npm
 // launcher) and reads idle from a screen that stood still 2 s, no dialog
 // on it; its pastes are bracketed (Codex enables bracketed paste).
-func (r *codexRig) start(name string) string {
+func (r *codexRig) start(name string, join ...string) string {
 	r.t.Helper()
 	// tmux (3.3) gives a new pane the client's PATH whatever -e says: the
 	// shim goes on PATH in the command line
 	pane, run := r.gatedPane(name, "PATH="+filepath.Join(r.dir, "shim")+":$PATH exec "+agentBin(r.t, "codex")+" --no-daemon",
 		"CODEX_HOME="+r.codexHome, "STUB_API_KEY=stub-key")
-	r.fleet("fleet-roster", "join", name, "--mode", "inject", "--tmux-target", pane,
-		"--program", "node", "--paste", "bracketed", "--idle-screen", "2s")
+	r.fleet("fleet-roster", append([]string{"join", name, "--mode", "inject", "--tmux-target", pane,
+		"--program", "node", "--paste", "bracketed", "--idle-screen", "2s"}, join...)...)
 	run()
 	r.waitScreen(pane, codexReadyRE.String(), 30*time.Second)
 	return pane
@@ -348,6 +348,48 @@ func TestCodex(t *testing.T) {
 		// (likely Codex's paste-burst detection): the Enter once /quit
 		// shows, and a pause
 		exitedGetsNothing(t, r.agentRig, paneB, "codex-b", `› /quit`)
+	})
+
+	// (8) --interrupt-on-urgent codex (issue 37.3): urgent mail for a
+	// Codex in a long turn presses its Escape; the Interrupt hook marks it
+	// idle and the urgent message is the next turn, long before the slow
+	// one would have ended; the routine mail sent before it follows. Last:
+	// a third pane's entity would change every status line above.
+	t.Run("interrupt-on-urgent", func(t *testing.T) {
+		r.t = t
+		paneU := r.start("codex-u", "--interrupt-on-urgent", "codex")
+		r.waitStatus("codex-u", "idle", 30*time.Second)
+		bodyA, bodyN, bodyU := "STUB:SLOW=90 a long one, interrupted", "routine, sent during the long one", "urgent: stop the long one"
+		r.sendID("codex-u", bodyA)
+		a := r.turnWith("a long one, interrupted", 30*time.Second)
+		r.waitStatus("codex-u", "busy", 10*time.Second)
+		r.waitScreen(paneU, codexWorkingRE.String(), 10*time.Second)
+		idN := r.sendID("codex-u", bodyN)
+		out := r.fleet("fleet-send", "--as", "alice", "--json", "--urgent", "codex-u", bodyU)
+		m := regexp.MustCompile(`"msg_id":"([^"]+)"`).FindStringSubmatch(out)
+		if m == nil {
+			t.Fatalf("fleet-send --urgent printed no msg_id: %s", out)
+		}
+		idU := m[1]
+		u := r.turnWith(bodyU, 30*time.Second)
+		if d := u.Time.Sub(a.Time); d > 60*time.Second {
+			t.Errorf("the urgent turn came %v after the long one: not interrupted", d)
+		}
+		r.waitScreen(paneU, `Conversation interrupted`, 10*time.Second)
+		if strings.Count(u.Prompt, bodyU) != 1 || strings.Contains(u.Prompt, bodyN) || !strings.Contains(u.Prompt, "[fleet urgent send from alice@") {
+			t.Errorf("the urgent turn's prompt %q", u.Prompt)
+		}
+		n := r.turnWith(bodyN, 60*time.Second)
+		if !n.Time.After(u.Time) {
+			t.Errorf("the routine message came before the urgent one")
+		}
+		r.waitState(idU, "delivered", 20*time.Second)
+		r.waitState(idN, "delivered", 20*time.Second)
+		r.waitStatus("codex-u", "idle", 20*time.Second)
+		audit, _ := os.ReadFile(filepath.Join(r.dir, "h1", "audit.log"))
+		if !regexp.MustCompile(`"event":"interrupted".*"msg_id":"` + idU + `".*urgent: codex.s Escape pressed in `).Match(audit) {
+			t.Errorf("no interrupted line for %s in the audit log", idU)
+		}
 	})
 }
 

@@ -18,7 +18,7 @@ _fleet_roster() {
         -*)
             [[ ${COMP_WORDS[i+1]} == = ]] && continue
             case $cmd:$w in
-            :--socket|:--state-dir|:--config|:--host|:--group|:--as|list:--host|list:--group|list:--as|list:--socket|list:--state-dir|list:--config|join:--mode|join:--tmux-target|join:--exec|join:--nudge|join:--group|join:--accept|join:--program|join:--turns|join:--paste|join:--header|join:--idle-screen|join:--socket|join:--state-dir|join:--config|leave:--socket|leave:--state-dir|leave:--config|status:--as|status:--socket|status:--state-dir|status:--config|whoami:--as|whoami:--socket|whoami:--state-dir|whoami:--config|group:--add|group:--remove|group:--socket|group:--state-dir|group:--config|accept:--socket|accept:--state-dir|accept:--config|hooks:--socket|hooks:--state-dir|hooks:--config|hooks.install:--project|hooks.install:--mcp|hooks.install:--approve|hooks.status:--project|hooks.remove:--project|hooks.doctor:--project|hooks.doctor:--entity|hooks.doctor:--watch|hooks.doctor:--socket|hooks.doctor:--state-dir|hooks.doctor:--config|dead:--socket|dead:--state-dir|dead:--config) i=$((i + 1)) ;; # skip the flag's value
+            :--socket|:--state-dir|:--config|:--host|:--group|:--as|list:--host|list:--group|list:--as|list:--socket|list:--state-dir|list:--config|join:--mode|join:--tmux-target|join:--exec|join:--nudge|join:--group|join:--accept|join:--program|join:--turns|join:--paste|join:--header|join:--idle-screen|join:--interrupt-on-urgent|join:--socket|join:--state-dir|join:--config|leave:--socket|leave:--state-dir|leave:--config|status:--as|status:--socket|status:--state-dir|status:--config|whoami:--as|whoami:--socket|whoami:--state-dir|whoami:--config|group:--add|group:--remove|group:--socket|group:--state-dir|group:--config|accept:--socket|accept:--state-dir|accept:--config|hooks:--socket|hooks:--state-dir|hooks:--config|hooks.install:--project|hooks.install:--mcp|hooks.install:--approve|hooks.status:--project|hooks.remove:--project|hooks.doctor:--project|hooks.doctor:--entity|hooks.doctor:--watch|hooks.doctor:--socket|hooks.doctor:--state-dir|hooks.doctor:--config|dead:--socket|dead:--state-dir|dead:--config) i=$((i + 1)) ;; # skip the flag's value
             esac
             ;;
         *)
@@ -52,7 +52,7 @@ _fleet_roster() {
     :--group|list:--group|join:--group|group:--add|group:--remove) mapfile -t COMPREPLY < <(compgen -W "$(fleet-roster __complete groups 2>/dev/null)" -- "$cur"); return 0 ;;
     :--as|list:--as|status:--as|whoami:--as|hooks.install:--mcp|hooks.doctor:--entity) mapfile -t COMPREPLY < <(compgen -W "$(fleet-roster __complete entities 2>/dev/null)" -- "$cur"); return 0 ;;
     join:--mode) mapfile -t COMPREPLY < <(compgen -W 'pull inject hook' -- "$cur"); return 0 ;;
-    join:--tmux-target|join:--accept|join:--program|join:--idle-screen|hooks.install:--approve|hooks.doctor:--watch) COMPREPLY=(); return 0 ;;
+    join:--tmux-target|join:--accept|join:--program|join:--idle-screen|join:--interrupt-on-urgent|hooks.install:--approve|hooks.doctor:--watch) COMPREPLY=(); return 0 ;;
     join:--exec|join:--nudge) mapfile -t COMPREPLY < <(compgen -c -- "$cur"); return 0 ;;
     join:--turns) mapfile -t COMPREPLY < <(compgen -W 'hooks none' -- "$cur"); return 0 ;;
     join:--paste) mapfile -t COMPREPLY < <(compgen -W 'auto line bracketed' -- "$cur"); return 0 ;;
@@ -62,7 +62,7 @@ _fleet_roster() {
         case $cmd in
         '') mapfile -t COMPREPLY < <(compgen -W '--socket --state-dir --config --host --group --watch -w --text --as --json --help -h --version' -- "$cur") ;;
         list) mapfile -t COMPREPLY < <(compgen -W '--host --group --watch -w --text --as --json --socket --state-dir --config --help -h' -- "$cur") ;;
-        join) mapfile -t COMPREPLY < <(compgen -W '--json --mode --tmux-target --exec --nudge --group --accept --program --turns --paste --header --idle-screen --socket --state-dir --config --help -h' -- "$cur") ;;
+        join) mapfile -t COMPREPLY < <(compgen -W '--json --mode --tmux-target --exec --nudge --group --accept --program --turns --paste --header --idle-screen --interrupt-on-urgent --socket --state-dir --config --help -h' -- "$cur") ;;
         leave) mapfile -t COMPREPLY < <(compgen -W '--json --socket --state-dir --config --help -h' -- "$cur") ;;
         status) mapfile -t COMPREPLY < <(compgen -W '--json --as --pane --socket --state-dir --config --help -h' -- "$cur") ;;
         whoami) mapfile -t COMPREPLY < <(compgen -W '--json --as --socket --state-dir --config --help -h' -- "$cur") ;;

@@ -335,6 +335,8 @@ type EntityRow struct {
 	// accept-default when AcceptFrom is "default")
 	Accept     []string `json:"accept,omitempty"`
 	AcceptFrom string   `json:"accept_from,omitempty"` // own or default
+	// local rows: the agent CLI whose interrupt urgent mail presses
+	InterruptOnUrgent string `json:"interrupt_on_urgent,omitempty"`
 }
 
 // Sent is the outcome of an accepted send.

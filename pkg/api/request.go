@@ -64,6 +64,9 @@ type JoinRequest struct {
 	Paste        string `json:"paste,omitempty"`
 	Header       string `json:"header,omitempty"`
 	IdleScreenMS int64  `json:"idle_screen_ms,omitempty"`
+	// InterruptOnUrgent: the agent CLI (codex) whose own interrupt is
+	// pressed when urgent mail waits while it is in a turn
+	InterruptOnUrgent string `json:"interrupt_on_urgent,omitempty"`
 }
 
 // LeaveRequest removes the entity Name (fleet-roster leave).

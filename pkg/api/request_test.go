@@ -261,9 +261,10 @@ func TestRequestsReadByLegacy(t *testing.T) {
 // command that sets one checks the feature first (cli.session.needs), as
 // a gateway of an earlier build would drop the field silently.
 var sinceLegacy = map[string]string{
-	"wait_for_broker_ms": FeatureWaitForBroker,
-	"cause":              FeatureCause,
-	"urgent":             FeatureUrgent,
+	"wait_for_broker_ms":  FeatureWaitForBroker,
+	"cause":               FeatureCause,
+	"urgent":              FeatureUrgent,
+	"interrupt_on_urgent": FeatureUrgent,
 }
 
 // clearField zeroes the field of v (a struct) whose JSON name is name.

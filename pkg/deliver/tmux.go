@@ -325,6 +325,23 @@ func (t *Tmux) Enter(ctx context.Context) error {
 	return nil
 }
 
+// Interrupt presses key, the agent CLI's own interrupt (Escape), in the
+// pane, only while its program is in front: never without a program to
+// guard it with.
+func (t *Tmux) Interrupt(ctx context.Context, key string) error {
+	if t.Program == "" {
+		return fmt.Errorf("no program named for pane %s: an interrupt is pressed only into the agent", t.Target)
+	}
+	out, err := tmuxOut(context.WithoutCancel(ctx), "send-keys", nil, t.guard("send-keys -t '"+t.Target+"' "+key)...)
+	if err != nil {
+		return fmt.Errorf("pressing %s: %v", key, err)
+	}
+	if strings.Contains(out, notForeground) {
+		return t.detached(ctx)
+	}
+	return nil
+}
+
 // changed waits up to within for target's screen to differ from before.
 func changed(ctx context.Context, target, before string, within time.Duration) bool {
 	deadline := time.Now().Add(within)

@@ -87,6 +87,7 @@ func wireStatus(s string) string {
 func onWire(r *api.EntityRow) {
 	r.Status, r.StatusReason, r.Program = wireStatus(r.Status), "", ""
 	r.Accept, r.AcceptFrom = nil, "" // who may reach it is this host's business (policy.go)
+	r.InterruptOnUrgent = ""
 }
 
 // The turns setting: where busy and idle come from.
@@ -101,10 +102,13 @@ func checkPane(e *store.Entity) error {
 		return fault.New(fault.Usage, fault.KindUsage, format, args...)
 	}
 	if e.TmuxTarget == "" {
-		if e.Program != "" || e.Turns != "" || e.Paste != "" || e.Header != "" || e.IdleScreen != 0 {
-			return usage("--program, --turns, --paste, --header and --idle-screen are for a --tmux-target entity")
+		if e.Program != "" || e.Turns != "" || e.Paste != "" || e.Header != "" || e.IdleScreen != 0 || e.InterruptOnUrgent != "" {
+			return usage("--program, --turns, --paste, --header, --idle-screen and --interrupt-on-urgent are for a --tmux-target entity")
 		}
 		return nil
+	}
+	if err := checkInterrupt(e); err != nil { // urgent.go
+		return err
 	}
 	if e.Program != "" && !deliver.ProgramOK(e.Program) {
 		return usage("%q is not a program name as tmux shows it (letters, digits, _ . + -)", e.Program)

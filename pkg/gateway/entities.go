@@ -27,6 +27,7 @@ func (g *Gateway) join(req *api.JoinRequest) (*api.Response, error) {
 		Name: req.Name, Mode: req.Mode,
 		TmuxTarget: req.TmuxTarget, Exec: req.Exec, Nudge: req.Nudge, Groups: req.Groups,
 		Program: req.Program, Turns: req.Turns, Paste: req.Paste, Header: req.Header, IdleScreen: req.IdleScreenMS,
+		InterruptOnUrgent: req.InterruptOnUrgent,
 	}
 	if len(req.Accept) > 0 {
 		rules, err := accept.ParseAll(req.Accept)
@@ -260,7 +261,7 @@ func (g *Gateway) row(e store.Entity, dead, pending map[string]int) api.EntityRo
 	accepts, from := g.policy.Patterns(e)
 	return api.EntityRow{
 		Name: e.Name, Gid: e.Gid, Host: e.Host, Mode: e.Mode, Target: target, Groups: groups,
-		Accept: accepts, AcceptFrom: from,
+		Accept: accepts, AcceptFrom: from, InterruptOnUrgent: e.InterruptOnUrgent,
 		Status: status, StatusReason: e.StatusReason, Program: e.Program,
 		Pending: waiting, Dead: dead[e.Gid], LastDelivery: e.LastDelivery,
 	}

@@ -520,11 +520,12 @@ func (g *Gateway) open() error {
 	g.boxes = &inboxes{cfg: g.cfg, st: st, log: g.log, audit: a, metrics: g.metrics,
 		reg: g.reg, rdv: g.rdv, wake: g.wake, rcpt: g.rcpt, crash: g.crash, workers: &g.workers,
 		peers: g.peers, names: g.names, follow: g.follow, caps: g.caps,
-		change: changed,
-		br:     func() *broker.Broker { return g.br },
-		admit:  func() *admission { return g.admit },
-		run:    func() context.Context { return g.runCtx },
-		ctx:    func() context.Context { return g.hardCtx },
+		interrupt: &urgentInterrupt{cfg: g.cfg, log: g.log, audit: a, metrics: g.metrics}, // urgent.go
+		change:    changed,
+		br:        func() *broker.Broker { return g.br },
+		admit:     func() *admission { return g.admit },
+		run:       func() context.Context { return g.runCtx },
+		ctx:       func() context.Context { return g.hardCtx },
 	}
 	g.exec = &controlExec{cfg: g.cfg, st: st, log: g.log, audit: a, reg: g.reg, follow: g.follow, crash: g.crash,
 		ctx: func() context.Context { return g.hardCtx },

@@ -33,21 +33,22 @@ import (
 // needs of the rest is wired in once (gateway.go open), the broker and the
 // admission read at each use (set in Run, nil in single-host mode).
 type inboxes struct {
-	cfg     *config.Config
-	st      *store.Store
-	log     *slog.Logger
-	audit   *audit.Log
-	metrics *metrics.Metrics // nil: off
-	reg     *registry
-	rdv     *rendezvous // a reply being handed to an open send is not delivered as well
-	wake    *wakes
-	rcpt    *receipts  // a message settled: its receipt or bounce
-	peers   *peerView  // a name is one entity across the trusted hosts (Register)
-	names   *nameBook  // names.go
-	follow  *followers // follow.go: an entity that leaves is not followed
-	caps    *inboxCaps // inboxcap.go: an entity that leaves takes in its broker inbox whole
-	crash   crashpoint
-	workers *sync.WaitGroup // the delivery workers: the gateway's, waited for in the drain
+	cfg       *config.Config
+	st        *store.Store
+	log       *slog.Logger
+	audit     *audit.Log
+	metrics   *metrics.Metrics // nil: off
+	reg       *registry
+	rdv       *rendezvous // a reply being handed to an open send is not delivered as well
+	wake      *wakes
+	rcpt      *receipts        // a message settled: its receipt or bounce
+	peers     *peerView        // a name is one entity across the trusted hosts (Register)
+	names     *nameBook        // names.go
+	follow    *followers       // follow.go: an entity that leaves is not followed
+	caps      *inboxCaps       // inboxcap.go: an entity that leaves takes in its broker inbox whole
+	interrupt *urgentInterrupt // urgent.go: an agent's own interrupt for urgent mail, where it opted in
+	crash     crashpoint
+	workers   *sync.WaitGroup // the delivery workers: the gateway's, waited for in the drain
 
 	change func(gid string)       // announcer.go: an entity's presence changed
 	br     func() *broker.Broker  // nil: single-host mode
@@ -121,6 +122,7 @@ func (ib *inboxes) injectLoop(ctx context.Context, b *mailbox) {
 	net := &agentWatch{cfg: ib.cfg}
 	bindOld(ctx, b, ib.st) // an entity from before panes were bound
 	held := ""             // the head last logged as held while not idle
+	interrupted := ""      // the urgent head the agent's interrupt was tried for (urgent.go)
 	for {
 		changed := b.watch()
 		if ctx.Err() != nil {
@@ -135,10 +137,18 @@ func (ib *inboxes) injectLoop(ctx context.Context, b *mailbox) {
 		if ent.Status != stIdle {
 			// said once per head: what waits, and why (a test's sentinel
 			// that the gateway saw the message and chose not to paste)
-			if items, _ := ib.st.Head(ent.Gid, 0, 1); len(items) > 0 && items[0].Env.MsgID != held {
-				held = items[0].Env.MsgID
-				ib.log.Info("held: the agent is not idle", "entity", ent.Name, "status", ent.Status,
-					"msg_id", held, "trace_id", items[0].Env.TraceID)
+			if items, _ := ib.st.Head(ent.Gid, 0, 1); len(items) > 0 {
+				head := items[0].Env
+				if head.MsgID != held {
+					held = head.MsgID
+					ib.log.Info("held: the agent is not idle", "entity", ent.Name, "status", ent.Status,
+						"msg_id", held, "trace_id", head.TraceID)
+				}
+				// urgent mail for an agent in a turn: its own interrupt,
+				// for an entity that opted in; the paste follows at idle
+				if head.MsgID != interrupted && ib.interrupt.Try(ctx, ent, head) {
+					interrupted = head.MsgID
+				}
 			}
 			var tick <-chan time.Time
 			var t *time.Timer

@@ -17,12 +17,16 @@ package gateway
 // as normal mail instead.
 
 import (
+	"context"
 	"log/slog"
 	"time"
 
+	"github.com/fleetd/fleet/pkg/audit"
+	"github.com/fleetd/fleet/pkg/config"
 	"github.com/fleetd/fleet/pkg/envelope"
 	"github.com/fleetd/fleet/pkg/fault"
 	"github.com/fleetd/fleet/pkg/metrics"
+	"github.com/fleetd/fleet/pkg/store"
 )
 
 // urgentRate bounds each local sender's urgent messages a minute, to all
@@ -93,4 +97,78 @@ func (u *urgentArrivals) Arrival(env *envelope.Envelope) {
 	u.metrics.Urgent("demoted")
 	u.log.Warn("urgent message from another host taken in as normal mail: its sender is past twice urgent-rate here",
 		"msg_id", env.MsgID, "trace_id", env.TraceID, "sender", env.Sender.String(), "bound", u.buckets.Rate())
+}
+
+// The agent CLIs whose own interrupt is measured safe to press for urgent
+// mail (docs/agent-clis/): the key, and what makes it safe. An interrupt
+// is safe where it ends the turn with a hook (so the entity reads idle
+// and the paste follows by the usual path) and leaves the input empty (so
+// the paste is the next prompt alone).
+var interruptKeys = map[string]string{
+	// Escape cancels the request; the Interrupt hook marks idle; the
+	// text is not put back (docs/agent-clis/codex.md, TestCodex)
+	"codex": "Escape",
+}
+
+// notInterruptible says why a CLI's interrupt is not used.
+var notInterruptible = map[string]string{
+	"claude": "Claude Code runs no hook on an interrupt and puts the interrupted prompt back in its input box, so a paste after it would be sent with that prompt (docs/agent-clis/claude.md)",
+	"gemini": "Gemini CLI's Escape is measured (its AfterAgent hook marks idle) but not yet tested with urgent mail (docs/agent-clis/gemini.md)",
+}
+
+// checkInterrupt holds --interrupt-on-urgent to the CLIs measured safe.
+func checkInterrupt(e *store.Entity) error {
+	cli := e.InterruptOnUrgent
+	if cli == "" {
+		return nil
+	}
+	if _, ok := interruptKeys[cli]; !ok {
+		why := notInterruptible[cli]
+		if why == "" {
+			why = "its interrupt is not measured (docs/agent-clis/)"
+		}
+		return fault.New(fault.Usage, fault.KindUsage, "--interrupt-on-urgent %s: %s", cli, why).
+			WithHint("leave it out: urgent mail then waits for the turn's end and goes first; --interrupt-on-urgent takes codex")
+	}
+	if e.Turns == turnsNone || e.Mode != "inject" {
+		return fault.New(fault.Usage, fault.KindUsage, "--interrupt-on-urgent is for an inject entity whose agent's hooks say busy and idle").
+			WithHint("fleet-roster join NAME --mode inject --tmux-target PANE --interrupt-on-urgent codex")
+	}
+	return nil
+}
+
+// urgentInterrupt presses an agent's own interrupt when urgent mail is at
+// the head of its inbox while the agent is in a turn, for an entity that
+// opted in (--interrupt-on-urgent CLI). It presses it once per urgent
+// message, only while the agent its hook proved is in front of the pane,
+// and never pastes: the CLI's interrupt hook marks the entity idle, and
+// the delivery loop then pastes the urgent message as the next prompt,
+// by the usual path and checks. An interrupt that ends no turn (no hook
+// follows) leaves the mail where it was.
+type urgentInterrupt struct {
+	cfg     *config.Config
+	log     *slog.Logger
+	audit   *audit.Log
+	metrics *metrics.Metrics // nil: off
+}
+
+// Try presses ent's interrupt for head when it should: head is urgent,
+// the entity opted in, its agent is busy in a turn (a hook said so, or a
+// paste started one) and is the program its hook proved. It says whether
+// it tried (pressed it, or found the agent not in front: either way not
+// tried again for this message).
+func (u *urgentInterrupt) Try(ctx context.Context, ent store.Entity, head *envelope.Envelope) bool {
+	key := interruptKeys[ent.InterruptOnUrgent]
+	if u == nil || key == "" || !head.Urgent || ent.Status != stBusy || ent.Program == "" || ent.TmuxTarget == "" {
+		return false
+	}
+	log := u.log.With("entity", ent.Name, "msg_id", head.MsgID, "trace_id", head.TraceID, "cli", ent.InterruptOnUrgent)
+	if err := tmuxAdapter(ent, u.cfg).Interrupt(ctx, key); err != nil {
+		log.Warn("urgent mail waits: the agent's interrupt was not pressed", "err", err)
+		return true
+	}
+	log.Info("urgent mail: the agent's turn interrupted", "key", key)
+	u.audit.Message("interrupted", head, 0, "urgent: "+ent.InterruptOnUrgent+"'s "+key+" pressed in "+ent.TmuxTarget)
+	u.metrics.Urgent("interrupted")
+	return true
 }

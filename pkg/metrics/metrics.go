@@ -145,7 +145,7 @@ func New(host, version string, snap func() (Snapshot, error)) *Metrics {
 		}),
 		urgent: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fleet_urgent_total",
-			Help: "Urgent messages (fleet-send --urgent, fleet-ask --urgent) of this host's entities, by outcome: sent (within urgent-rate, on its way ahead of normal mail), rate_limited (refused over urgent-rate: exit 75, nothing sent) or demoted (from another host's sender past twice urgent-rate here: taken in as normal mail).",
+			Help: "Urgent messages (fleet-send --urgent, fleet-ask --urgent) of this host's entities, by outcome: sent (within urgent-rate, on its way ahead of normal mail), rate_limited (refused over urgent-rate: exit 75, nothing sent) demoted (from another host's sender past twice urgent-rate here: taken in as normal mail) or interrupted (an agent's own interrupt pressed for it: --interrupt-on-urgent).",
 		}, []string{"outcome"}),
 		confirm: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "fleet_publish_confirm_seconds",
@@ -171,6 +171,7 @@ func New(host, version string, snap func() (Snapshot, error)) *Metrics {
 	m.urgent.WithLabelValues("sent")
 	m.urgent.WithLabelValues("rate_limited")
 	m.urgent.WithLabelValues("demoted")
+	m.urgent.WithLabelValues("interrupted")
 	m.reg.MustRegister(m.accepted, m.delivered, m.dead, m.inboxFull, m.inboxHeld, m.refused, m.reconnects, m.notAccept, m.loopsCut, m.rateLim, m.urgent, m.confirm, m.flush,
 		&scraper{host: host, version: version, snap: snap},
 		collectors.NewGoCollector(),

@@ -84,6 +84,10 @@ type Entity struct {
 	Paste      string `json:"paste,omitempty"`       // auto (default), line or bracketed (deliver.Tmux)
 	Header     string `json:"header,omitempty"`      // before (default), after or off
 	IdleScreen int64  `json:"idle_screen,omitempty"` // ms: a stuck agent whose screen is unchanged this long is idle (0: never)
+	// InterruptOnUrgent is the agent CLI whose own interrupt is pressed
+	// when urgent mail waits while it is in a turn ("": never; only a CLI
+	// measured safe: pkg/gateway/urgent.go)
+	InterruptOnUrgent string `json:"interrupt_on_urgent,omitempty"`
 	// the agent's own process, as its hook proved it (the process below
 	// the pane's first one) and when it started: the program in front
 	// must be that process, not only a program of the same name

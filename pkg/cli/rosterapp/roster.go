@@ -67,6 +67,7 @@ func NewRosterApp() *ucli.App {
 				fleetcli.Choice("paste", "tmux: auto (lines when tmux says the program enabled bracketed paste), line (one line, newlines shown as ␊) or bracketed (lines, for Claude Code, Codex, Gemini CLI, IPython)", "auto", "auto", "line", "bracketed"),
 				fleetcli.Choice("header", "tmux: the sender's header line before the body, after it, or off", "before", "before", "after", "off"),
 				&ucli.DurationFlag{Name: "idle-screen", Usage: "tmux: a stuck agent whose screen stands still this long reads idle (0: never)"},
+				&ucli.StringFlag{Name: "interrupt-on-urgent", Usage: "tmux inject: when urgent mail waits while the agent is in a turn, press agent CLI `CLI`'s own interrupt, then paste it as the next prompt; only for a CLI whose interrupt is measured safe: codex (fleet(7), URGENT MAIL)"},
 			},
 			Action: runJoin,
 		},
@@ -406,10 +407,16 @@ func runJoin(c *ucli.Context) error {
 		return err
 	}
 	defer s.Client.Close()
+	if c.IsSet("interrupt-on-urgent") && !s.Client.Hello.Has(api.FeatureUrgent) {
+		// an earlier gateway would join it without, silently
+		return fault.New(fault.Data, fault.KindProtocol, "--interrupt-on-urgent: the gateway (fleet-gw %s) does not know it", s.Client.Hello.Version).
+			WithHint("restart fleet-gw with the release of these commands, or leave --interrupt-on-urgent out")
+	}
 	resp, err := s.Client.Call(&api.JoinRequest{Name: name, Mode: c.String("mode"), TmuxTarget: c.String("tmux-target"),
 		Exec: c.String("exec"), Nudge: c.String("nudge"), Groups: c.StringSlice("group"), Accept: c.StringSlice("accept"),
 		Program: c.String("program"), IdleScreenMS: c.Duration("idle-screen").Milliseconds(),
 		Turns: tmuxOnly(c, "turns"), Paste: tmuxOnly(c, "paste"), Header: tmuxOnly(c, "header"),
+		InterruptOnUrgent: c.String("interrupt-on-urgent"),
 	})
 	if err != nil {
 		return err
