@@ -213,7 +213,7 @@ const (
 	KindRefusedByHost      Kind = "refused_by_host"      // the recipient's host refused the message or request (not admitted, bad signature, ...)
 	KindNoSealKey          Kind = "no_seal_key"          // hosts that announce no sealing key, neither plaintext-hosts nor seal-fallback = clear allowing them: nothing is sent
 	KindLoop               Kind = "loop"                 // the message's trace is past max-hops: a reply loop, cut here
-	KindRateLimited        Kind = "rate_limited"         // over pair-rate, the sends from one entity to another a minute: nothing is queued
+	KindRateLimited        Kind = "rate_limited"         // over pair-rate (one entity to another a minute) or urgent-rate (one entity's urgent messages a minute): nothing is queued
 )
 
 // Kinds is the closed set: the kinds of KindTable (kinds.go).

@@ -69,7 +69,7 @@ var KindTable = []KindInfo{
 	{Kind: KindRefusedByHost, Hint: "the message names the host and its reason: fix that there (fleet-security(7) says what each reason means), then send again"},
 	{Kind: KindNoSealKey, Hint: "on that host run `fleet-gw key`, then here: fleet-gw trust add HOST SIGNING-KEY SEALING-KEY with the line it prints (or, to send it text the broker can read, name the host in plaintext-hosts or set seal-fallback = clear, fleet-config(5))"},
 	{Kind: KindLoop, Hint: "do not answer it again: the trace is a loop, past the gateway's max-hops (fleet-config(5)); fleet-trace TRACE_ID shows where it was cut, and a new flow starts with a plain fleet-send NAME TEXT"},
-	{Kind: KindRateLimited, Hint: "wait the time named above, then send again; the limit is the gateway's pair-rate (fleet-config(5))"},
+	{Kind: KindRateLimited, Hint: "wait the time named above, then send again; the limits are the gateway's pair-rate and urgent-rate (fleet-config(5))"},
 	{Kind: KindLocalOnly, Hint: "do not run fleet-bcast again (this host's members would get it twice): once the broker is back (fleet-gw status), reach the members on other hosts with fleet-send NAME@HOST"},
 }
 
