@@ -466,12 +466,22 @@ func ancestors(pid int) []int {
 	return out
 }
 
-// paneTaken is the name of the entity bound to pane id, or "".
-func paneTaken(reg *registry, id string) string {
+// paneTaken is the name of the entity bound to pane id whose first
+// process is pid, or "". A binding to the same id with another first
+// process is of a pane that is gone — a new tmux server (after a reboot)
+// numbers its panes from %0 again, and a respawned pane keeps its id — and
+// holds nothing: its entity is told to look at its pane again, and reads
+// detached, with the reason (agentWatch.next).
+func paneTaken(reg *registry, id string, pid int) string {
 	for _, b := range reg.Members("all") {
-		if e := b.snapshot(); e.PaneID == id {
+		e := b.snapshot()
+		if e.PaneID != id {
+			continue
+		}
+		if e.PanePID == 0 || e.PanePID == pid { // (0: bound before the first process was kept)
 			return e.Name
 		}
+		b.notify() // its loop looks at the pane now: detached
 	}
 	return ""
 }

@@ -110,7 +110,7 @@ func (ib *inboxes) Register(e *store.Entity) (token, credFile string, err error)
 		if err := bindPane(ib.run(), e); err != nil {
 			return "", "", err
 		}
-		if other := paneTaken(ib.reg, e.PaneID); other != "" {
+		if other := paneTaken(ib.reg, e.PaneID, e.PanePID); other != "" {
 			return "", "", fault.New(fault.Usage, fault.KindNameTaken, "tmux pane %s is %s's already", e.TmuxTarget, other).
 				WithHint("one entity per pane: fleet-roster leave %s first", other)
 		}
