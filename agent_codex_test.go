@@ -391,6 +391,33 @@ func TestCodex(t *testing.T) {
 			t.Errorf("no interrupted line for %s in the audit log", idU)
 		}
 	})
+
+	// (9) joined at a shell with nothing named (no --program, no
+	// --idle-screen), a message sent, then codex typed there, the usual
+	// way (issue 40.3): Codex runs its first hook only with its first
+	// prompt, so the gateway recognises it from its process in the pane,
+	// reads idle from its ready prompt, and the message is that prompt.
+	t.Run("typed-at-shell", func(t *testing.T) {
+		r.t = t
+		paneS := r.pane("codex-s", "bash --norc", "CODEX_HOME="+r.codexHome, "STUB_API_KEY=stub-key")
+		r.fleet("fleet-roster", "join", "codex-s", "--mode", "inject", "--tmux-target", paneS, "--paste", "bracketed")
+		body := "sent before codex was typed"
+		id := r.sendID("codex-s", body)
+		if st := r.msgState(id); st != "accepted" {
+			t.Fatalf("message %s reads %s before codex runs", id, st)
+		}
+		r.tmux("send-keys", "-t", paneS, "-l", "PATH="+filepath.Join(r.dir, "shim")+":$PATH "+agentBin(r.t, "codex")+" --no-daemon")
+		r.tmux("send-keys", "-t", paneS, "Enter")
+		turn := r.turnWith(body, 60*time.Second)
+		if strings.Count(turn.Prompt, body) != 1 || !strings.Contains(turn.Prompt, "· msg "+id) {
+			t.Errorf("the first prompt %q", turn.Prompt)
+		}
+		r.waitState(id, "delivered", 20*time.Second)
+		r.waitStatus("codex-s", "idle", 20*time.Second)
+		if line := r.rosterLine("codex-s"); !strings.Contains(line, `"program":"node"`) {
+			t.Errorf("the roster line %s", line)
+		}
+	})
 }
 
 // (4) An API error: Codex runs no hook after it (docs/agent-clis/codex.md),

@@ -337,7 +337,7 @@ func (w *agentWatch) next(ctx context.Context, ent store.Entity, now time.Time) 
 			return stStuck, fmt.Sprintf("busy for %v with no hook from the agent", w.cfg.StuckAfter.Round(time.Second))
 		}
 	}
-	if (status == stStarting || status == stStuck || status == stUnhooked) && ent.IdleScreen > 0 && ent.Program != "" {
+	if quiet := idleQuiet(ent); (status == stStarting || status == stStuck || status == stUnhooked) && quiet > 0 && ent.Program != "" {
 		// idle read from the screen: the program in front (checked
 		// above), no dialog on it, and nothing on it moved for IdleScreen
 		s, err := deliver.Screen(ctx, ent.PaneTarget())
@@ -368,7 +368,7 @@ func (w *agentWatch) next(ctx context.Context, ent store.Entity, now time.Time) 
 		}
 		if s != w.screen {
 			w.screen, w.screenSince = s, now
-		} else if quiet := time.Duration(ent.IdleScreen) * time.Millisecond; now.Sub(w.screenSince) >= quiet {
+		} else if now.Sub(w.screenSince) >= quiet {
 			return stIdle, "read from the screen: unchanged for " + quiet.String()
 		}
 	}
@@ -380,6 +380,10 @@ func (w *agentWatch) next(ctx context.Context, ent store.Entity, now time.Time) 
 // differs. It says whether the caller must look again before it acts (a
 // status was recorded, or a hook came meanwhile, or the record failed).
 func (w *agentWatch) record(ctx context.Context, b *mailbox, ent store.Entity, st *store.Store, log *slog.Logger, announce func(gid string)) bool {
+	if bindLate(ctx, b, ent, st, log) { // latehook.go
+		announce(ent.Gid)
+		return true
+	}
 	status, why := w.next(ctx, ent, time.Now())
 	if said := w.look + " " + status; w.look == "" {
 		w.said = ""
