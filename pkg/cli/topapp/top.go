@@ -94,7 +94,11 @@ type snapshot struct {
 	Status *api.GatewayStatus
 	Rows   []api.EntityRow
 	Dead   []api.DeadLetter
-	Read   time.Time
+	// Asks: this host's open asks; HasAsks: the gateway lists them (an
+	// older one does not)
+	Asks    []api.OpenAsk
+	HasAsks bool
+	Read    time.Time
 }
 
 // names maps the gids of the snapshot's rows to NAME@HOST.
