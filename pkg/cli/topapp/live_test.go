@@ -159,3 +159,23 @@ func TestInboxTextInertAt80x24(t *testing.T) {
 		}
 	}
 }
+
+// every size draws exactly its lines, each of its width, with and
+// without --as (a resize is a WindowSizeMsg)
+func TestRenderEverySize(t *testing.T) {
+	for _, as := range []string{"", "alice"} {
+		m := testModel(as)
+		for _, sz := range [][2]int{{80, 24}, {100, 30}, {40, 8}, {12, 6}, {200, 60}, {80, 10}} {
+			m.Update(tea.WindowSizeMsg{Width: sz[0], Height: sz[1]})
+			lines := strings.Split(m.render(), "\n")
+			if len(lines) != sz[1] {
+				t.Fatalf("as %q, %dx%d: %d lines", as, sz[0], sz[1], len(lines))
+			}
+			for _, l := range lines {
+				if w := ansi.StringWidth(l); w != sz[0] {
+					t.Fatalf("as %q, %dx%d: a line of %d cells: %q", as, sz[0], sz[1], w, l)
+				}
+			}
+		}
+	}
+}
