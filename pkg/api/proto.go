@@ -78,6 +78,11 @@ const (
 	// until the client closes: fleet-roster --watch, fleet-top. A watcher
 	// that reads too slowly is dropped with a slow_watcher error.
 	OpWatch = "watch"
+	// OpAsks lists this host's open asks (Response.Asks): those its
+	// entities put and wait on, and those put to its entities from other
+	// hosts, not yet answered nor expired. Never their text, but for the
+	// asks put to the caller when it asks for it (AsksRequest.Text)
+	OpAsks = "asks"
 )
 
 // ErrorBody is a failure carried on the socket; it maps one to one onto
@@ -127,6 +132,26 @@ type Response struct {
 	Opened *Opened `json:"opened,omitempty"`
 	// Event is one frame of OpWatch's stream
 	Event *WatchEvent `json:"event,omitempty"`
+	// Asks answers OpAsks (an empty list is sent as none)
+	Asks []OpenAsk `json:"asks,omitempty"`
+}
+
+// OpenAsk is one live ask of a host, as OpAsks lists it: ids, parties,
+// size and times. Body only for an ask put to the caller, when its
+// request asked for the text (AsksRequest.Text).
+type OpenAsk struct {
+	MsgID   string `json:"msg_id"`
+	TraceID string `json:"trace_id"`
+	Kind    string `json:"kind"`  // ASK
+	Asker   string `json:"asker"` // NAME@HOST
+	// AskerGid, TargetGid: the parties' gids
+	AskerGid  string    `json:"asker_gid"`
+	Target    string    `json:"target"` // the askee, NAME@HOST
+	TargetGid string    `json:"target_gid"`
+	Size      int       `json:"size"`
+	Opened    time.Time `json:"opened"`
+	Deadline  time.Time `json:"deadline,omitzero"`
+	Body      string    `json:"body,omitempty"`
 }
 
 // WatchEvent is one event of a gateway's watch stream. It never carries
@@ -301,10 +326,11 @@ const (
 	FeatureWatch         = "watch"           // op watch
 	FeatureCause         = "cause"           // cause of send: a hop of the message delivered (issue 37.2)
 	FeatureUrgent        = "urgent"          // urgent of send and ask: ahead of normal mail (issue 37.3)
+	FeatureAsks          = "asks"            // op asks
 )
 
 // Features is what this build's gateway announces.
-var Features = []string{FeatureWaitForBroker, FeatureWatch, FeatureCause, FeatureUrgent}
+var Features = []string{FeatureWaitForBroker, FeatureWatch, FeatureCause, FeatureUrgent, FeatureAsks}
 
 // Has is whether the gateway that said h announces feature f.
 func (h *Hello) Has(f string) bool { return h != nil && slices.Contains(h.Features, f) }
@@ -337,6 +363,10 @@ type EntityRow struct {
 	AcceptFrom string   `json:"accept_from,omitempty"` // own or default
 	// local rows: the agent CLI whose interrupt urgent mail presses
 	InterruptOnUrgent string `json:"interrupt_on_urgent,omitempty"`
+	// StatusSince: when the entity took its status (local rows; a
+	// remote row when its host's presence says so, which it does for
+	// idle and busy as the other hosts hear them)
+	StatusSince time.Time `json:"status_since,omitzero"`
 }
 
 // Sent is the outcome of an accepted send.

@@ -292,6 +292,14 @@ type WatchRequest struct {
 	Text bool `json:"text,omitempty"`
 }
 
+// AsksRequest lists this host's open asks (Response.Asks). Text: the
+// asks put to the caller carry their text (OpenAsk.Body); it takes the
+// caller's credential.
+type AsksRequest struct {
+	Head
+	Text bool `json:"text,omitempty"`
+}
+
 // UnknownRequest is a frame whose op this build does not know (a newer
 // command's): the gateway answers it with an error. Its Op is sent as
 // it is.
@@ -322,6 +330,7 @@ func (*SpawnRequest) op() string         { return OpSpawn }
 func (*StopRequest) op() string          { return OpStop }
 func (*TraceRequest) op() string         { return OpTrace }
 func (*WatchRequest) op() string         { return OpWatch }
+func (*AsksRequest) op() string          { return OpAsks }
 func (r *UnknownRequest) op() string     { return r.Op }
 
 // newRequest is an empty request of op, for DecodeRequest to fill; an
@@ -378,6 +387,8 @@ func newRequest(op string) Request {
 		return &TraceRequest{}
 	case OpWatch:
 		return &WatchRequest{}
+	case OpAsks:
+		return &AsksRequest{}
 	}
 	return &UnknownRequest{}
 }

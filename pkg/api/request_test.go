@@ -97,7 +97,7 @@ type legacyRequest struct {
 // allOps is every op of the protocol.
 var allOps = []string{OpHello, OpJoin, OpLeave, OpRoster, OpStatus, OpSend, OpLookup, OpRecv, OpAck, OpDead, OpOpenDead,
 	OpWhoami, OpWait, OpBcast, OpAsk, OpGroups, OpSpawn, OpStop, OpWaitReply, OpGatewayStatus, OpReplay,
-	OpPurgeDead, OpTrace, OpWatch, OpAccept}
+	OpPurgeDead, OpTrace, OpWatch, OpAccept, OpAsks}
 
 // TestLegacyRequestsDecode: what the commands of earlier builds sent, for
 // every op (every field its handler reads set), decodes into that op's

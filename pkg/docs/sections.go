@@ -19,8 +19,15 @@ type section struct {
 var sections = map[string][]section{
 	"fleet-roster": {{"MCP CLIENTS", mcpClients}},
 	"fleet-mcp":    {{"MCP CLIENTS", mcpClients}},
-	"fleet-top":    {{"THE LIBRARY", topLibrary}},
+	"fleet-top":    {{"ASKS, INBOX AND TEXT", topText}, {"THE LIBRARY", topLibrary}},
 }
+
+// topText is what of a message's text fleet-top may show, and where.
+const topText = `The open asks are the gateway's own list (socket op asks): the asks an entity of this host put and still waits on, and the asks put to an entity of this host from another host that were delivered and neither answered nor expired; an ask between two entities of this host is listed once. Each shows its ids, asker, askee, size, when it was opened and its deadline. Like the watch stream, the list never carries text, but for the asks put to the --as entity: their question shows in the pane, and a answers it.
+
+The INBOX pane (with --as only) shows the text of the messages stored in that entity's own inbox while fleet-top runs, as the watch stream gives it to the entity's own credential (fleet-roster --watch --text); no other entity's text is ever sent to fleet-top. s there replies to the selected message; the message stays in the inbox for fleet-recv.
+
+How long an entity has had its status is the gateway's status_since (fleet-json(7)). Another host's row has it when that host's signed presence carries it, for idle and busy; a row read stale or unknown shows -.`
 
 // topLibrary is why fleet-top is built on Bubble Tea.
 const topLibrary = `fleet-top is built on Bubble Tea v2 (charm.land/bubbletea/v2 v2.1.1) with Lip Gloss v2 and Bubbles v2 (v2.1.1), rather than tview v0.42.0 or Bubble Tea's v1 line. Bubble Tea is one loop over one model: every input (a key, a resize, a watch event, a gateway's answer) is a message to one Update, and one View returns the whole screen as a string, so the screen is a function of the model, its formatting is tested without a terminal, and a stream of events fits in as just more messages. tview keeps its widgets' state and draws from its own goroutine, which suits forms more than a view fed by a stream. v2 is the line that is maintained; its renderer writes only the cells that changed, follows every resize and lowers colour to what the terminal has. Its cost: the three modules and their dependencies are linked into fleet-top alone (pkg/cli/topapp), never into the short commands.`

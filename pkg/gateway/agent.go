@@ -85,6 +85,11 @@ func wireStatus(s string) string {
 // nothing of why (a pane's program and state are this host's business;
 // a reason that changes would cost a notice each time).
 func onWire(r *api.EntityRow) {
+	if wireStatus(r.Status) != r.Status {
+		// the others hear busy, since a time this host does not keep:
+		// none is said, rather than the time of the held state
+		r.StatusSince = time.Time{}
+	}
 	r.Status, r.StatusReason, r.Program = wireStatus(r.Status), "", ""
 	r.Accept, r.AcceptFrom = nil, "" // who may reach it is this host's business (policy.go)
 	r.InterruptOnUrgent = ""

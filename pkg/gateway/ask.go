@@ -24,7 +24,8 @@ type askWaiter struct {
 	gid, turn string // the asker, and its turn
 	to        string // the askee's gid: only it may answer
 	ch        chan *envelope.Envelope
-	refused   chan string // the askee's host refused the ask: why (refusals.go)
+	refused   chan string        // the askee's host refused the ask: why (refusals.go)
+	env       *envelope.Envelope // the ask, as the open asks list it (asklist.go)
 }
 
 // sentAnswer is an answer this host sent to an ask from another host,
@@ -41,8 +42,9 @@ type sentAnswer struct {
 // askSeen is an ask this host delivered, kept (in memory) so an answer
 // can find its asker, until a grace period after it expired.
 type askSeen struct {
-	env  *envelope.Envelope
-	keep time.Time
+	env      *envelope.Envelope
+	keep     time.Time
+	answered bool // an answer was sent: no longer open (asklist.go)
 }
 
 const askGrace = 10 * time.Minute
@@ -325,7 +327,7 @@ func (g *Gateway) ask(c *conn, req *api.AskRequest) {
 		c.fail(err)
 		return
 	}
-	w := &askWaiter{gid: sender.Gid, turn: env.TurnID, to: rcpt.Gid, ch: make(chan *envelope.Envelope, 1), refused: make(chan string, 1)}
+	w := &askWaiter{gid: sender.Gid, turn: env.TurnID, to: rcpt.Gid, ch: make(chan *envelope.Envelope, 1), refused: make(chan string, 1), env: env}
 	g.asks.Wait(env.MsgID, w)
 	g.said.Soon(sender.Gid) // reads "waiting" in the roster
 	defer func() {
@@ -414,6 +416,7 @@ func (g *Gateway) answer(req *api.SendRequest) (*api.Response, error) {
 	if ask.Expired(time.Now()) {
 		return nil, tooLate("the ask expired at " + ask.Expires.Format(time.RFC3339))
 	}
+	g.asks.Close(ask.MsgID) // answered: no longer an open ask (asklist.go)
 	if ask.Sender.Host == g.cfg.Host {
 		if !g.handAnswer(ans) {
 			return nil, tooLate("the asking turn is gone")

@@ -263,7 +263,7 @@ func (g *Gateway) row(e store.Entity, dead, pending map[string]int) api.EntityRo
 		Name: e.Name, Gid: e.Gid, Host: e.Host, Mode: e.Mode, Target: target, Groups: groups,
 		Accept: accepts, AcceptFrom: from, InterruptOnUrgent: e.InterruptOnUrgent,
 		Status: status, StatusReason: e.StatusReason, Program: e.Program,
-		Pending: waiting, Dead: dead[e.Gid], LastDelivery: e.LastDelivery,
+		Pending: waiting, Dead: dead[e.Gid], LastDelivery: e.LastDelivery, StatusSince: e.StatusAt.UTC(),
 	}
 }
 

@@ -599,9 +599,9 @@ func (v *peerView) Rows(now time.Time, connected bool, ttl time.Duration, truste
 			r.LastSeen = heard.UTC()
 			switch {
 			case !connected:
-				r.Status = "unknown"
+				r.Status, r.StatusSince = "unknown", time.Time{}
 			case age > 2*p.interval:
-				r.Status = "stale"
+				r.Status, r.StatusSince = "stale", time.Time{}
 			}
 			out = append(out, r)
 			listed[gid] = true
@@ -621,7 +621,7 @@ func (v *peerView) Rows(now time.Time, connected bool, ttl time.Duration, truste
 		}
 		r := k.row
 		r.Groups = slices.Clone(r.Groups)
-		r.Status = "unknown"
+		r.Status, r.StatusSince = "unknown", time.Time{}
 		if _, gone := v.gone[r.Host]; connected && gone {
 			r.Status = "gone"
 		}

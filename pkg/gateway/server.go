@@ -94,6 +94,16 @@ func (g *Gateway) dispatch(c *conn, req api.Request) (*api.Response, error) {
 		return g.dlq.Purge(req)
 	case *api.TraceRequest: // trace.go
 		return g.tracer.Trace(req)
+	case *api.AsksRequest: // asklist.go
+		own := ""
+		if req.Text { // the text of the asks put to the caller: its credential
+			b, err := g.caller(req.Token)
+			if err != nil {
+				return nil, err
+			}
+			own = b.snapshot().Gid
+		}
+		return &api.Response{Asks: g.asks.Open(g.cfg.Host, time.Now(), own)}, nil
 	case *api.AckRequest:
 		return nil, fault.New(fault.Data, fault.KindProtocol, "ack outside recv")
 	}

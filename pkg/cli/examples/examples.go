@@ -145,9 +145,9 @@ func all() map[string][]Example {
 				"fleet-trace --as alice --json --timeout 20s 0190f5a1-7b1c-7d2e-9f00-5d9e0b1f4a68 | jq -c 'select(.type == \"hop\" and .host == \"build2\")'"},
 		},
 		"fleet-top": {
-			{"Watch the fleet live on the terminal, as alice (s sends as her, r replays a dead letter, Enter shows a trace, ? the keys):",
+			{"Watch the fleet live on the terminal, as alice: her inbox shows, s sends or replies as her, a answers an ask put to her, r replays a dead letter, Enter shows a trace, ? the keys:",
 				"fleet-top --as alice"},
-			{"Print one snapshot of the hosts, the entities and the dead letters as tables, and exit:",
+			{"Print one snapshot of the hosts, the entities (with how long each has had its status), the open asks and the dead letters as tables, and exit:",
 				"fleet-top --once"},
 		},
 		"fleet-recv": {

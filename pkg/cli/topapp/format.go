@@ -182,6 +182,35 @@ func eventText(ev api.WatchEvent, names map[string]string, now time.Time) string
 	return clean(s)
 }
 
+// since is how long an entity has had its status: 42s, 5m ("-": its
+// row does not say, as another host's row in a held state does not).
+func since(r api.EntityRow, now time.Time) string {
+	if r.StatusSince.IsZero() {
+		return "-"
+	}
+	return ago(now.Sub(r.StatusSince))
+}
+
+// askText is one open ask as plain text: short msg id, asker → askee,
+// size, when it was opened and how long it has left; its text only when
+// the gateway gave it (an ask put to the --as entity).
+func askText(a api.OpenAsk, now time.Time) string {
+	s := fmt.Sprintf("%s %s → %s %s %s", shortID(a.MsgID), a.Asker, a.Target, size(a.Size), clock(a.Opened, now))
+	if !a.Deadline.IsZero() {
+		s += " left " + ago(a.Deadline.Sub(now))
+	}
+	if a.Body != "" {
+		s += ": " + a.Body
+	}
+	return clean(s)
+}
+
+// inboxText is one message of the --as entity's inbox: time, kind,
+// sender, then its text (made inert: a body is hostile).
+func inboxText(ev api.WatchEvent, names map[string]string, now time.Time) string {
+	return clean(fmt.Sprintf("%s %-6s %s %s: %s", clock(ev.Time, now), ev.Kind, party(ev.Sender, names), shortID(ev.MsgID), ev.Body))
+}
+
 // deadText is one dead letter as plain text.
 func deadText(d api.DeadLetter, now time.Time) string {
 	r := d.Record
@@ -202,12 +231,28 @@ func printSnapshot(w io.Writer, snap *snapshot, now time.Time) error {
 	}
 	rows = rows[:0]
 	for _, r := range snap.Rows {
-		rows = append(rows, []string{clean(nameAt(r)), clean(r.Status), strconv.Itoa(r.Pending), strconv.Itoa(r.Dead), clock(r.LastDelivery, now)})
+		rows = append(rows, []string{clean(nameAt(r)), clean(r.Status), since(r, now), strconv.Itoa(r.Pending), strconv.Itoa(r.Dead), clock(r.LastDelivery, now)})
 	}
 	fmt.Fprintf(w, "\nENTITIES (%d)\n", len(snap.Rows))
 	if len(rows) > 0 {
-		if err := table.Render(w, []string{"ENTITY", "STATUS", "PENDING", "DEAD", "LAST DELIVERY"}, rows); err != nil {
+		if err := table.Render(w, []string{"ENTITY", "STATUS", "SINCE", "PENDING", "DEAD", "LAST DELIVERY"}, rows); err != nil {
 			return err
+		}
+	}
+	if snap.HasAsks {
+		rows = rows[:0]
+		for _, a := range snap.Asks {
+			left := "-"
+			if !a.Deadline.IsZero() {
+				left = ago(a.Deadline.Sub(now))
+			}
+			rows = append(rows, []string{clean(a.MsgID), clean(a.Asker), clean(a.Target), strconv.Itoa(a.Size), clock(a.Opened, now), left})
+		}
+		fmt.Fprintf(w, "\nOPEN ASKS (%d)\n", len(snap.Asks))
+		if len(rows) > 0 {
+			if err := table.Render(w, []string{"MSG ID", "ASKER", "ASKEE", "SIZE", "OPENED", "LEFT"}, rows); err != nil {
+				return err
+			}
 		}
 	}
 	rows = rows[:0]

@@ -2,6 +2,7 @@ package topapp
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -32,14 +33,20 @@ const (
 	paneHosts = iota
 	paneEntities
 	paneFlow
+	paneAsks
 	paneDead
+	paneInbox // only with --as
 	paneCount
 )
 
-var paneNames = [paneCount]string{"HOSTS", "ENTITIES", "FLOW", "DEAD LETTERS"}
+var paneNames = [paneCount]string{"HOSTS", "ENTITIES", "FLOW", "OPEN ASKS", "DEAD LETTERS", "INBOX"}
 
-// maxEvents is how many events the flow keeps.
-const maxEvents = 500
+// maxEvents is how many events the flow keeps, maxInbox how many
+// messages the inbox pane.
+const (
+	maxEvents = 500
+	maxInbox  = 200
+)
 
 // overlay kinds: what covers the panes.
 const (
@@ -50,6 +57,8 @@ const (
 	overFilter
 	overSendTo
 	overSendText
+	overAnswer
+	overReply
 )
 
 type (
@@ -63,23 +72,26 @@ type (
 )
 
 type model struct {
-	src    *source
-	st     *stream
-	pal    palette
-	snap   *snapshot
-	names  map[string]string
-	events []api.WatchEvent
-	w, h   int
-	focus  int
-	cursor [paneCount]int
-	filter string
-	over   int
-	input  textinput.Model
-	sendTo string
-	trace  []string // the trace overlay's lines
-	dead   *api.DeadLetter
-	notice string
-	ended  bool
+	src     *source
+	st      *stream
+	pal     palette
+	snap    *snapshot
+	names   map[string]string
+	events  []api.WatchEvent
+	inbox   []api.WatchEvent // with --as: the messages of its inbox, with their text, newest last
+	w, h    int
+	focus   int
+	cursor  [paneCount]int
+	filter  string
+	over    int
+	input   textinput.Model
+	sendTo  string
+	askID   string   // the ask the answer prompt answers
+	replyTo string   // the message the reply prompt replies to
+	trace   []string // the trace overlay's lines
+	dead    *api.DeadLetter
+	notice  string
+	ended   bool
 }
 
 func newModel(src *source, st *stream, snap *snapshot, pal palette) *model {
@@ -117,6 +129,24 @@ func (m *model) refresh() tea.Cmd {
 // rowEvents are the events after which the rows are read again at once.
 var rowEvents = map[string]bool{"joined": true, "left": true, "status": true, "peer": true}
 
+// askEvents are the kinds of message whose events open or close an ask:
+// the open asks are read again at once.
+var askEvents = map[string]bool{"ASK": true, "ANSWER": true, "TOO_LATE": true}
+
+// toInbox keeps a message of the --as entity's inbox, once (its
+// accepted and taken events both carry the text).
+func (m *model) toInbox(ev api.WatchEvent) {
+	for _, e := range m.inbox {
+		if e.MsgID == ev.MsgID {
+			return
+		}
+	}
+	m.inbox = append(m.inbox, ev)
+	if len(m.inbox) > maxInbox {
+		m.inbox = m.inbox[len(m.inbox)-maxInbox:]
+	}
+}
+
 func (m *model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	switch msg := msg.(type) {
 	case tea.WindowSizeMsg:
@@ -134,11 +164,16 @@ func (m *model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	case tickMsg:
 		return m, tea.Batch(m.refresh(), tick())
 	case eventMsg:
-		m.events = append(m.events, api.WatchEvent(msg))
+		ev := api.WatchEvent(msg)
+		if ev.Body != "" { // the --as entity's own mail: the inbox pane
+			m.toInbox(ev)
+			ev.Body = "" // the flow never shows a text
+		}
+		m.events = append(m.events, ev)
 		if len(m.events) > maxEvents {
 			m.events = m.events[len(m.events)-maxEvents:]
 		}
-		if rowEvents[msg.Event] {
+		if rowEvents[ev.Event] || askEvents[ev.Kind] {
 			return m, tea.Batch(m.next(), m.refresh())
 		}
 		return m, m.next()
@@ -156,7 +191,7 @@ func (m *model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	case tea.KeyPressMsg:
 		return m.key(msg)
 	}
-	if m.over == overFilter || m.over == overSendTo || m.over == overSendText {
+	if m.prompting() {
 		var cmd tea.Cmd
 		m.input, cmd = m.input.Update(msg)
 		return m, cmd
@@ -190,7 +225,7 @@ func (m *model) key(k tea.KeyPressMsg) (tea.Model, tea.Cmd) {
 		}
 		m.notice = "replay cancelled"
 		return m, nil
-	case overFilter, overSendTo, overSendText:
+	case overFilter, overSendTo, overSendText, overAnswer, overReply:
 		return m.prompt(k)
 	}
 	switch key {
@@ -199,9 +234,9 @@ func (m *model) key(k tea.KeyPressMsg) (tea.Model, tea.Cmd) {
 	case "?":
 		m.over = overHelp
 	case "tab":
-		m.focus = (m.focus + 1) % paneCount
+		m.focus = m.nextPane(1)
 	case "shift+tab":
-		m.focus = (m.focus + paneCount - 1) % paneCount
+		m.focus = m.nextPane(-1)
 	case "up", "k":
 		m.move(-1)
 	case "down", "j":
@@ -210,12 +245,27 @@ func (m *model) key(k tea.KeyPressMsg) (tea.Model, tea.Cmd) {
 		m.filter = ""
 	case "/":
 		return m, m.ask(overFilter, "filter: ", m.filter)
+	case "h":
+		m.cycle("host", m.hosts())
+	case "g":
+		m.cycle("group", m.groups())
 	case "s":
 		if m.src.as == "" {
 			m.notice = "sending needs an entity: start fleet-top --as NAME"
 			return m, nil
 		}
+		if m.focus == paneInbox {
+			ev, ok := m.selected(paneInbox).(api.WatchEvent)
+			if !ok {
+				m.notice = "no message to reply to"
+				return m, nil
+			}
+			m.replyTo = ev.MsgID
+			return m, m.ask(overReply, "reply to "+clean(party(ev.Sender, m.names))+": ", "")
+		}
 		return m, m.ask(overSendTo, "send to NAME: ", "")
+	case "a":
+		return m, m.startAnswer()
 	case "enter":
 		return m, m.openTrace()
 	case "r":
@@ -223,13 +273,123 @@ func (m *model) key(k tea.KeyPressMsg) (tea.Model, tea.Cmd) {
 			m.notice = "r replays a dead letter: Tab to DEAD LETTERS first"
 			return m, nil
 		}
-		d, ok := m.selectedDead()
+		d, ok := m.selected(paneDead).(api.DeadLetter)
 		if !ok {
 			return m, nil
 		}
 		m.dead, m.over = &d, overConfirm
 	}
 	return m, nil
+}
+
+// nextPane is the pane d steps from the focused one (the inbox only
+// with --as).
+func (m *model) nextPane(d int) int {
+	p := m.focus
+	for {
+		p = (p + d + paneCount) % paneCount
+		if p != paneInbox || m.src.as != "" {
+			return p
+		}
+	}
+}
+
+// me is the --as entity's gid, from the rows ("": not known).
+func (m *model) me() string {
+	if m.src.as == "" || m.snap.Status == nil {
+		return ""
+	}
+	for _, r := range m.snap.Rows {
+		if r.Name == m.src.as && r.Host == m.snap.Status.Host {
+			return r.Gid
+		}
+	}
+	return ""
+}
+
+// startAnswer opens the answer prompt for the selected open ask, if it
+// is put to the --as entity.
+func (m *model) startAnswer() tea.Cmd {
+	if m.src.as == "" {
+		m.notice = "answering needs an entity: start fleet-top --as NAME"
+		return nil
+	}
+	if m.focus != paneAsks {
+		m.notice = "a answers an ask: Tab to OPEN ASKS first"
+		return nil
+	}
+	a, ok := m.selected(paneAsks).(api.OpenAsk)
+	if !ok {
+		m.notice = "no ask to answer"
+		return nil
+	}
+	if a.TargetGid != m.me() {
+		m.notice = "that ask is put to " + clean(a.Target) + ", not to " + clean(m.src.as)
+		return nil
+	}
+	m.askID = a.MsgID
+	return m.ask(overAnswer, "answer to "+clean(a.Asker)+": ", "")
+}
+
+// cycle moves the filter's key (host or group) to the next of values:
+// none, then each, then none again.
+func (m *model) cycle(key string, values []string) {
+	q := parseQuery(m.filter)
+	cur := q.host
+	if key == "group" {
+		cur = q.group
+	}
+	next := ""
+	if len(values) > 0 {
+		i := slices.Index(values, cur)
+		if i+1 < len(values) {
+			next = values[i+1]
+		}
+	}
+	if key == "group" {
+		q.group = next
+	} else {
+		q.host = next
+	}
+	m.filter = q.String()
+	m.cursor = [paneCount]int{}
+	if next == "" {
+		m.notice = key + " filter off"
+	} else {
+		m.notice = key + " " + clean(next)
+	}
+}
+
+// hosts are the hosts on screen: this one and its peers, sorted.
+func (m *model) hosts() []string {
+	var out []string
+	for _, h := range hostRows(m.snap.Status, time.Now()) {
+		out = append(out, h.Host)
+	}
+	for _, r := range m.snap.Rows {
+		out = append(out, r.Host)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// groups are the groups of the entities on screen, sorted.
+func (m *model) groups() []string {
+	var out []string
+	for _, r := range m.snap.Rows {
+		out = append(out, r.Groups...)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// prompting says whether a one-line prompt has the keys.
+func (m *model) prompting() bool {
+	switch m.over {
+	case overFilter, overSendTo, overSendText, overAnswer, overReply:
+		return true
+	}
+	return false
 }
 
 // ask opens a one-line prompt.
@@ -246,6 +406,7 @@ func (m *model) prompt(k tea.KeyPressMsg) (tea.Model, tea.Cmd) {
 	case "esc":
 		if m.over == overFilter {
 			m.filter = ""
+			m.cursor = [paneCount]int{}
 		}
 		m.over = overNone
 		m.input.Blur()
@@ -273,6 +434,25 @@ func (m *model) prompt(k tea.KeyPressMsg) (tea.Model, tea.Cmd) {
 				}
 				return noticeMsg(fmt.Sprintf("sent %s to %s: %s", shortID(sent.MsgID), clean(sent.Recipient), clean(sent.State)))
 			}
+		case overAnswer, overReply:
+			over, id, body := m.over, m.askID, v
+			m.over = overNone
+			m.input.Blur()
+			if strings.TrimSpace(body) == "" {
+				m.notice = "nothing sent: the text is empty"
+				return m, nil
+			}
+			return m, func() tea.Msg {
+				what, call := "answered", m.src.answer
+				if over == overReply {
+					what, id, call = "replied", m.replyTo, m.src.reply
+				}
+				sent, err := call(id, body)
+				if err != nil {
+					return errMsg{err}
+				}
+				return noticeMsg(fmt.Sprintf("%s %s with %s to %s: %s", what, shortID(id), shortID(sent.MsgID), clean(sent.Recipient), clean(sent.State)))
+			}
 		}
 		m.input.Blur()
 		return m, nil
@@ -285,18 +465,18 @@ func (m *model) prompt(k tea.KeyPressMsg) (tea.Model, tea.Cmd) {
 // openTrace asks for the trace of the selected event or dead letter.
 func (m *model) openTrace() tea.Cmd {
 	var id string
-	switch m.focus {
-	case paneFlow:
-		if ev, ok := m.selectedEvent(); ok {
-			id = ev.TraceID
-		}
-	case paneDead:
-		if d, ok := m.selectedDead(); ok {
-			id = d.Record.TraceID
-		}
+	switch ref := m.selected(m.focus).(type) {
+	case api.WatchEvent: // the flow, the inbox
+		id = ref.TraceID
+	case api.DeadLetter:
+		id = ref.Record.TraceID
+	case api.OpenAsk:
+		id = ref.TraceID
 	default:
-		m.notice = "Enter shows a trace: Tab to FLOW or DEAD LETTERS"
-		return nil
+		if m.focus != paneFlow && m.focus != paneDead && m.focus != paneAsks && m.focus != paneInbox {
+			m.notice = "Enter shows a trace: Tab to FLOW, OPEN ASKS, DEAD LETTERS or INBOX"
+			return nil
+		}
 	}
 	if id == "" {
 		m.notice = "no trace to show here"
@@ -330,52 +510,151 @@ func traceLines(tr *api.Trace, now time.Time) []string {
 	return out
 }
 
-// item is one row of a pane: its plain text (what the filter matches)
-// and how it is drawn.
+// item is one row of a pane: its plain text (what the substring filter
+// matches), the hosts and gids it concerns (what host: and group:
+// match), what it is (ref: an event, a dead letter, an ask) and how it
+// is drawn.
 type item struct {
-	text string
-	draw func(width int) string
+	text  string
+	hosts []string
+	gids  []string
+	ref   any
+	draw  func(width int) string
 }
 
-func (m *model) matches(s string) bool {
-	return m.filter == "" || strings.Contains(strings.ToLower(s), strings.ToLower(m.filter))
+// query is the filter: host:H and group:G terms, and a substring (the
+// rest of it).
+type query struct{ host, group, text string }
+
+func parseQuery(s string) query {
+	var q query
+	var rest []string
+	for _, f := range strings.Fields(s) {
+		switch {
+		case strings.HasPrefix(f, "host:"):
+			q.host = strings.TrimPrefix(f, "host:")
+		case strings.HasPrefix(f, "group:"):
+			q.group = strings.TrimPrefix(f, "group:")
+		default:
+			rest = append(rest, f)
+		}
+	}
+	q.text = strings.Join(rest, " ")
+	return q
+}
+
+func (q query) String() string {
+	var out []string
+	if q.host != "" {
+		out = append(out, "host:"+q.host)
+	}
+	if q.group != "" {
+		out = append(out, "group:"+q.group)
+	}
+	if q.text != "" {
+		out = append(out, q.text)
+	}
+	return strings.Join(out, " ")
+}
+
+// hostOf is the host a gid names (<host>.<uuid>).
+func hostOf(gid string) string {
+	if i := strings.LastIndexByte(gid, '.'); i > 0 {
+		return gid[:i]
+	}
+	return ""
+}
+
+// matches says whether it passes the filter q: the substring (any case)
+// in its text, one of its hosts the host, one of its entities in the
+// group (groups: gid -> its groups).
+func (it item) matches(q query, groups map[string][]string) bool {
+	if q.text != "" && !strings.Contains(strings.ToLower(it.text), strings.ToLower(q.text)) {
+		return false
+	}
+	if q.host != "" && !slices.Contains(it.hosts, q.host) {
+		return false
+	}
+	if q.group != "" && !slices.ContainsFunc(it.gids, func(g string) bool { return slices.Contains(groups[g], q.group) }) {
+		return false
+	}
+	return true
 }
 
 // items are a pane's rows, filtered.
 func (m *model) items(p int) []item {
 	now := time.Now()
+	q := parseQuery(m.filter)
+	groups := map[string][]string{}
+	byHost := map[string][]string{}
+	for _, r := range m.snap.Rows {
+		groups[r.Gid] = r.Groups
+		byHost[r.Host] = append(byHost[r.Host], r.Gid)
+	}
 	var out []item
-	add := func(text string, draw func(int) string) {
-		if m.matches(text) {
-			out = append(out, item{text, draw})
+	add := func(it item) {
+		if it.matches(q, groups) {
+			out = append(out, it)
 		}
+	}
+	parties := func(gids ...string) (hosts, kept []string) {
+		for _, g := range gids {
+			if g != "" {
+				hosts, kept = append(hosts, hostOf(g)), append(kept, g)
+			}
+		}
+		return hosts, kept
 	}
 	switch p {
 	case paneHosts:
 		for _, h := range hostRows(m.snap.Status, now) {
-			h := h
-			add(strings.Join([]string{h.Host, h.State, h.Heard}, " "), func(w int) string {
-				return fit(cell(clean(h.Host), 12, nil)+" "+cell(clean(h.State), 10, m.pal.state)+" "+clean(h.Heard), w)
-			})
+			add(item{text: strings.Join([]string{h.Host, h.State, h.Heard}, " "), hosts: []string{h.Host}, gids: byHost[h.Host],
+				draw: func(w int) string {
+					return fit(cell(clean(h.Host), 12, nil)+" "+cell(clean(h.State), 10, m.pal.state)+" "+clean(h.Heard), w)
+				}})
 		}
 	case paneEntities:
 		for _, r := range m.snap.Rows {
-			r := r
-			text := fmt.Sprintf("%s %s pending %d dead %d last %s", nameAt(r), r.Status, r.Pending, r.Dead, clock(r.LastDelivery, now))
-			add(text, func(w int) string {
-				return fit(cell(clean(nameAt(r)), 24, nil)+" "+cell(clean(r.Status), 9, m.pal.state)+" "+
+			text := fmt.Sprintf("%s %s %s pending %d dead %d last %s %s", nameAt(r), r.Status, since(r, now), r.Pending, r.Dead,
+				clock(r.LastDelivery, now), strings.Join(r.Groups, " "))
+			add(item{text: text, hosts: []string{r.Host}, gids: []string{r.Gid}, ref: r, draw: func(w int) string {
+				return fit(cell(clean(nameAt(r)), 24, nil)+" "+cell(clean(r.Status), 9, m.pal.state)+" "+cell(since(r, now), 4, nil)+" "+
 					fmt.Sprintf("pend %-4d dead %-4d last %s", r.Pending, r.Dead, clock(r.LastDelivery, now)), w)
-			})
+			}})
 		}
 	case paneFlow:
 		for i := len(m.events) - 1; i >= 0; i-- { // newest first
-			t := eventText(m.events[i], m.names, now)
-			add(t, func(w int) string { return fit(t, w) })
+			ev := m.events[i]
+			t := eventText(ev, m.names, now)
+			hosts, gids := parties(ev.Sender, ev.Recipient, ev.Gid)
+			hosts = append(hosts, ev.Host)
+			if ev.Peer != "" {
+				hosts = append(hosts, ev.Peer)
+			}
+			add(item{text: t, hosts: hosts, gids: gids, ref: ev, draw: func(w int) string { return fit(t, w) }})
+		}
+	case paneAsks:
+		for _, a := range m.snap.Asks {
+			t := askText(a, now)
+			hosts, gids := parties(a.AskerGid, a.TargetGid)
+			add(item{text: t, hosts: hosts, gids: gids, ref: a, draw: func(w int) string { return fit(t, w) }})
 		}
 	case paneDead:
 		for _, d := range m.snap.Dead {
 			t := deadText(d, now)
-			add(t, func(w int) string { return fit(t, w) })
+			var sender string
+			if d.Envelope != nil {
+				sender = d.Envelope.Sender.Gid
+			}
+			hosts, gids := parties(sender, d.Record.Gid)
+			add(item{text: t, hosts: hosts, gids: gids, ref: d, draw: func(w int) string { return fit(t, w) }})
+		}
+	case paneInbox:
+		for i := len(m.inbox) - 1; i >= 0; i-- { // newest first
+			ev := m.inbox[i]
+			t := inboxText(ev, m.names, now)
+			hosts, gids := parties(ev.Sender, ev.Recipient)
+			add(item{text: t, hosts: hosts, gids: gids, ref: ev, draw: func(w int) string { return fit(t, w) }})
 		}
 	}
 	return out
@@ -393,32 +672,13 @@ func (m *model) move(d int) {
 	m.cursor[m.focus] = c
 }
 
-func (m *model) selectedEvent() (api.WatchEvent, bool) {
-	var evs []api.WatchEvent
-	now := time.Now()
-	for i := len(m.events) - 1; i >= 0; i-- {
-		if m.matches(eventText(m.events[i], m.names, now)) {
-			evs = append(evs, m.events[i])
-		}
+// selected is what the cursor of pane p is on (nil: nothing).
+func (m *model) selected(p int) any {
+	its := m.items(p)
+	if c := min(m.cursor[p], len(its)-1); c >= 0 {
+		return its[c].ref
 	}
-	if c := m.cursor[paneFlow]; c < len(evs) {
-		return evs[c], true
-	}
-	return api.WatchEvent{}, false
-}
-
-func (m *model) selectedDead() (api.DeadLetter, bool) {
-	var ds []api.DeadLetter
-	now := time.Now()
-	for _, d := range m.snap.Dead {
-		if m.matches(deadText(d, now)) {
-			ds = append(ds, d)
-		}
-	}
-	if c := m.cursor[paneDead]; c < len(ds) {
-		return ds[c], true
-	}
-	return api.DeadLetter{}, false
+	return nil
 }
 
 func (m *model) View() tea.View {
@@ -434,10 +694,12 @@ var keys = []string{
 	"?           these keys (any key closes)",
 	"Tab         the next pane (Shift-Tab: the one before)",
 	"up, down    move in the pane",
-	"/           filter rows and events by a substring (Esc clears)",
-	"Enter       the trace of an event or a dead letter",
+	"/           filter by a substring, host:H, group:G (Esc clears)",
+	"h, g        filter by the next host, the next group (then none)",
+	"Enter       the trace of an event, an ask or a dead letter",
 	"r           replay a dead letter (y/n)",
-	"s           send a message as the --as entity",
+	"a           answer the open ask (one put to the --as entity)",
+	"s           send as the --as entity; in INBOX, reply to the message",
 }
 
 // render is the whole screen: m.h lines, each m.w cells at most.
@@ -494,9 +756,15 @@ func (m *model) panes(n int) []string {
 	size := [paneCount]int{}
 	size[paneHosts] = min(len(its[paneHosts])+1, 4)
 	rest := n - size[paneHosts]
-	size[paneDead] = max(min(len(its[paneDead])+1, rest/5), 2)
-	size[paneEntities] = (rest - size[paneDead]) / 2
-	size[paneFlow] = rest - size[paneDead] - size[paneEntities]
+	size[paneAsks] = max(min(len(its[paneAsks])+1, rest/6), 2)
+	size[paneDead] = max(min(len(its[paneDead])+1, rest/6), 2)
+	if m.src.as != "" {
+		size[paneInbox] = max(min(len(its[paneInbox])+1, rest/5), 2)
+	}
+	left := rest - size[paneAsks] - size[paneDead] - size[paneInbox]
+	// the entities what they need, up to three fifths; the flow the rest
+	size[paneEntities] = max(min(len(its[paneEntities])+1, left*3/5), 2)
+	size[paneFlow] = left - size[paneEntities]
 	var out []string
 	for p := 0; p < paneCount; p++ {
 		out = append(out, m.pane(p, its[p], size[p])...)
@@ -537,7 +805,7 @@ func (m *model) pane(p int, its []item, n int) []string {
 
 func (m *model) footer() string {
 	switch m.over {
-	case overFilter, overSendTo, overSendText:
+	case overFilter, overSendTo, overSendText, overAnswer, overReply:
 		m.input.SetWidth(max(m.w-len([]rune(m.input.Prompt))-2, 1))
 		return fit(m.input.View(), m.w)
 	case overConfirm:
@@ -548,5 +816,5 @@ func (m *model) footer() string {
 	if m.notice != "" {
 		return fit(m.notice, m.w)
 	}
-	return fit(m.pal.dim("Tab pane · ↑↓ move · / filter · Enter trace · r replay · s send · q quit"), m.w)
+	return fit(m.pal.dim("Tab pane ↑↓ move / filter h host g group Enter trace r replay a answer s send"), m.w)
 }

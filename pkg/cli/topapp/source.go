@@ -30,7 +30,8 @@ func (s *source) close() {
 	}
 }
 
-// snapshot reads the gateway's status, the roster and the dead letters.
+// snapshot reads the gateway's status, the roster, the dead letters and
+// the open asks (with the text of those put to the --as entity).
 func (s *source) snapshot() (*snapshot, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -48,6 +49,12 @@ func (s *source) snapshot() (*snapshot, error) {
 		return nil, err
 	}
 	snap.Dead = resp.Dead
+	if s.client.Hello.Has(api.FeatureAsks) { // an older gateway lists none
+		if resp, err = s.client.Call(&api.AsksRequest{Text: s.as != ""}); err != nil {
+			return nil, err
+		}
+		snap.Asks, snap.HasAsks = resp.Asks, true
+	}
 	return snap, nil
 }
 
@@ -102,6 +109,35 @@ func (s *source) send(to, body string) (*api.Sent, error) {
 	return resp.Sent, nil
 }
 
+// answer answers the ask askID as the --as entity, as fleet-send
+// --answer ASK_ID does.
+func (s *source) answer(askID, body string) (*api.Sent, error) {
+	if s.as == "" {
+		return nil, fleetcli.Usage("answering needs an entity: start fleet-top --as NAME")
+	}
+	return s.sent(&api.SendRequest{AnswerTo: askID, Body: body})
+}
+
+// reply replies to the message msgID of the --as entity's inbox, as
+// fleet-send --reply-to MSG_ID does.
+func (s *source) reply(msgID, body string) (*api.Sent, error) {
+	if s.as == "" {
+		return nil, fleetcli.Usage("replying needs an entity: start fleet-top --as NAME")
+	}
+	return s.sent(&api.SendRequest{ReplyTo: msgID, Body: body})
+}
+
+func (s *source) sent(req *api.SendRequest) (*api.Sent, error) {
+	resp, err := s.call(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.Sent == nil {
+		return nil, fault.New(fault.Software, fault.KindProtocol, "the gateway sent no outcome")
+	}
+	return resp.Sent, nil
+}
+
 // stream is the gateway's watch stream, read on a connection of its own
 // as fleet-roster --watch reads it. Its reader never blocks: a full
 // buffer drops the event (counted), so a slow screen never makes the
@@ -125,7 +161,9 @@ func (s *source) openStream() (*stream, error) {
 		return nil, fault.New(fault.Unavailable, fault.KindProtocol, "this gateway has no watch stream (an older build)").
 			WithHint("fleet-top --once prints a snapshot; upgrade the gateway for the live flow")
 	}
-	if _, err := sess.Client.Call(&api.WatchRequest{}); err != nil {
+	// with --as, the text of the mail of that entity's own inbox (and
+	// of no other)
+	if _, err := sess.Client.Call(&api.WatchRequest{Text: s.as != ""}); err != nil {
 		sess.Client.Close()
 		return nil, err
 	}

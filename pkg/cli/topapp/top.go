@@ -1,5 +1,6 @@
 // Package topapp is fleet-top's command definition: the fleet on one
-// screen — hosts, entities, the live message flow and dead letters — or,
+// screen — hosts, entities, the live message flow, open asks, dead
+// letters and, as an entity, its inbox — or,
 // with --once or when stdout is not a terminal, one snapshot as tables.
 //
 // The live view is built on Bubble Tea v2 (charm.land/bubbletea/v2
@@ -33,20 +34,28 @@ const refreshEvery = 2 * time.Second
 
 // NewTopApp is fleet-top.
 func NewTopApp() *ucli.App {
-	app := fleetcli.NewApp("fleet-top", "the fleet on one screen: hosts, entities, the live message flow, dead letters")
+	app := fleetcli.NewApp("fleet-top", "the fleet on one screen: hosts, entities, the live message flow, open asks, dead letters")
 	app.UsageText = "fleet-top [options] [--as NAME] [--once]"
 	app.Description = "On a terminal, a full-screen view that redraws as the gateway's watch stream says what " +
 		"happens: the hosts (this one and its peers: live, stale, gone, untrusted), the entities of every host " +
-		"(state in colour: idle green, busy yellow, stuck, detached or unhooked red, stale or gone grey; pending, " +
-		"dead, last delivery), the message flow (each event's time, event, kind, sender → recipient, size and " +
-		"short msg id, never a message's text) and this host's dead letters. Rows are read again when an entity " +
-		"joins, leaves or changes state, when a peer changes state, and every 2 seconds. " +
-		"Keys: q or Ctrl-C quit; ? shows the keys; Tab moves to the next pane; up and down move in it; / filters " +
-		"the rows and events by a substring (Esc clears it); Enter on an event or a dead letter shows its trace " +
-		"(as fleet-trace); r on a dead letter replays it, after a y/n confirm (as fleet-dlq replay MSG_ID); " +
-		"s sends a message as the --as entity (a prompt for NAME, then TEXT). " +
+		"(state in colour: idle green, busy yellow, stuck, detached or unhooked red, stale or gone grey; for how long " +
+		"(another host's row says so for idle and busy, from its presence); pending, dead, last delivery), the message " +
+		"flow (each event's time, event, kind, sender → recipient, size and short msg id, never a message's text), " +
+		"this host's open asks (asker → askee, size, when opened, time left), this host's dead letters and, with " +
+		"--as NAME, that entity's INBOX: the text of the mail that reaches its own inbox while fleet-top runs " +
+		"(it reads, never drains: fleet-recv still gets it). Rows are read again when an entity joins, leaves or " +
+		"changes state, when a peer changes state, on every event of an ask or its answer, and every 2 seconds. " +
+		"Keys: q or Ctrl-C quit; ? shows the keys; Tab moves to the next pane (Shift-Tab back); up and down move in " +
+		"it; / filters the rows and events by a substring, with host:HOST and group:GROUP terms beside it (Esc " +
+		"clears it); h and g filter by the next host or group in turn, then by none; Enter on an event, an ask or a " +
+		"dead letter shows its trace (as fleet-trace); r on a dead letter replays it, after a y/n confirm (as " +
+		"fleet-dlq replay MSG_ID); a on an open ask put to the --as entity answers it (as fleet-send --answer " +
+		"ASK_ID); s sends a message as the --as entity (a prompt for NAME, then TEXT), or in INBOX replies to the " +
+		"selected message (as fleet-send --reply-to MSG_ID). " +
 		"With --once, or when stdout is not a terminal, it prints one snapshot as tables (HOSTS, ENTITIES, " +
-		"DEAD LETTERS) and exits 0. Open asks are not shown: the gateway's API does not list them. " +
+		"OPEN ASKS, DEAD LETTERS) and exits 0; OPEN ASKS is left out against a gateway too old to list them. " +
+		"Every text that came from elsewhere (names, reasons, bodies) is printed inert: no control character or " +
+		"escape sequence of it reaches the terminal. " +
 		"NO_COLOR set to anything but the empty string turns colour off. It works in 80x24 and follows resizes: " +
 		"every line is cut to the width, never wrapped."
 	app.Flags = append(fleetcli.ConnFlags(), fleetcli.AsFlag(),
@@ -94,7 +103,11 @@ type snapshot struct {
 	Status *api.GatewayStatus
 	Rows   []api.EntityRow
 	Dead   []api.DeadLetter
-	Read   time.Time
+	// Asks: this host's open asks; HasAsks: the gateway lists them (an
+	// older one does not)
+	Asks    []api.OpenAsk
+	HasAsks bool
+	Read    time.Time
 }
 
 // names maps the gids of the snapshot's rows to NAME@HOST.
