@@ -39,7 +39,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"regexp"
 	"slices"
 	"strconv"
@@ -112,9 +111,6 @@ func checkPane(e *store.Entity) error {
 		}
 		return nil
 	}
-	if err := checkInterrupt(e); err != nil { // urgent.go
-		return err
-	}
 	if e.Program != "" && !deliver.ProgramOK(e.Program) {
 		return usage("%q is not a program name as tmux shows it (letters, digits, _ . + -)", e.Program)
 	}
@@ -179,23 +175,6 @@ func bindPane(ctx context.Context, e *store.Entity) error {
 	}
 	e.Status, e.StatusReason = stStarting, "waiting for the agent's first hook"
 	return nil
-}
-
-// agentInFront says whether what runs in front of pane p is a program to
-// bind an entity to: no shell by tmux's name for it, nor by the kernel's
-// (the terminal's foreground process group, from /proc: tmux names a
-// pane's shell after the first word of its command line while it starts).
-func agentInFront(p deliver.PaneInfo) bool {
-	if p.Dead || deliver.IsShell(p.Command) || !deliver.ProgramOK(p.Command) {
-		return false
-	}
-	f := statFields(p.PID)
-	if len(f) < 6 {
-		return false
-	}
-	fg, _ := strconv.Atoi(f[5]) // tpgid: the terminal's foreground process group
-	c := comm(fg)
-	return c != "" && !deliver.IsShell(c)
 }
 
 // notPasted records what a paste that typed nothing (err) leaves a tmux
@@ -460,21 +439,6 @@ func watched(ent store.Entity) bool {
 	return false
 }
 
-// ancestors is pid and the processes above it (its parent, its parent's
-// parent, ...), from /proc, at most 64.
-func ancestors(pid int) []int {
-	var out []int
-	for i := 0; pid > 1 && i < 64; i++ {
-		out = append(out, pid)
-		f := statFields(pid)
-		if len(f) < 2 {
-			break
-		}
-		pid, _ = strconv.Atoi(f[1]) // ppid
-	}
-	return out
-}
-
 // paneTaken is the name of the entity bound to pane id whose first
 // process is pid, or "". A binding to the same id with another first
 // process is of a pane that is gone — a new tmux server (after a reboot)
@@ -546,31 +510,6 @@ func pgrp(pid int) int {
 	return g
 }
 
-// statFields are the fields of /proc/PID/stat after the command name
-// (state, ppid, pgrp, session, tty, tpgid, ...; nil if gone): the name
-// may hold spaces and parentheses, so they start after its last ')'.
-func statFields(pid int) []string {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return nil
-	}
-	s := string(b)
-	j := strings.LastIndexByte(s, ')')
-	if j < 0 {
-		return nil
-	}
-	return strings.Fields(s[j+1:])
-}
-
-// comm is the command name of process pid ("" if gone).
-func comm(pid int) string {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm")
-	if err != nil {
-		return ""
-	}
-	return strings.TrimSpace(string(b))
-}
-
 // bindAgent records pid as the entity's agent process (with its start
 // time), when it is not already.
 func (b *mailbox) bindAgent(st *store.Store, pid int) (*store.Entity, error) {
@@ -591,18 +530,6 @@ func (b *mailbox) bindAgent(st *store.Store, pid int) (*store.Entity, error) {
 		return nil
 	})
 	return ne, err
-}
-
-// stat reads fields of /proc/PID/stat after the command name: tpgid (the
-// terminal's foreground process group) and the start time in clock ticks.
-func stat(pid int) (tpgid int, start uint64, ok bool) {
-	f := statFields(pid)
-	if len(f) < 20 {
-		return 0, 0, false
-	}
-	tpgid, _ = strconv.Atoi(f[5])
-	start, _ = strconv.ParseUint(f[19], 10, 64)
-	return tpgid, start, true
 }
 
 // sameAgent says whether the terminal of the pane whose first process is

@@ -77,7 +77,10 @@ func checkEntity(e *store.Entity) error {
 	default:
 		return fault.New(fault.Usage, fault.KindUsage, "mode must be pull, inject or hook, not %q", e.Mode)
 	}
-	return checkPane(e)
+	if err := checkPane(e); err != nil {
+		return err
+	}
+	return checkInterrupt(e) // urgent.go
 }
 
 // Register validates e and registers it as a local entity: the one path of

@@ -1,0 +1,84 @@
+package gateway
+
+// proc.go — what the gateway reads of a pane's processes from /proc: a
+// process's stat fields (its parent, the terminal's foreground process
+// group, its start time), its name, its ancestry, and whether the program
+// in front of a pane is one to bind an entity to. The safety net
+// (agent.go) and the late-hook recognition (latehook.go) both read them.
+
+import (
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/fleetd/fleet/pkg/deliver"
+)
+
+// agentInFront says whether what runs in front of pane p is a program to
+// bind an entity to: no shell by tmux's name for it, nor by the kernel's
+// (the terminal's foreground process group, from /proc: tmux names a
+// pane's shell after the first word of its command line while it starts).
+func agentInFront(p deliver.PaneInfo) bool {
+	if p.Dead || deliver.IsShell(p.Command) || !deliver.ProgramOK(p.Command) {
+		return false
+	}
+	f := statFields(p.PID)
+	if len(f) < 6 {
+		return false
+	}
+	fg, _ := strconv.Atoi(f[5]) // tpgid: the terminal's foreground process group
+	c := comm(fg)
+	return c != "" && !deliver.IsShell(c)
+}
+
+// ancestors is pid and the processes above it (its parent, its parent's
+// parent, ...), from /proc, at most 64.
+func ancestors(pid int) []int {
+	var out []int
+	for i := 0; pid > 1 && i < 64; i++ {
+		out = append(out, pid)
+		f := statFields(pid)
+		if len(f) < 2 {
+			break
+		}
+		pid, _ = strconv.Atoi(f[1]) // ppid
+	}
+	return out
+}
+
+// statFields are the fields of /proc/PID/stat after the command name
+// (state, ppid, pgrp, session, tty, tpgid, ...; nil if gone): the name
+// may hold spaces and parentheses, so they start after its last ')'.
+func statFields(pid int) []string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return nil
+	}
+	s := string(b)
+	j := strings.LastIndexByte(s, ')')
+	if j < 0 {
+		return nil
+	}
+	return strings.Fields(s[j+1:])
+}
+
+// comm is the command name of process pid ("" if gone).
+func comm(pid int) string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// stat reads fields of /proc/PID/stat after the command name: tpgid (the
+// terminal's foreground process group) and the start time in clock ticks.
+func stat(pid int) (tpgid int, start uint64, ok bool) {
+	f := statFields(pid)
+	if len(f) < 20 {
+		return 0, 0, false
+	}
+	tpgid, _ = strconv.Atoi(f[5])
+	start, _ = strconv.ParseUint(f[19], 10, 64)
+	return tpgid, start, true
+}
