@@ -1,9 +1,11 @@
 // Package stubmodel is the tests' model: an HTTP server on loopback that
 // speaks enough of each agent CLI vendor's API to run real turns of the
-// real Claude Code, Codex CLI and Gemini CLI offline —
+// real Claude Code, Codex CLI, Gemini CLI and OpenCode offline —
 //
 //   - Anthropic Messages, streaming (POST /v1/messages), anthropic.go;
 //   - OpenAI Responses, streaming (POST /v1/responses), openai.go;
+//   - OpenAI Chat Completions, streaming (POST /v1/chat/completions), as
+//     an OpenAI-compatible provider of OpenCode speaks it, chat.go;
 //   - Gemini generateContent and streamGenerateContent
 //     (POST /v1beta/models/MODEL:ACTION), gemini.go —
 //
@@ -30,7 +32,7 @@
 // the stub follows the STUB:TOOL or STUB:MCP marker of the first fleet
 // frame whose body carries one, {MSGID} being that frame's msg id — what
 // an agent that reads the frame's "answer: fleet-send --answer ID TEXT"
-// would do. (Anthropic side only.)
+// would do. (Anthropic and Chat Completions.)
 //
 // Otherwise the model answers "stub reply N" (N counts the answers). The
 // stub is no model: nothing it says depends on the text beyond the markers.
@@ -54,7 +56,7 @@ import (
 // Request is one request as the stub recorded it (a line of its log).
 type Request struct {
 	Time   time.Time `json:"time"`
-	Vendor string    `json:"vendor"` // anthropic | openai | gemini | other
+	Vendor string    `json:"vendor"` // anthropic | openai | openai-chat | gemini | other
 	Method string    `json:"method"`
 	Path   string    `json:"path"`
 	Model  string    `json:"model,omitempty"`
@@ -100,6 +102,7 @@ func Start(addr, logPath string) (*Server, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/messages", s.anthropic)
 	mux.HandleFunc("/v1/responses", s.openai)
+	mux.HandleFunc("/v1/chat/completions", s.chat)
 	mux.HandleFunc("/v1beta/models/", s.gemini)
 	mux.HandleFunc("/", s.other)
 	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
