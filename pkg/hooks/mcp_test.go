@@ -41,8 +41,8 @@ func pyTOML(t *testing.T, path string) map[string]any {
 // The user's own file, per CLI: other servers, other settings, comments
 // and a layout (Codex) that must survive every edit byte for byte.
 var mcpUserFiles = map[string]string{
-	"claude": `{"theme": "dark", "projects": {"/p": {"hasTrustDialogAccepted": true}}, "mcpServers": {"other": {"command": "other-mcp", "args": ["-x"]}}}`,
-	"gemini": `{"general": {"vimMode": true}, "mcpServers": {"other": {"command": "other-mcp"}}}`,
+	"claude":   `{"theme": "dark", "projects": {"/p": {"hasTrustDialogAccepted": true}}, "mcpServers": {"other": {"command": "other-mcp", "args": ["-x"]}}}`,
+	"gemini":   `{"general": {"vimMode": true}, "mcpServers": {"other": {"command": "other-mcp"}}}`,
 	"opencode": `{"model": "x/y", "mcp": {"other": {"type": "local", "command": ["other-mcp"]}}}`,
 	"codex": `# my Codex settings
 model = "gpt-x"   # the one I like
