@@ -5,9 +5,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fleetd/fleet/internal/stubmodel"
 )
 
 // The real OpenCode (1.18.33) in a tmux pane, offline against the stub
@@ -376,5 +379,167 @@ func TestOpenCodeReplyAcrossHosts(t *testing.T) {
 			t.Logf("turn %d: answer %q, tool result %q", i, q.Answer, q.ToolResult)
 		}
 		t.Fatal("the model did not call fleet-send --reply-to and see its result")
+	}
+}
+
+// Hook delivery mode with the real OpenCode: the entity is joined --mode
+// hook, OpenCode runs in a tmux pane with its FLEET_TOKEN, and fleet's
+// plugin runs fleet-recv --hook opencode at a turn's start (chat.message:
+// the frames appended to the prompt's text) and after each tool call
+// (tool.execute.after: appended to the tool's result, which the model
+// reads in the turn's next request). OpenCode's plugin API has no hook
+// that goes on with a turn at its end, and nothing runs while it idles:
+// mail sent then waits for the next turn.
+func TestOpenCodeHookMode(t *testing.T) {
+	agentTest(t)
+	bin := agentBin(t, "opencode")
+	rig := newAgentRig(t)
+	events := filepath.Join(rig.dir, "opencode-events.jsonl")
+	opencodeConfig(t, rig, events)
+	rig.fleet("fleet-roster", "join", "alice", "--mode", "pull")
+	token := strings.Fields(rig.fleet("fleet-roster", "join", "oc", "--mode", "hook"))[0]
+	pane := rig.pane("oc", "exec "+bin, append(opencodeEnv(), "FLEET_TOKEN="+token)...)
+	t.Cleanup(func() {
+		if t.Failed() {
+			b, _ := os.ReadFile(events)
+			t.Logf("screen:\n%s\nplugin events:\n%s", rig.screen(pane), b)
+		}
+	})
+	rig.waitScreen(pane, opencodeReady, 60*time.Second)
+	count := func(name string) int {
+		n := 0
+		for _, e := range opencodeEvents(events) {
+			if e == name {
+				n++
+			}
+		}
+		return n
+	}
+	waitEvent := func(t *testing.T, name string, n int) {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for count(name) < n {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s came %d time(s), want %d; events %v", name, count(name), n, opencodeEvents(events))
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	// idle: as many session.idle as turns begun, no spinner, two looks
+	idle := func(r *agentRig) {
+		r.t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for still := 0; still < 2; {
+			s := r.screen(pane)
+			if count("session.idle") >= count("chat.message") && !strings.Contains(s, "esc interrupt") && strings.Contains(s, "ctrl+p commands") {
+				still++
+			} else {
+				still = 0
+			}
+			if time.Now().After(deadline) {
+				r.t.Fatalf("OpenCode never went idle:\n%s", s)
+			}
+			time.Sleep(300 * time.Millisecond)
+		}
+	}
+	// prompt types a prompt as OpenCode's user would: the Enter once the
+	// text shows
+	prompt := func(r *agentRig, text string) {
+		r.t.Helper()
+		idle(r)
+		starts := count("chat.message")
+		r.tmux("send-keys", "-t", pane, "-l", text)
+		r.waitScreen(pane, regexp.QuoteMeta(text), 10*time.Second)
+		time.Sleep(300 * time.Millisecond)
+		r.tmux("send-keys", "-t", pane, "Enter")
+		waitEvent(r.t, "chat.message", starts+1)
+	}
+	header := func(id string) string { return "[fleet message from alice@h1 · msg " + id + " · send]" }
+	frame := func(id, body string) string {
+		return header(id) + "\n│ " + strings.ReplaceAll(body, "\n", "\n│ ") + "\n[end of fleet message " + id +
+			" · reply: fleet-send --reply-to " + id + " TEXT]"
+	}
+	withText := func(r *agentRig, s string) []stubmodel.Request {
+		var out []stubmodel.Request
+		for _, q := range r.stub.Turns() {
+			if strings.Contains(q.Body, jsonText(s)) {
+				out = append(out, q)
+			}
+		}
+		return out
+	}
+	waitText := func(r *agentRig, s string, n int) []stubmodel.Request {
+		r.t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for len(withText(r, s)) < n {
+			if time.Now().After(deadline) {
+				r.t.Fatalf("%d turn request(s) hold %q, want %d; turns: %q", len(withText(r, s)), s, n, promptsOf(r.stub.Turns()))
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		return withText(r, s)
+	}
+
+	// (a) nothing takes mail while OpenCode idles: pending, in no
+	// request; the next turn's chat.message hands it over, once, after
+	// the prompt's own text
+	t.Run("pending-until-turn-start", func(t *testing.T) {
+		r := rig.sub(t)
+		idle(r)
+		body := "sent while the agent is idle"
+		id := r.sendID("oc", body)
+		stillPending(t, r, id)
+		p := "a turn of its own"
+		prompt(r, p)
+		q := waitText(r, p, 1)[0]
+		takenBy(t, r, id, p)
+		if n := strings.Count(q.Body, jsonText(frame(id, body))); n != 1 {
+			t.Errorf("the turn's first request holds the exact frame %d times, want 1:%s", n, around(q.Body, jsonText(header(id))))
+		}
+		if i, j := strings.Index(q.Body, jsonText(p)), strings.Index(q.Body, jsonText(header(id))); i < 0 || j < i {
+			t.Errorf("the frame does not follow the prompt:%s", around(q.Body, jsonText(header(id))))
+		}
+		t.Logf("the turn's request, where the frame stands:%s", around(q.Body, jsonText(header(id))))
+		r.waitState(id, "delivered", 30*time.Second)
+		idle(r)
+		onceInEach(t, r.stub.Turns(), header(id), 1)
+	})
+
+	// (b) mid-turn: sent while a slow tool call runs, it is in the request
+	// right after the call, inside the tool's result, exactly once, and
+	// delivered only once the tool ended
+	t.Run("mid-turn", func(t *testing.T) {
+		r := rig.sub(t)
+		p := "run a slow tool STUB:TOOL=sleep 5"
+		after := count("tool.execute.after")
+		prompt(r, p)
+		waitEvent(t, "tool.execute.before", count("tool.execute.before")+1)
+		body := "mid-turn mail, line one\nline two"
+		id := r.sendID("oc", body)
+		if st := r.msgState(id); count("tool.execute.after") == after && st != "accepted" {
+			t.Errorf("before the tool ended the message reads %s, want accepted", st)
+		}
+		waitEvent(t, "tool.execute.after", after+1)
+		r.waitState(id, "delivered", 30*time.Second)
+		idle(r)
+		turns := waitText(r, p, 2)
+		if len(turns) != 2 || turns[1].ToolResult == "" {
+			for i, q := range turns {
+				t.Logf("request %d: answer %q tool result %q prompt %q", i, q.Answer, q.ToolResult, q.Prompt)
+			}
+			t.Fatalf("the tool turn: %d requests, want 2 (the call, its result)", len(turns))
+		}
+		if strings.Contains(turns[0].Body, id) {
+			t.Errorf("the request before the tool call holds the message")
+		}
+		t.Logf("the tool's result as the model got it: %q", turns[1].ToolResult)
+		if !strings.Contains(turns[1].ToolResult, frame(id, body)) {
+			t.Errorf("the frame is not inside the tool's result: %q", turns[1].ToolResult)
+		}
+		onceInEach(t, r.stub.Turns(), header(id), 1)
+	})
+
+	if s := rig.screen(pane); strings.Contains(s, "fleet-recv:") || strings.Contains(s, "fleet-turn:") {
+		t.Errorf("the plugin showed something on screen:\n%s", s)
 	}
 }
