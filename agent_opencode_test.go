@@ -1,6 +1,7 @@
 package fleet_test
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -542,4 +543,35 @@ func TestOpenCodeHookMode(t *testing.T) {
 	if s := rig.screen(pane); strings.Contains(s, "fleet-recv:") || strings.Contains(s, "fleet-turn:") {
 		t.Errorf("the plugin showed something on screen:\n%s", s)
 	}
+}
+
+// fleet-mcp in OpenCode, as hooks install opencode --mcp main writes it
+// (opencode.json's mcp.fleet, a local server), loaded by the real
+// OpenCode run headless (opencode run PROMPT): the model is offered
+// fleet's tools as fleet_TOOL, a send reaches bob, a receive hands the
+// model main's mail.
+func TestMCPOpenCode(t *testing.T) {
+	agentTest(t)
+	bin := agentBin(t, "opencode")
+	r := newAgentRig(t)
+	opencodeConfig(t, r, filepath.Join(r.dir, "opencode-events.jsonl"))
+	mcpInstall(t, r, "opencode", nil)
+	run := func(prompt string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		// the prompt on stdin: as an argument, opencode run 1.18.33
+		// sends a message with quotes in it JSON-quoted ("say {\"a\"...}"
+		// with its quotes and backslashes); and PWD set, which OpenCode
+		// takes for its folder over the process's own
+		cmd := exec.CommandContext(ctx, bin, "run")
+		cmd.Stdin = strings.NewReader(prompt)
+		cmd.Dir = r.work
+		cmd.Env = r.env(append(opencodeEnv(), "PWD="+r.work)...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("opencode run: %v\n%s", err, out)
+		}
+	}
+	mcpSendReceive(t, r, run, "", "fleet_")
 }

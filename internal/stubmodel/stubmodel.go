@@ -21,8 +21,8 @@
 //	                "reply: fleet-send --reply-to ID" would write it); once
 //	                the tool's result comes back the model answers in text
 //	STUB:MCP=TOOL JSON  the model calls the MCP tool TOOL (the CLI's name
-//	                for it: mcp__SERVER__TOOL, SERVER__TOOL, mcp_SERVER_TOOL
-//	                or TOOL, whichever the request offers) with the JSON
+//	                for it: mcp__SERVER__TOOL, SERVER__TOOL, mcp_SERVER_TOOL,
+//	                SERVER_TOOL or TOOL, whichever the request offers) with the JSON
 //	                object to the end of the line as its arguments ({MSGID}
 //	                as for STUB:TOOL)
 //
@@ -245,7 +245,8 @@ func (s *Server) planID(prompt, id string, toolResult bool) Plan {
 
 // mcpTool is the name under which a CLI offers the MCP tool tool among
 // names: Claude Code's and Codex's mcp__SERVER__TOOL, SERVER__TOOL,
-// Gemini's mcp_SERVER_TOOL, or the bare name; "" if none.
+// Gemini's mcp_SERVER_TOOL, OpenCode's SERVER_TOOL, or the bare name; ""
+// if none.
 func mcpTool(names []string, tool string) string {
 	for _, n := range names {
 		if n == tool || strings.HasSuffix(n, "__"+tool) {
@@ -254,6 +255,12 @@ func mcpTool(names []string, tool string) string {
 	}
 	for _, n := range names {
 		if strings.HasPrefix(n, "mcp_") && strings.HasSuffix(n, "_"+tool) && !strings.Contains(strings.TrimSuffix(n, "_"+tool)[4:], "_") {
+			return n
+		}
+	}
+	// OpenCode's SERVER_TOOL (a server name without an underscore)
+	for _, n := range names {
+		if server := strings.TrimSuffix(n, "_"+tool); server != n && server != "" && !strings.Contains(server, "_") {
 			return n
 		}
 	}
