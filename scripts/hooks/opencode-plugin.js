@@ -2,7 +2,8 @@
 // into OpenCode's plugin folder): busy and idle from OpenCode's own plugin
 // events, by fleet-turn, as the other agent CLIs' turn hooks mark them —
 //
-//   session.status busy or retry, tool.execute.before  → fleet-turn busy
+//   chat.message (a prompt taken), session.status busy
+//   or retry, tool.execute.before                      → fleet-turn busy
 //   session.status idle (session.idle), every session  → fleet-turn idle
 //   at start, once the TUI takes input                  → fleet-turn idle
 //
@@ -116,6 +117,10 @@ export const FleetPlugin = async ({ client }) => {
       if (text && output) output.output = (typeof output.output === "string" ? output.output : "") + "\n\n" + text
     },
     "chat.message": async (input, output) => {
+      // a prompt taken: busy now (the first turn after OpenCode's start
+      // reached session.status busy 6 s after this, at load 10)
+      if (input?.sessionID) busy.add(input.sessionID)
+      await now()
       const text = await hook("prompt", input?.sessionID)
       if (!text || !output?.parts) return
       const first = output.parts.find((p) => p.type === "text")
