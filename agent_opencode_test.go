@@ -157,6 +157,14 @@ func TestOpenCode(t *testing.T) {
 
 	t.Run("message", func(t *testing.T) {
 		r := rig.sub(t)
+		// hooks doctor --watch sees the live loop through the plugin
+		doctor := exec.Command(filepath.Join(binDir, "fleet-roster"), "hooks", "doctor", "opencode", "--entity", c.name, "--watch", "90s")
+		doctor.Env = r.env()
+		var dout, derr strings.Builder
+		doctor.Stdout, doctor.Stderr = &dout, &derr
+		if err := doctor.Start(); err != nil {
+			t.Fatal(err)
+		}
 		body := "hello from alice, message one STUB:SLOW=2"
 		id := r.sendID(c.name, body)
 		r.turnWith(body, 60*time.Second)
@@ -188,6 +196,9 @@ func TestOpenCode(t *testing.T) {
 		}
 		if ev := opencodeEvents(c.events); !containsSeq(ev, "chat.message", "session.status:busy", "session.status:idle", "session.idle") {
 			t.Errorf("plugin events %v, want chat.message, busy, idle, session.idle in order", ev)
+		}
+		if err := doctor.Wait(); err != nil || !strings.Contains(dout.String(), "loop: idle → busy → idle") {
+			t.Errorf("hooks doctor opencode --watch: %v\n%s%s", err, dout.String(), derr.String())
 		}
 	})
 

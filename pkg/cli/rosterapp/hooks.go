@@ -137,7 +137,11 @@ func runHooksInstall(c *ucli.Context) error {
 	if err != nil {
 		return fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot install the %s hooks into %s", cl.Name, path)
 	}
-	fmt.Fprintf(c.App.ErrWriter, "fleet-roster: fleet-turn's hooks are in %s\n", path)
+	if cl.Name == "opencode" {
+		fmt.Fprintf(c.App.ErrWriter, "fleet-roster: fleet's plugin is %s\n", path)
+	} else {
+		fmt.Fprintf(c.App.ErrWriter, "fleet-roster: fleet-turn's hooks are in %s\n", path)
+	}
 	if c.Bool("trust") {
 		if err := hooks.CodexTrust(home, path); err != nil {
 			return fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot record the hooks' trust in Codex's config.toml")
@@ -161,6 +165,10 @@ func runHooksRemove(c *ucli.Context) error {
 	}
 	if c.Bool("json") {
 		return fleetcli.PrintJSON(c.App.Writer, map[string]any{"cli": cls[0].Name, "file": path, "removed": n})
+	}
+	if cls[0].Name == "opencode" {
+		fmt.Fprintf(c.App.ErrWriter, "fleet-roster: %d plugin file(s) of fleet's removed: %s\n", n, path)
+		return nil
 	}
 	fmt.Fprintf(c.App.ErrWriter, "fleet-roster: %d hook group(s) of fleet-turn removed from %s\n", n, path)
 	return nil
