@@ -99,7 +99,7 @@ install: build
 	# recipes, built in, into each CLI's settings; fleet-agents(7))
 	install -m 0755 scripts/hooks/fleet-turn $(DESTDIR)$(PREFIX)/bin/
 	install -d $(DESTDIR)$(PREFIX)/share/fleet/hooks
-	install -m 0644 scripts/hooks/*.json scripts/hooks/*.toml $(DESTDIR)$(PREFIX)/share/fleet/hooks/
+	install -m 0644 scripts/hooks/*.json scripts/hooks/*.toml scripts/hooks/*.js $(DESTDIR)$(PREFIX)/share/fleet/hooks/
 	install -m 0644 man/*.1 $(DESTDIR)$(PREFIX)/share/man/man1/
 	# the config file's page and the concept pages (pkg/docs/pages)
 	install -m 0644 man/*.5 $(DESTDIR)$(PREFIX)/share/man/man5/

@@ -7,7 +7,7 @@
 # and npm, and from the npm registry, pinned, into FLEET_TEST_NPM (default
 # ~/.cache/fleet-npm): the MCP Inspector (a real MCP client for fleet-mcp's
 # tests) and the agent CLIs the inject tests run for real — Claude Code,
-# Codex CLI and Gemini CLI (about 900 MB; installed once per machine and
+# Codex CLI, Gemini CLI and OpenCode (about 1.1 GB; installed once per machine and
 # reused, npm's cache keeps the tarballs). Installs Debian packages only as root; otherwise says
 # what is missing.
 set -euo pipefail
@@ -30,6 +30,7 @@ npm_pins=(
 	@anthropic-ai/claude-code@2.1.332
 	@openai/codex@0.169.0
 	@google/gemini-cli@0.61.0
+	opencode-ai@1.18.33
 )
 
 npm_tools() {

@@ -1,9 +1,11 @@
 // Package stubmodel is the tests' model: an HTTP server on loopback that
 // speaks enough of each agent CLI vendor's API to run real turns of the
-// real Claude Code, Codex CLI and Gemini CLI offline —
+// real Claude Code, Codex CLI, Gemini CLI and OpenCode offline —
 //
 //   - Anthropic Messages, streaming (POST /v1/messages), anthropic.go;
 //   - OpenAI Responses, streaming (POST /v1/responses), openai.go;
+//   - OpenAI Chat Completions, streaming (POST /v1/chat/completions), as
+//     an OpenAI-compatible provider of OpenCode speaks it, chat.go;
 //   - Gemini generateContent and streamGenerateContent
 //     (POST /v1beta/models/MODEL:ACTION), gemini.go —
 //
@@ -19,8 +21,8 @@
 //	                "reply: fleet-send --reply-to ID" would write it); once
 //	                the tool's result comes back the model answers in text
 //	STUB:MCP=TOOL JSON  the model calls the MCP tool TOOL (the CLI's name
-//	                for it: mcp__SERVER__TOOL, SERVER__TOOL, mcp_SERVER_TOOL
-//	                or TOOL, whichever the request offers) with the JSON
+//	                for it: mcp__SERVER__TOOL, SERVER__TOOL, mcp_SERVER_TOOL,
+//	                SERVER_TOOL or TOOL, whichever the request offers) with the JSON
 //	                object to the end of the line as its arguments ({MSGID}
 //	                as for STUB:TOOL)
 //
@@ -30,7 +32,7 @@
 // the stub follows the STUB:TOOL or STUB:MCP marker of the first fleet
 // frame whose body carries one, {MSGID} being that frame's msg id — what
 // an agent that reads the frame's "answer: fleet-send --answer ID TEXT"
-// would do. (Anthropic side only.)
+// would do. (Anthropic and Chat Completions.)
 //
 // Otherwise the model answers "stub reply N" (N counts the answers). The
 // stub is no model: nothing it says depends on the text beyond the markers.
@@ -54,7 +56,7 @@ import (
 // Request is one request as the stub recorded it (a line of its log).
 type Request struct {
 	Time   time.Time `json:"time"`
-	Vendor string    `json:"vendor"` // anthropic | openai | gemini | other
+	Vendor string    `json:"vendor"` // anthropic | openai | openai-chat | gemini | other
 	Method string    `json:"method"`
 	Path   string    `json:"path"`
 	Model  string    `json:"model,omitempty"`
@@ -100,6 +102,7 @@ func Start(addr, logPath string) (*Server, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/messages", s.anthropic)
 	mux.HandleFunc("/v1/responses", s.openai)
+	mux.HandleFunc("/v1/chat/completions", s.chat)
 	mux.HandleFunc("/v1beta/models/", s.gemini)
 	mux.HandleFunc("/", s.other)
 	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
@@ -242,7 +245,8 @@ func (s *Server) planID(prompt, id string, toolResult bool) Plan {
 
 // mcpTool is the name under which a CLI offers the MCP tool tool among
 // names: Claude Code's and Codex's mcp__SERVER__TOOL, SERVER__TOOL,
-// Gemini's mcp_SERVER_TOOL, or the bare name; "" if none.
+// Gemini's mcp_SERVER_TOOL, OpenCode's SERVER_TOOL, or the bare name; ""
+// if none.
 func mcpTool(names []string, tool string) string {
 	for _, n := range names {
 		if n == tool || strings.HasSuffix(n, "__"+tool) {
@@ -251,6 +255,12 @@ func mcpTool(names []string, tool string) string {
 	}
 	for _, n := range names {
 		if strings.HasPrefix(n, "mcp_") && strings.HasSuffix(n, "_"+tool) && !strings.Contains(strings.TrimSuffix(n, "_"+tool)[4:], "_") {
+			return n
+		}
+	}
+	// OpenCode's SERVER_TOOL (a server name without an underscore)
+	for _, n := range names {
+		if server := strings.TrimSuffix(n, "_"+tool); server != n && server != "" && !strings.Contains(server, "_") {
 			return n
 		}
 	}

@@ -3,6 +3,7 @@ package stubmodel
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"net/http"
 	"reflect"
 	"strings"
@@ -36,6 +37,8 @@ func TestPlanMCP(t *testing.T) {
 		{[]string{"exec_command", "fleet__send"}, "send", "fleet__send"},
 		{[]string{"run_shell_command", "mcp_fleet_wait_reply", "mcp_fleet_reply"}, "reply", "mcp_fleet_reply"},
 		{[]string{"send"}, "send", "send"},
+		{[]string{"bash", "fleet_wait_reply", "fleet_reply"}, "reply", "fleet_reply"},
+		{[]string{"bash", "todowrite", "fleet_send"}, "send", "fleet_send"},
 		{[]string{"Bash"}, "send", ""},
 	} {
 		if got := mcpTool(c.names, c.tool); got != c.want {
@@ -104,5 +107,45 @@ func TestAnthropicHookFrame(t *testing.T) {
 	plain := strings.Replace(frame, "STUB:TOOL=", "", 1)
 	if got := ask(user("hello"), answer("x"), system(plain)); !strings.HasPrefix(got, "stub reply ") {
 		t.Errorf("an unmarked frame: %q, want text", got)
+	}
+}
+
+// Chat Completions as OpenCode's OpenAI-compatible provider sends it: a
+// turn (tools offered) with a STUB:TOOL marker is one streamed call of
+// the bash tool; the request with its result is answered in text and
+// recorded with the result; a request without tools is a side request.
+func TestChatCompletions(t *testing.T) {
+	s, err := Start("127.0.0.1:0", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	post := func(body string) string {
+		t.Helper()
+		resp, err := http.Post(s.URL()+"/v1/chat/completions", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	tools := `"tools":[{"type":"function","function":{"name":"bash","parameters":{}}}]`
+	out := post(`{"model":"m","stream":true,` + tools + `,"messages":[{"role":"system","content":"sys"},{"role":"user","content":"go STUB:TOOL=touch /x"}]}`)
+	if !strings.Contains(out, `"tool_calls":[{"function":{"arguments":"{\"command\":\"touch /x\",\"description\":\"Run the stub's command\"}","name":"bash"},"id":"call_stub`) ||
+		!strings.Contains(out, `"finish_reason":"tool_calls"`) || !strings.HasSuffix(out, "data: [DONE]\n\n") {
+		t.Fatalf("the tool call's stream:\n%s", out)
+	}
+	out = post(`{"model":"m","stream":true,` + tools + `,"messages":[{"role":"user","content":[{"type":"text","text":"go STUB:TOOL=touch /x"}]},` +
+		`{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"bash","arguments":"{}"}}]},` +
+		`{"role":"tool","tool_call_id":"c1","content":"(no output)"}]}`)
+	if !strings.Contains(out, `"content":"stub reply 1"`) || !strings.Contains(out, `"finish_reason":"stop"`) {
+		t.Fatalf("the answer to the tool's result:\n%s", out)
+	}
+	post(`{"model":"m","stream":true,"messages":[{"role":"user","content":"a title STUB:TOOL=ls"}]}`)
+	reqs := s.Requests()
+	if len(reqs) != 3 || !reqs[0].Turn || reqs[0].Prompt != "go STUB:TOOL=touch /x" || reqs[1].ToolResult != "(no output)" ||
+		reqs[1].Prompt != "go STUB:TOOL=touch /x" || reqs[2].Turn || reqs[2].Answer != "stub reply 2" {
+		t.Fatalf("recorded: %+v", reqs)
 	}
 }

@@ -83,7 +83,7 @@ func NewRecvApp() *cli.App {
 		&cli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "keep streaming messages as they arrive"},
 		&cli.IntFlag{Name: "max", Aliases: []string{"n"}, Usage: "stop after N messages (0: all)"},
 		&cli.BoolFlag{Name: "no-reconnect", Usage: "with --follow: exit 69 when the gateway stops or is lost, instead of waiting for it and following again"},
-		&cli.StringFlag{Name: "hook", Usage: "run as agent CLI `CLI`'s hook (claude, codex or gemini): hand the waiting messages to its model, framed, in the JSON the CLI reads (hook delivery mode)"},
+		&cli.StringFlag{Name: "hook", Usage: "run as agent CLI `CLI`'s hook (claude, codex, gemini or opencode): hand the waiting messages to its model, framed, in the JSON the CLI reads (opencode: plain text, for fleet's plugin) (hook delivery mode)"},
 		&cli.StringFlag{Name: "id", Usage: "print message `MSGID` whole, from the copy a hook kept of a body too long for it (the pointer line's command)"},
 		&cli.StringFlag{Name: "event", Usage: "with --hook: the hook's `EVENT`: prompt (turn start), tool (after a tool call), stop (turn end: keep the agent going while mail waits) or, for claude, wake (an asyncRewake hook: waits while the agent is idle, and exits 2 with the mail on stderr, which wakes it)"},
 	)

@@ -59,6 +59,7 @@ type hookShape struct {
 	wake  bool   // an asyncRewake hook: plain text on stderr, exit 2
 	block string // the stop decision word
 	empty string // what to print when nothing waits
+	plain bool   // the text itself, no JSON (OpenCode's plugin adds it)
 }
 
 var hookShapes = map[string]map[string]hookShape{
@@ -78,11 +79,19 @@ var hookShapes = map[string]map[string]hookShape{
 		"tool":   {event: "AfterTool", empty: "{}"},
 		"stop":   {stop: true, block: "deny", empty: "{}"},
 	},
+	// OpenCode runs no hook commands: fleet's plugin
+	// (scripts/hooks/opencode-plugin.js) runs this and appends what it
+	// prints to the tool's result (tool.execute.after) or to the turn's
+	// prompt (chat.message)
+	"opencode": {
+		"prompt": {plain: true},
+		"tool":   {plain: true},
+	},
 }
 
 // hookOutput is the JSON a hook prints for shape s around text.
 func hookOutput(s hookShape, text string) ([]byte, error) {
-	if s.wake {
+	if s.wake || s.plain {
 		return []byte(text), nil
 	}
 	if s.stop {
@@ -119,7 +128,7 @@ func runHook(c *cli.Context) (err error) {
 	}
 	shapes, ok := hookShapes[cliName]
 	if !ok {
-		return usage("--hook must be claude, codex or gemini, not %q", cliName)
+		return usage("--hook must be claude, codex, gemini or opencode, not %q", cliName)
 	}
 	shape, ok := shapes[event]
 	if !ok {

@@ -35,7 +35,7 @@ func TestPickHookBudget(t *testing.T) {
 	token, _ := ident.Issue(ident.NewGid("h1"))
 	frame := func(env *envelope.Envelope) (string, error) { return hookFrame(dir, token, env) }
 	none := func(string) bool { return false }
-	for _, cliName := range []string{"claude", "codex", "gemini"} {
+	for _, cliName := range []string{"claude", "codex", "gemini", "opencode"} {
 		for ev, shape := range hookShapes[cliName] {
 			// 1.5 KB bodies: five fit in 9,000 characters, not sixteen
 			bodies := make([]string, 16)
@@ -54,7 +54,7 @@ func TestPickHookBudget(t *testing.T) {
 					t.Errorf("%s %s: acks %v are not the oldest in order", cliName, ev, d.acks)
 				}
 			}
-			if shape.wake { // plain text on stderr
+			if shape.wake || shape.plain { // plain text
 				if !strings.HasPrefix(string(d.out), hookIntro) || !strings.Contains(string(d.out), "more fleet message(s) wait") {
 					t.Errorf("%s %s: %s", cliName, ev, d.out)
 				}

@@ -405,9 +405,12 @@ func (w *agentWatch) record(ctx context.Context, b *mailbox, ent store.Entity, s
 // workingRE a turn running (docs/agent-clis/): idle is read from a still
 // screen only where one of the known ready prompts shows and no turn does
 // — never from a stillness alone, which a tool's approval question has too.
+// OpenCode's: its footer "ctrl+p commands" (at its prompt and mid-turn:
+// a turn shows "esc interrupt" on its spinner line), and its tool
+// approval "Permission required".
 var (
-	readyRE   = regexp.MustCompile(`\? for shortcuts|Type your message or @path/to/file`)
-	workingRE = regexp.MustCompile(`esc to interrupt|esc to cancel`)
+	readyRE   = regexp.MustCompile(`\? for shortcuts|Type your message or @path/to/file|ctrl\+p commands`)
+	workingRE = regexp.MustCompile(`esc to interrupt|esc to cancel|esc interrupt`)
 )
 
 // restoredRE finds a fleet message back in an agent's input box (between
@@ -419,7 +422,7 @@ var dialogRE = regexp.MustCompile(`(?i)do you trust the files in this folder|tru
 	`is this a project you created or one you trust|yes, i trust this folder|don't trust|` +
 	`do you want to use this api key\?|running in bypass permissions mode|auto mode can't check actions|` +
 	`do you want to proceed\?|would you like to run the following command|allow execution|apply this change\?|` +
-	`do you want to make this edit|yes, and don't ask again`)
+	`do you want to make this edit|yes, and don't ask again|permission required`)
 
 // idleLook is how often the pane of an idle tmux entity with nothing to
 // deliver is looked at (one tmux call): often enough that an agent that

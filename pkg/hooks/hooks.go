@@ -1,5 +1,6 @@
 // Package hooks installs fleet's turn-hook recipes into the agent CLIs'
-// own settings — Claude Code, Codex CLI, Gemini CLI — and reports what
+// own settings — Claude Code, Codex CLI, Gemini CLI; OpenCode's is a
+// plugin file in its plugin folder (opencode.go) — and reports what
 // still keeps them from running (the CLI not found, fleet-turn not on
 // PATH, Codex's hook trust, Gemini's environment redaction). It merges:
 // what a user wrote in those files stays, an install twice changes
@@ -25,7 +26,7 @@ import (
 
 // A CLI is one agent CLI fleet has a recipe for.
 type CLI struct {
-	Name    string // claude, codex, gemini
+	Name    string // claude, codex, gemini, opencode
 	Program string // its executable
 	recipe  []byte
 	// file is the settings file the recipe goes into: the user's, or with
@@ -53,6 +54,12 @@ var CLIs = []*CLI{
 		}
 		return filepath.Join(home, ".gemini", "settings.json")
 	}},
+	{Name: "opencode", Program: "opencode", recipe: recipes.OpenCode, file: func(home, project string) string {
+		if project != "" {
+			return filepath.Join(project, ".opencode", "plugins", openCodePlugin)
+		}
+		return filepath.Join(openCodeConfig(home), "plugins", openCodePlugin)
+	}},
 }
 
 // Find returns the CLI called name.
@@ -62,7 +69,7 @@ func Find(name string) (*CLI, error) {
 			return c, nil
 		}
 	}
-	return nil, fmt.Errorf("no recipe for %q: the CLIs are claude, codex and gemini", name)
+	return nil, fmt.Errorf("no recipe for %q: the CLIs are claude, codex, gemini and opencode", name)
 }
 
 func codexHome(home string) string {
@@ -249,6 +256,9 @@ func commands(groups []any) []string {
 // nothing; a user's own hooks and settings stay.
 func (c *CLI) Install(home, project string) (string, error) {
 	path := c.File(home, project)
+	if c.Name == "opencode" {
+		return path, c.openCodeInstall(path)
+	}
 	s, err := load(path)
 	if err != nil {
 		return path, err
@@ -293,6 +303,10 @@ func (c *CLI) Install(home, project string) (string, error) {
 // it removed.
 func (c *CLI) Remove(home, project string) (string, int, error) {
 	path := c.File(home, project)
+	if c.Name == "opencode" {
+		n, err := openCodeRemove(path)
+		return path, n, err
+	}
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
 		return path, 0, nil
 	}
@@ -345,6 +359,9 @@ func (s *Status) OK() bool { return len(s.Missing) == 0 && len(s.Blockers) == 0 
 // events are installed, and what stops them.
 func (c *CLI) Check(home, project string) (*Status, error) {
 	st := &Status{CLI: c.Name, File: c.File(home, project), Installed: []string{}, Missing: []string{}, Blockers: []string{}}
+	if c.Name == "opencode" {
+		return c.openCodeCheck(st, home, project)
+	}
 	s, err := load(st.File)
 	if err != nil {
 		return nil, err

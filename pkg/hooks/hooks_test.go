@@ -27,6 +27,9 @@ func read(t *testing.T, path string) map[string]any {
 func TestInstallMergesAndRemoves(t *testing.T) {
 	for _, cl := range CLIs {
 		t.Run(cl.Name, func(t *testing.T) {
+			if cl.Name == "opencode" {
+				t.Skip("a plugin file, no settings to merge: TestOpenCodePlugin")
+			}
 			home := t.TempDir()
 			t.Setenv("CODEX_HOME", "")
 			path := cl.File(home, "")
@@ -176,6 +179,9 @@ func TestStatusOlderInstall(t *testing.T) {
 	t.Setenv("CODEX_HOME", "")
 	for _, cl := range CLIs {
 		t.Run(cl.Name, func(t *testing.T) {
+			if cl.Name == "opencode" {
+				t.Skip("a plugin file, no settings to merge: TestOpenCodePlugin")
+			}
 			var recipe map[string]any
 			json.Unmarshal(cl.recipe, &recipe)
 			old := map[string]any{}

@@ -115,6 +115,11 @@ func (c *CLI) MCPFile(home, project string) (string, error) {
 			return "", &UsageError{"Codex reads its MCP servers from the user's config.toml ($CODEX_HOME, ~/.codex): install without --project"}
 		}
 		return filepath.Join(codexHome(home), "config.toml"), nil
+	case "opencode":
+		if project != "" {
+			return filepath.Join(project, "opencode.json"), nil
+		}
+		return filepath.Join(openCodeConfig(home), "opencode.json"), nil
 	default:
 		return c.File(home, project), nil
 	}
@@ -122,6 +127,11 @@ func (c *CLI) MCPFile(home, project string) (string, error) {
 
 // mcpEntry is the JSON entry fleet writes for a JSON client.
 func (c *CLI) mcpEntry(entity string) map[string]any {
+	if c.Name == "opencode" {
+		// OpenCode's local server: the command and its arguments in one
+		// list, enabled (its default) said outright
+		return map[string]any{"type": "local", "command": []any{"fleet-mcp", "--as", entity}, "enabled": true}
+	}
 	e := map[string]any{"command": "fleet-mcp", "args": []any{"--as", entity}}
 	switch c.Name {
 	case "claude":
@@ -159,10 +169,33 @@ func entityOf(args []any) string {
 	return ""
 }
 
-// isFleetMCP says whether an entry's command is fleet-mcp.
+// isFleetMCP says whether an entry's command is fleet-mcp (OpenCode's: a
+// list, fleet-mcp first).
 func isFleetMCP(command any) bool {
+	if l, ok := command.([]any); ok && len(l) > 0 {
+		command = l[0]
+	}
 	s, _ := command.(string)
 	return filepath.Base(s) == "fleet-mcp"
+}
+
+// serversKey is the key of the MCP servers' object in a JSON client's
+// file: OpenCode's "mcp", the others' "mcpServers".
+func (c *CLI) serversKey() string {
+	if c.Name == "opencode" {
+		return "mcp"
+	}
+	return "mcpServers"
+}
+
+// entryArgs are an entry's arguments: its args, or (OpenCode) its
+// command list after the program.
+func entryArgs(m map[string]any) []any {
+	if l, ok := m["command"].([]any); ok && len(l) > 0 {
+		return l[1:]
+	}
+	args, _ := m["args"].([]any)
+	return args
 }
 
 // InstallMCP writes the fleet entry into the client's MCP configuration
@@ -185,7 +218,7 @@ func (c *CLI) InstallMCP(home, project string, o MCPOptions) (string, bool, erro
 	if err != nil {
 		return path, false, err
 	}
-	servers, err := s.object("mcpServers")
+	servers, err := s.object(c.serversKey())
 	if err != nil {
 		return path, false, fmt.Errorf("%s: %v", path, err)
 	}
@@ -221,7 +254,7 @@ func (c *CLI) RemoveMCP(home, project string) (string, bool, error) {
 	if err != nil {
 		return path, false, err
 	}
-	servers, _ := s["mcpServers"].(map[string]any)
+	servers, _ := s[c.serversKey()].(map[string]any)
 	have, _ := servers[MCPServer].(map[string]any)
 	if have == nil || !isFleetMCP(have["command"]) {
 		return path, false, nil
@@ -266,11 +299,10 @@ func (c *CLI) CheckMCP(home, project, entity string) (*MCPStatus, error) {
 	if err != nil {
 		return nil, err
 	}
-	servers, _ := s["mcpServers"].(map[string]any)
+	servers, _ := s[c.serversKey()].(map[string]any)
 	if have, ok := servers[MCPServer]; ok {
 		m, _ := have.(map[string]any)
-		args, _ := m["args"].([]any)
-		st.Entity = entityOf(args)
+		st.Entity = entityOf(entryArgs(m))
 		name := entity
 		if name == "" {
 			name = st.Entity
@@ -289,6 +321,10 @@ func (c *CLI) CheckMCP(home, project, entity string) (*MCPStatus, error) {
 		}
 	case c.Name == "gemini":
 		st.Notes = append(st.Notes, "Gemini CLI asks before each MCP tool call unless the server is trusted (\"trust\": true in its entry) or you allow it when asked")
+	case c.Name == "opencode":
+		if _, err := os.Stat(strings.TrimSuffix(path, ".json") + ".jsonc"); err == nil {
+			st.Notes = append(st.Notes, "OpenCode reads opencode.jsonc as well as opencode.json: a \"fleet\" entry in the .jsonc file is not the installer's to edit")
+		}
 	}
 	return st, nil
 }

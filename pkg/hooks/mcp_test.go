@@ -41,8 +41,9 @@ func pyTOML(t *testing.T, path string) map[string]any {
 // The user's own file, per CLI: other servers, other settings, comments
 // and a layout (Codex) that must survive every edit byte for byte.
 var mcpUserFiles = map[string]string{
-	"claude": `{"theme": "dark", "projects": {"/p": {"hasTrustDialogAccepted": true}}, "mcpServers": {"other": {"command": "other-mcp", "args": ["-x"]}}}`,
-	"gemini": `{"general": {"vimMode": true}, "mcpServers": {"other": {"command": "other-mcp"}}}`,
+	"claude":   `{"theme": "dark", "projects": {"/p": {"hasTrustDialogAccepted": true}}, "mcpServers": {"other": {"command": "other-mcp", "args": ["-x"]}}}`,
+	"gemini":   `{"general": {"vimMode": true}, "mcpServers": {"other": {"command": "other-mcp"}}}`,
+	"opencode": `{"model": "x/y", "mcp": {"other": {"type": "local", "command": ["other-mcp"]}}}`,
 	"codex": `# my Codex settings
 model = "gpt-x"   # the one I like
 approval_policy = "on-request"
@@ -68,7 +69,21 @@ func mcpServers(t *testing.T, cl *CLI, path string) map[string]any {
 		m, _ := pyTOML(t, path)["mcp_servers"].(map[string]any)
 		return m
 	}
-	m, _ := read(t, path)["mcpServers"].(map[string]any)
+	m, _ := read(t, path)[cl.serversKey()].(map[string]any)
+	if cl.Name == "opencode" {
+		// as the others': command and args apart
+		for k, v := range m {
+			e, _ := v.(map[string]any)
+			if l, ok := e["command"].([]any); ok && len(l) > 0 {
+				c := map[string]any{}
+				for ek, ev := range e {
+					c[ek] = ev
+				}
+				c["command"], c["args"] = l[0], l[1:]
+				m[k] = c
+			}
+		}
+	}
 	return m
 }
 
@@ -218,6 +233,9 @@ func TestMCPUserEntryNamedFleet(t *testing.T) {
 			path, _ := cl.MCPFile(home, "")
 			os.MkdirAll(filepath.Dir(path), 0o700)
 			text := `{"mcpServers": {"fleet": {"command": "my-fleet-tool"}}}`
+			if cl.Name == "opencode" {
+				text = `{"mcp": {"fleet": {"type": "local", "command": ["my-fleet-tool"]}}}`
+			}
 			if cl.Name == "codex" {
 				text = "[mcp_servers.fleet]\ncommand = \"my-fleet-tool\"\n\n[mcp_servers.fleet.env]\nX = \"1\"\n"
 			}

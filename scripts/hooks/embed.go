@@ -1,5 +1,5 @@
 // Package hooks is the agent CLIs' turn-hook recipes — the snippets beside
-// this file, one per CLI — and fleet-turn, the hook they run, embedded so
+// this file, one per CLI (OpenCode's a plugin) — and fleet-turn, the hook they run, embedded so
 // that fleet-roster hooks install writes exactly what ships here
 // (pkg/hooks merges them into each CLI's settings).
 package hooks
@@ -13,6 +13,8 @@ var (
 	Codex []byte
 	//go:embed gemini-settings.json
 	Gemini []byte
+	//go:embed opencode-plugin.js
+	OpenCode []byte
 	//go:embed fleet-turn
 	FleetTurn []byte
 )

@@ -47,8 +47,8 @@ func NewMCPApp() *ucli.App {
 		"also says how much mail waits. The credential and the gateway are checked before serving: no " +
 		"credential or a refused one exits 77, no gateway 69, and the error names the variables looked for and how " +
 		"each MCP client passes them (Gemini CLI passes FLEET_TOKEN only when its entry's env names it). " +
-		"fleet-roster hooks install claude|codex|gemini --mcp NAME writes the entry fleet-mcp --as NAME into Claude Code's, " +
-		"Codex's or Gemini CLI's own configuration, with the tool timeouts and approval settings that fit (fleet-roster(1))."
+		"fleet-roster hooks install claude|codex|gemini|opencode --mcp NAME writes the entry fleet-mcp --as NAME into Claude Code's, " +
+		"Codex's, Gemini CLI's or OpenCode's own configuration, with the tool timeouts and approval settings that fit (fleet-roster(1))."
 	app.Flags = append(fleetcli.ConnFlags(), fleetcli.AsFlag(),
 		&ucli.DurationFlag{Name: "poll", Value: 2 * time.Second, Usage: "how often to check the inbox for new mail (the fleet://inbox resource)"},
 	)

@@ -21,15 +21,15 @@ import (
 // (scripts/hooks) merged into their own settings, and what still blocks
 // them (pkg/hooks).
 func hooksCommand() *ucli.Command {
-	project := &ucli.StringFlag{Name: "project", Usage: "the project folder's settings (DIR/.claude, .codex, .gemini) instead of the user's"}
+	project := &ucli.StringFlag{Name: "project", Usage: "the project folder's settings (DIR/.claude, .codex, .gemini, .opencode) instead of the user's"}
 	return &ucli.Command{
 		Name:  "hooks",
-		Usage: "install the turn hooks (busy and idle), or fleet-mcp as an MCP server, into Claude Code, Codex CLI or Gemini CLI; status, remove, doctor",
+		Usage: "install the turn hooks (busy and idle), or fleet-mcp as an MCP server, into Claude Code, Codex CLI, Gemini CLI or OpenCode; status, remove, doctor",
 		Subcommands: []*ucli.Command{
 			{
 				Name:      "install",
 				Usage:     "merge fleet-turn's hooks into the CLI's settings (twice changes nothing; the user's own settings stay)",
-				ArgsUsage: "claude|codex|gemini",
+				ArgsUsage: "claude|codex|gemini|opencode",
 				Flags: []ucli.Flag{fleetcli.JSONFlag(), project,
 					&ucli.BoolFlag{Name: "trust", Usage: "codex: record the hooks as trusted in its config.toml, as its /hooks review does"},
 					&ucli.StringFlag{Name: "mcp", Usage: "instead of the hooks: write the CLI's MCP server entry \"fleet\": fleet-mcp --as `NAME` (the entity's credential file, never a token)"},
@@ -40,14 +40,14 @@ func hooksCommand() *ucli.Command {
 			{
 				Name:      "status",
 				Usage:     "which of the recipe's hooks are installed (an event only with every command of the recipe's), what keeps them from running, and fleet-mcp's MCP entry (present, missing or differs)",
-				ArgsUsage: "[claude|codex|gemini]",
+				ArgsUsage: "[claude|codex|gemini|opencode]",
 				Flags:     []ucli.Flag{fleetcli.JSONFlag(), project},
 				Action:    runHooksStatus,
 			},
 			{
 				Name:      "remove",
 				Usage:     "take fleet-turn's hooks out of the CLI's settings (nothing else); with --mcp, fleet-mcp's entry instead",
-				ArgsUsage: "claude|codex|gemini",
+				ArgsUsage: "claude|codex|gemini|opencode",
 				Flags: []ucli.Flag{fleetcli.JSONFlag(), project,
 					&ucli.BoolFlag{Name: "mcp", Usage: "take out the MCP server entry \"fleet\" when it runs fleet-mcp (nothing else)"}},
 				Action: runHooksRemove,
@@ -55,7 +55,7 @@ func hooksCommand() *ucli.Command {
 			{
 				Name:      "doctor",
 				Usage:     "status, the gateway, the pane's entity, and with --watch the live loop: busy then idle through the agent's real hooks",
-				ArgsUsage: "claude|codex|gemini",
+				ArgsUsage: "claude|codex|gemini|opencode",
 				Flags: append([]ucli.Flag{fleetcli.JSONFlag(), project,
 					&ucli.StringFlag{Name: "entity", Usage: "the inject entity whose agent runs the hooks (default: the one joined on $TMUX_PANE)"},
 					&ucli.DurationFlag{Name: "watch", Usage: "wait this long for the entity to go busy then idle (submit a prompt in the agent, or send it a message)"},
@@ -71,7 +71,7 @@ func cliArg(c *ucli.Context, optional bool) ([]*hooks.CLI, error) {
 	case c.NArg() == 0 && optional:
 		return hooks.CLIs, nil
 	case c.NArg() != 1:
-		return nil, fleetcli.Usage("name one agent CLI: claude, codex or gemini")
+		return nil, fleetcli.Usage("name one agent CLI: claude, codex, gemini or opencode")
 	}
 	cl, err := hooks.Find(c.Args().First())
 	if err != nil {
@@ -137,7 +137,11 @@ func runHooksInstall(c *ucli.Context) error {
 	if err != nil {
 		return fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot install the %s hooks into %s", cl.Name, path)
 	}
-	fmt.Fprintf(c.App.ErrWriter, "fleet-roster: fleet-turn's hooks are in %s\n", path)
+	if cl.Name == "opencode" {
+		fmt.Fprintf(c.App.ErrWriter, "fleet-roster: fleet's plugin is %s\n", path)
+	} else {
+		fmt.Fprintf(c.App.ErrWriter, "fleet-roster: fleet-turn's hooks are in %s\n", path)
+	}
 	if c.Bool("trust") {
 		if err := hooks.CodexTrust(home, path); err != nil {
 			return fault.Wrap(fault.CantCreate, fault.KindStateDir, err, "cannot record the hooks' trust in Codex's config.toml")
@@ -161,6 +165,10 @@ func runHooksRemove(c *ucli.Context) error {
 	}
 	if c.Bool("json") {
 		return fleetcli.PrintJSON(c.App.Writer, map[string]any{"cli": cls[0].Name, "file": path, "removed": n})
+	}
+	if cls[0].Name == "opencode" {
+		fmt.Fprintf(c.App.ErrWriter, "fleet-roster: %d plugin file(s) of fleet's removed: %s\n", n, path)
+		return nil
 	}
 	fmt.Fprintf(c.App.ErrWriter, "fleet-roster: %d hook group(s) of fleet-turn removed from %s\n", n, path)
 	return nil
