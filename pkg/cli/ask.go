@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/fleetd/fleet/pkg/api"
 	"github.com/fleetd/fleet/pkg/fault"
@@ -63,6 +64,10 @@ func NewAskApp() *cli.App {
 		if err != nil {
 			return err
 		}
+		if hs := resp.Sent.ClearHosts; len(hs) > 0 && !c.Bool("json") {
+			// said at once: the answer may never come (--json names them in it)
+			fmt.Fprintf(c.App.ErrWriter, "fleet-ask: warning: asked in the clear on %s (no sealing key): the broker can read it\n", strings.Join(hs, ", "))
+		}
 		if isTerminal(os.Stderr) {
 			wait := "the gateway's ask-ttl"
 			if ttl > 0 {
@@ -70,7 +75,7 @@ func NewAskApp() *cli.App {
 			}
 			fmt.Fprintf(c.App.ErrWriter, "fleet-ask: asked %s (ask %s); waiting up to %s for the answer\n", named(resp.Sent.Recipient), resp.Sent.MsgID, wait)
 		}
-		_, err = awaitEnvelope(c, s, "answer",
+		_, err = awaitEnvelope(c, s, "answer", resp.Sent.ClearHosts,
 			fault.New(fault.TempFail, fault.KindTimeout, "interrupted: the answer to %s will be refused as TOO_LATE", resp.Sent.MsgID))
 		return err
 	}

@@ -317,6 +317,17 @@ func (g *Gateway) ask(c *conn, req *api.AskRequest) {
 			return
 		}
 	}
+	// sealing.go: to a host with no sealing key, refused (77) before
+	// anything is sent or waited for, unless seal-fallback = clear or
+	// plaintext-hosts allows text in the clear: then named (clear_hosts,
+	// the audit lines fleet-trace shows), as a send is
+	var clear []string
+	if t.box == nil {
+		if clear, err = g.seal.Check(env); err != nil {
+			c.fail(err)
+			return
+		}
+	}
 	w := &askWaiter{gid: sender.Gid, turn: env.TurnID, to: rcpt.Gid, ch: make(chan *envelope.Envelope, 1), refused: make(chan string, 1)}
 	g.asks.Wait(env.MsgID, w)
 	g.said.Soon(sender.Gid) // reads "waiting" in the roster
@@ -328,7 +339,7 @@ func (g *Gateway) ask(c *conn, req *api.AskRequest) {
 	if t.box != nil {
 		g.liveAdd(t.box, env)
 	} else {
-		g.audit.Message("published", env, 0, "")
+		g.audit.Message("published", env, 0, clearReason(clear))
 		// the same ask again, if the broker was down: its receiver keeps
 		// one (asks.seen), and the time waited comes out of its TTL
 		if err := wait.Do(min(bound, time.Until(env.Expires)), func(bool) error {
@@ -338,10 +349,10 @@ func (g *Gateway) ask(c *conn, req *api.AskRequest) {
 			c.fail(err)
 			return
 		}
-		g.audit.Message("confirmed", env, 0, "")
+		g.audit.Message("confirmed", env, 0, clearReason(clear))
 	}
 	if c.reply(&api.Response{OK: true, Sent: &api.Sent{
-		MsgID: env.MsgID, TraceID: env.TraceID, State: "asked", Recipient: rcpt.String(), Gid: rcpt.Gid,
+		MsgID: env.MsgID, TraceID: env.TraceID, State: "asked", Recipient: rcpt.String(), Gid: rcpt.Gid, ClearHosts: clear,
 	}}) != nil {
 		return
 	}
@@ -413,17 +424,25 @@ func (g *Gateway) answer(req *api.SendRequest) (*api.Response, error) {
 		sent.State = "answered"
 		return &api.Response{Sent: sent}, nil
 	}
-	// across hosts: wait a moment for the asker's gateway to say
+	// across hosts: the asker's host with no sealing key refuses it (77)
+	// before anything is sent, unless text in the clear is allowed there
+	// (sealing.go): then the answer names that host, as a send does
+	clear, err := g.seal.Check(ans)
+	if err != nil {
+		return nil, err
+	}
+	sent.ClearHosts = clear
+	// wait a moment for the asker's gateway to say
 	g.asks.Prune(time.Now())
 	w := make(chan string, 1)
 	g.asks.Answered(ans.MsgID, &sentAnswer{from: me.Gid, host: ask.Sender.Host, ch: w, keep: ask.Expires.Add(askGrace)})
 	defer g.asks.StopWaiting(ans.MsgID)
-	g.audit.Message("published", ans, 0, "")
+	g.audit.Message("published", ans, 0, clearReason(clear))
 	if err := g.br.Publish(g.hardCtx, ask.Sender.Gid, ans, false); err != nil {
 		g.audit.Message("not_sent", ans, 0, err.Error())
 		return nil, err
 	}
-	g.audit.Message("confirmed", ans, 0, "")
+	g.audit.Message("confirmed", ans, 0, clearReason(clear))
 	select {
 	case outcome := <-w:
 		if outcome != "answered" {
