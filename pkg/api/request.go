@@ -149,6 +149,8 @@ type AskRequest struct {
 	TimeoutMS int64  `json:"timeout_ms,omitempty"`
 	// WaitBrokerMS: as SendRequest's, within the ask's TTL
 	WaitBrokerMS int64 `json:"wait_for_broker_ms,omitempty"`
+	// Cause: as SendRequest's (without ReplyTo): the ask is a hop of it
+	Cause string `json:"cause,omitempty"`
 }
 
 // BcastRequest sends Body to a group ("" or "all": everyone).
@@ -158,6 +160,8 @@ type BcastRequest struct {
 	Body  string `json:"body,omitempty"`
 	// WaitBrokerMS: as SendRequest's, for the copies of other hosts
 	WaitBrokerMS int64 `json:"wait_for_broker_ms,omitempty"`
+	// Cause: as SendRequest's: the broadcast is a hop of it
+	Cause string `json:"cause,omitempty"`
 }
 
 // A message's state: lookup, wait, wait_reply.

@@ -58,9 +58,15 @@ func NewAskApp() *cli.App {
 			turn = os.Getenv("FLEET_TURN_ID")
 		}
 		ttl := c.Duration("ttl")
+		// asked while a message is delivered to an exec worker: a hop of
+		// it (gateway/hops.go), as fleet-send's send is; --about names one
+		cause := ""
+		if c.String("about") == "" && s.client.Hello.Has(api.FeatureCause) {
+			cause = os.Getenv("FLEET_MSG_ID")
+		}
 		resp, err := s.client.Call(&api.AskRequest{To: args[0], Body: body, TurnID: turn, TimeoutMS: ttl.Milliseconds(),
 			ReplyTo: c.String("about"), WaitHost: c.Bool("wait-for-host"),
-			WaitBrokerMS: c.Duration("wait-for-broker").Milliseconds()})
+			WaitBrokerMS: c.Duration("wait-for-broker").Milliseconds(), Cause: cause})
 		if err != nil {
 			return err
 		}

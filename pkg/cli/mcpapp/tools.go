@@ -37,7 +37,7 @@ const (
 // Message is one message as a tool returns it.
 type Message struct {
 	MsgID     string    `json:"msg_id" jsonschema:"the message's id (for reply, answer, status)"`
-	Kind      string    `json:"kind" jsonschema:"SEND, REPLY, ASK, ANSWER, BROADCAST, BOUNCE (a message of yours died) or TOO_LATE"`
+	Kind      string    `json:"kind" jsonschema:"SEND, REPLY, ASK, ANSWER, BROADCAST, BOUNCE (a message of yours died), NOTICE (the gateway: a loop you were in was cut) or TOO_LATE"`
 	From      string    `json:"from" jsonschema:"the sender, NAME@HOST"`
 	FromGid   string    `json:"from_gid" jsonschema:"the sender's gid"`
 	To        string    `json:"to" jsonschema:"the recipient, NAME@HOST, or broadcast.GROUP for a broadcast"`
