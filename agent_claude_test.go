@@ -396,6 +396,10 @@ func TestClaudeCode(t *testing.T) {
 		r.waitState(idB, "delivered", 20*time.Second)
 		r.waitStatus(c.name, "idle", 20*time.Second)
 	})
+	t.Run("urgent-first", func(t *testing.T) {
+		r := rig.sub(t)
+		urgentFirst(t, r, c.name, 5*time.Second, func() { r.waitScreen(c.pane, `esc to interrupt`, 10*time.Second) })
+	})
 	t.Run("multi-line", func(t *testing.T) {
 		r := rig.sub(t)
 		body := "line one\nline two\nline three"

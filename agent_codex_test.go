@@ -281,6 +281,12 @@ func TestCodex(t *testing.T) {
 		r.waitStatus("codex", "idle", 20*time.Second)
 	})
 
+	// urgent mail waits for the turn's end too, and is the next turn
+	t.Run("urgent-first", func(t *testing.T) {
+		r.t = t
+		urgentFirst(t, r.agentRig, "codex", 6*time.Second, func() { r.waitScreen(pane, codexWorkingRE.String(), 10*time.Second) })
+	})
+
 	// (5) three lines are one prompt of three lines (bracketed paste)
 	t.Run("multi-line", func(t *testing.T) {
 		r.t = t

@@ -1,6 +1,7 @@
 package fleet_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -169,6 +170,45 @@ func backToBack(t *testing.T, r *agentRig, entity string) {
 	checkTwoTurns(t, r.stub.Requests(), a, b, bodyA, idA, bodyB, idB, 2*time.Second)
 	r.waitState(idA, "delivered", 20*time.Second)
 	r.waitState(idB, "delivered", 20*time.Second)
+	r.waitStatus(entity, "idle", 20*time.Second)
+}
+
+// urgentFirst: during a slow turn (busy waits until the screen shows it
+// running), two routine messages and then an urgent one are sent to
+// entity. Nothing is pasted into the running turn; at its end the urgent
+// one is the next turn, framed as urgent, then the two routine ones in
+// the order they came, each a turn of its own (issue 37.3).
+func urgentFirst(t *testing.T, r *agentRig, entity string, slow time.Duration, busy func()) {
+	t.Helper()
+	bodyA := fmt.Sprintf("slow, before the urgent one STUB:SLOW=%d", int(slow.Seconds()))
+	bodyN1, bodyN2, bodyU := "routine one of two", "routine two of two", "urgent: stop the deploy"
+	idA := r.sendID(entity, bodyA)
+	a := r.turnWith(bodyA, 30*time.Second)
+	busy()
+	idN1 := r.sendID(entity, bodyN1)
+	idN2 := r.sendID(entity, bodyN2)
+	out := r.fleet("fleet-send", "--as", "alice", "--json", "--urgent", entity, bodyU)
+	m := regexp.MustCompile(`"msg_id":"([^"]+)"`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("fleet-send --urgent printed no msg_id: %s", out)
+	}
+	idU := m[1]
+	u := r.turnWith(bodyU, 60*time.Second)
+	n1 := r.turnWith(bodyN1, 60*time.Second)
+	n2 := r.turnWith(bodyN2, 60*time.Second)
+	reqs := r.stub.Requests()
+	checkTwoTurns(t, reqs, a, u, bodyA, idA, bodyU, idU, slow)
+	checkTwoTurns(t, reqs, u, n1, bodyU, idU, bodyN1, idN1, 0)
+	checkTwoTurns(t, reqs, n1, n2, bodyN1, idN1, bodyN2, idN2, 0)
+	if !strings.Contains(u.Prompt, "[fleet urgent send from alice@") {
+		t.Errorf("the urgent turn's prompt does not say urgent: %q", u.Prompt)
+	}
+	if strings.Contains(n1.Prompt, "urgent send") {
+		t.Errorf("a routine turn's prompt says urgent: %q", n1.Prompt)
+	}
+	for _, id := range []string{idU, idN1, idN2} {
+		r.waitState(id, "delivered", 20*time.Second)
+	}
 	r.waitStatus(entity, "idle", 20*time.Second)
 }
 

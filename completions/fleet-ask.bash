@@ -36,7 +36,7 @@ _fleet_ask() {
     esac
     if [[ $cur == -* ]]; then
         case $cmd in
-        '') mapfile -t COMPREPLY < <(compgen -W '--socket --state-dir --config --json --as --ttl --turn --about --wait-for-host --wait-for-broker --help -h --version' -- "$cur") ;;
+        '') mapfile -t COMPREPLY < <(compgen -W '--socket --state-dir --config --json --as --ttl --turn --about --wait-for-host --wait-for-broker --urgent --help -h --version' -- "$cur") ;;
         esac
         return 0
     fi

@@ -43,6 +43,7 @@ complete -c fleet-ask -n '__fleet_ask_at ""' -l turn -x -d 'the asking turn\'s i
 complete -c fleet-ask -n '__fleet_ask_at ""' -l about -x -d 'the ask belongs to the flow of message MSG_ID (one you sent or received): it carries its trace id'
 complete -c fleet-ask -n '__fleet_ask_at ""' -l wait-for-host -d 'ask even if the askee\'s host reads stale or gone, and wait the TTL for it (without: exit 69 at once, kind host_gone)'
 complete -c fleet-ask -n '__fleet_ask_at ""' -l wait-for-broker -x -d 'while the broker is down or blocks publishers, the gateway holds the send for up to DURATION and sends it again, as the same message, once the broker is back: exit 0 sent, 69 never sent, 74 outcome unknown (nothing is held if the gateway stops)'
+complete -c fleet-ask -n '__fleet_ask_at ""' -l urgent -d 'put the question ahead of normal mail in the recipient\'s inbox (FIFO among urgent ones, across hosts too); still never pasted into a busy agent: first at its next boundary. Bounded by the gateway\'s urgent-rate per sender (exit 75, rate_limited, when over it)'
 complete -c fleet-ask -n '__fleet_ask_at ""' -l help -s h -d 'show help'
 complete -c fleet-ask -n '__fleet_ask_at ""' -l version -d 'print the version'
 complete -c fleet-ask -n '__fleet_ask_at "" 0' -x -a '(fleet-roster __complete entities 2>/dev/null)'

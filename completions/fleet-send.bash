@@ -37,7 +37,7 @@ _fleet_send() {
     esac
     if [[ $cur == -* ]]; then
         case $cmd in
-        '') mapfile -t COMPREPLY < <(compgen -W '--socket --state-dir --config --json --as --reply-to --id --status --until --answer --wait --wait-reply --timeout --wait-for-broker --help -h --version' -- "$cur") ;;
+        '') mapfile -t COMPREPLY < <(compgen -W '--socket --state-dir --config --json --as --reply-to --id --status --until --answer --wait --wait-reply --timeout --wait-for-broker --urgent --help -h --version' -- "$cur") ;;
         esac
         return 0
     fi

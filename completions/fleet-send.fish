@@ -47,6 +47,7 @@ complete -c fleet-send -n '__fleet_send_at ""' -l wait -d 'hold the send open an
 complete -c fleet-send -n '__fleet_send_at ""' -l wait-reply -x -d 'wait again for the reply to your message MSGID (after --wait ended with an ask, exit 10, or timed out)'
 complete -c fleet-send -n '__fleet_send_at ""' -l timeout -x -d 'how long --wait or --until waits'
 complete -c fleet-send -n '__fleet_send_at ""' -l wait-for-broker -x -d 'while the broker is down or blocks publishers, the gateway holds the send for up to DURATION and sends it again, as the same message, once the broker is back: exit 0 sent, 69 never sent, 74 outcome unknown (nothing is held if the gateway stops)'
+complete -c fleet-send -n '__fleet_send_at ""' -l urgent -d 'put the message ahead of normal mail in the recipient\'s inbox (FIFO among urgent ones, across hosts too); still never pasted into a busy agent: first at its next boundary. Bounded by the gateway\'s urgent-rate per sender (exit 75, rate_limited, when over it)'
 complete -c fleet-send -n '__fleet_send_at ""' -l help -s h -d 'show help'
 complete -c fleet-send -n '__fleet_send_at ""' -l version -d 'print the version'
 complete -c fleet-send -n '__fleet_send_at "" 0' -x -a '(fleet-roster __complete entities 2>/dev/null)'

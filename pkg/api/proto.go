@@ -304,10 +304,11 @@ const (
 	FeatureWaitForBroker = "wait_for_broker" // wait_for_broker_ms of send, ask, bcast
 	FeatureWatch         = "watch"           // op watch
 	FeatureCause         = "cause"           // cause of send: a hop of the message delivered (issue 37.2)
+	FeatureUrgent        = "urgent"          // urgent of send and ask: ahead of normal mail (issue 37.3)
 )
 
 // Features is what this build's gateway announces.
-var Features = []string{FeatureWaitForBroker, FeatureWatch, FeatureCause}
+var Features = []string{FeatureWaitForBroker, FeatureWatch, FeatureCause, FeatureUrgent}
 
 // Has is whether the gateway that said h announces feature f.
 func (h *Hello) Has(f string) bool { return h != nil && slices.Contains(h.Features, f) }

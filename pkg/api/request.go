@@ -133,6 +133,9 @@ type SendRequest struct {
 	// gateway's record of it names the caller as its recipient; the send
 	// is then a hop of its trace (gateway/hops.go)
 	Cause string `json:"cause,omitempty"`
+	// Urgent: ahead of normal mail in the recipient's inbox, FIFO among
+	// urgent ones, within the sender's urgent-rate (gateway/urgent.go)
+	Urgent bool `json:"urgent,omitempty"`
 }
 
 // AskRequest puts a live question to To: Sent, then the answer or a
@@ -151,6 +154,8 @@ type AskRequest struct {
 	WaitBrokerMS int64 `json:"wait_for_broker_ms,omitempty"`
 	// Cause: as SendRequest's (without ReplyTo): the ask is a hop of it
 	Cause string `json:"cause,omitempty"`
+	// Urgent: as SendRequest's: ahead of the askee's other live asks
+	Urgent bool `json:"urgent,omitempty"`
 }
 
 // BcastRequest sends Body to a group ("" or "all": everyone).

@@ -263,6 +263,7 @@ func TestRequestsReadByLegacy(t *testing.T) {
 var sinceLegacy = map[string]string{
 	"wait_for_broker_ms": FeatureWaitForBroker,
 	"cause":              FeatureCause,
+	"urgent":             FeatureUrgent,
 }
 
 // clearField zeroes the field of v (a struct) whose JSON name is name.

@@ -29,6 +29,7 @@ func NewAskApp() *cli.App {
 		&cli.StringFlag{Name: "about", Usage: "the ask belongs to the flow of message MSG_ID (one you sent or received): it carries its trace id"},
 		&cli.BoolFlag{Name: "wait-for-host", Usage: "ask even if the askee's host reads stale or gone, and wait the TTL for it (without: exit 69 at once, kind host_gone)"},
 		waitForBrokerFlag(),
+		urgentFlag("the question"),
 	)
 	app.Action = func(c *cli.Context) error {
 		args := c.Args().Slice()
@@ -49,6 +50,9 @@ func NewAskApp() *cli.App {
 		if err := s.needs(c, "wait-for-broker", api.FeatureWaitForBroker); err != nil {
 			return err
 		}
+		if err := s.needs(c, "urgent", api.FeatureUrgent); err != nil {
+			return err
+		}
 		body, err := readBody(args[1:], s.client.Hello.MaxBody)
 		if err != nil {
 			return err
@@ -66,7 +70,7 @@ func NewAskApp() *cli.App {
 		}
 		resp, err := s.client.Call(&api.AskRequest{To: args[0], Body: body, TurnID: turn, TimeoutMS: ttl.Milliseconds(),
 			ReplyTo: c.String("about"), WaitHost: c.Bool("wait-for-host"),
-			WaitBrokerMS: c.Duration("wait-for-broker").Milliseconds(), Cause: cause})
+			WaitBrokerMS: c.Duration("wait-for-broker").Milliseconds(), Urgent: c.Bool("urgent"), Cause: cause})
 		if err != nil {
 			return err
 		}

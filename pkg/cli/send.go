@@ -46,6 +46,7 @@ func NewSendApp() *cli.App {
 		&cli.StringFlag{Name: "wait-reply", Usage: "wait again for the reply to your message MSGID (after --wait ended with an ask, exit 10, or timed out)"},
 		&cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, Usage: "how long --wait or --until waits"},
 		waitForBrokerFlag(),
+		urgentFlag("the message"),
 	)
 	app.Action = runSend
 	return app
@@ -77,6 +78,9 @@ func runSend(c *cli.Context) error {
 	if err := s.needs(c, "wait-for-broker", api.FeatureWaitForBroker); err != nil {
 		return err
 	}
+	if err := s.needs(c, "urgent", api.FeatureUrgent); err != nil {
+		return err
+	}
 	body, err := readBody(args, s.client.Hello.MaxBody)
 	if err != nil {
 		return err
@@ -101,7 +105,7 @@ func runSend(c *cli.Context) error {
 	// a send's answer is the sent message or an error
 	resp, err := s.client.Call(&api.SendRequest{To: to, Body: body, ReplyTo: c.String("reply-to"),
 		AnswerTo: c.String("answer"), Wait: wait, TimeoutMS: timeout.Milliseconds(), MsgID: id,
-		WaitBrokerMS: c.Duration("wait-for-broker").Milliseconds(), Cause: cause})
+		WaitBrokerMS: c.Duration("wait-for-broker").Milliseconds(), Cause: cause, Urgent: c.Bool("urgent")})
 	if fault.KindOf(err) == fault.KindNoGateway && id != "" {
 		return fault.Wrap(fault.OutcomeUnknown, fault.KindOutcomeUnknown, err, "message %s: outcome unknown", id).
 			WithHint("once the gateway is back, fleet-send --status %s tells; a retry with --id %s is sent at most once", id, id)
@@ -153,9 +157,9 @@ func checkSend(c *cli.Context) error {
 		opt  string
 		with []string
 	}{
-		{"status", []string{"reply-to", "answer", "wait", "wait-reply", "id", "wait-for-broker"}},
-		{"wait-reply", []string{"reply-to", "answer", "wait", "until", "id", "wait-for-broker"}},
-		{"answer", []string{"id", "wait-for-broker"}},
+		{"status", []string{"reply-to", "answer", "wait", "wait-reply", "id", "wait-for-broker", "urgent"}},
+		{"wait-reply", []string{"reply-to", "answer", "wait", "until", "id", "wait-for-broker", "urgent"}},
+		{"answer", []string{"id", "wait-for-broker", "urgent"}},
 		{"reply-to", []string{"answer"}},
 		{"wait", []string{"until"}},
 	} {
@@ -354,6 +358,14 @@ func checkWaitForBroker(c *cli.Context) error {
 
 // needs refuses an option set on the command line that the gateway does
 // not announce: a gateway of an earlier build would ignore it silently.
+// urgentFlag is --urgent of fleet-send and fleet-ask (what: what goes
+// ahead).
+func urgentFlag(what string) *cli.BoolFlag {
+	return &cli.BoolFlag{Name: "urgent", Usage: "put " + what + " ahead of normal mail in the recipient's inbox " +
+		"(FIFO among urgent ones, across hosts too); still never pasted into a busy agent: first at its next boundary. " +
+		"Bounded by the gateway's urgent-rate per sender (exit 75, rate_limited, when over it)"}
+}
+
 func (s *session) needs(c *cli.Context, opt, feature string) error {
 	if !c.IsSet(opt) || s.client.Hello.Has(feature) {
 		return nil

@@ -73,6 +73,7 @@ type Config struct {
 	AskTTL           time.Duration // default time an ask waits for its answer
 	MaxHops          int           // a message past this many hops in its trace is refused as a loop
 	PairRate         int           // messages one entity may send another a minute; 0: no limit
+	UrgentRate       int           // urgent messages one entity may send a minute, to anyone; 0: no limit
 	PresenceInterval time.Duration // heartbeat interval on bridge.roster
 	PresenceTTL      time.Duration // a host not heard this long leaves the view
 
@@ -140,6 +141,7 @@ var Keys = []Key{
 	{"seal-fallback", "FLEET_SEAL_FALLBACK", "a trusted host that announces no sealing key and plaintext-hosts does not name: refuse (exit 77, no_seal_key, naming every such host, before anything is sent) or clear (INSECURE: that host alone gets text the broker can read, said loudly and named in clear_hosts)", "refuse"},
 	{"ask-ttl", "FLEET_ASK_TTL", "how long fleet-ask waits for an answer unless --ttl says otherwise", "10m"},
 	{"max-hops", "FLEET_MAX_HOPS", "hops a trace may have: the first message of a flow is hop 0, and a reply, an answer, an ask --about, or a send, ask or broadcast made while a message is delivered to an exec worker, is one more than that message; past it a message is refused as a loop (one of this host's exits 77, loop, whatever its recipient's host; one from another host for an entity here is refused as it arrives, and its sender gets a BOUNCE), and the other party gets a NOTICE; a positive whole number", "32"},
+	{"urgent-rate", "FLEET_URGENT_RATE", "urgent messages (fleet-send --urgent, fleet-ask --urgent) one entity may send a minute, to all recipients together, checked by the sender's gateway on top of pair-rate: a burst of that many, then one every minute/urgent-rate; over it the send is refused, never queued or sent as normal mail (exit 75, rate_limited, naming the time to wait); 0 turns it off", "10"},
 	{"pair-rate", "FLEET_PAIR_RATE", "messages (sends, replies, asks, answers; broadcasts per sender and group) one entity may send one recipient a minute, checked by the sender's gateway: a burst of that many, then one every minute/pair-rate; over it a send is refused, never queued (exit 75, rate_limited, naming the time to wait), and one refused for another reason spends none; 0 turns it off", "30"},
 	{"presence-interval", "FLEET_PRESENCE_INTERVAL", "how often this gateway announces its entities on bridge.roster", "5s"},
 	{"presence-ttl", "FLEET_PRESENCE_TTL", "a host not heard this long leaves the roster view", "3 intervals"},
@@ -357,6 +359,14 @@ func load(lookup Lookup, configPath string, client, optional bool) (*Config, err
 			errs = append(errs, fmt.Errorf("pair-rate: %q is not a whole number of messages a minute (0: no limit)", v))
 		} else {
 			c.PairRate = n
+		}
+	}
+	c.UrgentRate = 10
+	if v, ok := get("urgent-rate"); ok {
+		if n, err := strconv.Atoi(v); err != nil || n < 0 {
+			errs = append(errs, fmt.Errorf("urgent-rate: %q is not a whole number of urgent messages a minute (0: no limit)", v))
+		} else {
+			c.UrgentRate = n
 		}
 	}
 	c.PresenceInterval = dur("presence-interval", 5*time.Second)

@@ -65,7 +65,11 @@ func Format(env *envelope.Envelope, where string, lines bool) string {
 func header(env *envelope.Envelope) string {
 	var b strings.Builder
 	id := Inert(env.MsgID, false)
-	fmt.Fprintf(&b, "[fleet %s from %s · msg %s", Inert(strings.ToLower(string(env.Kind)), false),
+	urgent := ""
+	if env.Urgent {
+		urgent = "urgent " // it went ahead of normal mail (gateway/urgent.go)
+	}
+	fmt.Fprintf(&b, "[fleet %s%s from %s · msg %s", urgent, Inert(strings.ToLower(string(env.Kind)), false),
 		Inert(env.Sender.String(), false), id)
 	switch env.Kind {
 	case envelope.Send, envelope.Broadcast:

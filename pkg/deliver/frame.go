@@ -50,6 +50,9 @@ func frame(env *envelope.Envelope, pointer string) string {
 	var b strings.Builder
 	id := Inert(env.MsgID, false)
 	kind := Inert(strings.ToLower(string(env.Kind)), false)
+	if env.Urgent {
+		kind = "urgent " + kind // it went ahead of normal mail (gateway/urgent.go)
+	}
 	fmt.Fprintf(&b, "%s%s · msg %s · %s", FrameOpen, Inert(env.Sender.String(), false), id, kind)
 	answer := "reply: fleet-send --reply-to " + id + " TEXT"
 	switch env.Kind {

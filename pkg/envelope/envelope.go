@@ -105,7 +105,13 @@ type Envelope struct {
 	// knows was delivered to the sender (never from a body or a client),
 	// and the receiving gateway refuses one past its max-hops. It is
 	// signed with the rest; a gateway older than it ignores it.
-	Hops    int       `json:"hops,omitempty"`
+	Hops int `json:"hops,omitempty"`
+	// Urgent puts the message ahead of normal mail in its recipient's
+	// inbox (FIFO among urgent ones: pkg/store/lanes.go, issue 37.3). Only
+	// the sender's gateway sets it, for a sender within its urgent-rate;
+	// it is signed with the rest, and a gateway older than it delivers
+	// the message as normal mail.
+	Urgent  bool      `json:"urgent,omitempty"`
 	Created time.Time `json:"created"`
 	Expires time.Time `json:"expires,omitzero"`
 	Body    string    `json:"body"`

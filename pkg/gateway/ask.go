@@ -223,15 +223,18 @@ func (g *Gateway) liveAdd(b *mailbox, env *envelope.Envelope) {
 	})
 }
 
-// liveHead returns the live asks not yet expired. An expired one stays
-// in the queue, unshown, until its expiry removes it (liveAdd).
+// liveHead returns the live asks not yet expired, urgent ones first
+// (each kind in the order they came). An expired one stays in the queue,
+// unshown, until its expiry removes it (liveAdd).
 func (b *mailbox) liveHead(now time.Time) []*envelope.Envelope {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var kept []*envelope.Envelope
-	for _, e := range b.live {
-		if !e.Expired(now) {
-			kept = append(kept, e)
+	for _, urgent := range [2]bool{true, false} {
+		for _, e := range b.live {
+			if e.Urgent == urgent && !e.Expired(now) {
+				kept = append(kept, e)
+			}
 		}
 	}
 	return kept
@@ -318,6 +321,7 @@ func (g *Gateway) ask(c *conn, req *api.AskRequest) {
 		env.TraceID, env.Hops = parent.TraceID, parent.Hops+1
 	}
 	env.Expires = time.Now().Add(ttl).UTC()
+	env.Urgent = req.Urgent // ahead of the askee's other live asks (urgent.go)
 	// what refuses it spends no pair-rate token: past max-hops (hops.go),
 	// the recipient's policy (policy.go; across hosts its host decides),
 	// a host with no sealing key (sealing.go: refused 77 before anything
@@ -339,6 +343,10 @@ func (g *Gateway) ask(c *conn, req *api.AskRequest) {
 		return
 	}
 	if err := g.route.rate(env, false); err != nil { // pairrate.go
+		c.fail(err)
+		return
+	}
+	if err := g.urgent.Take(env, false); err != nil { // after the refusals: a refused ask spends nothing
 		c.fail(err)
 		return
 	}

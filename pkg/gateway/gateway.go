@@ -57,6 +57,7 @@ import (
 //	wake   wake.go        the wake notices typed for hook entities with a pane
 //	caps   inboxcap.go    local inboxes held to inbox-max-length and inbox-ttl
 //	pairs  pairrate.go    pair-rate: the sends of each sender→recipient pair a minute
+//	urgent urgent.go      urgent-rate: each sender's urgent messages a minute
 //	br     pkg/broker     the cross-host transport (nil: single-host mode)
 //	metrics pkg/metrics   counted events (nil: off)
 //	scrape metrics.go     the /metrics endpoint and what a scrape reads
@@ -73,6 +74,7 @@ type Gateway struct {
 	peers   *peerView
 	admits  *admitsView  // admits.go: which hosts each other host admits
 	pairs   *pairRates   // pairrate.go: the sends of each sender→recipient pair a minute
+	urgent  *urgentRate  // urgent.go: each sender's urgent messages a minute
 	heardMu sync.Mutex   // one save of peers' last words at a time (presence.go saveHeard)
 	said    *announcer   // announcer.go: this host's presence chain
 	watch   *watchers    // watch.go: the watch stream (fleet-roster --watch, fleet-top)
@@ -554,9 +556,11 @@ func (g *Gateway) open() error {
 	g.policy = newPolicy(g.cfg.Host, g.cfg.AcceptDefault, st, g.reg, g.peers, a, g.metrics) // policy.go
 	g.exec.policy = g.policy
 	loops := &loopGuard{max: g.cfg.MaxHops, log: g.log, audit: a, metrics: g.metrics, st: st, tell: g.rcpt} // hops.go
+	g.urgent = newUrgentRate(g.cfg.UrgentRate, g.log, g.metrics)                                            // urgent.go
 	g.in = &intake{
 		host: g.cfg.Host, stateDir: dir, st: st, log: g.log, audit: a, metrics: g.metrics,
 		reg: g.reg, rdv: g.rdv, caps: g.caps, crash: g.crash, policy: g.policy, loops: loops,
+		urgent:        newUrgentArrivals(g.cfg.UrgentRate, g.log, g.metrics),
 		kill:          g.boxes.Kill,
 		receipt:       g.rcpt.Take,
 		answer:        g.onAnswer,
@@ -568,7 +572,7 @@ func (g *Gateway) open() error {
 	g.rcpt.in = g.in // a bounce is stored like any message
 	g.route = &router{cfg: g.cfg, st: st, log: g.log, audit: a, metrics: g.metrics,
 		reg: g.reg, peers: g.peers, names: g.names, admits: g.admits, caps: g.caps, in: g.in, rcpt: g.rcpt, policy: g.policy,
-		loops: loops, pairs: g.pairs,
+		loops: loops, pairs: g.pairs, urgent: g.urgent,
 		br:     func() *broker.Broker { return g.br },
 		admit:  func() *admission { return g.admit },
 		caller: g.caller, remote: g.remoteRows, heard: g.saveHeard,

@@ -39,8 +39,9 @@ type intake struct {
 	reg      *registry
 	rdv      *rendezvous
 	caps     *inboxCaps
-	policy   *policy    // policy.go: who may reach the entity
-	loops    *loopGuard // hops.go: a message past max-hops is cut as it arrives
+	policy   *policy         // policy.go: who may reach the entity
+	loops    *loopGuard      // hops.go: a message past max-hops is cut as it arrives
+	urgent   *urgentArrivals // urgent.go: another host's sender past its bound comes in as normal mail
 	crash    crashpoint
 
 	// the parts what is not inbox mail is handed to (wired by the Gateway)
@@ -250,6 +251,7 @@ func (in *intake) box(env *envelope.Envelope) (*mailbox, error) {
 			// the sender's host hears it (a refusal notice): dead, a BOUNCE
 			return nil, broker.Refuse(broker.ReasonNotAccepted, "%s", err.Error())
 		}
+		in.urgent.Arrival(env)
 	}
 	return b, nil
 }

@@ -187,7 +187,7 @@ func (s *recvStream) next(changed <-chan struct{}) (batch []api.Delivery, seqs m
 	var items []store.Item
 	read := false
 	if len(asks) == 0 && !s.stillQuiet() {
-		after := uint64(0)
+		var after store.After // the head; past the pending acknowledgement, in each lane
 		if s.pend != nil {
 			after = s.pend.upTo
 		}
@@ -346,8 +346,8 @@ func (s *recvStream) settle() bool {
 // ackCommit is an acknowledgement being recorded.
 type ackCommit struct {
 	keys  map[string]bool
-	upTo  uint64 // the highest inbox sequence it covers, when every message up to it was acknowledged
-	whole bool   // every stored message of the batch was acknowledged
+	upTo  store.After // the highest inbox sequence it covers in each lane, when every message up to it was acknowledged
+	whole bool        // every stored message of the batch was acknowledged
 	done  chan error
 }
 
@@ -381,7 +381,7 @@ func (g *Gateway) commitAck(b *mailbox, batch []api.Delivery, seqs map[string]ui
 	if len(done) == len(seqs) {
 		a.whole = true
 		for _, env := range done {
-			a.upTo = max(a.upTo, seqs[env.MsgID])
+			a.upTo = a.upTo.Advance(seqs[env.MsgID])
 		}
 	}
 	if len(keys) == 0 { // only live asks: nothing to write

@@ -39,12 +39,13 @@ type router struct {
 	names   *nameBook
 	admits  *admitsView
 	caps    *inboxCaps
-	seal    *sealing   // sealing.go: a large message kept as published, sealed (nil: as it is)
-	in      *intake    // a local message into its inbox
-	rcpt    *receipts  // a message dead here bounces
-	policy  *policy    // policy.go: who may reach an entity of this host
-	loops   *loopGuard // hops.go: past max-hops, cut
-	pairs   *pairRates // pairrate.go: the sends of one pair a minute
+	seal    *sealing    // sealing.go: a large message kept as published, sealed (nil: as it is)
+	in      *intake     // a local message into its inbox
+	rcpt    *receipts   // a message dead here bounces
+	policy  *policy     // policy.go: who may reach an entity of this host
+	loops   *loopGuard  // hops.go: past max-hops, cut
+	pairs   *pairRates  // pairrate.go: the sends of one pair a minute
+	urgent  *urgentRate // urgent.go: each sender's urgent messages a minute
 
 	br      func() *broker.Broker                // nil: single-host mode
 	admit   func() *admission                    // nil: single-host mode
@@ -268,6 +269,7 @@ func (rt *router) SendWith(req *api.SendRequest, before func(*envelope.Envelope)
 	if parent != nil {
 		env.Hops = parent.Hops + 1
 	}
+	env.Urgent = req.Urgent // ahead of normal mail (urgent.go)
 	retry := false
 	if req.MsgID != "" {
 		// the client minted the id (fleet-send does, so that a send whose
@@ -319,6 +321,10 @@ func (rt *router) SendWith(req *api.SendRequest, before func(*envelope.Envelope)
 		if err := rt.caps.Refuse(env); err != nil {
 			return nil, err
 		}
+	}
+	// urgent-rate last (urgent.go): a send refused above spent none
+	if err := rt.urgent.Take(env, retry); err != nil {
+		return nil, err
 	}
 	if before != nil {
 		before(env)

@@ -245,11 +245,11 @@ func (w *watchers) text(gid, msgID string) string {
 			return ""
 		}
 	}
-	items, err := w.st.Head(gid, rec.Seq-1, 1)
-	if err != nil || len(items) == 0 || items[0].Seq != rec.Seq || items[0].Env.MsgID != msgID {
+	env, err := w.st.At(gid, rec.Seq)
+	if err != nil || env == nil || env.MsgID != msgID {
 		return ""
 	}
-	return items[0].Env.Body
+	return env.Body
 }
 
 func (w *watchers) write(c *conn, resp *api.Response) error {

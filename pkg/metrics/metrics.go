@@ -57,6 +57,7 @@ type Metrics struct {
 	loopsCut   *prometheus.CounterVec
 	rateLim    prometheus.Counter
 	loopNotes  prometheus.Counter
+	urgent     *prometheus.CounterVec
 	confirm    *prometheus.HistogramVec
 	flush      prometheus.Histogram
 }
@@ -147,6 +148,10 @@ func New(host, version string, snap func() (Snapshot, error)) *Metrics {
 			Name: "fleet_loop_notices_total",
 			Help: "NOTICEs put in the inbox of the other party of a loop cut here (the entity whose message the cut one answered): the sender was told by its exit status or a BOUNCE.",
 		}),
+		urgent: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fleet_urgent_total",
+			Help: "Urgent messages (fleet-send --urgent, fleet-ask --urgent) of this host's entities, by outcome: sent (within urgent-rate, on its way ahead of normal mail), rate_limited (refused over urgent-rate: exit 75, nothing sent) or demoted (from another host's sender past twice urgent-rate here: taken in as normal mail).",
+		}, []string{"outcome"}),
 		confirm: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "fleet_publish_confirm_seconds",
 			Help:    "From handing a publish to the publishing channel to the broker's confirm, by outcome (ack, returned, nack, closed, timeout).",
@@ -168,7 +173,10 @@ func New(host, version string, snap func() (Snapshot, error)) *Metrics {
 	m.notAccept.WithLabelValues("arrival")
 	m.loopsCut.WithLabelValues("send")
 	m.loopsCut.WithLabelValues("arrival")
-	m.reg.MustRegister(m.accepted, m.delivered, m.dead, m.inboxFull, m.inboxHeld, m.refused, m.reconnects, m.notAccept, m.loopsCut, m.rateLim, m.loopNotes, m.confirm, m.flush,
+	m.urgent.WithLabelValues("sent")
+	m.urgent.WithLabelValues("rate_limited")
+	m.urgent.WithLabelValues("demoted")
+	m.reg.MustRegister(m.accepted, m.delivered, m.dead, m.inboxFull, m.inboxHeld, m.refused, m.reconnects, m.notAccept, m.loopsCut, m.rateLim, m.urgent, m.loopNotes, m.confirm, m.flush,
 		&scraper{host: host, version: version, snap: snap},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -261,6 +269,14 @@ func (m *Metrics) LoopNoticed() {
 func (m *Metrics) RateLimited() {
 	if m != nil {
 		m.rateLim.Inc()
+	}
+}
+
+// Urgent counts an urgent message: outcome "sent" or "rate_limited" (a
+// local sender's), or "demoted" (another host's, taken in as normal).
+func (m *Metrics) Urgent(outcome string) {
+	if m != nil {
+		m.urgent.WithLabelValues(outcome).Inc()
 	}
 }
 

@@ -1,7 +1,6 @@
 package store
 
 import (
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -218,25 +217,32 @@ func (s *Store) killHead(gid string, cutoff time.Time, reason string, n int, hel
 		recs := tx.Bucket(bRecords)
 		var keys []string
 		var seqs [][]byte
-		c := ib.Cursor()
-		for k, v := c.First(); k != nil && len(keys) < n; k, v = c.Next() {
+		var bad error
+		// in inbox order, urgent lane first (lanes.go); an expiry stops
+		// in each lane at its first message that stays
+		walk(ib.Cursor(), After{}, func() bool { return len(keys) >= n || bad != nil }, func(seq uint64, v []byte) bool {
 			var env envelope.Envelope
 			if err := envelope.Unmarshal(v, &env); err != nil {
-				return fmt.Errorf("inbox %s seq %d: %w", gid, binary.BigEndian.Uint64(k), err)
+				bad = fmt.Errorf("inbox %s seq %d: %w", gid, seq, err)
+				return false
 			}
 			key := Key(&env)
-			seqs = append(seqs, clone(k))
 			if !all {
 				var r Record
 				if load(recs, key, &r) != nil || r.State != Accepted || !r.Accepted.Before(cutoff) {
-					break
+					return false
 				}
 				if tx.Bucket(bInflight).Get([]byte(key)) != nil || (held != nil && held(key)) {
-					break
+					return false
 				}
 			}
+			seqs = append(seqs, u64(seq))
 			keys = append(keys, key)
 			out = append(out, &env)
+			return true
+		})
+		if bad != nil {
+			return bad
 		}
 		for i, k := range keys { // after the walk: a cursor does not survive deletes
 			if err := deadTx(tx, k, reason, -1); err != nil && !(all && errors.Is(err, ErrNotFound)) {

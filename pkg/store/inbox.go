@@ -83,10 +83,11 @@ func acceptTx(tx *wtx, env *envelope.Envelope, raw []byte, now time.Time, out *R
 	if ib == nil {
 		return false, ErrNotFound
 	}
-	seq, err := ib.NextSequence()
+	next, err := ib.NextSequence()
 	if err != nil {
 		return false, err
 	}
+	seq := laneKey(next, env.Urgent) // lanes.go
 	if err := ib.Put(u64(seq), raw); err != nil {
 		return false, err
 	}
@@ -103,13 +104,20 @@ func acceptTx(tx *wtx, env *envelope.Envelope, raw []byte, now time.Time, out *R
 	return false, save(recs, Key(env), out)
 }
 
-// Head returns up to n messages at the head of gid's inbox with a sequence
-// greater than after, oldest first.
+// Head returns up to n messages at the head of gid's inbox after the
+// one at sequence after (0: from the head), in inbox order: urgent mail,
+// oldest first, then normal mail, oldest first (lanes.go).
 func (s *Store) Head(gid string, after uint64, n int) ([]Item, error) {
+	return s.head(gid, afterKey(after), n, false)
+}
+
+// HeadAfter is Head from a position kept per lane: a reader paging
+// through the inbox sees urgent mail that came since its last page first.
+func (s *Store) HeadAfter(gid string, after After, n int) ([]Item, error) {
 	return s.head(gid, after, n, false)
 }
 
-func (s *Store) head(gid string, after uint64, n int, soon bool) ([]Item, error) {
+func (s *Store) head(gid string, after After, n int, soon bool) ([]Item, error) {
 	type raw struct {
 		seq uint64
 		v   []byte
@@ -120,10 +128,10 @@ func (s *Store) head(gid string, after uint64, n int, soon bool) ([]Item, error)
 		if ib == nil {
 			return ErrNotFound
 		}
-		c := ib.Cursor()
-		for k, v := c.Seek(u64(after + 1)); k != nil && len(rows) < n; k, v = c.Next() {
-			rows = append(rows, raw{binary.BigEndian.Uint64(k), clone(v)})
-		}
+		walk(ib.Cursor(), after, func() bool { return len(rows) >= n }, func(seq uint64, v []byte) bool {
+			rows = append(rows, raw{seq, clone(v)})
+			return true
+		})
 		return nil
 	}})
 	if err != nil {
@@ -156,20 +164,50 @@ func (s *Store) HasPending(gid string) bool {
 }
 
 // Newest returns the sequence of the newest message waiting in gid's
-// inbox, 0 when it is empty. Sequences only grow, so a watcher that
-// compares it sees new mail even when as many messages left the inbox
-// as arrived since it last looked (a count alone misses that).
+// inbox, whichever its lane (without the lane's bit), 0 when it is empty.
+// Sequences only grow, so a watcher that compares it sees new mail even
+// when as many messages left the inbox as arrived since it last looked
+// (a count alone misses that).
 func (s *Store) Newest(gid string) uint64 {
 	var seq uint64
 	_ = s.view(func(tx *wtx) error {
 		if ib := tx.Bucket(bInbox).Bucket([]byte(gid)); ib != nil {
-			if k, _ := ib.Cursor().Last(); k != nil {
-				seq = binary.BigEndian.Uint64(k)
+			c := ib.Cursor()
+			last, _ := c.Last() // the urgent lane's newest, if it has any
+			if last == nil {
+				return nil
+			}
+			seq = binary.BigEndian.Uint64(last) &^ urgentBit
+			if Urgent(binary.BigEndian.Uint64(last)) { // and the normal lane's: the key before the urgent lane
+				c.Seek(u64(urgentBit))
+				if k, _ := c.Prev(); k != nil {
+					seq = max(seq, binary.BigEndian.Uint64(k))
+				}
 			}
 		}
 		return nil
 	})
 	return seq
+}
+
+// At returns the message at sequence seq of gid's inbox (an Item's or a
+// Record's), or nil when it is not there (any more).
+func (s *Store) At(gid string, seq uint64) (*envelope.Envelope, error) {
+	var raw []byte
+	err := s.view(func(tx *wtx) error {
+		if ib := tx.Bucket(bInbox).Bucket([]byte(gid)); ib != nil {
+			raw = clone(ib.Get(u64(seq)))
+		}
+		return nil
+	})
+	if err != nil || raw == nil {
+		return nil, err
+	}
+	var env envelope.Envelope
+	if err := envelope.Unmarshal(raw, &env); err != nil {
+		return nil, fmt.Errorf("inbox %s seq %d: %w", gid, seq, err)
+	}
+	return &env, nil
 }
 
 // Pending returns how many messages wait in gid's inbox. The committer

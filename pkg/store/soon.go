@@ -32,8 +32,8 @@ func (s *Store) DeliveredSoon(msgIDs []string, now time.Time) error {
 	return s.queue(&op{fn: deliveredAll(msgIDs, now), soon: true})
 }
 
-// HeadSoon is Head as a soon operation: when changes are still on their
-// way to disk, it is answered with them, whenever they go.
-func (s *Store) HeadSoon(gid string, after uint64, n int) ([]Item, error) {
+// HeadSoon is HeadAfter as a soon operation: when changes are still on
+// their way to disk, it is answered with them, whenever they go.
+func (s *Store) HeadSoon(gid string, after After, n int) ([]Item, error) {
 	return s.head(gid, after, n, true)
 }

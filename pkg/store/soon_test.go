@@ -107,7 +107,7 @@ func TestSoonIsFlushedForAReadBehindIt(t *testing.T) {
 	done = x.ackSoon(t, x.m2.MsgID)
 	head := make(chan []Item, 1)
 	go func() {
-		items, err := x.s.HeadSoon(x.bob.Gid, 0, 10)
+		items, err := x.s.HeadSoon(x.bob.Gid, After{}, 10)
 		if err != nil {
 			t.Error(err)
 		}

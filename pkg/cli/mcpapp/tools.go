@@ -46,6 +46,7 @@ type Message struct {
 	Created   time.Time `json:"created" jsonschema:"when it was sent"`
 	Expires   time.Time `json:"expires,omitzero" jsonschema:"an ASK: its deadline; an answer after it is refused as too_late"`
 	Body      string    `json:"body" jsonschema:"the text"`
+	Urgent    bool      `json:"urgent,omitempty" jsonschema:"sent urgent: it went ahead of normal mail"`
 	BodyBytes int       `json:"body_bytes" jsonschema:"the text's whole size in bytes"`
 	Truncated bool      `json:"truncated,omitempty" jsonschema:"true: body holds only the first max_bytes of the text"`
 	Respond   string    `json:"respond,omitempty" jsonschema:"how to respond, when the message wants a response"`
@@ -62,7 +63,7 @@ type Inbox struct {
 func view(e *envelope.Envelope, max int) Message {
 	m := Message{MsgID: e.MsgID, Kind: string(e.Kind), From: e.Sender.String(), FromGid: e.Sender.Gid,
 		To: e.Recipient.String(), TraceID: e.TraceID, InReplyTo: e.InReplyTo, Created: e.Created,
-		Expires: e.Expires, Body: e.Body, BodyBytes: len(e.Body)}
+		Expires: e.Expires, Body: e.Body, Urgent: e.Urgent, BodyBytes: len(e.Body)}
 	if len(m.Body) > max {
 		cut := max
 		for cut > 0 && !utf8RuneStart(m.Body[cut]) {
@@ -90,6 +91,7 @@ type SendIn struct {
 	WaitForReply   bool   `json:"wait_for_reply,omitempty" jsonschema:"hold the call open until the recipient replies (or an ask to you comes first)"`
 	TimeoutSeconds int    `json:"timeout_seconds,omitempty" jsonschema:"with wait_for_reply: how long to wait, in seconds; past 55 the client's tool timeout must allow it (Codex: tool_timeout_sec, 60 by default)"`
 	MaxBytes       int    `json:"max_bytes,omitempty" jsonschema:"with wait_for_reply: cut the reply's text at this many bytes (default 32768)"`
+	Urgent         bool   `json:"urgent,omitempty" jsonschema:"put it ahead of normal mail in the recipient's inbox (for what cannot wait behind a queue; bounded by the gateway's urgent-rate)"`
 }
 
 type SendOut struct {
@@ -136,6 +138,7 @@ type AskIn struct {
 	TimeoutSeconds int    `json:"timeout_seconds,omitempty" jsonschema:"the ask's time to live and how long this call waits, in seconds; past 55 the client's tool timeout must allow it (Codex: tool_timeout_sec, 60 by default)"`
 	About          string `json:"about,omitempty" jsonschema:"a msg_id you sent or received: the ask joins that message's flow (trace)"`
 	MaxBytes       int    `json:"max_bytes,omitempty" jsonschema:"cut the answer's text at this many bytes (default 32768)"`
+	Urgent         bool   `json:"urgent,omitempty" jsonschema:"put it ahead of the askee's other asks (bounded by the gateway's urgent-rate)"`
 }
 
 type AskOut struct {
@@ -341,8 +344,11 @@ func (s *server) progress(ctx context.Context, req *mcp.CallToolRequest, what st
 }
 
 func (s *server) send(ctx context.Context, req *mcp.CallToolRequest, in SendIn) (*mcp.CallToolResult, SendOut, error) {
+	if err := s.needsUrgent(in.Urgent); err != nil {
+		return nil, SendOut{}, toolError(err, "")
+	}
 	if !in.WaitForReply {
-		resp, err := s.call(ctx, &api.SendRequest{To: in.To, Body: in.Body})
+		resp, err := s.call(ctx, &api.SendRequest{To: in.To, Body: in.Body, Urgent: in.Urgent})
 		if err != nil {
 			return nil, SendOut{}, toolError(err, "")
 		}
@@ -364,11 +370,21 @@ func (s *server) send(ctx context.Context, req *mcp.CallToolRequest, in SendIn) 
 		return nil, SendOut{}, toolError(err, "")
 	}
 	defer cl.Close()
-	resp, err := cl.Call(&api.SendRequest{To: in.To, Body: in.Body, Wait: true, TimeoutMS: timeout.Milliseconds()})
+	resp, err := cl.Call(&api.SendRequest{To: in.To, Body: in.Body, Wait: true, TimeoutMS: timeout.Milliseconds(), Urgent: in.Urgent})
 	if err != nil {
 		return nil, SendOut{}, toolError(err, "")
 	}
 	return s.awaitReply(ctx, req, cl, sendOut(resp.Sent), maxB)
+}
+
+// needsUrgent refuses urgent against a gateway that does not announce
+// it (an earlier build would send the message as normal mail, silently).
+func (s *server) needsUrgent(urgent bool) error {
+	if !urgent || s.gw.Has(api.FeatureUrgent) {
+		return nil
+	}
+	return fault.New(fault.Data, fault.KindProtocol, "urgent: the gateway (fleet-gw %s) does not know it", s.gw.Version).
+		WithHint("restart fleet-gw with the release of fleet-mcp, or send without urgent")
 }
 
 func sendOut(sent *api.Sent) SendOut {
@@ -452,6 +468,9 @@ func (s *server) sent(ctx context.Context, r *api.SendRequest) (*mcp.CallToolRes
 }
 
 func (s *server) ask(ctx context.Context, req *mcp.CallToolRequest, in AskIn) (*mcp.CallToolResult, AskOut, error) {
+	if err := s.needsUrgent(in.Urgent); err != nil {
+		return nil, AskOut{}, toolError(err, "")
+	}
 	ttl, err := seconds("timeout_seconds", in.TimeoutSeconds, defaultAskSeconds)
 	if err != nil {
 		return nil, AskOut{}, toolError(err, "")
@@ -465,7 +484,7 @@ func (s *server) ask(ctx context.Context, req *mcp.CallToolRequest, in AskIn) (*
 		return nil, AskOut{}, toolError(err, "")
 	}
 	defer cl.Close()
-	resp, err := cl.Call(&api.AskRequest{To: in.To, Body: in.Question, TimeoutMS: ttl.Milliseconds(), ReplyTo: in.About})
+	resp, err := cl.Call(&api.AskRequest{To: in.To, Body: in.Question, TimeoutMS: ttl.Milliseconds(), ReplyTo: in.About, Urgent: in.Urgent})
 	if err != nil {
 		return nil, AskOut{}, toolError(err, "")
 	}
