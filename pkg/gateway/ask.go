@@ -342,11 +342,7 @@ func (g *Gateway) ask(c *conn, req *api.AskRequest) {
 		c.fail(err)
 		return
 	}
-	if err := g.route.rate(env, false); err != nil { // pairrate.go
-		c.fail(err)
-		return
-	}
-	if err := g.urgent.Take(env, false); err != nil { // after the refusals: a refused ask spends nothing
+	if err := g.route.rate(env, false); err != nil { // pairrate.go, urgent.go
 		c.fail(err)
 		return
 	}

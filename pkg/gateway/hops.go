@@ -167,7 +167,8 @@ func loopReason(hops, max int, where string) string {
 	return fmt.Sprintf("hop %d past max-hops %d, %s", hops, max, at)
 }
 
-// rate spends a token of env's sender→recipient pair (pairrate.go): the
+// rate spends a token of env's sender→recipient pair (pairrate.go), and
+// of its sender's urgent-rate for an urgent one (urgent.go): the
 // last bound a send, reply, ask, answer or broadcast meets before
 // anything of it is stored or published, after every refusal that would
 // leave the token unspent (the loop guard, the recipient's policy, a
@@ -185,6 +186,12 @@ func (rt *router) rate(env *envelope.Envelope, retry bool) error {
 	}
 	wait, ok := rt.pairs.Take(env.Sender.Gid, to)
 	if ok {
+		// urgent-rate on top (urgent.go): refused there, the pair's
+		// token is handed back, so a refused message spends neither
+		if err := rt.urgent.Take(env, retry); err != nil {
+			rt.pairs.Give(env.Sender.Gid, to)
+			return err
+		}
 		return nil
 	}
 	rt.metrics.RateLimited()

@@ -298,7 +298,8 @@ func (rt *router) SendWith(req *api.SendRequest, before func(*envelope.Envelope)
 	// what refuses it spends no pair-rate token: past max-hops (hops.go),
 	// the local recipient's policy (policy.go; on another host, its host
 	// decides as it arrives), a host with no sealing key (sealing.go);
-	// then the token (rate), and only then a full inbox (a death)
+	// then the tokens (rate: pair-rate and urgent-rate), and only then a
+	// full inbox (a death)
 	if err := rt.loops.Send(env, parent); err != nil {
 		return nil, err
 	}
@@ -321,10 +322,6 @@ func (rt *router) SendWith(req *api.SendRequest, before func(*envelope.Envelope)
 		if err := rt.caps.Refuse(env); err != nil {
 			return nil, err
 		}
-	}
-	// urgent-rate last (urgent.go): a send refused above spent none
-	if err := rt.urgent.Take(env, retry); err != nil {
-		return nil, err
 	}
 	if before != nil {
 		before(env)
