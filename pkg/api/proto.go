@@ -295,6 +295,10 @@ type Spawned struct {
 	Profile   string   `json:"profile"`
 	Mode      string   `json:"mode"`
 	Groups    []string `json:"groups"`
+	// ClearHosts: the host got the request's text in the clear (it has
+	// no sealing key, and plaintext-hosts or seal-fallback = clear
+	// allows it); the requesting host's word, never the answer's
+	ClearHosts []string `json:"clear_hosts,omitempty"`
 }
 
 // Stopped is an entity fleet-stop removed.

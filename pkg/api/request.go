@@ -155,6 +155,8 @@ type AskRequest struct {
 	TimeoutMS int64  `json:"timeout_ms,omitempty"`
 	// WaitBrokerMS: as SendRequest's, within the ask's TTL
 	WaitBrokerMS int64 `json:"wait_for_broker_ms,omitempty"`
+	// Cause: as SendRequest's (without ReplyTo): the ask is a hop of it
+	Cause string `json:"cause,omitempty"`
 	// Urgent: as SendRequest's: ahead of the askee's other live asks
 	Urgent bool `json:"urgent,omitempty"`
 }
@@ -166,6 +168,8 @@ type BcastRequest struct {
 	Body  string `json:"body,omitempty"`
 	// WaitBrokerMS: as SendRequest's, for the copies of other hosts
 	WaitBrokerMS int64 `json:"wait_for_broker_ms,omitempty"`
+	// Cause: as SendRequest's: the broadcast is a hop of it
+	Cause string `json:"cause,omitempty"`
 }
 
 // A message's state: lookup, wait, wait_reply.

@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/fleetd/fleet/pkg/api"
 	"github.com/fleetd/fleet/pkg/fault"
@@ -61,11 +62,21 @@ func NewAskApp() *cli.App {
 			turn = os.Getenv("FLEET_TURN_ID")
 		}
 		ttl := c.Duration("ttl")
+		// asked while a message is delivered to an exec worker: a hop of
+		// it (gateway/hops.go), as fleet-send's send is; --about names one
+		cause := ""
+		if c.String("about") == "" && s.client.Hello.Has(api.FeatureCause) {
+			cause = os.Getenv("FLEET_MSG_ID")
+		}
 		resp, err := s.client.Call(&api.AskRequest{To: args[0], Body: body, TurnID: turn, TimeoutMS: ttl.Milliseconds(),
 			ReplyTo: c.String("about"), WaitHost: c.Bool("wait-for-host"),
-			WaitBrokerMS: c.Duration("wait-for-broker").Milliseconds(), Urgent: c.Bool("urgent")})
+			WaitBrokerMS: c.Duration("wait-for-broker").Milliseconds(), Urgent: c.Bool("urgent"), Cause: cause})
 		if err != nil {
 			return err
+		}
+		if hs := resp.Sent.ClearHosts; len(hs) > 0 && !c.Bool("json") {
+			// said at once: the answer may never come (--json names them in it)
+			fmt.Fprintf(c.App.ErrWriter, "fleet-ask: warning: asked in the clear on %s (no sealing key): the broker can read it\n", strings.Join(hs, ", "))
 		}
 		if isTerminal(os.Stderr) {
 			wait := "the gateway's ask-ttl"
@@ -74,7 +85,7 @@ func NewAskApp() *cli.App {
 			}
 			fmt.Fprintf(c.App.ErrWriter, "fleet-ask: asked %s (ask %s); waiting up to %s for the answer\n", named(resp.Sent.Recipient), resp.Sent.MsgID, wait)
 		}
-		_, err = awaitEnvelope(c, s, "answer",
+		_, err = awaitEnvelope(c, s, "answer", resp.Sent.ClearHosts,
 			fault.New(fault.TempFail, fault.KindTimeout, "interrupted: the answer to %s will be refused as TOO_LATE", resp.Sent.MsgID))
 		return err
 	}

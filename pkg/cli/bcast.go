@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"os"
 	"strings"
 
 	"github.com/fleetd/fleet/pkg/api"
@@ -47,8 +48,14 @@ func NewBcastApp() *cli.App {
 		if err != nil {
 			return err
 		}
+		// an exec worker's broadcast while a message is delivered to it
+		// is a hop of that message (gateway/hops.go), as fleet-send's is
+		cause := ""
+		if s.client.Hello.Has(api.FeatureCause) {
+			cause = os.Getenv("FLEET_MSG_ID")
+		}
 		resp, err := s.client.Call(&api.BcastRequest{Group: c.String("group"), Body: body,
-			WaitBrokerMS: c.Duration("wait-for-broker").Milliseconds()})
+			WaitBrokerMS: c.Duration("wait-for-broker").Milliseconds(), Cause: cause})
 		if resp == nil || resp.Sent == nil {
 			if err == nil {
 				err = fault.New(fault.Unavailable, fault.KindProtocol, "the gateway's answer names no message")

@@ -94,6 +94,9 @@ func NewRecvApp() *cli.App {
 // message is one received message as a JSON line.
 type message struct {
 	Type string `json:"type"`
+	// ClearHosts: fleet-ask's answer, to an ask that went in the clear
+	// to these hosts (no sealing key; sealing.go)
+	ClearHosts []string `json:"clear_hosts,omitempty"`
 	*envelope.Envelope
 }
 

@@ -205,7 +205,7 @@ func runWaitReply(c *cli.Context, id string) error {
 // printed as a message of kind ASK: answer it with --answer, then
 // --wait-reply msgID; the reply is not lost meanwhile).
 func awaitReply(c *cli.Context, s *session, msgID string) error {
-	resp, err := awaitEnvelope(c, s, "reply",
+	resp, err := awaitEnvelope(c, s, "reply", nil,
 		fault.New(fault.TempFail, fault.KindTimeout, "interrupted while waiting for the reply to %s", msgID).
 			WithHint("wait again with: fleet-send --wait-reply %s", msgID))
 	if err != nil || resp.WaitingFor == "" {
@@ -221,7 +221,7 @@ func awaitReply(c *cli.Context, s *session, msgID string) error {
 // fleet-ask) and prints the envelope it carries: the body, or with --json
 // {"type":kind,...} ({"type":"ask","waiting_for":...} for an ask that
 // ended a wait). Ctrl-C closes the connection and returns interrupted.
-func awaitEnvelope(c *cli.Context, s *session, kind string, interrupted error) (*api.Response, error) {
+func awaitEnvelope(c *cli.Context, s *session, kind string, clearHosts []string, interrupted error) (*api.Response, error) {
 	go func() {
 		<-c.Context.Done()
 		s.client.Close()
@@ -241,7 +241,7 @@ func awaitEnvelope(c *cli.Context, s *session, kind string, interrupted error) (
 		if resp.WaitingFor != "" {
 			return resp, printJSON(c.App.Writer, surfacedAsk{Type: "ask", WaitingFor: resp.WaitingFor, Envelope: env})
 		}
-		return resp, printJSON(c.App.Writer, message{Type: kind, Envelope: env})
+		return resp, printJSON(c.App.Writer, message{Type: kind, ClearHosts: clearHosts, Envelope: env})
 	}
 	body := strings.TrimRight(env.Body, "\n")
 	if f, ok := c.App.Writer.(*os.File); ok && isTerminal(f) {

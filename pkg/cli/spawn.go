@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/fleetd/fleet/pkg/api"
@@ -65,7 +66,10 @@ func runSpawn(c *cli.Context) error {
 		return err
 	}
 	if c.Bool("json") {
-		return printJSON(c.App.Writer, resp.Spawned)
+		return printJSON(c.App.Writer, resp.Spawned) // clear_hosts names them
+	}
+	if hs := resp.Spawned.ClearHosts; len(hs) > 0 {
+		fmt.Fprintf(c.App.ErrWriter, "fleet-spawn: warning: the request went in the clear to %s (no sealing key): the broker can read it\n", strings.Join(hs, ", "))
 	}
 	_, err = fmt.Fprintln(c.App.Writer, resp.Spawned.Gid)
 	return err

@@ -53,13 +53,14 @@ const (
 	Bounce      Kind = "BOUNCE"       // a message of the sender's dead-lettered
 	Trace       Kind = "TRACE"        // fleet-trace: a host's audit lines of one trace id, please
 	TraceResult Kind = "TRACE_RESULT" // fleet-trace: those lines (no message text)
+	Notice      Kind = "NOTICE"       // the gateway's word to an entity of its own host (a loop cut); never crosses hosts
 )
 
 var kinds = map[Kind]bool{
 	Send: true, Reply: true, Ask: true, Answer: true, TooLate: true,
 	Broadcast: true, Presence: true, Spawn: true, SpawnResult: true,
 	Stop: true, StopResult: true, Receipt: true, Bounce: true,
-	Trace: true, TraceResult: true,
+	Trace: true, TraceResult: true, Notice: true,
 }
 
 // Known reports whether k is a kind this build understands.

@@ -17,7 +17,7 @@ import (
 // test here (or removed from it) fails TestAllKindsCovered.
 var allKinds = []Kind{
 	Send, Reply, Ask, Answer, TooLate, Broadcast, Presence,
-	Spawn, SpawnResult, Stop, StopResult, Receipt, Bounce, Trace, TraceResult,
+	Spawn, SpawnResult, Stop, StopResult, Receipt, Bounce, Trace, TraceResult, Notice,
 }
 
 // asFault returns err as a *fault.Error, failing the test when it is not one.

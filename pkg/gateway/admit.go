@@ -123,7 +123,7 @@ func (g *Gateway) setupAuth(ring *seal.Keyring) error {
 		return hosts
 	}
 	g.br.SetSealer(sl)
-	g.seal, g.rcpt.plain, g.route.seal = sl, sl.Plain, sl
+	g.seal, g.rcpt.plain, g.route.seal, g.ctl.seal = sl, sl.Plain, sl, sl
 	g.br.OnRefused(g.admit.noteRefused)
 	notices := &refusalNotices{host: g.cfg.Host, maxBody: g.cfg.MaxBody, log: g.log,
 		local: localPaths(g.cfg.StateDir, g.cfg.TrustFile, g.cfg.Socket, g.cfg.File),

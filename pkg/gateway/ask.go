@@ -9,6 +9,7 @@ import (
 	"github.com/fleetd/fleet/pkg/broker"
 	"github.com/fleetd/fleet/pkg/envelope"
 	"github.com/fleetd/fleet/pkg/fault"
+	"github.com/fleetd/fleet/pkg/store"
 )
 
 // Asks (U2, §7.4) are live-only: an ASK carries a TTL and the asking
@@ -307,23 +308,43 @@ func (g *Gateway) ask(c *conn, req *api.AskRequest) {
 	if env.TurnID == "" {
 		env.TurnID = envelope.NewID()
 	}
-	if req.ReplyTo != "" { // fleet-ask --about: a hop of that message's flow
+	var parent *store.Record // the message this ask is a hop after (hops.go)
+	if req.ReplyTo != "" {   // fleet-ask --about: a hop of that message's flow
 		r, err := g.st.Record(req.ReplyTo)
 		if err != nil || (r.Sender != sender.Gid && r.Recipient != sender.Gid) {
 			c.fail(fault.New(fault.NoRecipient, fault.KindUnknownMessage, "no message %s sent or received by you", req.ReplyTo))
 			return
 		}
-		env.TraceID = r.TraceID
+		parent = r
+	} else {
+		parent = deliveredTo(g.st, req.Cause, sender.Gid) // asked while it was delivered
+	}
+	if parent != nil {
+		env.TraceID, env.Hops = parent.TraceID, parent.Hops+1
 	}
 	env.Expires = time.Now().Add(ttl).UTC()
 	env.Urgent = req.Urgent // ahead of the askee's other live asks (urgent.go)
-	if t.box != nil {       // the recipient's policy (policy.go); across hosts its host decides
+	// what refuses it spends no pair-rate token: past max-hops (hops.go),
+	// the recipient's policy (policy.go; across hosts its host decides),
+	// a host with no sealing key (sealing.go: refused 77 before anything
+	// is sent or waited for, unless seal-fallback = clear or
+	// plaintext-hosts allows text in the clear; then named in
+	// clear_hosts and the audit lines fleet-trace shows, as a send is)
+	if err := g.route.loops.Send(env, parent); err != nil {
+		c.fail(err)
+		return
+	}
+	var clear []string
+	if t.box != nil {
 		if err := g.policy.Check(t.box.snapshot(), env, "send"); err != nil {
 			c.fail(err)
 			return
 		}
+	} else if clear, err = g.seal.Check(env); err != nil {
+		c.fail(err)
+		return
 	}
-	if err := g.urgent.Take(env, false); err != nil { // after the refusals: a refused ask spends nothing
+	if err := g.route.rate(env, false); err != nil { // pairrate.go, urgent.go
 		c.fail(err)
 		return
 	}
@@ -338,7 +359,7 @@ func (g *Gateway) ask(c *conn, req *api.AskRequest) {
 	if t.box != nil {
 		g.liveAdd(t.box, env)
 	} else {
-		g.audit.Message("published", env, 0, "")
+		g.audit.Message("published", env, 0, clearReason(clear))
 		// the same ask again, if the broker was down: its receiver keeps
 		// one (asks.seen), and the time waited comes out of its TTL
 		if err := wait.Do(min(bound, time.Until(env.Expires)), func(bool) error {
@@ -348,10 +369,10 @@ func (g *Gateway) ask(c *conn, req *api.AskRequest) {
 			c.fail(err)
 			return
 		}
-		g.audit.Message("confirmed", env, 0, "")
+		g.audit.Message("confirmed", env, 0, clearReason(clear))
 	}
 	if c.reply(&api.Response{OK: true, Sent: &api.Sent{
-		MsgID: env.MsgID, TraceID: env.TraceID, State: "asked", Recipient: rcpt.String(), Gid: rcpt.Gid,
+		MsgID: env.MsgID, TraceID: env.TraceID, State: "asked", Recipient: rcpt.String(), Gid: rcpt.Gid, ClearHosts: clear,
 	}}) != nil {
 		return
 	}
@@ -406,6 +427,7 @@ func (g *Gateway) answer(req *api.SendRequest) (*api.Response, error) {
 	ans := envelope.New(envelope.Answer, envelope.Party{Gid: me.Gid, Name: me.Name, Host: me.Host}, ask.Sender, req.Body)
 	ans.TraceID, ans.InReplyTo, ans.TurnID = ask.TraceID, ask.MsgID, ask.TurnID
 	ans.Expires = ask.Expires
+	ans.Hops = ask.Hops + 1 // a hop after its ask (hops.go)
 	sent := &api.Sent{MsgID: ans.MsgID, TraceID: ans.TraceID, Recipient: ask.Sender.String(), Gid: ask.Sender.Gid}
 	tooLate := func(why string) error {
 		g.audit.Message("too_late", ans, 0, why)
@@ -415,6 +437,23 @@ func (g *Gateway) answer(req *api.SendRequest) (*api.Response, error) {
 	}
 	if ask.Expired(time.Now()) {
 		return nil, tooLate("the ask expired at " + ask.Expires.Format(time.RFC3339))
+	}
+	// past max-hops, cut here (the asker told by a NOTICE, hops.go), and
+	// the pair-rate of answerer→asker, before anything is sent: an ask
+	// is never recorded, so its asker stands for the parent's sender
+	if err := g.route.loops.Send(ans, &store.Record{MsgID: ask.MsgID, Sender: ask.Sender.Gid, TraceID: ask.TraceID, Hops: ask.Hops}); err != nil {
+		return nil, err
+	}
+	if ask.Sender.Host != g.cfg.Host {
+		// the asker's host with no sealing key refuses it (77) before a
+		// token is spent, unless text in the clear is allowed there
+		// (sealing.go): then the answer names that host, as a send does
+		if sent.ClearHosts, err = g.seal.Check(ans); err != nil {
+			return nil, err
+		}
+	}
+	if err := g.route.rate(ans, false); err != nil {
+		return nil, err
 	}
 	g.asks.Close(ask.MsgID) // answered: no longer an open ask (asklist.go)
 	if ask.Sender.Host == g.cfg.Host {
@@ -429,12 +468,12 @@ func (g *Gateway) answer(req *api.SendRequest) (*api.Response, error) {
 	w := make(chan string, 1)
 	g.asks.Answered(ans.MsgID, &sentAnswer{from: me.Gid, host: ask.Sender.Host, ch: w, keep: ask.Expires.Add(askGrace)})
 	defer g.asks.StopWaiting(ans.MsgID)
-	g.audit.Message("published", ans, 0, "")
+	g.audit.Message("published", ans, 0, clearReason(sent.ClearHosts))
 	if err := g.br.Publish(g.hardCtx, ask.Sender.Gid, ans, false); err != nil {
 		g.audit.Message("not_sent", ans, 0, err.Error())
 		return nil, err
 	}
-	g.audit.Message("confirmed", ans, 0, "")
+	g.audit.Message("confirmed", ans, 0, clearReason(sent.ClearHosts))
 	select {
 	case outcome := <-w:
 		if outcome != "answered" {

@@ -43,6 +43,15 @@ func (g *Gateway) broadcast(req *api.BcastRequest) (*api.Response, error) {
 	env := envelope.New(envelope.Broadcast,
 		envelope.Party{Gid: sender.Gid, Name: sender.Name, Host: sender.Host},
 		envelope.Party{Group: group}, req.Body)
+	// made while a message was delivered to the sender: a hop of it
+	// (hops.go), cut past max-hops before anything is sent or stored
+	parent := deliveredTo(g.st, req.Cause, sender.Gid)
+	if parent != nil {
+		env.TraceID, env.Hops = parent.TraceID, parent.Hops+1
+	}
+	if err := g.route.loops.Send(env, parent); err != nil {
+		return nil, err
+	}
 	// sealing.go: a host with no sealing key that nothing allows text in
 	// the clear refuses the whole broadcast (77), before anything is
 	// published or stored; those allowed get copies in the clear, one
@@ -58,6 +67,11 @@ func (g *Gateway) broadcast(req *api.BcastRequest) (*api.Response, error) {
 		for _, p := range clearTo {
 			env.ClearGids = append(env.ClearGids, p.Gid) // signed: their hosts drop the sealed copy there
 		}
+	}
+	// the pair-rate of sender→group (pairrate.go), once every refusal
+	// above left the token unspent
+	if err := g.route.rate(env, false); err != nil {
+		return nil, err
 	}
 	// The publish for other hosts starts at once; this host's copies are
 	// stored meanwhile, concurrently, so they share group commits.

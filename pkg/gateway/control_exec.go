@@ -95,20 +95,11 @@ func (x *controlExec) CarryOut(env *envelope.Envelope) *controlResult {
 		if err := json.Unmarshal([]byte(env.Body), &b); err != nil {
 			return bad(err)
 		}
-		if err := x.policy.CheckControl(nil, env); err != nil {
-			return failed(id, err) // not recorded: allowed later, the same request may be tried again
-		}
 		return x.spawn(env, b)
 	case envelope.Stop:
 		var b stopBody
 		if err := json.Unmarshal([]byte(env.Body), &b); err != nil {
 			return bad(err)
-		}
-		if bx := x.reg.Get(b.Gid); bx != nil {
-			e := bx.snapshot()
-			if err := x.policy.CheckControl(&e, env); err != nil {
-				return failed(id, err)
-			}
 		}
 		return x.stop(env, b)
 	}
@@ -162,6 +153,14 @@ func (x *controlExec) cutShort(env *envelope.Envelope, subject string, log *slog
 	return res
 }
 
+// unclaim forgets request id claimed and then refused before anything of
+// it was done: the same request may be tried again.
+func (x *controlExec) unclaim(id string, log *slog.Logger) {
+	if err := x.st.ForgetControl(id); err != nil {
+		log.Error("forgetting a refused control request", "err", err)
+	}
+}
+
 func (x *controlExec) record(id string, res *controlResult, log *slog.Logger) {
 	data, err := json.Marshal(res)
 	if err == nil {
@@ -176,8 +175,15 @@ func (x *controlExec) spawn(env *envelope.Envelope, b spawnBody) *controlResult 
 	log := x.log.With("request_id", env.MsgID, "trace_id", env.TraceID, "entity", b.Name, "profile", b.Profile)
 	x.run.Lock()
 	defer x.run.Unlock()
+	// claimed first: a request carried out before is answered from its
+	// record whatever the policy says now (it was allowed then); a new one
+	// meets the host's accept-default (policy.go)
 	if res := x.claim(env, b.Name, log); res != nil {
 		return res
+	}
+	if err := x.policy.CheckControl(nil, env); err != nil {
+		x.unclaim(env.MsgID, log) // not recorded: allowed later, the same request may be tried again
+		return failed(env.MsgID, err)
 	}
 	res := x.spawnNow(env, b, log)
 	if res.Error != nil {
@@ -295,8 +301,17 @@ func (x *controlExec) stop(env *envelope.Envelope, b stopBody) *controlResult {
 	log := x.log.With("request_id", env.MsgID, "trace_id", env.TraceID, "gid", b.Gid)
 	x.run.Lock()
 	defer x.run.Unlock()
+	// as a spawn: the record first, then the target's policy, read under
+	// the same lock as the stop that follows (policy.go)
 	if res := x.claim(env, b.Gid, log); res != nil {
 		return res
+	}
+	if bx := x.reg.Get(b.Gid); bx != nil {
+		e := bx.snapshot()
+		if err := x.policy.CheckControl(&e, env); err != nil {
+			x.unclaim(env.MsgID, log)
+			return failed(env.MsgID, err)
+		}
 	}
 	res := x.stopNow(env, b, log)
 	x.record(env.MsgID, res, log)

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetd/fleet/pkg/accept"
 	"github.com/fleetd/fleet/pkg/broker"
 	"github.com/fleetd/fleet/pkg/config"
 	"github.com/fleetd/fleet/pkg/envelope"
@@ -276,5 +277,70 @@ func TestControlExecTakeAnswersTheRequester(t *testing.T) {
 	}
 	if err := r.x.Take(r.request(envelope.Trace, "t5", struct{}{})); err != nil || r.traced != 1 {
 		t.Fatalf("a trace query: %v, traced %d", err, r.traced)
+	}
+}
+
+// A request carried out before is answered from its record after the
+// policy changed (it was allowed then), never refused; a new one the
+// policy refuses leaves no record, so the same id goes once it is
+// allowed. A STOP meets its target's policy the same way.
+func TestControlExecRecordBeforePolicy(t *testing.T) {
+	r := newExecRig(t)
+	p := newPolicy("h1", nil, r.st, r.x.reg, nil, nil, nil)
+	all, err := accept.ParseAll([]string{"*"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bobOnly, err := accept.ParseAll([]string{"bob@h2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.def = all
+	r.x.policy = p
+	body := spawnBody{Name: "carl", Profile: "w"}
+	res := r.x.CarryOut(r.request(envelope.Spawn, "req-1", body))
+	if res.Error != nil || res.Spawned == nil {
+		t.Fatalf("spawn: %+v", res.Error)
+	}
+	gid := res.Spawned.Gid
+	p.def = bobOnly // alice is no longer accepted
+	again := r.x.CarryOut(r.request(envelope.Spawn, "req-1", body))
+	if again.Error != nil || again.Spawned == nil || again.Spawned.Gid != gid || len(r.registered) != 1 {
+		t.Fatalf("req-1 again after the policy changed: %+v %+v; want its recorded answer, gid %s", again.Spawned, again.Error, gid)
+	}
+	// a new request: refused, and nothing recorded
+	if res := r.x.CarryOut(r.request(envelope.Spawn, "req-2", spawnBody{Name: "dora", Profile: "w"})); kindOf(res) != fault.KindNotAccepted {
+		t.Fatalf("req-2: %+v, want not_accepted", res.Error)
+	}
+	if _, err := r.st.ControlRequest("req-2"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("a refused request left a record: %v", err)
+	}
+	// a STOP its target's policy refuses: nothing done, nothing recorded
+	stop := stopBody{Gid: gid, Name: "carl"}
+	if res := r.x.CarryOut(r.request(envelope.Stop, "req-3", stop)); kindOf(res) != fault.KindNotAccepted {
+		t.Fatalf("req-3: %+v, want not_accepted", res.Error)
+	}
+	if r.x.reg.Get(gid) == nil || len(r.left) != 0 {
+		t.Fatal("a refused stop removed carl")
+	}
+	if _, err := r.st.ControlRequest("req-3"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("a refused stop left a record: %v", err)
+	}
+	// allowed: the same ids go now
+	p.def = all
+	done := r.x.CarryOut(r.request(envelope.Stop, "req-3", stop))
+	if done.Error != nil || done.Stopped == nil || done.Stopped.Gid != gid {
+		t.Fatalf("req-3 once allowed: %+v %+v", done.Stopped, done.Error)
+	}
+	groupGone(t, done.Stopped.Process)
+	if res := r.x.CarryOut(r.request(envelope.Spawn, "req-2", spawnBody{Name: "dora", Profile: "w"})); res.Error != nil || res.Spawned == nil {
+		t.Fatalf("req-2 once allowed: %+v", res.Error)
+	}
+	// and the stop, delivered again after the policy changed back:
+	// its recorded answer
+	p.def = bobOnly
+	again = r.x.CarryOut(r.request(envelope.Stop, "req-3", stop))
+	if again.Error != nil || again.Stopped == nil || again.Stopped.Process != done.Stopped.Process || len(r.left) != 1 {
+		t.Fatalf("req-3 again: %+v %+v; want its recorded answer", again.Stopped, again.Error)
 	}
 }

@@ -34,6 +34,7 @@ type controlRequests struct {
 	peers    *peerView     // the roster view learns an answer at once
 	interval time.Duration // presence-interval: how long what is learned stands
 	exec     *controlExec  // a request for this host is carried out here
+	seal     *sealing      // sealing.go: a SPAWN's text to a host with no key (nil: single-host mode)
 
 	mu      sync.Mutex
 	waiters map[string][]*ctlWaiter // request id -> calls waiting for its answer
@@ -138,9 +139,16 @@ func (c *controlRequests) Spawn(req *api.SpawnRequest) (*api.Response, error) {
 		profile = "default"
 	}
 	body := spawnBody{Name: req.Name, Profile: profile, Groups: req.Groups, Args: req.Args}
-	res, err := c.request(envelope.Spawn, req.Host, id, body, from.snapshot(), controlTimeout(req.TimeoutMS))
+	res, clear, err := c.request(envelope.Spawn, req.Host, id, body, from.snapshot(), controlTimeout(req.TimeoutMS))
 	if err != nil {
 		return nil, err
+	}
+	if res.Spawned != nil {
+		// this host's word, never the answering host's: which host got
+		// the request's text in the clear (sealing.go)
+		s := *res.Spawned
+		s.ClearHosts = clear
+		res.Spawned = &s
 	}
 	return answered(res)
 }
@@ -158,7 +166,7 @@ func (c *controlRequests) Stop(req *api.StopRequest) (*api.Response, error) {
 	if err != nil {
 		return nil, err
 	}
-	res, err := c.request(envelope.Stop, host, envelope.NewID(), stopBody{Gid: gid, Name: name}, from.snapshot(), controlTimeout(req.TimeoutMS))
+	res, _, err := c.request(envelope.Stop, host, envelope.NewID(), stopBody{Gid: gid, Name: name}, from.snapshot(), controlTimeout(req.TimeoutMS))
 	if err != nil {
 		return nil, err
 	}
@@ -197,52 +205,59 @@ func (c *controlRequests) locate(to string) (gid, name, host string, err error) 
 }
 
 // request carries out a control request here, or sends it to host and
-// waits for the answer until timeout.
-func (c *controlRequests) request(kind envelope.Kind, host, id string, body any, from store.Entity, timeout time.Duration) (*controlResult, error) {
+// waits for the answer until timeout. It says which host got the
+// request's text in the clear (sealing.go): a SPAWN to a host with no
+// sealing key is refused (77) before it is sent, unless plaintext-hosts
+// or seal-fallback = clear allows it.
+func (c *controlRequests) request(kind envelope.Kind, host, id string, body any, from store.Entity, timeout time.Duration) (*controlResult, []string, error) {
 	if host == "" {
 		host = c.host
 	}
 	if !trust.HostRE.MatchString(host) {
 		// never a routing key the broker would refuse: a refused publish
 		// closes the publishing channel every send shares
-		return nil, fault.New(fault.Usage, fault.KindUsage, "%q is not a host id (letters, digits, '-' and '_', at most 63)", host)
+		return nil, nil, fault.New(fault.Usage, fault.KindUsage, "%q is not a host id (letters, digits, '-' and '_', at most 63)", host)
 	}
 	data, err := json.Marshal(body)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	env := envelope.New(kind, envelope.Party{Gid: from.Gid, Name: from.Name, Host: from.Host},
 		envelope.Party{Host: host, Group: "control"}, string(data))
 	env.MsgID = id
 	if host == c.host {
-		return c.exec.CarryOut(env), nil
+		return c.exec.CarryOut(env), nil, nil
 	}
 	if !c.linked() {
-		return nil, fault.New(fault.NoRecipient, fault.KindUnknownHost, "no host %s: this gateway has no broker configured to reach other hosts", host)
+		return nil, nil, fault.New(fault.NoRecipient, fault.KindUnknownHost, "no host %s: this gateway has no broker configured to reach other hosts", host)
 	}
 	env.Expires = time.Now().Add(timeout).UTC() // never carried out after the caller gave up
+	clear, err := c.seal.Check(env)
+	if err != nil {
+		return nil, nil, err
+	}
 	w := c.wait(id, from.Gid, host)
 	defer c.unwait(id, w)
 	if err := c.send(c.ctx(), host, env); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	c.audit.Message("control_sent", env, 0, "")
+	c.audit.Message("control_sent", env, 0, clearReason(clear))
 	c.log.Info("control request sent", "kind", env.Kind, "request_id", id, "trace_id", env.TraceID, "peer", host, "entity", from.Name)
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	select {
 	case res := <-w.ch:
 		c.learn(host, res)
-		return res, nil
+		return res, clear, nil
 	case <-t.C:
 		if kind == envelope.Spawn {
-			return nil, fault.New(fault.TempFail, fault.KindTimeout, "no answer from host %s within %v: the spawn may still happen", host, timeout).
+			return nil, nil, fault.New(fault.TempFail, fault.KindTimeout, "no answer from host %s within %v: the spawn may still happen", host, timeout).
 				WithHint("look with: fleet-roster --host %s; a request is carried out once per id (fleet-spawn --request-id %s)", host, id)
 		}
-		return nil, fault.New(fault.TempFail, fault.KindTimeout, "no answer from host %s within %v: the stop may still happen", host, timeout).
+		return nil, nil, fault.New(fault.TempFail, fault.KindTimeout, "no answer from host %s within %v: the stop may still happen", host, timeout).
 			WithHint("look with: fleet-roster --host %s; stopping again is safe", host)
 	case <-c.closing():
-		return nil, fault.New(fault.Unavailable, fault.KindShuttingDown, "the gateway is shutting down")
+		return nil, nil, fault.New(fault.Unavailable, fault.KindShuttingDown, "the gateway is shutting down")
 	}
 }
 

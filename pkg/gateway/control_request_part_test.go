@@ -223,10 +223,10 @@ func TestControlRequestsThisHostCarriedOutHere(t *testing.T) {
 	if resp.Spawned == nil || resp.Spawned.Host != "h1" || len(r.sent) != 0 {
 		t.Fatalf("spawned %+v, sent %d", resp.Spawned, len(r.sent))
 	}
-	if _, err := r.c.request(envelope.Stop, "h1", "s1", stopBody{Gid: resp.Spawned.Gid}, ralice, time.Minute); err != nil {
+	if _, _, err := r.c.request(envelope.Stop, "h1", "s1", stopBody{Gid: resp.Spawned.Gid}, ralice, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	res, err := r.c.request(envelope.Stop, "", "s1", stopBody{Gid: resp.Spawned.Gid}, ralice, time.Minute)
+	res, _, err := r.c.request(envelope.Stop, "", "s1", stopBody{Gid: resp.Spawned.Gid}, ralice, time.Minute)
 	if err != nil || res.Stopped == nil || res.Stopped.Gid != resp.Spawned.Gid {
 		t.Fatalf("stop answered %+v, %v", res, err)
 	}

@@ -556,8 +556,8 @@ func (g *Gateway) open() error {
 	}
 	g.policy = newPolicy(g.cfg.Host, g.cfg.AcceptDefault, st, g.reg, g.peers, a, g.metrics) // policy.go
 	g.exec.policy = g.policy
-	loops := &loopGuard{max: g.cfg.MaxHops, log: g.log, audit: a, metrics: g.metrics} // hops.go
-	g.urgent = newUrgentRate(g.cfg.UrgentRate, g.log, g.metrics)                      // urgent.go
+	loops := &loopGuard{max: g.cfg.MaxHops, log: g.log, audit: a, metrics: g.metrics, st: st, tell: g.rcpt} // hops.go
+	g.urgent = newUrgentRate(g.cfg.UrgentRate, g.log, g.metrics)                                            // urgent.go
 	g.in = &intake{
 		host: g.cfg.Host, stateDir: dir, st: st, log: g.log, audit: a, metrics: g.metrics,
 		reg: g.reg, rdv: g.rdv, caps: g.caps, crash: g.crash, policy: g.policy, loops: loops,

@@ -63,14 +63,14 @@ func TestLoopGuardCuts(t *testing.T) {
 	l := &loopGuard{max: 3, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	env := envelope.New(envelope.Reply, envelope.Party{Gid: "h2.a", Name: "a", Host: "h2"}, envelope.Party{Gid: "h1.b", Name: "b", Host: "h1"}, "x")
 	env.Hops = 3
-	if err := l.Send(env); err != nil {
+	if err := l.Send(env, nil); err != nil {
 		t.Fatalf("hop 3 of max 3 refused: %v", err)
 	}
 	if err := l.Arrival(env); err != nil {
 		t.Fatalf("hop 3 of max 3 refused on arrival: %v", err)
 	}
 	env.Hops = 4
-	err := l.Send(env)
+	err := l.Send(env, nil)
 	if fault.CodeOf(err) != fault.Refused || fault.KindOf(err) != fault.KindLoop {
 		t.Fatalf("hop 4 of max 3: %v; want 77 loop", err)
 	}
@@ -84,7 +84,81 @@ func TestLoopGuardCuts(t *testing.T) {
 	}
 	var none *loopGuard
 	env.Kind = envelope.Send
-	if none.Send(env) != nil || none.Arrival(env) != nil {
+	if none.Send(env, nil) != nil || none.Arrival(env) != nil {
 		t.Error("no guard cut a message")
+	}
+}
+
+// told records the NOTICEs a loop guard gives.
+type told struct{ to []string }
+
+func (t *told) LoopNotice(gid string, cut *envelope.Envelope, text string) bool {
+	t.to = append(t.to, gid+": "+text)
+	return gid != "h9.gone" // not an entity of this host
+}
+
+// A cut tells the other party: at a send the parent's sender, on arrival
+// the sender of the message it replies to by this host's record, else
+// its recipient; never the cut message's own sender, and a notice only
+// once per cut.
+func TestLoopCutTellsTheOtherParty(t *testing.T) {
+	st, err := store.Open(filepath.Join(t.TempDir(), "fleet.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	tell := &told{}
+	l := &loopGuard{max: 3, log: slog.New(slog.NewTextHandler(io.Discard, nil)), st: st, tell: tell}
+	a := envelope.Party{Gid: "h1.a", Name: "a", Host: "h1"}
+	b := envelope.Party{Gid: "h1.b", Name: "b", Host: "h1"}
+	c := envelope.Party{Gid: "h2.c", Name: "c", Host: "h2"}
+	env := envelope.New(envelope.Send, a, b, "x")
+	env.Hops = 4
+	// at a send: the parent's sender
+	if err := l.Send(env, &store.Record{Sender: "h1.d"}); fault.KindOf(err) != fault.KindLoop {
+		t.Fatalf("cut: %v", err)
+	}
+	if len(tell.to) != 1 || tell.to[0][:6] != "h1.d: " {
+		t.Fatalf("told %q; want h1.d once", tell.to)
+	}
+	want := "loop cut: send " + env.MsgID + " from a@h1 to b@h1, hop 4 of trace " + env.TraceID + ", is past max-hops 3 and was not delivered"
+	if got := tell.to[0][6:]; len(got) < len(want) || got[:len(want)] != want {
+		t.Errorf("notice %q; want it to start %q", got, want)
+	}
+	// the parent's sender is the cut message's sender, or none: nobody
+	tell.to = nil
+	_ = l.Send(env, &store.Record{Sender: "h1.a"})
+	_ = l.Send(env, nil)
+	_ = l.Send(env, &store.Record{})
+	if len(tell.to) != 0 {
+		t.Errorf("told %q; want nobody", tell.to)
+	}
+	// on arrival: the sender of what it replies to, by this host's record
+	orig := envelope.New(envelope.Send, b, c, "orig")
+	if err := st.RecordOutbound(orig, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	rep := envelope.New(envelope.Reply, c, envelope.Party{Gid: "h1.e", Name: "e", Host: "h1"}, "re")
+	rep.InReplyTo, rep.Hops = orig.MsgID, 4
+	if err := l.Arrival(rep); err == nil {
+		t.Fatal("hop 4 came in")
+	}
+	// else its recipient here (an answer's asker; a loop of two)
+	ans := envelope.New(envelope.Answer, c, a, "42")
+	ans.InReplyTo, ans.Hops = envelope.NewID(), 4
+	if err := l.Arrival(ans); err == nil {
+		t.Fatal("an answer at hop 4 came in")
+	}
+	bc := envelope.New(envelope.Broadcast, c, envelope.Party{Gid: "h1.f", Group: "ops"}, "all")
+	bc.Hops = 4
+	if err := l.Arrival(bc); err == nil {
+		t.Fatal("a broadcast copy at hop 4 came in")
+	}
+	var to []string
+	for _, s := range tell.to {
+		to = append(to, s[:4])
+	}
+	if len(to) != 3 || to[0] != "h1.b" || to[1] != "h1.a" || to[2] != "h1.f" {
+		t.Errorf("told %q; want h1.b (the replied-to's sender), h1.a (the asker), h1.f (the member)", tell.to)
 	}
 }

@@ -77,10 +77,14 @@ func (in *intake) take(env *envelope.Envelope) error {
 	case envelope.Receipt:
 		return in.receipt(env)
 	case envelope.Answer:
+		if err := in.loops.Arrival(env); err != nil {
+			return err // past max-hops here: cut, the asker told (hops.go)
+		}
 		return in.answer(env)
-	case envelope.Bounce:
-		// a bounce is made by the sender's own gateway from a receipt
-		return broker.Refuse(broker.ReasonMisrouted, "a BOUNCE never crosses hosts")
+	case envelope.Bounce, envelope.Notice:
+		// a bounce is made by the sender's own gateway from a receipt, a
+		// notice by the entity's own (hops.go)
+		return broker.Refuse(broker.ReasonMisrouted, "a %s never crosses hosts", env.Kind)
 	}
 	if err := in.loops.Arrival(env); err != nil {
 		return err

@@ -66,6 +66,20 @@ func (p *pairRates) take(from, to string, now time.Time) (wait time.Duration, ok
 	return b.take(now, p.rate, p.per)
 }
 
+// Give hands back the token a Take spent for a message that was refused
+// after it all the same (urgent-rate, urgent.go): never past the
+// bucket's size.
+func (p *pairRates) Give(from, to string) {
+	if p == nil || p.rate <= 0 {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if b := p.buckets[pairKey{from, to}]; b != nil {
+		b.tokens = min(b.tokens+1, float64(p.rate))
+	}
+}
+
 // Rate is the pair-rate (messages a minute; 0: off).
 func (p *pairRates) Rate() int {
 	if p == nil {

@@ -121,3 +121,35 @@ func TestPairRatesPerPair(t *testing.T) {
 // about: d is want, rounded up to the millisecond (float arithmetic
 // may make it a millisecond more).
 func about(d, want time.Duration) bool { return d >= want && d <= want+time.Millisecond }
+
+// Give hands back a token Take spent, never past the bucket's size.
+func TestPairRateGiveBack(t *testing.T) {
+	p := newPairRates(2)
+	now := time.Now()
+	for range 2 {
+		if _, ok := p.take("a", "b", now); !ok {
+			t.Fatal("a token of the burst refused")
+		}
+	}
+	if _, ok := p.take("a", "b", now); ok {
+		t.Fatal("a third token within the minute")
+	}
+	p.Give("a", "b")
+	if _, ok := p.take("a", "b", now); !ok {
+		t.Fatal("the token given back is not there")
+	}
+	p.Give("a", "b")
+	p.Give("a", "b")
+	p.Give("a", "b")
+	for range 2 {
+		if _, ok := p.take("a", "b", now); !ok {
+			t.Fatal("a token given back is not there")
+		}
+	}
+	if _, ok := p.take("a", "b", now); ok {
+		t.Fatal("Give filled the bucket past its size")
+	}
+	p.Give("x", "y") // no bucket: nothing
+	var none *pairRates
+	none.Give("a", "b")
+}

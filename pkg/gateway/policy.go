@@ -13,7 +13,9 @@ package gateway
 //     refusal notice (refusals.go), so the sender's record goes dead and
 //     the sender gets a BOUNCE;
 //   - a SPAWN against the host's accept-default, a STOP against its
-//     target's policy (control_exec.go).
+//     target's policy (control_exec.go), after the request's record and
+//     under the same lock as its carrying out: one carried out before
+//     gets its recorded answer whatever the policy says now.
 //
 // Who the sender is comes from what proved it: a local credential, or a
 // message admission verified as signed by the sender's own host (admit.go).

@@ -58,7 +58,7 @@ const maxReceiptItems = defaultWindow
 // quiet kinds never produce receipts or bounces (no loops, no noise).
 func quiet(k envelope.Kind) bool {
 	switch k {
-	case envelope.Receipt, envelope.Bounce, envelope.Presence, envelope.TooLate, envelope.Broadcast:
+	case envelope.Receipt, envelope.Bounce, envelope.Presence, envelope.TooLate, envelope.Broadcast, envelope.Notice:
 		return true
 	}
 	return false
@@ -317,6 +317,30 @@ func (rc *receipts) Take(env *envelope.Envelope) error {
 	}
 	rc.Notify()
 	return nil
+}
+
+// LoopNotice puts the gateway's NOTICE about cut, a message cut as a
+// loop (hops.go), in the inbox of gid when that is an entity of this
+// host; false when it is not (or the notice could not be stored). The
+// notice keeps the cut message's trace and hop count, so anything sent
+// because of it is past max-hops too: it never restarts the loop.
+func (rc *receipts) LoopNotice(gid string, cut *envelope.Envelope, text string) bool {
+	b := rc.reg.Get(gid)
+	if b == nil {
+		return false
+	}
+	e := b.snapshot()
+	env := envelope.New(envelope.Notice,
+		envelope.Party{Name: "fleet", Host: rc.host},
+		envelope.Party{Gid: e.Gid, Name: e.Name, Host: e.Host}, text)
+	env.TraceID, env.InReplyTo, env.Hops = cut.TraceID, cut.MsgID, cut.Hops
+	if _, err := rc.in.Accept(env); err != nil {
+		rc.log.Warn("loop notice not stored", "msg_id", cut.MsgID, "trace_id", cut.TraceID, "entity", e.Name, "err", err)
+		return false
+	}
+	rc.audit.Write(audit.Line{Event: "loop_notice", TraceID: cut.TraceID, MsgID: cut.MsgID, Kind: string(cut.Kind),
+		Recipient: e.Gid, Entity: e.Name, Reason: "told of the loop cut: " + env.MsgID})
+	return true
 }
 
 // Bounce tells the sender of a dead message why, in its inbox.

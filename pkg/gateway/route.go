@@ -295,27 +295,33 @@ func (rt *router) SendWith(req *api.SendRequest, before func(*envelope.Envelope)
 			retry = true
 		}
 	}
-	if err := rt.limit(env, t.box != nil, retry); err != nil {
+	// what refuses it spends no pair-rate token: past max-hops (hops.go),
+	// the local recipient's policy (policy.go; on another host, its host
+	// decides as it arrives), a host with no sealing key (sealing.go);
+	// then the tokens (rate: pair-rate and urgent-rate), and only then a
+	// full inbox (a death)
+	if err := rt.loops.Send(env, parent); err != nil {
+		return nil, err
+	}
+	if t.box != nil {
+		if err := rt.policy.Check(t.box.snapshot(), env, "send"); err != nil {
+			return nil, err
+		}
+	} else if _, err := rt.seal.Check(env); err != nil {
+		return nil, err
+	}
+	if err := rt.rate(env, retry); err != nil {
 		return nil, err
 	}
 	if kind == envelope.Reply {
 		rt.audit.Message("replied", env, 0, "to "+req.ReplyTo)
 	}
 	if t.box != nil {
-		// the recipient's policy first (policy.go): refused, nothing is
-		// stored
-		if err := rt.policy.Check(t.box.snapshot(), env, "send"); err != nil {
-			return nil, err
-		}
 		// a full local inbox refuses it, as a full broker inbox does
 		// (inboxcap.go): dead here, a bounce, 75 for the call
 		if err := rt.caps.Refuse(env); err != nil {
 			return nil, err
 		}
-	}
-	// urgent-rate last (urgent.go): a send refused above spent none
-	if err := rt.urgent.Take(env, retry); err != nil {
-		return nil, err
 	}
 	if before != nil {
 		before(env)

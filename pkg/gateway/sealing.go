@@ -19,13 +19,14 @@ package gateway
 // the one its trust line names (HOST SIGNING-KEY SEALING-KEY).
 //
 // Secure by default, and never silently downgraded (issue 36): a host
-// with no key gets no text. A send or broadcast that one trusted host
-// with no key would deliver fails before anything is published or
-// stored (77, no_seal_key, naming every such host and the command that
-// fixes it), unless plaintext-hosts names the host or seal-fallback =
-// clear: then that host alone gets text in the clear, with a WARN line
-// per such host at most once a minute, and the sender's JSON
-// (clear_hosts) and its audit line (fleet-trace) name it. A broadcast
+// with no key gets no text. A send, reply, broadcast, ask, answer or
+// spawn request that one trusted host with no key would deliver fails
+// before anything is published, stored or waited for (77, no_seal_key,
+// naming every such host and the command that fixes it: Check, called
+// by each of them first), unless plaintext-hosts names the host or
+// seal-fallback = clear: then that host alone gets text in the clear,
+// with a WARN line per such host at most once a minute, and the
+// sender's JSON (clear_hosts) and its audit line (fleet-trace) name it. A broadcast
 // stays one sealed publish to broadcast.<group> for the hosts with keys;
 // each member of a host without one that the peers' presence lists gets
 // a copy in the clear of its own, under the same msg id, to its gid, so

@@ -56,6 +56,7 @@ type Metrics struct {
 	notAccept  *prometheus.CounterVec
 	loopsCut   *prometheus.CounterVec
 	rateLim    prometheus.Counter
+	loopNotes  prometheus.Counter
 	urgent     *prometheus.CounterVec
 	confirm    *prometheus.HistogramVec
 	flush      prometheus.Histogram
@@ -137,15 +138,19 @@ func New(host, version string, snap func() (Snapshot, error)) *Metrics {
 		}, []string{"where"}),
 		loopsCut: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fleet_loops_cut_total",
-			Help: "Messages refused as past max-hops in their trace (kind loop), by where: send (a local sender's, refused before it was stored or published) or arrival (one from another host, refused as it came in).",
+			Help: "Messages (sends, replies, asks, answers, broadcasts) refused as past max-hops in their trace (kind loop), by where: send (a local sender's, refused before it was stored or published) or arrival (one from another host, refused as it came in).",
 		}, []string{"where"}),
 		rateLim: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fleet_rate_limited_total",
-			Help: "Sends refused because their sender sent the recipient more than pair-rate messages in the last minute (kind rate_limited, exit 75; nothing queued).",
+			Help: "Sends, replies, asks, answers and broadcasts refused because their sender sent the recipient (a broadcast: the group) more than pair-rate messages in the last minute (kind rate_limited, exit 75; nothing queued).",
+		}),
+		loopNotes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fleet_loop_notices_total",
+			Help: "NOTICEs put in the inbox of the other party of a loop cut here (the entity whose message the cut one answered): the sender was told by its exit status or a BOUNCE.",
 		}),
 		urgent: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fleet_urgent_total",
-			Help: "Urgent messages (fleet-send --urgent, fleet-ask --urgent) of this host's entities, by outcome: sent (within urgent-rate, on its way ahead of normal mail), rate_limited (refused over urgent-rate: exit 75, nothing sent) demoted (from another host's sender past twice urgent-rate here: taken in as normal mail) or interrupted (an agent's own interrupt pressed for it: --interrupt-on-urgent).",
+			Help: "Urgent messages (fleet-send --urgent, fleet-ask --urgent) of this host's entities, by outcome: sent (within urgent-rate, on its way ahead of normal mail), rate_limited (refused over urgent-rate: exit 75, nothing sent), demoted (from another host's sender past twice urgent-rate here: taken in as normal mail) or interrupted (an agent's own interrupt pressed for it: --interrupt-on-urgent).",
 		}, []string{"outcome"}),
 		confirm: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "fleet_publish_confirm_seconds",
@@ -172,7 +177,7 @@ func New(host, version string, snap func() (Snapshot, error)) *Metrics {
 	m.urgent.WithLabelValues("rate_limited")
 	m.urgent.WithLabelValues("demoted")
 	m.urgent.WithLabelValues("interrupted")
-	m.reg.MustRegister(m.accepted, m.delivered, m.dead, m.inboxFull, m.inboxHeld, m.refused, m.reconnects, m.notAccept, m.loopsCut, m.rateLim, m.urgent, m.confirm, m.flush,
+	m.reg.MustRegister(m.accepted, m.delivered, m.dead, m.inboxFull, m.inboxHeld, m.refused, m.reconnects, m.notAccept, m.loopsCut, m.rateLim, m.urgent, m.loopNotes, m.confirm, m.flush,
 		&scraper{host: host, version: version, snap: snap},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -251,6 +256,13 @@ func (m *Metrics) NotAccepted(where string) {
 func (m *Metrics) LoopCut(where string) {
 	if m != nil {
 		m.loopsCut.WithLabelValues(where).Inc()
+	}
+}
+
+// LoopNoticed counts a NOTICE to the other party of a loop cut.
+func (m *Metrics) LoopNoticed() {
+	if m != nil {
+		m.loopNotes.Inc()
 	}
 }
 

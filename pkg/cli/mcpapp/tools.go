@@ -37,7 +37,7 @@ const (
 // Message is one message as a tool returns it.
 type Message struct {
 	MsgID     string    `json:"msg_id" jsonschema:"the message's id (for reply, answer, status)"`
-	Kind      string    `json:"kind" jsonschema:"SEND, REPLY, ASK, ANSWER, BROADCAST, BOUNCE (a message of yours died) or TOO_LATE"`
+	Kind      string    `json:"kind" jsonschema:"SEND, REPLY, ASK, ANSWER, BROADCAST, BOUNCE (a message of yours died), NOTICE (the gateway: a loop you were in was cut) or TOO_LATE"`
 	From      string    `json:"from" jsonschema:"the sender, NAME@HOST"`
 	FromGid   string    `json:"from_gid" jsonschema:"the sender's gid"`
 	To        string    `json:"to" jsonschema:"the recipient, NAME@HOST, or broadcast.GROUP for a broadcast"`
@@ -124,12 +124,13 @@ type AnswerIn struct {
 }
 
 type SentOut struct {
-	MsgID        string `json:"msg_id" jsonschema:"the new message's id"`
-	TraceID      string `json:"trace_id" jsonschema:"its flow's trace id"`
-	Recipient    string `json:"recipient" jsonschema:"NAME@HOST it went to"`
-	RecipientGid string `json:"recipient_gid"`
-	State        string `json:"state" jsonschema:"accepted, or for an answer: answered (the asking turn has it)"`
-	Inbox        Inbox  `json:"inbox" jsonschema:"mail waiting for you now"`
+	MsgID        string   `json:"msg_id" jsonschema:"the new message's id"`
+	TraceID      string   `json:"trace_id" jsonschema:"its flow's trace id"`
+	Recipient    string   `json:"recipient" jsonschema:"NAME@HOST it went to"`
+	RecipientGid string   `json:"recipient_gid"`
+	State        string   `json:"state" jsonschema:"accepted, or for an answer: answered (the asking turn has it)"`
+	ClearHosts   []string `json:"clear_hosts,omitempty" jsonschema:"hosts with no sealing key that got the text in the clear, the broker able to read it (seal-fallback = clear or plaintext-hosts)"`
+	Inbox        Inbox    `json:"inbox" jsonschema:"mail waiting for you now"`
 }
 
 type AskIn struct {
@@ -142,11 +143,12 @@ type AskIn struct {
 }
 
 type AskOut struct {
-	AskID     string  `json:"ask_id" jsonschema:"the ask's id"`
-	TraceID   string  `json:"trace_id"`
-	Recipient string  `json:"recipient" jsonschema:"NAME@HOST asked"`
-	Answer    Message `json:"answer" jsonschema:"the answer"`
-	Inbox     Inbox   `json:"inbox" jsonschema:"mail waiting for you now"`
+	AskID      string   `json:"ask_id" jsonschema:"the ask's id"`
+	TraceID    string   `json:"trace_id"`
+	Recipient  string   `json:"recipient" jsonschema:"NAME@HOST asked"`
+	Answer     Message  `json:"answer" jsonschema:"the answer"`
+	ClearHosts []string `json:"clear_hosts,omitempty" jsonschema:"hosts with no sealing key that got the text in the clear, the broker able to read it (seal-fallback = clear or plaintext-hosts)"`
+	Inbox      Inbox    `json:"inbox" jsonschema:"mail waiting for you now"`
 }
 
 type ReceiveIn struct {
@@ -192,11 +194,12 @@ type BroadcastIn struct {
 }
 
 type BroadcastOut struct {
-	MsgID        string `json:"msg_id"`
-	TraceID      string `json:"trace_id"`
-	Recipient    string `json:"recipient" jsonschema:"broadcast.all or broadcast.GROUP"`
-	LocalMembers int    `json:"local_members" jsonschema:"members on this host that got it (others get theirs through the broker)"`
-	Inbox        Inbox  `json:"inbox" jsonschema:"mail waiting for you now"`
+	MsgID        string   `json:"msg_id"`
+	TraceID      string   `json:"trace_id"`
+	Recipient    string   `json:"recipient" jsonschema:"broadcast.all or broadcast.GROUP"`
+	LocalMembers int      `json:"local_members" jsonschema:"members on this host that got it (others get theirs through the broker)"`
+	ClearHosts   []string `json:"clear_hosts,omitempty" jsonschema:"hosts with no sealing key that got the text in the clear, the broker able to read it (seal-fallback = clear or plaintext-hosts)"`
+	Inbox        Inbox    `json:"inbox" jsonschema:"mail waiting for you now"`
 }
 
 type WhoamiIn struct{}
@@ -464,7 +467,7 @@ func (s *server) sent(ctx context.Context, r *api.SendRequest) (*mcp.CallToolRes
 		return nil, SentOut{}, toolError(err, "")
 	}
 	return nil, SentOut{MsgID: resp.Sent.MsgID, TraceID: resp.Sent.TraceID, Recipient: resp.Sent.Recipient,
-		RecipientGid: resp.Sent.Gid, State: resp.Sent.State, Inbox: s.inbox.now()}, nil
+		RecipientGid: resp.Sent.Gid, State: resp.Sent.State, ClearHosts: resp.Sent.ClearHosts, Inbox: s.inbox.now()}, nil
 }
 
 func (s *server) ask(ctx context.Context, req *mcp.CallToolRequest, in AskIn) (*mcp.CallToolResult, AskOut, error) {
@@ -488,7 +491,7 @@ func (s *server) ask(ctx context.Context, req *mcp.CallToolRequest, in AskIn) (*
 	if err != nil {
 		return nil, AskOut{}, toolError(err, "")
 	}
-	out := AskOut{AskID: resp.Sent.MsgID, TraceID: resp.Sent.TraceID, Recipient: resp.Sent.Recipient}
+	out := AskOut{AskID: resp.Sent.MsgID, TraceID: resp.Sent.TraceID, Recipient: resp.Sent.Recipient, ClearHosts: resp.Sent.ClearHosts}
 	stop := s.progress(ctx, req, fmt.Sprintf("waiting for %s to answer ask %s", out.Recipient, out.AskID))
 	ans, err := readHeld(ctx, cl)
 	stop()
@@ -569,7 +572,7 @@ func (s *server) broadcast(ctx context.Context, req *mcp.CallToolRequest, in Bro
 		return nil, BroadcastOut{}, toolError(err, "")
 	}
 	return nil, BroadcastOut{MsgID: resp.Sent.MsgID, TraceID: resp.Sent.TraceID, Recipient: resp.Sent.Recipient,
-		LocalMembers: resp.Count, Inbox: s.inbox.now()}, nil
+		LocalMembers: resp.Count, ClearHosts: resp.Sent.ClearHosts, Inbox: s.inbox.now()}, nil
 }
 
 func (s *server) whoami(ctx context.Context, req *mcp.CallToolRequest, _ WhoamiIn) (*mcp.CallToolResult, WhoamiOut, error) {
