@@ -77,7 +77,7 @@ start() {
 stop() {
 	local n pid i
 	for n in 3 2 1; do
-		pid=$(cat "$base/n$n/rabbit.pid" 2>/dev/null || true)
+		pid=$(nodepid "$n")
 		node "$n" stop || true
 		for i in $(seq 600); do
 			[ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || break
@@ -86,10 +86,17 @@ stop() {
 	done
 }
 
+# nodepid N: node N's Erlang VM, from its pid file, or (a node up whose
+# pid file went missing: seen once on a shared machine) from the data
+# folder its command line names
+nodepid() {
+	cat "$base/n$1/rabbit.pid" 2>/dev/null || pgrep -f -- "beam.smp .* -home $base/n$1( |$)" | head -1 || true
+}
+
 kill_node() {
 	local pid
-	pid=$(cat "$base/n$1/rabbit.pid" 2>/dev/null || true)
-	[ -n "$pid" ] || { echo "rabbitmq-cluster: node $1 has no pid file" >&2; exit 69; }
+	pid=$(nodepid "$1")
+	[ -n "$pid" ] || { echo "rabbitmq-cluster: node $1 has no pid file, and no process of its data folder runs" >&2; exit 69; }
 	kill -9 "$pid" 2>/dev/null || true
 	while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
 }
