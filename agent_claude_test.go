@@ -785,3 +785,44 @@ func TestClaudeCodeLoopCut(t *testing.T) {
 		t.Errorf("fleet-trace shows %d messages pasted, want 4 (hops 0 to 3):\n%s", n, tr)
 	}
 }
+
+// The real Claude Code started by a compound command, as `tmux
+// new-session "claude; exec bash"` starts it (issue 40.3): claude runs in
+// the process group of the pane's shell, so nothing can prove at paste
+// time that claude, not the shell, reads what is typed. At its first hook
+// the entity goes unhooked at once, with the reason and the fix; the
+// message sent before its first prompt is held, never typed into the
+// pane; hooks doctor names the reason.
+func TestClaudeCodeCompoundStart(t *testing.T) {
+	agentTest(t)
+	claude := agentBin(t, "claude")
+	rig := newAgentRig(t)
+	rig.fleet("fleet-roster", "join", "alice", "--mode", "pull")
+	c := &claudeRun{r: rig, name: "compound", hooks: filepath.Join(rig.dir, "claude-hooks.jsonl")}
+	claudeConfig(t, rig, c.hooks)
+	pane, start := rig.gatedPane(c.name, claude+"; exec bash --norc --noprofile", claudeEnv(rig)...)
+	c.pane = pane
+	shell := rig.tmux("display", "-p", "-t", pane, "#{pane_pid}")
+	t.Cleanup(func() { endClaude(rig, pane, shell) })
+	rig.fleet("fleet-roster", "join", c.name, "--mode", "inject", "--tmux-target", pane)
+	body := "sent before claude started, in a compound command"
+	id := c.send(t, body)
+	start()
+	rig.waitScreen(pane, claudeReady, 30*time.Second)
+	waitRow(t, rig, c.name, `"status":"unhooked","status_reason":"claude \(pid [0-9]+\) runs in the process group of the pane's shell (sh|bash) \(started by a compound command`, 30*time.Second)
+	// the sentinel: the delivery loop saw the message and held it
+	rig.waitLog(0, `"msg":"held: the agent is not idle".*"entity":"`+c.name+`","status":"(starting|unhooked)","msg_id":"`+id+`"`, 15*time.Second)
+	if n := len(turnsWith(rig, body)); n != 0 {
+		t.Fatalf("the model saw the message (%d turns): it was typed into a compound-started pane", n)
+	}
+	if strings.Contains(rig.screen(pane), body) {
+		t.Fatalf("the message shows in the pane:\n%s", rig.screen(pane))
+	}
+	if st := rig.fleet("fleet-send", "--as", "alice", "--json", "--status", id); !strings.Contains(st, `"state":"accepted"`) {
+		t.Fatalf("the held message: %s", st)
+	}
+	doc, _, _ := rig.fleetTry("fleet-roster", "hooks", "doctor", "claude", "--entity", c.name)
+	if !strings.Contains(doc, "process group of the pane's shell") && !strings.Contains(doc, "compound command") {
+		t.Errorf("hooks doctor does not name the reason:\n%s", doc)
+	}
+}
