@@ -115,7 +115,7 @@ func claudeEnv(r *agentRig) []string {
 // startClaude starts a shell in a pane, joins it as entity name (inject
 // mode), and runs claude in it with the entity's credential, waiting for
 // its idle prompt.
-func startClaude(t *testing.T, r *agentRig, name string) *claudeRun {
+func startClaude(t *testing.T, r *agentRig, name string, join ...string) *claudeRun {
 	t.Helper()
 	agentBin(t, "claude")
 	c := &claudeRun{r: r, name: name, hooks: filepath.Join(r.dir, "claude-hooks.jsonl")}
@@ -129,7 +129,10 @@ func startClaude(t *testing.T, r *agentRig, name string) *claudeRun {
 	// test's folder is removed (cleanups run last first)
 	shell := r.tmux("display", "-p", "-t", c.pane, "#{pane_pid}")
 	t.Cleanup(func() { endClaude(r, c.pane, shell) })
-	out := r.fleet("fleet-roster", "join", name, "--mode", "inject", "--tmux-target", c.pane, "--idle-screen", "2s", "--paste", "bracketed")
+	if join == nil {
+		join = []string{"--idle-screen", "2s", "--paste", "bracketed"}
+	}
+	out := r.fleet("fleet-roster", append([]string{"join", name, "--mode", "inject", "--tmux-target", c.pane}, join...)...)
 	c.token = strings.Fields(out)[0]
 	start := time.Now()
 	r.tmux("send-keys", "-t", c.pane, "-l", "FLEET_TOKEN="+c.token+" claude")
@@ -825,4 +828,48 @@ func TestClaudeCodeCompoundStart(t *testing.T) {
 	if !strings.Contains(doc, "process group of the pane's shell") && !strings.Contains(doc, "compound command") {
 		t.Errorf("hooks doctor does not name the reason:\n%s", doc)
 	}
+}
+
+// An interrupt with the defaults (issue 40.4): Claude Code runs no hook
+// on an Escape mid-turn, so its entity stayed busy, mail held, until
+// stuck-after (10 minutes). Its screen says it instead: the interrupted
+// fleet message back in its input keeps it busy with the reason (a paste
+// would send it again) within seconds, and once the box is cleared its
+// ready prompt, which shows only with an empty box, reads idle. No
+// --idle-screen, no short stuck-after.
+func TestClaudeCodeInterruptToIdle(t *testing.T) {
+	agentTest(t)
+	rig := newAgentRig(t)
+	rig.fleet("fleet-roster", "join", "alice", "--mode", "pull")
+	c := startClaude(t, rig, "claude", "--paste", "bracketed")
+	rig.waitStatus(c.name, "idle", 15*time.Second)
+	body := "interrupt me STUB:SLOW=60"
+	c.send(t, body)
+	waitTurnsWith(t, rig, body, 1)
+	rig.waitStatus(c.name, "busy", 10*time.Second)
+	rig.waitScreen(c.pane, `esc to interrupt`, 10*time.Second)
+	escaped := time.Now()
+	rig.tmux("send-keys", "-t", c.pane, "Escape")
+	waitRow(t, rig, c.name, `"status":"busy","status_reason":"an interrupted message is back in the agent's input: clear it there`, 10*time.Second)
+	t.Logf("Escape to busy with the reason: %v", time.Since(escaped).Round(100*time.Millisecond))
+	// held meanwhile: a message sent now is not pasted onto the old one
+	next := "after the interrupt, a message of its own"
+	id := c.send(t, next)
+	// the person clears the box (Ctrl-U a line: the body's, then, joined
+	// by a backspace, the header's)
+	rig.tmux("send-keys", "-t", c.pane, "C-u")
+	rig.tmux("send-keys", "-t", c.pane, "BSpace")
+	rig.tmux("send-keys", "-t", c.pane, "C-u")
+	cleared := time.Now()
+	rig.waitScreen(c.pane, claudeReady, 10*time.Second)
+	turns := waitTurnsWith(t, rig, next, 1)
+	t.Logf("cleared to the next message's turn: %v; Escape to it: %v", time.Since(cleared).Round(100*time.Millisecond), time.Since(escaped).Round(100*time.Millisecond))
+	if d := time.Since(cleared); d > 10*time.Second {
+		t.Errorf("the next message came %v after the box was cleared", d)
+	}
+	if strings.Contains(turns[0].Prompt, "interrupt me") || strings.Count(turns[0].Prompt, next) != 1 {
+		t.Errorf("the turn after the interrupt: %q", turns[0].Prompt)
+	}
+	c.waitState(t, id, "delivered")
+	rig.waitLog(0, `"msg":"agent idle".*"entity":"claude","reason":"read from the screen: its turn ended with no hook \(an interrupt\), its input empty"`, 10*time.Second)
 }

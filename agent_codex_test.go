@@ -238,6 +238,7 @@ func TestCodex(t *testing.T) {
 		r.turnWith("a long one", 30*time.Second)
 		r.waitStatus("codex", "busy", 10*time.Second)
 		r.waitScreen(pane, codexWorkingRE.String(), 10*time.Second)
+		escaped := time.Now()
 		r.tmux("send-keys", "-t", pane, "Escape")
 		// UserPromptSubmit, then Interrupt (not Stop): idle
 		calls := r.waitTurnCalls(n+2, 20*time.Second)
@@ -245,6 +246,7 @@ func TestCodex(t *testing.T) {
 			t.Fatalf("fleet-turn calls %q, want %q last", calls[n:], want)
 		}
 		r.waitStatus("codex", "idle", 10*time.Second)
+		t.Logf("Escape to idle (issue 40.4): %v", time.Since(escaped).Round(10*time.Millisecond))
 		r.waitScreen(pane, `Conversation interrupted`, 10*time.Second)
 		body := "after the interrupt, a new one"
 		id := r.sendID("codex", body)

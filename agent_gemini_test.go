@@ -277,8 +277,10 @@ func geminiCases(t *testing.T, r *agentRig, pane, gemini string, env []string) {
 		r.turnWith("a long one", 30*time.Second)
 		r.waitStatus("gem", "busy", 10*time.Second)
 		r.waitScreen(pane, geminiWorkingRE, 10*time.Second)
+		escaped := time.Now()
 		r.tmux("send-keys", "-t", pane, "Escape")
 		r.waitStatus("gem", "idle", 10*time.Second)
+		t.Logf("Escape to idle (issue 40.4): %v", time.Since(escaped).Round(10*time.Millisecond))
 		r.waitScreen(pane, `Request cancelled`, 10*time.Second)
 		body := "after the escape, a new one"
 		id := r.sendID("gem", body)

@@ -320,6 +320,9 @@ func (w *agentWatch) next(ctx context.Context, ent store.Entity, now time.Time) 
 		if now.Sub(since) >= w.cfg.StuckAfter {
 			return stStuck, fmt.Sprintf("busy for %v with no hook from the agent", w.cfg.StuckAfter.Round(time.Second))
 		}
+		if st, why, ok := w.interrupted(ctx, ent, now, since); ok {
+			return st, why
+		}
 	}
 	if quiet := idleQuiet(ent); (status == stStarting || status == stStuck || status == stUnhooked) && quiet > 0 && ent.Program != "" {
 		// idle read from the screen: the program in front (checked
@@ -339,7 +342,7 @@ func (w *agentWatch) next(ctx context.Context, ent store.Entity, now time.Time) 
 			// Claude Code puts an interrupted prompt back in its input: a
 			// paste now would send it again with the next message
 			w.look = "an interrupted message is back in the input"
-			return status, "an interrupted message is back in the agent's input: clear it there, and its mail flows again"
+			return status, restoredReason
 		}
 		if !readyRE.MatchString(s) || workingRE.MatchString(s) {
 			// no agent CLI's ready prompt on the screen (a tool's approval
@@ -412,6 +415,56 @@ var (
 	readyRE   = regexp.MustCompile(`\? for shortcuts|Type your message or @path/to/file|ctrl\+p commands`)
 	workingRE = regexp.MustCompile(`esc to interrupt|esc to cancel|esc interrupt`)
 )
+
+// interruptScreens are the agent programs whose interrupt (Escape
+// mid-turn) runs no hook, and whose screen says measurably when a turn
+// ended that way (docs/agent-clis/claude.md, Escape mid-turn): Claude
+// Code. Without a reading, such an entity stayed busy, its mail held,
+// until stuck-after (10 minutes).
+var interruptScreens = map[string]bool{"claude": true}
+
+// busyScreenAfter is how old a busy must be before its screen is read for
+// an interrupt: a paste's busy is confirmed by the turn's own hook well
+// within it.
+const busyScreenAfter = 3 * time.Second
+
+// restoredReason is the reason of an entity whose agent has an
+// interrupted fleet message back in its input.
+const restoredReason = "an interrupted message is back in the agent's input: clear it there, and its mail flows again"
+
+// interrupted reads the screen of a busy agent whose interrupt runs no
+// hook (interruptScreens) for a turn that ended by one: the interrupted
+// fleet message back in its input (restoredRE) keeps it busy, with the
+// reason, as a paste would send it again; the ready prompt with an empty
+// box (readyRE: it shows only then), no turn and no dialog, unchanged for
+// lateQuiet, is idle. ok false: nothing read that changes the status.
+func (w *agentWatch) interrupted(ctx context.Context, ent store.Entity, now, since time.Time) (status, reason string, ok bool) {
+	if !interruptScreens[ent.Program] || ent.TmuxTarget == "" || (now.Sub(since) < busyScreenAfter && ent.StatusReason != restoredReason) {
+		return "", "", false
+	}
+	s, err := deliver.Screen(ctx, ent.PaneTarget())
+	switch {
+	case err != nil:
+		return "", "", false
+	case workingRE.MatchString(s) || dialogRE.MatchString(s):
+		w.screen = "" // a turn, or a question: not over
+		return "", "", false
+	case restoredRE.MatchString(s):
+		w.look = "an interrupted message is back in the input"
+		return stBusy, restoredReason, true
+	case !readyRE.MatchString(s):
+		w.screen = ""
+		return "", "", false
+	}
+	if s != w.screen {
+		w.screen, w.screenSince = s, now
+		return "", "", false
+	}
+	if now.Sub(w.screenSince) < lateQuiet {
+		return "", "", false
+	}
+	return stIdle, "read from the screen: its turn ended with no hook (an interrupt), its input empty", true
+}
 
 // restoredRE finds a fleet message back in an agent's input box (between
 // Claude Code's two rules, after its prompt glyph and a no-break space):
