@@ -147,6 +147,22 @@ func (b *Broker) Run(ctx context.Context) {
 			backoff.Sleep(ctx, time.Second)
 			continue
 		}
+		if err != nil && !takenSince.IsZero() && !b.lostOnce {
+			// at start, after the claim was seen held: another error (a
+			// dial cut, a channel closed under the declare) proves nothing
+			// about who holds it now, so this gateway still does not serve
+			// (a copied state folder would deliver its stored mail twice);
+			// it asks again until the claim is ours or ClaimWait is out
+			b.log.Warn("asking the broker again whether host id "+b.cfg.Host+" is free", "err", err)
+			if time.Since(takenSince) > b.ClaimWait() {
+				b.fatal <- fault.Wrap(fault.Conflict, fault.KindHostTaken, err,
+					"host id %s is taken: another live gateway was connected to the broker as %s, and the broker could not be asked again", b.cfg.Host, b.cfg.Host).
+					WithHint("stop the other gateway, or give this one its own --host (a copied state folder keeps its host id)")
+				return
+			}
+			backoff.Sleep(ctx, time.Second)
+			continue
+		}
 		takenSince = time.Time{}
 		refused := loginRefused(err)
 		if refused && !b.lostOnce && failures == 0 {
