@@ -248,6 +248,18 @@ func (b *Broker) declare(gen *generation, gid string, groups []string) (consumer
 	})
 	var ae *amqp.Error
 	if errors.As(err, &ae) && ae.Code == amqp.PreconditionFailed {
+		// made before urgent mail had a priority: kept, FIFO at the broker
+		err = gen.setup.do(func(ch *amqp.Channel) error {
+			st, err := ch.QueueDeclare(q, true, false, false, false, inboxArgsBeforeUrgent(b.cfg.Limits))
+			consumers = st.Consumers
+			return err
+		})
+		if err == nil {
+			b.log.Info("inbox made before urgent mail had a priority at the broker: kept as it is, so urgent mail it holds waits in arrival order there (ahead of normal mail again once taken in)",
+				"queue", q, "fix", "fleet-roster leave the entity and join it again: its new inbox has the priority")
+		}
+	}
+	if errors.As(err, &ae) && ae.Code == amqp.PreconditionFailed {
 		b.log.Error("inbox queue exists with other arguments than configured: keeping its current limits",
 			"queue", q, "err", ae.Reason,
 			"fix", "the new limits apply to inboxes declared from now on; to change this one, delete it while empty or set a broker policy")

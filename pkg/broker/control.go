@@ -123,6 +123,9 @@ func (b *Broker) publishing(env *envelope.Envelope, persistent bool) (amqp.Publi
 	if persistent {
 		msg.DeliveryMode = amqp.Persistent
 	}
+	if env.Urgent { // ahead of normal mail the broker holds (inboxArgs)
+		msg.Priority = UrgentPriority
+	}
 	if !env.Expires.IsZero() {
 		ms := time.Until(env.Expires).Milliseconds()
 		if ms < 1 {

@@ -121,7 +121,31 @@ func queueArgs(queueType string) amqp.Table {
 // On a quorum queue (Limits.QueueType) the length cap is approximate:
 // RabbitMQ may accept a message or so beyond x-max-length before it
 // rejects publishes.
+//
+// A classic inbox has two priorities (x-max-priority 1): urgent mail is
+// published with UrgentPriority, so what the broker holds for a
+// back-pressured entity goes out urgent first, FIFO within each priority
+// (a requeued delivery goes back to its place in its own priority). A
+// quorum queue takes no x-max-priority: RabbitMQ 4 gives it two
+// priorities by the same property (above 4 is high); RabbitMQ 3.10's is
+// FIFO, urgent or not.
 func inboxArgs(l Limits) amqp.Table {
+	t := inboxArgsBeforeUrgent(l)
+	if l.QueueType != "quorum" {
+		t["x-max-priority"] = int64(1)
+	}
+	return t
+}
+
+// UrgentPriority is the AMQP priority of urgent mail (envelope.Urgent):
+// above 4, the high one of a RabbitMQ 4 quorum queue; a classic inbox
+// (x-max-priority 1) takes it as its maximum.
+const UrgentPriority = 5
+
+// inboxArgsBeforeUrgent are the arguments of an inbox made before urgent
+// mail had a priority at the broker: declare keeps using such a queue,
+// FIFO, as it is.
+func inboxArgsBeforeUrgent(l Limits) amqp.Table {
 	t := queueArgs(l.QueueType)
 	t["x-dead-letter-exchange"] = ExDead
 	t["x-overflow"] = "reject-publish"
