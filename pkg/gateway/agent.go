@@ -410,10 +410,11 @@ func (w *agentWatch) record(ctx context.Context, b *mailbox, ent store.Entity, s
 // — never from a stillness alone, which a tool's approval question has too.
 // OpenCode's: its footer "ctrl+p commands" (at its prompt and mid-turn:
 // a turn shows "esc interrupt" on its spinner line), and its tool
-// approval "Permission required".
+// approval "Permission required". Copilot CLI's: its footer "/ commands ·
+// ? help" at its prompt, which a turn replaces by "Working esc …".
 var (
-	readyRE   = regexp.MustCompile(`\? for shortcuts|Type your message or @path/to/file|ctrl\+p commands`)
-	workingRE = regexp.MustCompile(`esc to interrupt|esc to cancel|esc interrupt`)
+	readyRE   = regexp.MustCompile(`\? for shortcuts|Type your message or @path/to/file|ctrl\+p commands|/ commands · \? help`)
+	workingRE = regexp.MustCompile(`esc to interrupt|esc to cancel|esc interrupt|Working esc`)
 )
 
 // interruptScreens are the agent programs whose interrupt (Escape
