@@ -421,8 +421,10 @@ var (
 // mid-turn) runs no hook, and whose screen says measurably when a turn
 // ended that way (docs/agent-clis/claude.md, Escape mid-turn): Claude
 // Code. Without a reading, such an entity stayed busy, its mail held,
-// until stuck-after (10 minutes).
-var interruptScreens = map[string]bool{"claude": true}
+// until stuck-after (10 minutes). Copilot CLI too (docs/agent-clis/
+// copilot.md), by its process (its program reads node): nor does it run
+// a hook when a model error ends its turn.
+var interruptScreens = map[string]bool{"claude": true, "copilot": true}
 
 // busyScreenAfter is how old a busy must be before its screen is read for
 // an interrupt: a paste's busy is confirmed by the turn's own hook well
@@ -440,7 +442,7 @@ const restoredReason = "an interrupted message is back in the agent's input: cle
 // box (readyRE: it shows only then), no turn and no dialog, unchanged for
 // lateQuiet, is idle. ok false: nothing read that changes the status.
 func (w *agentWatch) interrupted(ctx context.Context, ent store.Entity, now, since time.Time) (status, reason string, ok bool) {
-	if !interruptScreens[ent.Program] || ent.TmuxTarget == "" || (now.Sub(since) < busyScreenAfter && ent.StatusReason != restoredReason) {
+	if !(interruptScreens[ent.Program] || interruptScreens[lateCLI(ent.AgentPID)]) || ent.TmuxTarget == "" || (now.Sub(since) < busyScreenAfter && ent.StatusReason != restoredReason) {
 		return "", "", false
 	}
 	s, err := deliver.Screen(ctx, ent.PaneTarget())
