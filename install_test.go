@@ -31,7 +31,7 @@ func TestMakeInstall(t *testing.T) {
 		"lib/systemd/user/fleet-gw.service", "lib/systemd/user/fleet-gw-health.service",
 		"lib/systemd/user/fleet-gw-health.timer", "share/doc/fleet/fleet.conf.example",
 		"bin/fleet-turn", "share/fleet/hooks/claude-code-settings.json", "share/fleet/hooks/codex-hooks.json",
-		"share/fleet/hooks/gemini-settings.json", "share/fleet/hooks/codex-notify.toml", "share/fleet/hooks/opencode-plugin.js",
+		"share/fleet/hooks/gemini-settings.json", "share/fleet/hooks/codex-notify.toml", "share/fleet/hooks/opencode-plugin.js", "share/fleet/hooks/copilot-hooks.json",
 		"share/fish/vendor_completions.d/fleet-gw.fish", "share/fish/vendor_completions.d/fleet-send.fish",
 	} {
 		if _, err := os.Stat(filepath.Join(prefix, f)); err != nil {
@@ -54,7 +54,7 @@ func TestMakeInstall(t *testing.T) {
 		}
 	}
 	// fleet-turn and the snippets are the ones in scripts/hooks, executable
-	for _, f := range []string{"fleet-turn", "claude-code-settings.json", "codex-hooks.json", "codex-notify.toml", "gemini-settings.json", "opencode-plugin.js"} {
+	for _, f := range []string{"fleet-turn", "claude-code-settings.json", "codex-hooks.json", "codex-notify.toml", "gemini-settings.json", "opencode-plugin.js", "copilot-hooks.json"} {
 		want, err := os.ReadFile(filepath.Join("scripts/hooks", f))
 		if err != nil {
 			t.Fatal(err)

@@ -84,10 +84,10 @@ _fleet_roster() {
     group) (( npos == 0 )) && mapfile -t COMPREPLY < <(compgen -W "$(fleet-roster __complete entities 2>/dev/null)" -- "$cur") ;;
     accept) (( npos == 0 )) && mapfile -t COMPREPLY < <(compgen -W "$(fleet-roster __complete entities 2>/dev/null)" -- "$cur") ;;
     hooks) (( npos == 0 )) && mapfile -t COMPREPLY < <(compgen -W 'install status remove doctor' -- "$cur") ;;
-    hooks.install) (( npos == 0 )) && mapfile -t COMPREPLY < <(compgen -W 'claude codex gemini opencode' -- "$cur") ;;
-    hooks.status) (( npos == 0 )) && mapfile -t COMPREPLY < <(compgen -W 'claude codex gemini opencode' -- "$cur") ;;
-    hooks.remove) (( npos == 0 )) && mapfile -t COMPREPLY < <(compgen -W 'claude codex gemini opencode' -- "$cur") ;;
-    hooks.doctor) (( npos == 0 )) && mapfile -t COMPREPLY < <(compgen -W 'claude codex gemini opencode' -- "$cur") ;;
+    hooks.install) (( npos == 0 )) && mapfile -t COMPREPLY < <(compgen -W 'claude codex gemini opencode copilot' -- "$cur") ;;
+    hooks.status) (( npos == 0 )) && mapfile -t COMPREPLY < <(compgen -W 'claude codex gemini opencode copilot' -- "$cur") ;;
+    hooks.remove) (( npos == 0 )) && mapfile -t COMPREPLY < <(compgen -W 'claude codex gemini opencode copilot' -- "$cur") ;;
+    hooks.doctor) (( npos == 0 )) && mapfile -t COMPREPLY < <(compgen -W 'claude codex gemini opencode copilot' -- "$cur") ;;
     dead) (( npos == 0 )) && mapfile -t COMPREPLY < <(compgen -W "$(fleet-roster __complete entities 2>/dev/null)" -- "$cur") ;;
     esac
     return 0

@@ -184,37 +184,37 @@ complete -c fleet-roster -n '__fleet_roster_at hooks 0' -a 'doctor' -d 'status, 
 
 # fleet-roster hooks install
 complete -c fleet-roster -n '__fleet_roster_at hooks.install' -l json -d 'machine-readable output: one JSON object, or JSON Lines for streams'
-complete -c fleet-roster -n '__fleet_roster_at hooks.install' -l project -x -a '(__fish_complete_directories (commandline -ct))' -d 'the project folder\'s settings (DIR/.claude, .codex, .gemini, .opencode) instead of the user\'s'
+complete -c fleet-roster -n '__fleet_roster_at hooks.install' -l project -x -a '(__fish_complete_directories (commandline -ct))' -d 'the project folder\'s settings (DIR/.claude, .codex, .gemini, .opencode, .github/hooks) instead of the user\'s'
 complete -c fleet-roster -n '__fleet_roster_at hooks.install' -l trust -d 'codex: record the hooks as trusted in its config.toml, as its /hooks review does'
 complete -c fleet-roster -n '__fleet_roster_at hooks.install' -l mcp -x -a '(fleet-roster __complete entities 2>/dev/null)' -d 'instead of the hooks: write the CLI\'s MCP server entry "fleet": fleet-mcp --as `NAME` (the entity\'s credential file, never a token)'
 complete -c fleet-roster -n '__fleet_roster_at hooks.install' -l force -d 'with --mcp: replace an entry named fleet that differs from fleet\'s'
 complete -c fleet-roster -n '__fleet_roster_at hooks.install' -l approve -x -d 'with --mcp, codex: the fleet-mcp `TOOLS` (comma-separated, or all) Codex runs without asking; by default it asks before each tool that is not read-only'
 complete -c fleet-roster -n '__fleet_roster_at hooks.install' -l help -s h -d 'show help'
-complete -c fleet-roster -n '__fleet_roster_at hooks.install 0' -x -a 'claude codex gemini opencode'
+complete -c fleet-roster -n '__fleet_roster_at hooks.install 0' -x -a 'claude codex gemini opencode copilot'
 
 # fleet-roster hooks status
 complete -c fleet-roster -n '__fleet_roster_at hooks.status' -l json -d 'machine-readable output: one JSON object, or JSON Lines for streams'
-complete -c fleet-roster -n '__fleet_roster_at hooks.status' -l project -x -a '(__fish_complete_directories (commandline -ct))' -d 'the project folder\'s settings (DIR/.claude, .codex, .gemini, .opencode) instead of the user\'s'
+complete -c fleet-roster -n '__fleet_roster_at hooks.status' -l project -x -a '(__fish_complete_directories (commandline -ct))' -d 'the project folder\'s settings (DIR/.claude, .codex, .gemini, .opencode, .github/hooks) instead of the user\'s'
 complete -c fleet-roster -n '__fleet_roster_at hooks.status' -l help -s h -d 'show help'
-complete -c fleet-roster -n '__fleet_roster_at hooks.status 0' -x -a 'claude codex gemini opencode'
+complete -c fleet-roster -n '__fleet_roster_at hooks.status 0' -x -a 'claude codex gemini opencode copilot'
 
 # fleet-roster hooks remove
 complete -c fleet-roster -n '__fleet_roster_at hooks.remove' -l json -d 'machine-readable output: one JSON object, or JSON Lines for streams'
-complete -c fleet-roster -n '__fleet_roster_at hooks.remove' -l project -x -a '(__fish_complete_directories (commandline -ct))' -d 'the project folder\'s settings (DIR/.claude, .codex, .gemini, .opencode) instead of the user\'s'
+complete -c fleet-roster -n '__fleet_roster_at hooks.remove' -l project -x -a '(__fish_complete_directories (commandline -ct))' -d 'the project folder\'s settings (DIR/.claude, .codex, .gemini, .opencode, .github/hooks) instead of the user\'s'
 complete -c fleet-roster -n '__fleet_roster_at hooks.remove' -l mcp -d 'take out the MCP server entry "fleet" when it runs fleet-mcp (nothing else)'
 complete -c fleet-roster -n '__fleet_roster_at hooks.remove' -l help -s h -d 'show help'
-complete -c fleet-roster -n '__fleet_roster_at hooks.remove 0' -x -a 'claude codex gemini opencode'
+complete -c fleet-roster -n '__fleet_roster_at hooks.remove 0' -x -a 'claude codex gemini opencode copilot'
 
 # fleet-roster hooks doctor
 complete -c fleet-roster -n '__fleet_roster_at hooks.doctor' -l json -d 'machine-readable output: one JSON object, or JSON Lines for streams'
-complete -c fleet-roster -n '__fleet_roster_at hooks.doctor' -l project -x -a '(__fish_complete_directories (commandline -ct))' -d 'the project folder\'s settings (DIR/.claude, .codex, .gemini, .opencode) instead of the user\'s'
+complete -c fleet-roster -n '__fleet_roster_at hooks.doctor' -l project -x -a '(__fish_complete_directories (commandline -ct))' -d 'the project folder\'s settings (DIR/.claude, .codex, .gemini, .opencode, .github/hooks) instead of the user\'s'
 complete -c fleet-roster -n '__fleet_roster_at hooks.doctor' -l entity -x -a '(fleet-roster __complete entities 2>/dev/null)' -d 'the inject entity whose agent runs the hooks (default: the one joined on $TMUX_PANE)'
 complete -c fleet-roster -n '__fleet_roster_at hooks.doctor' -l watch -x -d 'wait this long for the entity to go busy then idle (submit a prompt in the agent, or send it a message)'
 complete -c fleet-roster -n '__fleet_roster_at hooks.doctor' -l socket -r -F -d 'the gateway\'s socket (env FLEET_SOCKET)'
 complete -c fleet-roster -n '__fleet_roster_at hooks.doctor' -l state-dir -x -a '(__fish_complete_directories (commandline -ct))' -d 'the gateway\'s state folder, for --as (env FLEET_STATE_DIR)'
 complete -c fleet-roster -n '__fleet_roster_at hooks.doctor' -l config -r -F -d 'config file (env FLEET_CONFIG)'
 complete -c fleet-roster -n '__fleet_roster_at hooks.doctor' -l help -s h -d 'show help'
-complete -c fleet-roster -n '__fleet_roster_at hooks.doctor 0' -x -a 'claude codex gemini opencode'
+complete -c fleet-roster -n '__fleet_roster_at hooks.doctor 0' -x -a 'claude codex gemini opencode copilot'
 
 # fleet-roster dead
 complete -c fleet-roster -n '__fleet_roster_at dead' -l json -d 'machine-readable output: one JSON object, or JSON Lines for streams'

@@ -7,7 +7,7 @@
 # and npm, and from the npm registry, pinned, into FLEET_TEST_NPM (default
 # ~/.cache/fleet-npm): the MCP Inspector (a real MCP client for fleet-mcp's
 # tests) and the agent CLIs the inject tests run for real — Claude Code,
-# Codex CLI, Gemini CLI and OpenCode (about 1.1 GB; installed once per machine and
+# Codex CLI, Gemini CLI, OpenCode and Copilot CLI (about 1.3 GB; installed once per machine and
 # reused, npm's cache keeps the tarballs). Installs Debian packages only as root; otherwise says
 # what is missing.
 set -euo pipefail
@@ -31,6 +31,7 @@ npm_pins=(
 	@openai/codex@0.169.0
 	@google/gemini-cli@0.61.0
 	opencode-ai@1.18.33
+	@github/copilot@1.0.102
 )
 
 npm_tools() {

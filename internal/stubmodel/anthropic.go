@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
+	"slices"
 	"strings"
 	"sync/atomic"
 )
@@ -180,7 +181,7 @@ func (s *Server) anthropic(w http.ResponseWriter, r *http.Request) {
 	stale := toolResult || promptAt < lastAnswer
 	p, hooked := s.hookPlan(fresh)
 	if !hooked || (!stale && (toolRE.MatchString(rec.Prompt) || mcpRE.MatchString(rec.Prompt) || errorRE.MatchString(rec.Prompt))) {
-		p = s.plan(rec.Prompt, stale)
+		p = s.plan(lastPrompt(rec.Prompt), stale)
 	}
 	if p.Error != 0 {
 		rec.Status = p.Error
@@ -200,13 +201,18 @@ func (s *Server) anthropic(w http.ResponseWriter, r *http.Request) {
 		p.Tool, p.MCP, p.Text = "", "", s.nextReply()
 	}
 	toolName, toolInput := "Bash", map[string]any{"command": p.Tool, "description": "Run the stub's command"}
+	var names []string
+	for _, t := range req.Tools {
+		var tl struct{ Name string }
+		json.Unmarshal(t, &tl)
+		names = append(names, tl.Name)
+	}
+	if !slices.Contains(names, "Bash") && slices.Contains(names, "bash") {
+		// GitHub Copilot CLI's shell tool (Anthropic Messages through
+		// its own provider): bash, run to its end
+		toolName, toolInput["mode"] = "bash", "sync"
+	}
 	if p.MCP != "" {
-		var names []string
-		for _, t := range req.Tools {
-			var tl struct{ Name string }
-			json.Unmarshal(t, &tl)
-			names = append(names, tl.Name)
-		}
 		if toolName = mcpTool(names, p.MCP); toolName == "" {
 			p.Text = "the stub found no MCP tool " + p.MCP + " among the request's tools"
 		} else {
@@ -218,8 +224,8 @@ func (s *Server) anthropic(w http.ResponseWriter, r *http.Request) {
 	if p.Tool != "" {
 		in, _ := json.Marshal(toolInput)
 		rec.Answer = "tool_use " + toolName + ": " + string(in)
-		if toolName == "Bash" {
-			rec.Answer = "tool_use Bash: " + p.Tool
+		if toolName == "Bash" || toolName == "bash" {
+			rec.Answer = "tool_use " + toolName + ": " + p.Tool
 		}
 	} else {
 		rec.Answer = p.Text
@@ -299,4 +305,15 @@ func anthropicJSON(w http.ResponseWriter, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("request-id", anthropicID("req"))
 	json.NewEncoder(w).Encode(v)
+}
+
+// lastPrompt is the last of the prompts in a user text: GitHub Copilot
+// CLI sends a prompt whose turn failed or was interrupted again with the
+// next one, in one text, each after its <current_datetime> element; the
+// stub acts on the new one only.
+func lastPrompt(text string) string {
+	if i := strings.LastIndex(text, "<current_datetime>"); i > 0 {
+		return text[i:]
+	}
+	return text
 }

@@ -236,7 +236,7 @@ var enumArgs = regexp.MustCompile(`^\[?([a-z]+(\|[a-z]+)+)\]?$`)
 var entityArg = regexp.MustCompile(`^\[?NAME(\||\]|$| )`)
 
 // argWords returns the fixed values of an argument usage such as
-// "busy|idle" or "[claude|codex|gemini|opencode]", or nil.
+// "busy|idle" or "[claude|codex|gemini|opencode|copilot]", or nil.
 func argWords(args string) []string {
 	if m := enumArgs.FindStringSubmatch(args); m != nil {
 		return strings.Split(m[1], "|")

@@ -34,7 +34,7 @@ const topLibrary = `fleet-top is built on Bubble Tea v2 (charm.land/bubbletea/v2
 
 // mcpClients is the reference of fleet-roster hooks install --mcp: what
 // it writes into each agent CLI, and what it cannot do.
-const mcpClients = `fleet-roster hooks install claude|codex|gemini|opencode --mcp NAME writes, instead of the turn hooks, the CLI's own MCP server entry named fleet, which starts fleet-mcp --as NAME. The entity is registered first (fleet-roster join NAME --mode pull).
+const mcpClients = `fleet-roster hooks install claude|codex|gemini|opencode|copilot --mcp NAME writes, instead of the turn hooks, the CLI's own MCP server entry named fleet, which starts fleet-mcp --as NAME. The entity is registered first (fleet-roster join NAME --mode pull).
 
 Claude Code: the user's ~/.claude.json ($CLAUDE_CONFIG_DIR/.claude.json when that is set), or with --project DIR the folder's .mcp.json, gets mcpServers.fleet:
 
@@ -45,6 +45,10 @@ Gemini CLI: settings.json (~/.gemini, or DIR/.gemini) gets mcpServers.fleet with
 OpenCode: opencode.json ($XDG_CONFIG_HOME/opencode, ~/.config/opencode, or with --project DIR the folder's own) gets mcp.fleet, a local server:
 
   {"type": "local", "command": ["fleet-mcp", "--as", "NAME"], "enabled": true}
+
+GitHub Copilot CLI: ~/.copilot/mcp-config.json ($COPILOT_HOME when that is set) gets mcpServers.fleet, a local server offering all its tools; Copilot reads the user's file only, so --project is refused for copilot --mcp:
+
+  {"type": "local", "command": "fleet-mcp", "args": ["--as", "NAME"], "tools": ["*"]}
 
 Codex: $CODEX_HOME/config.toml (~/.codex) gets a table of its own:
 

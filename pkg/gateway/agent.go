@@ -410,18 +410,21 @@ func (w *agentWatch) record(ctx context.Context, b *mailbox, ent store.Entity, s
 // — never from a stillness alone, which a tool's approval question has too.
 // OpenCode's: its footer "ctrl+p commands" (at its prompt and mid-turn:
 // a turn shows "esc interrupt" on its spinner line), and its tool
-// approval "Permission required".
+// approval "Permission required". Copilot CLI's: its footer "/ commands ·
+// ? help" at its prompt, which a turn replaces by "Working esc …".
 var (
-	readyRE   = regexp.MustCompile(`\? for shortcuts|Type your message or @path/to/file|ctrl\+p commands`)
-	workingRE = regexp.MustCompile(`esc to interrupt|esc to cancel|esc interrupt`)
+	readyRE   = regexp.MustCompile(`\? for shortcuts|Type your message or @path/to/file|ctrl\+p commands|/ commands · \? help`)
+	workingRE = regexp.MustCompile(`esc to interrupt|esc to cancel|esc interrupt|Working esc`)
 )
 
 // interruptScreens are the agent programs whose interrupt (Escape
 // mid-turn) runs no hook, and whose screen says measurably when a turn
 // ended that way (docs/agent-clis/claude.md, Escape mid-turn): Claude
 // Code. Without a reading, such an entity stayed busy, its mail held,
-// until stuck-after (10 minutes).
-var interruptScreens = map[string]bool{"claude": true}
+// until stuck-after (10 minutes). Copilot CLI too (docs/agent-clis/
+// copilot.md), by its process (its program reads node): nor does it run
+// a hook when a model error ends its turn.
+var interruptScreens = map[string]bool{"claude": true, "copilot": true}
 
 // busyScreenAfter is how old a busy must be before its screen is read for
 // an interrupt: a paste's busy is confirmed by the turn's own hook well
@@ -439,7 +442,7 @@ const restoredReason = "an interrupted message is back in the agent's input: cle
 // box (readyRE: it shows only then), no turn and no dialog, unchanged for
 // lateQuiet, is idle. ok false: nothing read that changes the status.
 func (w *agentWatch) interrupted(ctx context.Context, ent store.Entity, now, since time.Time) (status, reason string, ok bool) {
-	if !interruptScreens[ent.Program] || ent.TmuxTarget == "" || (now.Sub(since) < busyScreenAfter && ent.StatusReason != restoredReason) {
+	if !(interruptScreens[ent.Program] || interruptScreens[lateCLI(ent.AgentPID)]) || ent.TmuxTarget == "" || (now.Sub(since) < busyScreenAfter && ent.StatusReason != restoredReason) {
 		return "", "", false
 	}
 	s, err := deliver.Screen(ctx, ent.PaneTarget())

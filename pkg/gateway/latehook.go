@@ -1,7 +1,8 @@
 package gateway
 
 // latehook.go — agents whose first hook comes late (issue 40.3). Codex
-// runs its SessionStart hook only at the first prompt. An entity joined
+// and GitHub Copilot CLI run their session-start hook only at the first
+// prompt. An entity joined
 // at a shell, where a person then types `codex`, has no program until a
 // hook names it, so it stayed starting with its mail held — and the first
 // prompt that would send the hook never came, since the first prompt is
@@ -32,6 +33,9 @@ import (
 var lateHookCLIs = map[string]string{
 	"codex":    "codex",
 	"codex.js": "codex",
+	// Copilot CLI runs sessionStart with the first prompt too (its npm
+	// launcher, node …/.bin/copilot or npm-loader.js, spawns the binary)
+	"copilot": "copilot",
 }
 
 // lateQuiet is how long the screen of a CLI recognised from its process

@@ -112,8 +112,9 @@ var interruptKeys = map[string]string{
 
 // notInterruptible says why a CLI's interrupt is not used.
 var notInterruptible = map[string]string{
-	"claude": "Claude Code runs no hook on an interrupt and puts the interrupted prompt back in its input box, so a paste after it would be sent with that prompt (docs/agent-clis/claude.md)",
-	"gemini": "Gemini CLI's Escape is measured (its AfterAgent hook marks idle) but not yet tested with urgent mail (docs/agent-clis/gemini.md)",
+	"claude":  "Claude Code runs no hook on an interrupt and puts the interrupted prompt back in its input box, so a paste after it would be sent with that prompt (docs/agent-clis/claude.md)",
+	"gemini":  "Gemini CLI's Escape is measured (its AfterAgent hook marks idle) but not yet tested with urgent mail (docs/agent-clis/gemini.md)",
+	"copilot": "GitHub Copilot CLI runs no hook on an interrupt (no agentStop, no errorOccurred), so nothing says when the turn ended that way (docs/agent-clis/copilot.md)",
 }
 
 // checkInterrupt holds --interrupt-on-urgent to the CLIs measured safe.

@@ -1,6 +1,7 @@
 // Package hooks installs fleet's turn-hook recipes into the agent CLIs'
 // own settings — Claude Code, Codex CLI, Gemini CLI; OpenCode's is a
-// plugin file in its plugin folder (opencode.go) — and reports what
+// plugin file in its plugin folder (opencode.go), Copilot CLI's a hook
+// file of its own in its hook folder (copilot.go) — and reports what
 // still keeps them from running (the CLI not found, fleet-turn not on
 // PATH, Codex's hook trust, Gemini's environment redaction). It merges:
 // what a user wrote in those files stays, an install twice changes
@@ -26,7 +27,7 @@ import (
 
 // A CLI is one agent CLI fleet has a recipe for.
 type CLI struct {
-	Name    string // claude, codex, gemini, opencode
+	Name    string // claude, codex, gemini, opencode, copilot
 	Program string // its executable
 	recipe  []byte
 	// file is the settings file the recipe goes into: the user's, or with
@@ -60,6 +61,12 @@ var CLIs = []*CLI{
 		}
 		return filepath.Join(openCodeConfig(home), "plugins", openCodePlugin)
 	}},
+	{Name: "copilot", Program: "copilot", recipe: recipes.Copilot, file: func(home, project string) string {
+		if project != "" {
+			return filepath.Join(project, ".github", "hooks", copilotHooksFile)
+		}
+		return filepath.Join(copilotHome(home), "hooks", copilotHooksFile)
+	}},
 }
 
 // Find returns the CLI called name.
@@ -69,7 +76,7 @@ func Find(name string) (*CLI, error) {
 			return c, nil
 		}
 	}
-	return nil, fmt.Errorf("no recipe for %q: the CLIs are claude, codex, gemini and opencode", name)
+	return nil, fmt.Errorf("no recipe for %q: the CLIs are claude, codex, gemini, opencode and copilot", name)
 }
 
 func codexHome(home string) string {
@@ -259,6 +266,9 @@ func (c *CLI) Install(home, project string) (string, error) {
 	if c.Name == "opencode" {
 		return path, c.openCodeInstall(path)
 	}
+	if c.Name == "copilot" {
+		return path, c.copilotInstall(path)
+	}
 	s, err := load(path)
 	if err != nil {
 		return path, err
@@ -305,6 +315,10 @@ func (c *CLI) Remove(home, project string) (string, int, error) {
 	path := c.File(home, project)
 	if c.Name == "opencode" {
 		n, err := openCodeRemove(path)
+		return path, n, err
+	}
+	if c.Name == "copilot" {
+		n, err := copilotRemove(path)
 		return path, n, err
 	}
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
@@ -361,6 +375,9 @@ func (c *CLI) Check(home, project string) (*Status, error) {
 	st := &Status{CLI: c.Name, File: c.File(home, project), Installed: []string{}, Missing: []string{}, Blockers: []string{}}
 	if c.Name == "opencode" {
 		return c.openCodeCheck(st, home, project)
+	}
+	if c.Name == "copilot" {
+		return c.copilotCheck(st, home, project)
 	}
 	s, err := load(st.File)
 	if err != nil {

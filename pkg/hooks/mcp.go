@@ -120,6 +120,11 @@ func (c *CLI) MCPFile(home, project string) (string, error) {
 			return filepath.Join(project, "opencode.json"), nil
 		}
 		return filepath.Join(openCodeConfig(home), "opencode.json"), nil
+	case "copilot":
+		if project != "" {
+			return "", &UsageError{"Copilot CLI's MCP servers are the user's (~/.copilot/mcp-config.json): install without --project"}
+		}
+		return filepath.Join(copilotHome(home), "mcp-config.json"), nil
 	default:
 		return c.File(home, project), nil
 	}
@@ -138,6 +143,9 @@ func (c *CLI) mcpEntry(entity string) map[string]any {
 		e["type"] = "stdio" // as claude mcp add writes it
 	case "gemini":
 		e["timeout"] = MCPToolTimeout * 1000 // milliseconds
+	case "copilot":
+		// a local (stdio) server, every one of its tools offered
+		e["type"], e["tools"] = "local", []any{"*"}
 	}
 	return e
 }

@@ -44,6 +44,7 @@ var mcpUserFiles = map[string]string{
 	"claude":   `{"theme": "dark", "projects": {"/p": {"hasTrustDialogAccepted": true}}, "mcpServers": {"other": {"command": "other-mcp", "args": ["-x"]}}}`,
 	"gemini":   `{"general": {"vimMode": true}, "mcpServers": {"other": {"command": "other-mcp"}}}`,
 	"opencode": `{"model": "x/y", "mcp": {"other": {"type": "local", "command": ["other-mcp"]}}}`,
+	"copilot":  `{"mcpServers": {"other": {"type": "local", "command": "other-mcp", "tools": ["*"]}}}`,
 	"codex": `# my Codex settings
 model = "gpt-x"   # the one I like
 approval_policy = "on-request"

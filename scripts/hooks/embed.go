@@ -1,5 +1,5 @@
 // Package hooks is the agent CLIs' turn-hook recipes — the snippets beside
-// this file, one per CLI (OpenCode's a plugin) — and fleet-turn, the hook they run, embedded so
+// this file, one per CLI (OpenCode's a plugin, Copilot CLI's a hook file of its own) — and fleet-turn, the hook they run, embedded so
 // that fleet-roster hooks install writes exactly what ships here
 // (pkg/hooks merges them into each CLI's settings).
 package hooks
@@ -15,6 +15,8 @@ var (
 	Gemini []byte
 	//go:embed opencode-plugin.js
 	OpenCode []byte
+	//go:embed copilot-hooks.json
+	Copilot []byte
 	//go:embed fleet-turn
 	FleetTurn []byte
 )

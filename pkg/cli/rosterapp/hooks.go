@@ -21,7 +21,7 @@ import (
 // (scripts/hooks) merged into their own settings, and what still blocks
 // them (pkg/hooks).
 func hooksCommand() *ucli.Command {
-	project := &ucli.StringFlag{Name: "project", Usage: "the project folder's settings (DIR/.claude, .codex, .gemini, .opencode) instead of the user's"}
+	project := &ucli.StringFlag{Name: "project", Usage: "the project folder's settings (DIR/.claude, .codex, .gemini, .opencode, .github/hooks) instead of the user's"}
 	return &ucli.Command{
 		Name:  "hooks",
 		Usage: "install the turn hooks (busy and idle), or fleet-mcp as an MCP server, into Claude Code, Codex CLI, Gemini CLI or OpenCode; status, remove, doctor",
@@ -29,7 +29,7 @@ func hooksCommand() *ucli.Command {
 			{
 				Name:      "install",
 				Usage:     "merge fleet-turn's hooks into the CLI's settings (twice changes nothing; the user's own settings stay)",
-				ArgsUsage: "claude|codex|gemini|opencode",
+				ArgsUsage: "claude|codex|gemini|opencode|copilot",
 				Flags: []ucli.Flag{fleetcli.JSONFlag(), project,
 					&ucli.BoolFlag{Name: "trust", Usage: "codex: record the hooks as trusted in its config.toml, as its /hooks review does"},
 					&ucli.StringFlag{Name: "mcp", Usage: "instead of the hooks: write the CLI's MCP server entry \"fleet\": fleet-mcp --as `NAME` (the entity's credential file, never a token)"},
@@ -40,14 +40,14 @@ func hooksCommand() *ucli.Command {
 			{
 				Name:      "status",
 				Usage:     "which of the recipe's hooks are installed (an event only with every command of the recipe's), what keeps them from running, and fleet-mcp's MCP entry (present, missing or differs)",
-				ArgsUsage: "[claude|codex|gemini|opencode]",
+				ArgsUsage: "[claude|codex|gemini|opencode|copilot]",
 				Flags:     []ucli.Flag{fleetcli.JSONFlag(), project},
 				Action:    runHooksStatus,
 			},
 			{
 				Name:      "remove",
 				Usage:     "take fleet-turn's hooks out of the CLI's settings (nothing else); with --mcp, fleet-mcp's entry instead",
-				ArgsUsage: "claude|codex|gemini|opencode",
+				ArgsUsage: "claude|codex|gemini|opencode|copilot",
 				Flags: []ucli.Flag{fleetcli.JSONFlag(), project,
 					&ucli.BoolFlag{Name: "mcp", Usage: "take out the MCP server entry \"fleet\" when it runs fleet-mcp (nothing else)"}},
 				Action: runHooksRemove,
@@ -55,7 +55,7 @@ func hooksCommand() *ucli.Command {
 			{
 				Name:      "doctor",
 				Usage:     "status, the gateway, the pane's entity, and with --watch the live loop: busy then idle through the agent's real hooks",
-				ArgsUsage: "claude|codex|gemini|opencode",
+				ArgsUsage: "claude|codex|gemini|opencode|copilot",
 				Flags: append([]ucli.Flag{fleetcli.JSONFlag(), project,
 					&ucli.StringFlag{Name: "entity", Usage: "the inject entity whose agent runs the hooks (default: the one joined on $TMUX_PANE)"},
 					&ucli.DurationFlag{Name: "watch", Usage: "wait this long for the entity to go busy then idle (submit a prompt in the agent, or send it a message)"},
@@ -71,7 +71,7 @@ func cliArg(c *ucli.Context, optional bool) ([]*hooks.CLI, error) {
 	case c.NArg() == 0 && optional:
 		return hooks.CLIs, nil
 	case c.NArg() != 1:
-		return nil, fleetcli.Usage("name one agent CLI: claude, codex, gemini or opencode")
+		return nil, fleetcli.Usage("name one agent CLI: claude, codex, gemini, opencode or copilot")
 	}
 	cl, err := hooks.Find(c.Args().First())
 	if err != nil {

@@ -33,9 +33,9 @@ func NewRosterApp() *ucli.App {
 		"fleet-roster group NAME [--add G ...] [--remove G ...]\n" +
 		"fleet-roster dead [NAME]\n" +
 		"fleet-roster whoami\n" +
-		"fleet-roster hooks install|status|remove|doctor claude|codex|gemini|opencode [--project DIR]\n" +
-		"fleet-roster hooks install claude|codex|gemini|opencode --mcp NAME [--force] [--approve TOOLS] [--project DIR]\n" +
-		"fleet-roster hooks remove claude|codex|gemini|opencode --mcp [--project DIR]"
+		"fleet-roster hooks install|status|remove|doctor claude|codex|gemini|opencode|copilot [--project DIR]\n" +
+		"fleet-roster hooks install claude|codex|gemini|opencode|copilot --mcp NAME [--force] [--approve TOOLS] [--project DIR]\n" +
+		"fleet-roster hooks remove claude|codex|gemini|opencode|copilot --mcp [--project DIR]"
 	app.Flags = append(fleetcli.ConnFlags(), append(listFlags(), fleetcli.JSONFlag())...)
 	list := &ucli.Command{
 		Name:   "list",
