@@ -1,8 +1,6 @@
 package broker
 
 import (
-	"context"
-	"log/slog"
 	"os"
 	"strings"
 	"testing"
@@ -21,20 +19,8 @@ func TestInboxPriorityAndOlderInbox(t *testing.T) {
 	if url == "" {
 		t.Skip("FLEET_TEST_BROKER is not set (make test sets it)")
 	}
-	var logs syncBuf
-	b := New(Config{URL: url, Host: "hprio", Heartbeat: 2 * time.Second},
-		slog.New(slog.NewJSONHandler(&logs, nil)), func(*envelope.Envelope) error { return nil })
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { b.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
+	b, logs := runConnected(t, Config{URL: url, Host: "hprio", Heartbeat: 2 * time.Second})
 	deadline := time.Now().Add(30 * time.Second)
-	for !b.Connected() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not connected:\n%s", logs.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 	conn, err := amqp.Dial(url)
 	if err != nil {
 		t.Fatal(err)

@@ -27,20 +27,7 @@ func TestClusterStandbySaidLoudly(t *testing.T) {
 		t.Skip("FLEET_TEST_CLUSTER is not set (make test sets it)")
 	}
 	node := strings.TrimSuffix(raw[0], "/") + "/"
-	var logs syncBuf
-	b := New(Config{URL: node, Host: "hstandby", Heartbeat: 2 * time.Second, Limits: Limits{QueueType: "quorum"}},
-		slog.New(slog.NewJSONHandler(&logs, nil)), func(*envelope.Envelope) error { return nil })
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { b.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
-	deadline := time.Now().Add(30 * time.Second)
-	for !b.Connected() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not connected:\n%s", logs.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	b, logs := runConnected(t, Config{URL: node, Host: "hstandby", Heartbeat: 2 * time.Second, Limits: Limits{QueueType: "quorum"}})
 	gid := "hstandby." + envelope.NewID()
 	q := InboxQueue(gid)
 	conn, err := amqp.Dial(node)
@@ -105,4 +92,24 @@ func (s *syncBuf) Reset() {
 	s.mu.Lock()
 	s.b.Reset()
 	s.mu.Unlock()
+}
+
+// runConnected runs a Broker of cfg, its log in the buffer it returns,
+// until the test ends; it returns once it is connected.
+func runConnected(t *testing.T, cfg Config) (*Broker, *syncBuf) {
+	t.Helper()
+	logs := &syncBuf{}
+	b := New(cfg, slog.New(slog.NewJSONHandler(logs, nil)), func(*envelope.Envelope) error { return nil })
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { b.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	deadline := time.Now().Add(30 * time.Second)
+	for !b.Connected() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not connected:\n%s", logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return b, logs
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -67,36 +66,6 @@ func copilotOurs(b []byte) bool {
 		}
 	}
 	return true
-}
-
-// copilotInstall writes the hook file at path (the same again changes
-// nothing); a file of that name that is not fleet's stays, refused.
-func (c *CLI) copilotInstall(path string) error {
-	if have, err := os.ReadFile(path); err == nil && !copilotOurs(have) {
-		return fmt.Errorf("%s is there and is not fleet's hook file: move it away first", path)
-	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	return writeKeeping(path, c.recipe)
-}
-
-// copilotRemove deletes the hook file at path when it is fleet's; it says
-// how many it removed (0 or 1).
-func copilotRemove(path string) (int, error) {
-	have, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, err
-	}
-	if !copilotOurs(have) {
-		return 0, nil
-	}
-	if err := os.Remove(path); err != nil {
-		return 0, err
-	}
-	return 1, nil
 }
 
 // copilotCheck fills st: each of the recipe's events installed (every

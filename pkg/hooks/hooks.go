@@ -263,11 +263,8 @@ func commands(groups []any) []string {
 // nothing; a user's own hooks and settings stay.
 func (c *CLI) Install(home, project string) (string, error) {
 	path := c.File(home, project)
-	if c.Name == "opencode" {
-		return path, c.openCodeInstall(path)
-	}
-	if c.Name == "copilot" {
-		return path, c.copilotInstall(path)
+	if o, ok := ownFiles[c.Name]; ok {
+		return path, o.install(path, c.recipe)
 	}
 	s, err := load(path)
 	if err != nil {
@@ -313,12 +310,8 @@ func (c *CLI) Install(home, project string) (string, error) {
 // it removed.
 func (c *CLI) Remove(home, project string) (string, int, error) {
 	path := c.File(home, project)
-	if c.Name == "opencode" {
-		n, err := openCodeRemove(path)
-		return path, n, err
-	}
-	if c.Name == "copilot" {
-		n, err := copilotRemove(path)
+	if o, ok := ownFiles[c.Name]; ok {
+		n, err := o.remove(path)
 		return path, n, err
 	}
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {

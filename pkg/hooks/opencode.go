@@ -37,20 +37,34 @@ func openCodeConfig(home string) string {
 	return filepath.Join(home, ".config", "opencode")
 }
 
-// openCodeInstall writes the plugin file at path (the same again changes
-// nothing); a file of that name that is not fleet's stays, refused.
-func (c *CLI) openCodeInstall(path string) error {
-	if have, err := os.ReadFile(path); err == nil && !bytes.Contains(have, openCodeMark) {
-		return fmt.Errorf("%s is there and is not fleet's plugin: move it away first", path)
+// ownFile is a CLI whose fleet hooks are a whole file of fleet's own
+// (OpenCode's plugin, Copilot's hook file), not entries merged into the
+// user's settings: ours tells fleet's file from another, what names it.
+type ownFile struct {
+	ours func([]byte) bool
+	what string
+}
+
+// ownFiles are the CLIs installed as a file of their own.
+var ownFiles = map[string]ownFile{
+	"opencode": {func(b []byte) bool { return bytes.Contains(b, openCodeMark) }, "plugin"},
+	"copilot":  {copilotOurs, "hook file"},
+}
+
+// install writes recipe at path (the same again changes nothing); a file
+// of that name that is not fleet's stays, refused.
+func (o ownFile) install(path string, recipe []byte) error {
+	if have, err := os.ReadFile(path); err == nil && !o.ours(have) {
+		return fmt.Errorf("%s is there and is not fleet's %s: move it away first", path, o.what)
 	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	return writeKeeping(path, c.recipe)
+	return writeKeeping(path, recipe)
 }
 
-// openCodeRemove deletes the plugin file at path when it is fleet's; it
-// says how many it removed (0 or 1).
-func openCodeRemove(path string) (int, error) {
+// remove deletes the file at path when it is fleet's; it says how many it
+// removed (0 or 1).
+func (o ownFile) remove(path string) (int, error) {
 	have, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return 0, nil
@@ -58,7 +72,7 @@ func openCodeRemove(path string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	if !bytes.Contains(have, openCodeMark) {
+	if !o.ours(have) {
 		return 0, nil
 	}
 	if err := os.Remove(path); err != nil {
