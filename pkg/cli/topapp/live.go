@@ -2,6 +2,8 @@ package topapp
 
 import (
 	"fmt"
+	"io"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -9,6 +11,7 @@ import (
 	"charm.land/bubbles/v2/textinput"
 	tea "charm.land/bubbletea/v2"
 	"github.com/fleetd/fleet/pkg/api"
+	fleetcli "github.com/fleetd/fleet/pkg/cli"
 	ucli "github.com/urfave/cli/v2"
 )
 
@@ -24,9 +27,21 @@ func live(c *ucli.Context, src *source) error {
 	}
 	defer st.close()
 	m := newModel(src, st, snap, palette{color: !noColor()})
+	if path := os.Getenv(framesEnv); path != "" {
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+		if err != nil {
+			return fleetcli.Usage("%s: %v", framesEnv, err).WithHint("point " + framesEnv + " at a file fleet-top may write, or unset it")
+		}
+		defer f.Close()
+		m.frames = f
+	}
 	_, err = tea.NewProgram(m).Run()
 	return err
 }
+
+// framesEnv names a file fleet-top appends each frame's render time to,
+// in microseconds, one a line (scripts/bench-top.sh reads it).
+const framesEnv = "FLEET_TOP_FRAMES"
 
 // panes, in Tab order.
 const (
@@ -92,6 +107,7 @@ type model struct {
 	dead    *api.DeadLetter
 	notice  string
 	ended   bool
+	frames  io.Writer // FLEET_TOP_FRAMES: each frame's render time (nil: none)
 }
 
 func newModel(src *source, st *stream, snap *snapshot, pal palette) *model {
@@ -623,7 +639,12 @@ func (m *model) selected(p int) any {
 }
 
 func (m *model) View() tea.View {
-	v := tea.NewView(m.render())
+	t := time.Now()
+	screen := m.render()
+	if m.frames != nil {
+		fmt.Fprintln(m.frames, time.Since(t).Microseconds())
+	}
+	v := tea.NewView(screen)
 	v.AltScreen = true
 	v.WindowTitle = "fleet-top"
 	return v
