@@ -308,7 +308,17 @@ func tableRows(rows []api.EntityRow) [][]string {
 	return out
 }
 
-// watchRoster polls the view and prints what changed: JSON Lines of
+// rowGap is the least time between two reads of the roster after row
+// events, fullEvery how often it is read with none. A read of the whole
+// roster costs the gateway about 6 ms per 1,000 rows (scripts/BENCHMARKS.md,
+// bench-top): read twice a second it was half the gateway's CPU again.
+const (
+	rowGap    = 500 * time.Millisecond
+	fullEvery = 5 * time.Second
+)
+
+// watchRoster reads the view when the stream says rows changed, and
+// every fullEvery, and prints what changed: JSON Lines of
 // {"type":"entity",...} and {"type":"gone",...}, or a redrawn table on a
 // terminal. It runs until interrupted.
 func watchRoster(c *ucli.Context, rows []api.EntityRow, fetch func() ([]api.EntityRow, error), stream *eventStream) error {
@@ -356,13 +366,24 @@ func watchRoster(c *ucli.Context, rows []api.EntityRow, fetch func() ([]api.Enti
 	if err := emit(rows); err != nil {
 		return err
 	}
-	t := time.NewTicker(500 * time.Millisecond)
+	// the whole roster is read again on a row event (at most every
+	// rowGap: a burst of them is one read), and every fullEvery for what
+	// changes without a row event (pending, dead, other hosts' rows);
+	// without a stream (an older gateway), every rowGap
+	every := fullEvery
+	if stream == nil {
+		every = rowGap
+	}
+	t := time.NewTicker(every)
 	defer t.Stop()
+	var soon <-chan time.Time // set while a row event waits for its read
+	last := time.Now()
 	for {
 		select {
 		case <-c.Context.Done():
 			return nil
 		case <-t.C:
+		case <-soon:
 		case ev, ok := <-stream.events():
 			if !ok {
 				return stream.err
@@ -375,10 +396,13 @@ func watchRoster(c *ucli.Context, rows []api.EntityRow, fetch func() ([]api.Enti
 					return err
 				}
 			}
-			if !rowEvent[ev.Event] {
+			if !rowEvent[ev.Event] || soon != nil {
 				continue
 			}
+			soon = time.After(time.Until(last.Add(rowGap)))
+			continue
 		}
+		soon, last = nil, time.Now()
 		rows, err := fetch()
 		if err != nil {
 			return err
