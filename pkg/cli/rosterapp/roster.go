@@ -308,12 +308,12 @@ func tableRows(rows []api.EntityRow) [][]string {
 	return out
 }
 
-// rowGap is the least time between two reads of the roster after row
-// events, fullEvery how often it is read with none. A read of the whole
+// fullEvery is how often the roster is read with no row event, rowPoll
+// how often without a watch stream. A read of the whole
 // roster costs the gateway about 6 ms per 1,000 rows (scripts/BENCHMARKS.md,
 // bench-top): read twice a second it was half the gateway's CPU again.
 const (
-	rowGap    = 500 * time.Millisecond
+	rowPoll   = 500 * time.Millisecond
 	fullEvery = 5 * time.Second
 )
 
@@ -366,43 +366,55 @@ func watchRoster(c *ucli.Context, rows []api.EntityRow, fetch func() ([]api.Enti
 	if err := emit(rows); err != nil {
 		return err
 	}
-	// the whole roster is read again on a row event (at most every
-	// rowGap: a burst of them is one read), and every fullEvery for what
-	// changes without a row event (pending, dead, other hosts' rows);
-	// without a stream (an older gateway), every rowGap
+	// the whole roster is read again after a row event (a burst of them
+	// already queued is one read), and every fullEvery for what changes
+	// without a row event (pending, dead, other hosts' rows); without a
+	// stream (an older gateway), every rowPoll
 	every := fullEvery
 	if stream == nil {
-		every = rowGap
+		every = rowPoll
 	}
 	t := time.NewTicker(every)
 	defer t.Stop()
-	var soon <-chan time.Time // set while a row event waits for its read
-	last := time.Now()
+	printEvent := func(ev api.WatchEvent) error {
+		if !asJSON {
+			return nil
+		}
+		return fleetcli.PrintJSON(c.App.Writer, struct {
+			Type string `json:"type"`
+			api.WatchEvent
+		}{"event", ev})
+	}
 	for {
 		select {
 		case <-c.Context.Done():
 			return nil
 		case <-t.C:
-		case <-soon:
 		case ev, ok := <-stream.events():
 			if !ok {
 				return stream.err
 			}
-			if asJSON {
-				if err := fleetcli.PrintJSON(c.App.Writer, struct {
-					Type string `json:"type"`
-					api.WatchEvent
-				}{"event", ev}); err != nil {
-					return err
-				}
+			if err := printEvent(ev); err != nil {
+				return err
 			}
-			if !rowEvent[ev.Event] || soon != nil {
+			if !rowEvent[ev.Event] {
 				continue
 			}
-			soon = time.After(time.Until(last.Add(rowGap)))
-			continue
+			// the events already here first: one read for all of them
+			for more := true; more; {
+				select {
+				case ev, ok := <-stream.events():
+					if !ok {
+						return stream.err
+					}
+					if err := printEvent(ev); err != nil {
+						return err
+					}
+				default:
+					more = false
+				}
+			}
 		}
-		soon, last = nil, time.Now()
 		rows, err := fetch()
 		if err != nil {
 			return err

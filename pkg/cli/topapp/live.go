@@ -83,6 +83,7 @@ type (
 	}
 	errMsg    struct{ err error }
 	eventMsg  api.WatchEvent
+	eventsMsg []api.WatchEvent
 	endMsg    struct{ err error }
 	tickMsg   struct{}
 	traceMsg  struct{ tr *api.Trace }
@@ -125,17 +126,6 @@ func (m *model) Init() tea.Cmd { return tea.Batch(m.next(), tick()) }
 
 func tick() tea.Cmd { return tea.Tick(refreshEvery, func(time.Time) tea.Msg { return tickMsg{} }) }
 
-// next waits for the stream's next event.
-func (m *model) next() tea.Cmd {
-	return func() tea.Msg {
-		ev, ok := <-m.st.ch
-		if !ok {
-			return endMsg{m.st.err}
-		}
-		return eventMsg(ev)
-	}
-}
-
 // rowEvents are the events after which the rows are read again at once.
 var rowEvents = map[string]bool{"joined": true, "left": true, "status": true, "peer": true}
 
@@ -173,16 +163,16 @@ func (m *model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	case tickMsg:
 		return m, tea.Batch(m.refresh(), tick())
 	case eventMsg:
-		ev := api.WatchEvent(msg)
-		if ev.Body != "" { // the --as entity's own mail: the inbox pane
-			m.toInbox(ev)
-			ev.Body = "" // the flow never shows a text
+		if m.take(api.WatchEvent(msg)) {
+			return m, tea.Batch(m.next(), m.refresh())
 		}
-		m.events = append(m.events, ev)
-		if len(m.events) > maxEvents {
-			m.events = m.events[len(m.events)-maxEvents:]
+		return m, m.next()
+	case eventsMsg:
+		read := false
+		for _, ev := range msg {
+			read = m.take(ev) || read
 		}
-		if rowEvents[ev.Event] || askEvents[ev.Kind] {
+		if read {
 			return m, tea.Batch(m.next(), m.refresh())
 		}
 		return m, m.next()
