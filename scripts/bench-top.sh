@@ -9,7 +9,8 @@
 # arguments go to the benchmark (-h lists them).
 #
 # PROFILE=DIR builds fleet-gw with -tags pprof and keeps h1's CPU profile
-# of each configuration's first window in DIR (go tool pprof -top DIR/gw-top.pprof).
+# of every window of an extra round 0, left out of the summary, in DIR
+# (go tool pprof -top DIR/gw-top-0.pprof).
 #
 # Whatever the exit, the gateways, the tmux server and the vhost are gone
 # afterwards: the benchmark cleans up itself, and this wrapper finishes

@@ -15,8 +15,9 @@
 // Each watched window (B) sits between two unwatched ones of the same
 // round: its ratio is B over their mean. The target: at most 1.05x for
 // each watcher alone. With -pprof-port (and a fleet-gw built with -tags
-// pprof) h1 serves pprof, and -profile DIR keeps a CPU profile of h1 over
-// round 1's window of each configuration.
+// pprof) h1 serves pprof, and -profile DIR adds a round 0, left out of
+// the summary, that keeps h1's CPU profile of every window
+// (gw-CONFIG-0.pprof; the floors gw-none-I.pprof).
 //
 // It stops every gateway, the tmux server and deletes the vhost on every
 // exit path (benchkit.Main); scripts/bench-top.sh finishes from the pid
@@ -72,7 +73,7 @@ var (
 	flagRounds   = flag.Int("rounds", 3, "rounds; each measures every configuration between unwatched windows")
 	flagConfigs  = flag.String("configs", "json,table,top,both", "watched configurations: json, table, top, both")
 	flagPprof    = flag.Int("pprof-port", 0, "give h1 FLEET_PPROF_ADDR=127.0.0.1:PORT (a fleet-gw built with -tags pprof); 0: none")
-	flagProfile  = flag.String("profile", "", "with -pprof-port: keep h1's CPU profile of each configuration's round-1 window here")
+	flagProfile  = flag.String("profile", "", "with -pprof-port: a round 0 (not in the summary) keeps h1's CPU profile of every window here")
 	flagDir      = flag.String("dir", "", "parent of the temporary folder (default $TMPDIR); keep it short: sockets live there")
 	flagPiddir   = flag.String("piddir", "", "write gw-*.pid, tmux (its socket name) and vhost here, for a wrapper's cleanup")
 	flagTimeout  = flag.Duration("timeout", 30*time.Minute, "overall bound: clean up and exit 3 when it passes")
@@ -196,41 +197,46 @@ func run() error {
 	benchkit.AtCleanup(tm.killServer)
 	res := &results{}
 	time.Sleep(settle) // the traffic's first seconds
-	for r := 1; r <= *flagRounds; r++ {
-		floor0, err := measure(gws[0], tr, nil, "", r)
+	first := 1
+	if *flagProfile != "" && *flagPprof > 0 {
+		first = 0 // round 0 profiles every window, and is left out of the summary
+	}
+	for r := first; r <= *flagRounds; r++ {
+		profile := func(cfg string, i int) string {
+			if r != 0 {
+				return ""
+			}
+			return filepath.Join(*flagProfile, fmt.Sprintf("gw-%s-%d.pprof", cfg, i))
+		}
+		keep := res
+		if r == 0 {
+			keep = &results{}
+		}
+		floor0, err := measure(gws[0], tr, nil, profile("none", 0), r)
 		if err != nil {
 			return err
 		}
-		res.add("none", floor0, 0)
+		keep.add("none", floor0, 0)
 		for _, cfg := range configs {
 			w, err := startWatchers(tm, gws[0], cfg)
 			if err != nil {
 				return err
 			}
-			prof := ""
-			if r == 1 && *flagProfile != "" && *flagPprof > 0 {
-				prof = filepath.Join(*flagProfile, "gw-"+cfg+".pprof")
-			}
-			b, err := measure(gws[0], tr, w, prof, r)
+			b, err := measure(gws[0], tr, w, profile(cfg, 0), r)
 			w.stop()
 			if err != nil {
 				return err
 			}
-			floor1, err := measure(gws[0], tr, nil, "", r)
+			floor1, err := measure(gws[0], tr, nil, profile("none", len(keep.wins["none"])), r)
 			if err != nil {
 				return err
 			}
-			res.add("none", floor1, 0)
+			keep.add("none", floor1, 0)
 			a := (floor0.gw + floor1.gw) / 2
-			res.add(cfg, b, float64(b.gw)/float64(a))
+			keep.add(cfg, b, float64(b.gw)/float64(a))
 			fmt.Printf("round %d  %-5s gateway %s vs floor %s (%.2fx)  watcher CPU %s  %s\n", r, cfg,
 				pct(b.gw, b.wall), pct(a, b.wall), float64(b.gw)/float64(a), pct(b.watch, b.wall), b.note)
 			floor0 = floor1
-		}
-		if prof := filepath.Join(*flagProfile, "gw-none.pprof"); r == 1 && *flagProfile != "" && *flagPprof > 0 {
-			if _, err := measure(gws[0], tr, nil, prof, r); err != nil {
-				return err
-			}
 		}
 	}
 	for _, g := range gws {
