@@ -16,7 +16,6 @@ package gateway
 // frame within watchWrite.
 
 import (
-	"bytes"
 	"log/slog"
 	"maps"
 	"slices"
@@ -43,7 +42,7 @@ const (
 // per event: about an eighth of the gateway's CPU (scripts/BENCHMARKS.md,
 // bench-top).
 const (
-	watchLinger = 20 * time.Millisecond
+	watchLinger = 50 * time.Millisecond
 	watchBatch  = 64
 )
 
@@ -224,7 +223,7 @@ func (w *watchers) Serve(c *conn, closing <-chan struct{}, own string) {
 	}
 	var (
 		batch []api.WatchEvent
-		buf   bytes.Buffer
+		buf   []byte
 	)
 	for {
 		select {
@@ -291,15 +290,17 @@ func (s *watcher) gather(first api.WatchEvent, batch []api.WatchEvent) []api.Wat
 }
 
 // writeAll writes the events as frames in one write to c.
-func (w *watchers) writeAll(c *conn, evs []api.WatchEvent, buf *bytes.Buffer) error {
-	buf.Reset()
+func (w *watchers) writeAll(c *conn, evs []api.WatchEvent, buf *[]byte) error {
+	out := (*buf)[:0]
 	for i := range evs {
-		if err := api.WriteFrame(buf, &api.Response{OK: true, Event: &evs[i]}); err != nil {
+		var err error
+		if out, err = api.AppendEventFrame(out, &evs[i]); err != nil {
 			return err
 		}
 	}
+	*buf = out
 	c.c.SetWriteDeadline(time.Now().Add(watchWrite))
-	_, err := c.c.Write(buf.Bytes())
+	_, err := c.c.Write(out)
 	return err
 }
 
