@@ -10,7 +10,7 @@ DESTDIR ?=
 GO      ?= go
 CMDS    := $(notdir $(wildcard cmd/fleet-*))
 
-.PHONY: all build test lint install clean bench demo generate check-generated fuzz
+.PHONY: all build test lint install clean bench bench-top demo generate check-generated fuzz
 
 all: build
 
@@ -84,6 +84,12 @@ bench: build
 	scripts/bench-scale.sh
 	scripts/bench-presence.sh
 	scripts/bench-libs.sh
+	scripts/bench-top.sh
+
+# What a watcher (fleet-top, fleet-roster --watch) costs the gateway
+# (issue 38 point 4); PROFILE=DIR keeps the gateway's CPU profiles.
+bench-top: build
+	BIN=$(if $(PROFILE),,bin) scripts/bench-top.sh
 
 demo: build
 	scripts/demo.sh

@@ -3,6 +3,7 @@ package api
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"io"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"testing"
 	"testing/iotest"
+	"time"
 
 	"github.com/fleetd/fleet/pkg/fault"
 )
@@ -203,5 +205,36 @@ func TestReadFrameKeepsReadError(t *testing.T) {
 	wantBadFrame(t, err, "truncated frame header")
 	if !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Errorf("%v does not wrap the deadline", err)
+	}
+}
+
+// TestAppendEventFrame: an event's frame reads back as the Response
+// WriteFrame writes for it, byte for byte once decoded and encoded again.
+func TestAppendEventFrame(t *testing.T) {
+	ev := &WatchEvent{Time: time.Date(2026, 12, 7, 17, 0, 0, 5, time.UTC), Host: "h1", Event: "accepted", Kind: "SEND",
+		MsgID: "m1", Sender: "h1.a", Recipient: "h2.b", Size: 512, Reason: "a \"quoted\" <reason>\n", Body: "text"}
+	var want bytes.Buffer
+	if err := WriteFrame(&want, &Response{OK: true, Event: ev}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := AppendEventFrame([]byte("x"), ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[0] != 'x' {
+		t.Fatal("AppendEventFrame did not append")
+	}
+	data, err := ReadFrame(bytes.NewReader(got[1:]), 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r Response
+	if err := json.Unmarshal(data, &r); err != nil {
+		t.Fatal(err)
+	}
+	again, _ := json.Marshal(&r)
+	wantData, _ := ReadFrame(&want, 1<<20)
+	if string(again) != string(wantData) {
+		t.Fatalf("the event's frame reads back as\n%s\nwant\n%s", again, wantData)
 	}
 }

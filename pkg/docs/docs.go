@@ -256,7 +256,17 @@ func writeEnvironment(b *strings.Builder, app *ucli.App) {
 		}
 		b.WriteString("\n")
 	}
+	for _, e := range extraEnv[app.Name] {
+		fmt.Fprintf(b, ".TP\n.B %s\n%s\n", e[0], roffText(e[1]))
+	}
 	b.WriteString("\n")
+}
+
+// extraEnv are a command's own environment variables, beyond the
+// gateway's settings: name and meaning.
+var extraEnv = map[string][][2]string{
+	"fleet-top": {{"FLEET_TOP_FRAMES", "A file to which the live view appends each frame's render time, in microseconds, one a line " +
+		"(created if missing; scripts/bench-top.sh reads it for the frame times). Unset or empty: none is written"}},
 }
 
 // exitCodes is the exit-status table of pkg/fault (fault.Codes), where

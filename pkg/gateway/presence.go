@@ -1,9 +1,9 @@
 package gateway
 
 import (
+	"cmp"
 	"encoding/json"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -336,11 +336,8 @@ func (g *Gateway) remoteRows() []api.EntityRow {
 	// or expired) is gone from the roster at once, not when its rows age out
 	out = slices.DeleteFunc(out, func(r api.EntityRow) bool { return !trusted(r.Host) })
 	out = append(out, g.admit.untrustedRows()...)
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Name != out[j].Name {
-			return out[i].Name < out[j].Name
-		}
-		return out[i].Host < out[j].Host
+	slices.SortFunc(out, func(a, b api.EntityRow) int {
+		return cmp.Or(strings.Compare(a.Name, b.Name), strings.Compare(a.Host, b.Host))
 	})
 	return out
 }

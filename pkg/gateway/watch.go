@@ -36,6 +36,16 @@ const (
 	watchWrite = 5 * time.Second
 )
 
+// watchLinger is how long the stream waits after an event for more to
+// write with it, watchBatch how many it writes at most in one write. At
+// 100 messages a second a watcher's stream was one write and one wake-up
+// per event: about an eighth of the gateway's CPU (scripts/BENCHMARKS.md,
+// bench-top).
+const (
+	watchLinger = 50 * time.Millisecond
+	watchBatch  = 64
+)
+
 // watchers owns the open watch streams: who watches, and each one's
 // queue. Emit is safe from any goroutine and costs one atomic load when
 // nobody watches.
@@ -211,13 +221,20 @@ func (w *watchers) Serve(c *conn, closing <-chan struct{}, own string) {
 	if w.write(c, &api.Response{OK: true}) != nil {
 		return
 	}
+	var (
+		batch []api.WatchEvent
+		buf   []byte
+	)
 	for {
 		select {
 		case ev := <-s.ch:
-			if own != "" && ev.Recipient == own && (ev.Event == "accepted" || ev.Event == "taken") {
-				ev.Body = w.text(own, ev.MsgID)
+			batch = s.gather(ev, batch)
+			for i := range batch {
+				if ev := &batch[i]; own != "" && ev.Recipient == own && (ev.Event == "accepted" || ev.Event == "taken") {
+					ev.Body = w.text(own, ev.MsgID)
+				}
 			}
-			if w.write(c, &api.Response{OK: true, Event: &ev}) != nil {
+			if w.writeAll(c, batch, &buf) != nil {
 				return
 			}
 		case <-s.dropped:
@@ -250,6 +267,41 @@ func (w *watchers) text(gid, msgID string) string {
 		return ""
 	}
 	return env.Body
+}
+
+// gather is first and the events that follow it within watchLinger, at
+// most watchBatch: one write for a burst (a message's steps come
+// together), not one write, and one wake-up of the watcher, for each.
+func (s *watcher) gather(first api.WatchEvent, batch []api.WatchEvent) []api.WatchEvent {
+	batch = append(batch[:0], first)
+	t := time.NewTimer(watchLinger)
+	defer t.Stop()
+	for len(batch) < watchBatch {
+		select {
+		case ev := <-s.ch:
+			batch = append(batch, ev)
+		case <-t.C:
+			return batch
+		case <-s.dropped:
+			return batch
+		}
+	}
+	return batch
+}
+
+// writeAll writes the events as frames in one write to c.
+func (w *watchers) writeAll(c *conn, evs []api.WatchEvent, buf *[]byte) error {
+	out := (*buf)[:0]
+	for i := range evs {
+		var err error
+		if out, err = api.AppendEventFrame(out, &evs[i]); err != nil {
+			return err
+		}
+	}
+	*buf = out
+	c.c.SetWriteDeadline(time.Now().Add(watchWrite))
+	_, err := c.c.Write(out)
+	return err
 }
 
 func (w *watchers) write(c *conn, resp *api.Response) error {

@@ -152,3 +152,54 @@ func TestWatcherHearsPeersGo(t *testing.T) {
 		t.Fatal("the last watcher went and the peer loop was not stopped")
 	}
 }
+
+// TestWatchBurstInOrder: a burst of events reaches the client whole and
+// in order, each its own frame, though written in few writes; an event
+// after the burst still comes.
+func TestWatchBurstInOrder(t *testing.T) {
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: filepath.Join(t.TempDir(), "s"), Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	client, err := net.Dial("unix", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	uc, err := ln.AcceptUnix()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := newWatchers("h1", slog.New(slog.NewTextHandler(io.Discard, nil)), newRegistry(), nil, 0)
+	go w.Serve(&conn{c: uc}, nil, "")
+	read := func() *api.Response {
+		t.Helper()
+		client.SetReadDeadline(time.Now().Add(30 * time.Second))
+		data, err := api.ReadFrame(client, 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r api.Response
+		if err := json.Unmarshal(data, &r); err != nil {
+			t.Fatal(err)
+		}
+		return &r
+	}
+	if r := read(); !r.OK || r.Event != nil {
+		t.Fatalf("first frame %+v, want OK and no event", r)
+	}
+	n := 3*watchBatch + 5 // more than one write's worth
+	for i := range n {
+		w.Emit(api.WatchEvent{Event: "accepted", MsgID: fmt.Sprint(i)})
+	}
+	for i := range n {
+		if r := read(); r.Event == nil || r.Event.MsgID != fmt.Sprint(i) || r.Event.Host != "h1" {
+			t.Fatalf("frame %d is %+v, want the event of msg %d", i, r, i)
+		}
+	}
+	w.Emit(api.WatchEvent{Event: "taken", MsgID: "last"})
+	if r := read(); r.Event == nil || r.Event.MsgID != "last" {
+		t.Fatalf("after the burst: %+v, want the event of msg last", r)
+	}
+}

@@ -308,7 +308,17 @@ func tableRows(rows []api.EntityRow) [][]string {
 	return out
 }
 
-// watchRoster polls the view and prints what changed: JSON Lines of
+// fullEvery is how often the roster is read with no row event, rowPoll
+// how often without a watch stream. A read of the whole
+// roster costs the gateway about 6 ms per 1,000 rows (scripts/BENCHMARKS.md,
+// bench-top): read twice a second it was half the gateway's CPU again.
+const (
+	rowPoll   = 500 * time.Millisecond
+	fullEvery = 5 * time.Second
+)
+
+// watchRoster reads the view when the stream says rows changed, and
+// every fullEvery, and prints what changed: JSON Lines of
 // {"type":"entity",...} and {"type":"gone",...}, or a redrawn table on a
 // terminal. It runs until interrupted.
 func watchRoster(c *ucli.Context, rows []api.EntityRow, fetch func() ([]api.EntityRow, error), stream *eventStream) error {
@@ -356,8 +366,25 @@ func watchRoster(c *ucli.Context, rows []api.EntityRow, fetch func() ([]api.Enti
 	if err := emit(rows); err != nil {
 		return err
 	}
-	t := time.NewTicker(500 * time.Millisecond)
+	// the whole roster is read again after a row event (a burst of them
+	// already queued is one read), and every fullEvery for what changes
+	// without a row event (pending, dead, other hosts' rows); without a
+	// stream (an older gateway), every rowPoll
+	every := fullEvery
+	if stream == nil {
+		every = rowPoll
+	}
+	t := time.NewTicker(every)
 	defer t.Stop()
+	printEvent := func(ev api.WatchEvent) error {
+		if !asJSON {
+			return nil
+		}
+		return fleetcli.PrintJSON(c.App.Writer, struct {
+			Type string `json:"type"`
+			api.WatchEvent
+		}{"event", ev})
+	}
 	for {
 		select {
 		case <-c.Context.Done():
@@ -367,16 +394,25 @@ func watchRoster(c *ucli.Context, rows []api.EntityRow, fetch func() ([]api.Enti
 			if !ok {
 				return stream.err
 			}
-			if asJSON {
-				if err := fleetcli.PrintJSON(c.App.Writer, struct {
-					Type string `json:"type"`
-					api.WatchEvent
-				}{"event", ev}); err != nil {
-					return err
-				}
+			if err := printEvent(ev); err != nil {
+				return err
 			}
 			if !rowEvent[ev.Event] {
 				continue
+			}
+			// the events already here first: one read for all of them
+			for more := true; more; {
+				select {
+				case ev, ok := <-stream.events():
+					if !ok {
+						return stream.err
+					}
+					if err := printEvent(ev); err != nil {
+						return err
+					}
+				default:
+					more = false
+				}
 			}
 		}
 		rows, err := fetch()

@@ -2,6 +2,8 @@ package topapp
 
 import (
 	"fmt"
+	"io"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -9,6 +11,7 @@ import (
 	"charm.land/bubbles/v2/textinput"
 	tea "charm.land/bubbletea/v2"
 	"github.com/fleetd/fleet/pkg/api"
+	fleetcli "github.com/fleetd/fleet/pkg/cli"
 	ucli "github.com/urfave/cli/v2"
 )
 
@@ -24,9 +27,21 @@ func live(c *ucli.Context, src *source) error {
 	}
 	defer st.close()
 	m := newModel(src, st, snap, palette{color: !noColor()})
+	if path := os.Getenv(framesEnv); path != "" {
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+		if err != nil {
+			return fleetcli.Usage("%s: %v", framesEnv, err).WithHint("point " + framesEnv + " at a file fleet-top may write, or unset it")
+		}
+		defer f.Close()
+		m.frames = f
+	}
 	_, err = tea.NewProgram(m).Run()
 	return err
 }
+
+// framesEnv names a file fleet-top appends each frame's render time to,
+// in microseconds, one a line (scripts/bench-top.sh reads it).
+const framesEnv = "FLEET_TOP_FRAMES"
 
 // panes, in Tab order.
 const (
@@ -62,9 +77,13 @@ const (
 )
 
 type (
-	snapMsg   struct{ snap *snapshot }
+	snapMsg struct {
+		snap *snapshot
+		err  error
+	}
 	errMsg    struct{ err error }
 	eventMsg  api.WatchEvent
+	eventsMsg []api.WatchEvent
 	endMsg    struct{ err error }
 	tickMsg   struct{}
 	traceMsg  struct{ tr *api.Trace }
@@ -92,6 +111,8 @@ type model struct {
 	dead    *api.DeadLetter
 	notice  string
 	ended   bool
+	frames  io.Writer // FLEET_TOP_FRAMES: each frame's render time (nil: none)
+	reads   reads     // the snapshots read (refresh.go)
 }
 
 func newModel(src *source, st *stream, snap *snapshot, pal palette) *model {
@@ -104,27 +125,6 @@ func newModel(src *source, st *stream, snap *snapshot, pal palette) *model {
 func (m *model) Init() tea.Cmd { return tea.Batch(m.next(), tick()) }
 
 func tick() tea.Cmd { return tea.Tick(refreshEvery, func(time.Time) tea.Msg { return tickMsg{} }) }
-
-// next waits for the stream's next event.
-func (m *model) next() tea.Cmd {
-	return func() tea.Msg {
-		ev, ok := <-m.st.ch
-		if !ok {
-			return endMsg{m.st.err}
-		}
-		return eventMsg(ev)
-	}
-}
-
-func (m *model) refresh() tea.Cmd {
-	return func() tea.Msg {
-		snap, err := m.src.snapshot()
-		if err != nil {
-			return errMsg{err}
-		}
-		return snapMsg{snap}
-	}
-}
 
 // rowEvents are the events after which the rows are read again at once.
 var rowEvents = map[string]bool{"joined": true, "left": true, "status": true, "peer": true}
@@ -153,8 +153,7 @@ func (m *model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		m.w, m.h = msg.Width, msg.Height
 		return m, nil
 	case snapMsg:
-		m.snap, m.names = msg.snap, msg.snap.names()
-		return m, nil
+		return m, m.read(msg)
 	case errMsg:
 		m.notice = "error: " + clean(msg.err.Error())
 		return m, nil
@@ -164,16 +163,16 @@ func (m *model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	case tickMsg:
 		return m, tea.Batch(m.refresh(), tick())
 	case eventMsg:
-		ev := api.WatchEvent(msg)
-		if ev.Body != "" { // the --as entity's own mail: the inbox pane
-			m.toInbox(ev)
-			ev.Body = "" // the flow never shows a text
+		if m.take(api.WatchEvent(msg)) {
+			return m, tea.Batch(m.next(), m.refresh())
 		}
-		m.events = append(m.events, ev)
-		if len(m.events) > maxEvents {
-			m.events = m.events[len(m.events)-maxEvents:]
+		return m, m.next()
+	case eventsMsg:
+		read := false
+		for _, ev := range msg {
+			read = m.take(ev) || read
 		}
-		if rowEvents[ev.Event] || askEvents[ev.Kind] {
+		if read {
 			return m, tea.Batch(m.next(), m.refresh())
 		}
 		return m, m.next()
@@ -526,11 +525,21 @@ type item struct {
 func (m *model) items(p int) []item {
 	now := time.Now()
 	q := parseQuery(m.filter)
-	groups := map[string][]string{}
-	byHost := map[string][]string{}
-	for _, r := range m.snap.Rows {
-		groups[r.Gid] = r.Groups
-		byHost[r.Host] = append(byHost[r.Host], r.Gid)
+	// what a frame does for every row is what it must: the texts a
+	// filter searches, the groups and the hosts' entities only when a
+	// filter or the pane asks (BenchmarkRender: 1,000 rows)
+	var groups, byHost map[string][]string
+	if q.group != "" {
+		groups = map[string][]string{}
+		for _, r := range m.snap.Rows {
+			groups[r.Gid] = r.Groups
+		}
+	}
+	if p == paneHosts && q.group != "" {
+		byHost = map[string][]string{}
+		for _, r := range m.snap.Rows {
+			byHost[r.Host] = append(byHost[r.Host], r.Gid)
+		}
 	}
 	var out []item
 	add := func(it item) {
@@ -556,8 +565,11 @@ func (m *model) items(p int) []item {
 		}
 	case paneEntities:
 		for _, r := range m.snap.Rows {
-			text := fmt.Sprintf("%s %s %s pending %d dead %d last %s %s", nameAt(r), r.Status, since(r, now), r.Pending, r.Dead,
-				clock(r.LastDelivery, now), strings.Join(r.Groups, " "))
+			text := ""
+			if q.text != "" {
+				text = fmt.Sprintf("%s %s %s pending %d dead %d last %s %s", nameAt(r), r.Status, since(r, now), r.Pending, r.Dead,
+					clock(r.LastDelivery, now), strings.Join(r.Groups, " "))
+			}
 			add(item{text: text, hosts: []string{r.Host}, gids: []string{r.Gid}, ref: r, draw: func(w int) string {
 				return fit(cell(clean(nameAt(r)), 24, nil)+" "+cell(clean(r.Status), 9, m.pal.state)+" "+cell(since(r, now), 4, nil)+" "+
 					fmt.Sprintf("pend %-4d dead %-4d last %s", r.Pending, r.Dead, clock(r.LastDelivery, now)), w)
@@ -566,13 +578,16 @@ func (m *model) items(p int) []item {
 	case paneFlow:
 		for i := len(m.events) - 1; i >= 0; i-- { // newest first
 			ev := m.events[i]
-			t := eventText(ev, m.names, now)
+			t := ""
+			if q.text != "" {
+				t = eventText(ev, m.names, now)
+			}
 			hosts, gids := parties(ev.Sender, ev.Recipient, ev.Gid)
 			hosts = append(hosts, ev.Host)
 			if ev.Peer != "" {
 				hosts = append(hosts, ev.Peer)
 			}
-			add(item{text: t, hosts: hosts, gids: gids, ref: ev, draw: func(w int) string { return fit(t, w) }})
+			add(item{text: t, hosts: hosts, gids: gids, ref: ev, draw: func(w int) string { return fit(eventText(ev, m.names, now), w) }})
 		}
 	case paneAsks:
 		for _, a := range m.snap.Asks {
@@ -623,7 +638,12 @@ func (m *model) selected(p int) any {
 }
 
 func (m *model) View() tea.View {
-	v := tea.NewView(m.render())
+	t := time.Now()
+	screen := m.render()
+	if m.frames != nil {
+		fmt.Fprintln(m.frames, time.Since(t).Microseconds())
+	}
+	v := tea.NewView(screen)
 	v.AltScreen = true
 	v.WindowTitle = "fleet-top"
 	return v

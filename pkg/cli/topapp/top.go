@@ -29,9 +29,6 @@ import (
 	ucli "github.com/urfave/cli/v2"
 )
 
-// refreshEvery is how often the rows are read again with no event.
-const refreshEvery = 2 * time.Second
-
 // NewTopApp is fleet-top.
 func NewTopApp() *ucli.App {
 	app := fleetcli.NewApp("fleet-top", "the fleet on one screen: hosts, entities, the live message flow, open asks, dead letters")
@@ -44,7 +41,7 @@ func NewTopApp() *ucli.App {
 		"this host's open asks (asker → askee, size, when opened, time left), this host's dead letters and, with " +
 		"--as NAME, that entity's INBOX: the text of the mail that reaches its own inbox while fleet-top runs " +
 		"(it reads, never drains: fleet-recv still gets it). Rows are read again when an entity joins, leaves or " +
-		"changes state, when a peer changes state, on every event of an ask or its answer, and every 2 seconds. " +
+		"changes state, when a peer changes state, on every event of an ask or its answer (at most once a second), and every 10 seconds. " +
 		"Keys: q or Ctrl-C quit; ? shows the keys; Tab moves to the next pane (Shift-Tab back); up and down move in " +
 		"it; / filters the rows and events by a substring, with host:HOST and group:GROUP terms beside it (Esc " +
 		"clears it); h and g filter by the next host or group in turn, then by none; Enter on an event, an ask or a " +
