@@ -57,7 +57,6 @@ const (
 	targetAskRatio = 2.5                    // fleet ask round trip / raw two-hop, at p50 (issue 13 point 6)
 	readyTimeout   = 20 * time.Second       // gateway socket and broker connection
 	rssSettle      = 500 * time.Millisecond // before reading VmRSS
-	ctlTimeout     = 90 * time.Second       // one rabbitmqctl call
 	convergeWait   = 90 * time.Second       // roster views and warm-ups
 	roundWait      = 30 * time.Second       // one broadcast reaching every inbox
 	askTTL         = 5 * time.Second        // one measured ask
@@ -120,7 +119,7 @@ func run() error {
 	}
 	base := *flagBroker
 	if base == "" {
-		out, err := rmq("url")
+		out, err := node().Run("url")
 		if err != nil {
 			return err
 		}
@@ -134,7 +133,7 @@ func run() error {
 	vhostURL := u.String()
 	// the node's pid, for its CPU time (optional)
 	bpid := 0
-	if out, err := rmq("ctl", "eval", "list_to_integer(os:getpid())."); err == nil {
+	if out, err := node().Run("ctl", "eval", "list_to_integer(os:getpid())."); err == nil {
 		bpid, _ = strconv.Atoi(strings.TrimSpace(out))
 	}
 
@@ -147,7 +146,7 @@ func run() error {
 	} else {
 		benchkit.AtCleanup(func() { os.RemoveAll(tmp) })
 	}
-	if err := createVhost(*flagVhost); err != nil {
+	if err := node().CreateVhost(*flagVhost); err != nil {
 		return err
 	}
 
@@ -235,4 +234,9 @@ func run() error {
 	}
 	fmt.Printf("load average at end: %s (other work on this machine skews every figure)\n", benchkit.Loadavg())
 	return nil
+}
+
+// node is the private node, through -rmq.
+func node() benchkit.Node {
+	return benchkit.Node{Script: *flagRMQ, Prog: "benchbroker", Piddir: *flagPiddir}
 }

@@ -4,15 +4,9 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"fmt"
 	"math"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
-	"syscall"
 	"time"
 
 	"github.com/fleetd/fleet/pkg/api"
@@ -20,58 +14,6 @@ import (
 )
 
 // ---- the private node: vhost ----
-
-// rmq runs the node script with args (bounded; its whole process group is
-// killed on timeout or when we die).
-func rmq(args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), ctlTimeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, *flagRMQ, args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = 5 * time.Second // a daemon (epmd) keeping our pipe open
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	if err != nil {
-		return out.String(), fmt.Errorf("%s %s: %v: %s", *flagRMQ, strings.Join(args, " "), err, strings.TrimSpace(out.String()))
-	}
-	return out.String(), nil
-}
-
-// createVhost creates the run's vhost (refusing one that exists: it may be
-// someone else's) and registers its deletion.
-func createVhost(name string) error {
-	out, err := rmq("ctl", "list_vhosts", "name")
-	if err != nil {
-		return err
-	}
-	for _, l := range strings.Split(out, "\n") {
-		if strings.TrimSpace(l) == name {
-			return fmt.Errorf("vhost %q exists already (left by an earlier run, or someone else's): delete it with %s ctl delete_vhost %s, or pass another -vhost",
-				name, *flagRMQ, name)
-		}
-	}
-	if _, err := rmq("ctl", "add_vhost", name); err != nil {
-		return err
-	}
-	marker := ""
-	if *flagPiddir != "" {
-		marker = filepath.Join(*flagPiddir, "vhost")
-		_ = os.WriteFile(marker, []byte(name+"\n"), 0o600)
-	}
-	benchkit.AtCleanup(func() {
-		if _, err := rmq("ctl", "delete_vhost", name); err != nil {
-			fmt.Fprintf(os.Stderr, "benchbroker: deleting vhost %s: %v\n", name, err)
-			return // the wrapper tries again from the marker
-		}
-		if marker != "" {
-			_ = os.Remove(marker)
-		}
-	})
-	_, err = rmq("ctl", "set_permissions", "-p", name, "guest", ".*", ".*", ".*")
-	return err
-}
 
 // ---- the gateway processes ----
 

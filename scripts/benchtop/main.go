@@ -27,8 +27,6 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -56,7 +54,6 @@ import (
 const (
 	target       = 1.05 // a watcher's gateway CPU over the floor's
 	readyTimeout = 20 * time.Second
-	ctlTimeout   = 90 * time.Second
 	convergeWait = 120 * time.Second
 	settle       = 3 * time.Second // after a watcher starts, before its window
 )
@@ -84,53 +81,6 @@ func main() {
 	benchkit.Main("benchtop", "cleaning up (gateways, tmux, vhost)", *flagTimeout, run)
 }
 
-// rmq runs the node script with args, bounded.
-func rmq(args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), ctlTimeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, *flagRMQ, args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = 5 * time.Second
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		return out.String(), fmt.Errorf("%s %s: %v: %s", *flagRMQ, strings.Join(args, " "), err, strings.TrimSpace(out.String()))
-	}
-	return out.String(), nil
-}
-
-func createVhost(name string) error {
-	out, err := rmq("ctl", "list_vhosts", "name")
-	if err != nil {
-		return err
-	}
-	for _, l := range strings.Split(out, "\n") {
-		if strings.TrimSpace(l) == name {
-			return fmt.Errorf("vhost %q exists already: delete it with %s ctl delete_vhost %s, or pass another -vhost", name, *flagRMQ, name)
-		}
-	}
-	if _, err := rmq("ctl", "add_vhost", name); err != nil {
-		return err
-	}
-	marker := ""
-	if *flagPiddir != "" {
-		marker = filepath.Join(*flagPiddir, "vhost")
-		_ = os.WriteFile(marker, []byte(name+"\n"), 0o600)
-	}
-	benchkit.AtCleanup(func() {
-		if _, err := rmq("ctl", "delete_vhost", name); err != nil {
-			fmt.Fprintf(os.Stderr, "benchtop: deleting vhost %s: %v\n", name, err)
-			return
-		}
-		if marker != "" {
-			_ = os.Remove(marker)
-		}
-	})
-	_, err = rmq("ctl", "set_permissions", "-p", name, "guest", ".*", ".*", ".*")
-	return err
-}
-
 func run() error {
 	configs := strings.Split(*flagConfigs, ",")
 	for _, c := range configs {
@@ -155,7 +105,7 @@ func run() error {
 	}
 	base := *flagBroker
 	if base == "" {
-		out, err := rmq("url")
+		out, err := node().Run("url")
 		if err != nil {
 			return err
 		}
@@ -172,7 +122,7 @@ func run() error {
 		return err
 	}
 	benchkit.AtCleanup(func() { os.RemoveAll(tmp) })
-	if err := createVhost(*flagVhost); err != nil {
+	if err := node().CreateVhost(*flagVhost); err != nil {
 		return err
 	}
 	host, _ := os.Hostname()
@@ -657,4 +607,9 @@ func (r *results) print(configs []string, tr *traffic) {
 		}
 		fmt.Println(line)
 	}
+}
+
+// node is the private node, through -rmq.
+func node() benchkit.Node {
+	return benchkit.Node{Script: *flagRMQ, Prog: "benchtop", Piddir: *flagPiddir}
 }
