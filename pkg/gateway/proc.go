@@ -18,8 +18,13 @@ import (
 // bind an entity to: no shell by tmux's name for it, nor by the kernel's
 // (the terminal's foreground process group, from /proc: tmux names a
 // pane's shell after the first word of its command line while it starts).
+//
+// A pane made a moment ago can still read "tmux": the server's forked
+// child before it execs the pane's command. That is no agent either (a
+// join right after new-window bound such a pane to the program "tmux",
+// and it then read detached for good once the shell came up).
 func agentInFront(p deliver.PaneInfo) bool {
-	if p.Dead || deliver.IsShell(p.Command) || !deliver.ProgramOK(p.Command) {
+	if p.Dead || p.Command == "tmux" || deliver.IsShell(p.Command) || !deliver.ProgramOK(p.Command) {
 		return false
 	}
 	f := statFields(p.PID)
@@ -28,7 +33,7 @@ func agentInFront(p deliver.PaneInfo) bool {
 	}
 	fg, _ := strconv.Atoi(f[5]) // tpgid: the terminal's foreground process group
 	c := comm(fg)
-	return c != "" && !deliver.IsShell(c)
+	return c != "" && c != "tmux" && !deliver.IsShell(c)
 }
 
 // ancestors is pid and the processes above it (its parent, its parent's
