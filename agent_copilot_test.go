@@ -229,6 +229,12 @@ func TestCopilot(t *testing.T) {
 		if ev := copilotNames(c.events); !containsSeq(ev, "userPromptSubmitted", "preToolUse", "postToolUse", "agentStop") {
 			t.Errorf("hook events %v, want userPromptSubmitted, preToolUse, postToolUse, agentStop", ev)
 		}
+		// the recipe's hook-mode hooks ran in an inject entity's agent:
+		// they took nothing (the gateway refuses them), said why on
+		// stderr, and Copilot showed none of it
+		if s := r.screen(c.pane); strings.Contains(s, "fleet-recv") || strings.Contains(s, "fleet-turn") {
+			t.Errorf("the hooks showed something on screen:\n%s", s)
+		}
 	})
 
 	t.Run("back-to-back", func(t *testing.T) { backToBack(t, rig.sub(t), c.name) })

@@ -41,7 +41,7 @@ complete -c fleet-recv -n '__fleet_recv_at ""' -l as -x -a '(fleet-roster __comp
 complete -c fleet-recv -n '__fleet_recv_at ""' -l follow -s f -d 'keep streaming messages as they arrive'
 complete -c fleet-recv -n '__fleet_recv_at ""' -l max -s n -x -d 'stop after N messages (0: all)'
 complete -c fleet-recv -n '__fleet_recv_at ""' -l no-reconnect -d 'with --follow: exit 69 when the gateway stops or is lost, instead of waiting for it and following again'
-complete -c fleet-recv -n '__fleet_recv_at ""' -l hook -x -d 'run as agent CLI `CLI`\'s hook (claude, codex, gemini or opencode): hand the waiting messages to its model, framed, in the JSON the CLI reads (opencode: plain text, for fleet\'s plugin) (hook delivery mode)'
+complete -c fleet-recv -n '__fleet_recv_at ""' -l hook -x -d 'run as agent CLI `CLI`\'s hook (claude, codex, gemini, opencode or copilot): hand the waiting messages to its model, framed, in the JSON the CLI reads (opencode: plain text, for fleet\'s plugin) (hook delivery mode)'
 complete -c fleet-recv -n '__fleet_recv_at ""' -l id -x -d 'print message `MSGID` whole, from the copy a hook kept of a body too long for it (the pointer line\'s command)'
 complete -c fleet-recv -n '__fleet_recv_at ""' -l event -x -d 'with --hook: the hook\'s `EVENT`: prompt (turn start), tool (after a tool call), stop (turn end: keep the agent going while mail waits) or, for claude, wake (an asyncRewake hook: waits while the agent is idle, and exits 2 with the mail on stderr, which wakes it)'
 complete -c fleet-recv -n '__fleet_recv_at ""' -l help -s h -d 'show help'

@@ -245,8 +245,8 @@ func (s *Server) planID(prompt, id string, toolResult bool) Plan {
 
 // mcpTool is the name under which a CLI offers the MCP tool tool among
 // names: Claude Code's and Codex's mcp__SERVER__TOOL, SERVER__TOOL,
-// Gemini's mcp_SERVER_TOOL, OpenCode's SERVER_TOOL, or the bare name; ""
-// if none.
+// Gemini's mcp_SERVER_TOOL, OpenCode's SERVER_TOOL, Copilot CLI's
+// SERVER-TOOL, or the bare name; "" if none.
 func mcpTool(names []string, tool string) string {
 	for _, n := range names {
 		if n == tool || strings.HasSuffix(n, "__"+tool) {
@@ -258,10 +258,13 @@ func mcpTool(names []string, tool string) string {
 			return n
 		}
 	}
-	// OpenCode's SERVER_TOOL (a server name without an underscore)
-	for _, n := range names {
-		if server := strings.TrimSuffix(n, "_"+tool); server != n && server != "" && !strings.Contains(server, "_") {
-			return n
+	// OpenCode's SERVER_TOOL and Copilot's SERVER-TOOL (a server name of
+	// neither: fleet-wait_reply is not a tool "reply")
+	for _, sep := range []string{"_", "-"} {
+		for _, n := range names {
+			if server := strings.TrimSuffix(n, sep+tool); server != n && server != "" && !strings.ContainsAny(server, "_-") {
+				return n
+			}
 		}
 	}
 	return ""

@@ -39,6 +39,8 @@ func TestPlanMCP(t *testing.T) {
 		{[]string{"send"}, "send", "send"},
 		{[]string{"bash", "fleet_wait_reply", "fleet_reply"}, "reply", "fleet_reply"},
 		{[]string{"bash", "todowrite", "fleet_send"}, "send", "fleet_send"},
+		{[]string{"bash", "fleet-wait_reply", "fleet-reply"}, "reply", "fleet-reply"},
+		{[]string{"bash", "fleet-send"}, "send", "fleet-send"},
 		{[]string{"Bash"}, "send", ""},
 	} {
 		if got := mcpTool(c.names, c.tool); got != c.want {

@@ -59,6 +59,10 @@ func NewRecvApp() *cli.App {
 		"(plain text it shows its user): under --hook gemini every path prints JSON, {} when nothing is handed " +
 		"over for whatever reason (no gateway, no credential, not a hook entity: said on stderr, which Gemini " +
 		"does not show; a usage error too, with exit 64: Gemini would take plain text with that exit for a deny).\n\n" +
+		"GitHub Copilot CLI (--hook copilot; its hook file runs prompt on userPromptSubmitted, tool on postToolUse, " +
+		"stop on agentStop) reads flat objects: {\"additionalContext\": TEXT}, which it adds to the turn's prompt " +
+		"(in a system_reminder tag) or to the tool's result, and {\"decision\": \"block\", \"reason\": TEXT}, " +
+		"whose reason it sends as the next prompt; the session is its sessionId.\n\n" +
 		"Each message is framed, the same in every CLI, as another entity's words, never the user's or the system's:\n\n" +
 		"   [fleet message from NAME@HOST · msg ID · KIND]\n" +
 		"   │ the body, each line behind a bar (no control character; U+2028, U+2029 as ⟨U+2028⟩)\n" +
@@ -83,7 +87,7 @@ func NewRecvApp() *cli.App {
 		&cli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "keep streaming messages as they arrive"},
 		&cli.IntFlag{Name: "max", Aliases: []string{"n"}, Usage: "stop after N messages (0: all)"},
 		&cli.BoolFlag{Name: "no-reconnect", Usage: "with --follow: exit 69 when the gateway stops or is lost, instead of waiting for it and following again"},
-		&cli.StringFlag{Name: "hook", Usage: "run as agent CLI `CLI`'s hook (claude, codex, gemini or opencode): hand the waiting messages to its model, framed, in the JSON the CLI reads (opencode: plain text, for fleet's plugin) (hook delivery mode)"},
+		&cli.StringFlag{Name: "hook", Usage: "run as agent CLI `CLI`'s hook (claude, codex, gemini, opencode or copilot): hand the waiting messages to its model, framed, in the JSON the CLI reads (opencode: plain text, for fleet's plugin) (hook delivery mode)"},
 		&cli.StringFlag{Name: "id", Usage: "print message `MSGID` whole, from the copy a hook kept of a body too long for it (the pointer line's command)"},
 		&cli.StringFlag{Name: "event", Usage: "with --hook: the hook's `EVENT`: prompt (turn start), tool (after a tool call), stop (turn end: keep the agent going while mail waits) or, for claude, wake (an asyncRewake hook: waits while the agent is idle, and exits 2 with the mail on stderr, which wakes it)"},
 	)

@@ -60,6 +60,7 @@ type hookShape struct {
 	block string // the stop decision word
 	empty string // what to print when nothing waits
 	plain bool   // the text itself, no JSON (OpenCode's plugin adds it)
+	flat  bool   // {"additionalContext": TEXT} (Copilot CLI's hook output)
 }
 
 var hookShapes = map[string]map[string]hookShape{
@@ -87,6 +88,16 @@ var hookShapes = map[string]map[string]hookShape{
 		"prompt": {plain: true},
 		"tool":   {plain: true},
 	},
+	// Copilot CLI reads a hook's stdout as its SDK's output objects, flat:
+	// userPromptSubmitted's additionalContext goes into the model-facing
+	// prompt, postToolUse's into the tool's result, and an agentStop
+	// {"decision":"block","reason"} sends the reason as the next prompt
+	// (docs/agent-clis/copilot.md)
+	"copilot": {
+		"prompt": {flat: true},
+		"tool":   {flat: true},
+		"stop":   {stop: true, block: "block"},
+	},
 }
 
 // hookOutput is the JSON a hook prints for shape s around text.
@@ -97,6 +108,9 @@ func hookOutput(s hookShape, text string) ([]byte, error) {
 	if s.stop {
 		return json.Marshal(map[string]string{"decision": s.block, "reason": text})
 	}
+	if s.flat {
+		return json.Marshal(map[string]string{"additionalContext": text})
+	}
 	return json.Marshal(map[string]any{"hookSpecificOutput": map[string]string{
 		"hookEventName": s.event, "additionalContext": text}})
 }
@@ -105,9 +119,12 @@ func hookOutput(s hookShape, text string) ([]byte, error) {
 const hookIntro = "Fleet messages from other entities (not the user's words; each framed as " +
 	deliver.FrameOpen + "NAME@HOST …] … " + deliver.FrameEnd + "…]):"
 
-// hookInput is what fleet-recv reads from the hook's JSON on stdin.
+// hookInput is what fleet-recv reads from the hook's JSON on stdin: the
+// session, as session_id (Claude Code, Codex, Gemini CLI) or sessionId
+// (Copilot CLI).
 type hookInput struct {
 	SessionID string `json:"session_id"`
+	Session   string `json:"sessionId"`
 }
 
 func runHook(c *cli.Context) (err error) {
@@ -128,7 +145,7 @@ func runHook(c *cli.Context) (err error) {
 	}
 	shapes, ok := hookShapes[cliName]
 	if !ok {
-		return usage("--hook must be claude, codex, gemini or opencode, not %q", cliName)
+		return usage("--hook must be claude, codex, gemini, opencode or copilot, not %q", cliName)
 	}
 	shape, ok := shapes[event]
 	if !ok {
@@ -501,6 +518,9 @@ func readHookInput(r io.Reader) hookInput {
 	}
 	b, _ := io.ReadAll(io.LimitReader(r, 4<<20))
 	json.Unmarshal(b, &in)
+	if in.SessionID == "" {
+		in.SessionID = in.Session
+	}
 	return in
 }
 

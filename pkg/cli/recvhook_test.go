@@ -35,7 +35,7 @@ func TestPickHookBudget(t *testing.T) {
 	token, _ := ident.Issue(ident.NewGid("h1"))
 	frame := func(env *envelope.Envelope) (string, error) { return hookFrame(dir, token, env) }
 	none := func(string) bool { return false }
-	for _, cliName := range []string{"claude", "codex", "gemini", "opencode"} {
+	for _, cliName := range []string{"claude", "codex", "gemini", "opencode", "copilot"} {
 		for ev, shape := range hookShapes[cliName] {
 			// 1.5 KB bodies: five fit in 9,000 characters, not sixteen
 			bodies := make([]string, 16)
@@ -65,7 +65,12 @@ func TestPickHookBudget(t *testing.T) {
 				t.Fatalf("%s %s: not JSON: %v", cliName, ev, err)
 			}
 			text := fmt.Sprint(v["reason"])
-			if !shape.stop {
+			if shape.flat { // Copilot's: {"additionalContext": TEXT}, nothing else
+				text, _ = v["additionalContext"].(string)
+				if len(v) != 1 {
+					t.Errorf("%s %s: %s", cliName, ev, d.out)
+				}
+			} else if !shape.stop {
 				text = v["hookSpecificOutput"].(map[string]any)["additionalContext"].(string)
 				if v["hookSpecificOutput"].(map[string]any)["hookEventName"] != shape.event {
 					t.Errorf("%s %s: %s", cliName, ev, d.out)
@@ -268,5 +273,20 @@ func TestPrintHumanAsk(t *testing.T) {
 	w.Flush()
 	if strings.Contains(b.String(), "answer") {
 		t.Errorf("a SEND says answer: %q", b.String())
+	}
+}
+
+// Copilot CLI names the session sessionId; the others session_id. Either
+// keys the seen file; session_id wins when both come.
+func TestReadHookInputSession(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{`{"session_id":"s1"}`, "s1"},
+		{`{"sessionId":"c1","timestamp":1,"prompt":"x"}`, "c1"},
+		{`{"session_id":"s1","sessionId":"c1"}`, "s1"},
+		{`not json`, ""},
+	} {
+		if got := readHookInput(strings.NewReader(c.in)).SessionID; got != c.want {
+			t.Errorf("readHookInput(%s) = %q, want %q", c.in, got, c.want)
+		}
 	}
 }

@@ -26,7 +26,7 @@ func TestCopilotHookFile(t *testing.T) {
 	if p := cl.File(home, "/p"); p != "/p/.github/hooks/fleet.json" {
 		t.Errorf("the project's hook file %s", p)
 	}
-	if st, _ := cl.Check(home, ""); len(st.Installed) != 0 || len(st.Missing) != 4 || !strings.Contains(strings.Join(st.Blockers, "\n"), "not installed") {
+	if st, _ := cl.Check(home, ""); len(st.Installed) != 0 || len(st.Missing) != 5 || !strings.Contains(strings.Join(st.Blockers, "\n"), "not installed") {
 		t.Errorf("before install: %+v", st)
 	}
 	for range 2 {
@@ -39,14 +39,14 @@ func TestCopilotHookFile(t *testing.T) {
 		t.Fatalf("the hook file is not the shipped one")
 	}
 	st, _ := cl.Check(home, "")
-	if strings.Join(st.Installed, ",") != "agentStop,errorOccurred,sessionStart,userPromptSubmitted" || len(st.Missing) != 0 {
+	if strings.Join(st.Installed, ",") != "agentStop,errorOccurred,postToolUse,sessionStart,userPromptSubmitted" || len(st.Missing) != 0 {
 		t.Errorf("after install: %+v", st)
 	}
-	// an older file of fleet's, without errorOccurred: missing until
-	// installed again
+	// an older file of fleet's, without errorOccurred and the hook-mode
+	// commands: those events missing until installed again
 	os.WriteFile(path, []byte(`{"version":1,"hooks":{"sessionStart":[{"type":"command","bash":"fleet-turn idle"}],`+
 		`"userPromptSubmitted":[{"type":"command","bash":"fleet-turn busy"}],"agentStop":[{"type":"command","bash":"fleet-turn idle"}]}}`), 0o600)
-	if st, _ := cl.Check(home, ""); strings.Join(st.Missing, ",") != "errorOccurred" || !strings.Contains(strings.Join(st.Blockers, "\n"), "older") {
+	if st, _ := cl.Check(home, ""); strings.Join(st.Missing, ",") != "agentStop,errorOccurred,postToolUse,userPromptSubmitted" || !strings.Contains(strings.Join(st.Blockers, "\n"), "older") {
 		t.Errorf("an older hook file: %+v", st)
 	}
 	if _, n, err := cl.Remove(home, ""); err != nil || n != 1 {
