@@ -33,12 +33,13 @@ type codexRig struct {
 	turnLog   string // what the fleet-turn shim saw, a line a call
 }
 
-func newCodexRig(t *testing.T, gwEnv ...string) *codexRig {
+// codexSetup writes CODEX_HOME's config.toml for the stub, trusting the
+// project folder, and installs fleet's recipe with its hook trust; it
+// returns CODEX_HOME.
+func codexSetup(t *testing.T, r *agentRig) string {
 	t.Helper()
-	r := &codexRig{agentRig: newAgentRig(t, gwEnv...)}
-	r.codexHome = filepath.Join(r.home, ".codex")
-	r.turnLog = filepath.Join(r.dir, "fleet-turn.log")
-	if err := os.MkdirAll(r.codexHome, 0o700); err != nil {
+	home := filepath.Join(r.home, ".codex")
+	if err := os.MkdirAll(home, 0o700); err != nil {
 		t.Fatal(err)
 	}
 	config := fmt.Sprintf(`model = "stub-model"
@@ -61,7 +62,7 @@ trust_level = "trusted"
 [tui]
 animations = false
 `, r.stub.URL()+"/v1", r.work)
-	if err := os.WriteFile(filepath.Join(r.codexHome, "config.toml"), []byte(config), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(home, "config.toml"), []byte(config), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	// the recipe and its hook trust, by fleet's installer, as a user would
@@ -70,6 +71,14 @@ animations = false
 	if st := r.fleet("fleet-roster", "hooks", "status", "codex", "--json"); !strings.Contains(st, `"missing":[],"blockers":[]`) {
 		t.Fatalf("fleet-roster hooks status codex after install: %s", st)
 	}
+	return home
+}
+
+func newCodexRig(t *testing.T, gwEnv ...string) *codexRig {
+	t.Helper()
+	r := &codexRig{agentRig: newAgentRig(t, gwEnv...)}
+	r.codexHome = codexSetup(t, r.agentRig)
+	r.turnLog = filepath.Join(r.dir, "fleet-turn.log")
 	// a fleet-turn ahead of the real one on PATH that logs each call: its
 	// argument, the pane it ran in, and the status of each inject entity
 	// after the real one ran ("busy %0 codex=busy codex-b=idle")

@@ -41,7 +41,6 @@ import (
 	"log/slog"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -547,26 +546,22 @@ func agentOf(reg *registry, pid int) (*mailbox, int, string) {
 	}
 	pane := best.snapshot().PanePID
 	if fg, _, ok := stat(pane); ok && slices.Contains(up[:bestAt+1], fg) {
-		if fg == pane && bestAt >= 1 && pgrp(up[bestAt-1]) == pane && deliver.IsShell(comm(pane)) && !deliver.IsShell(comm(up[bestAt-1])) {
-			return best, fg, fmt.Sprintf("%s (pid %d) runs in the process group of the pane's shell %s (started by a compound command such as \"claude; exec bash\", or a wrapper that does not exec it): "+
-				"fleet cannot tell it from the shell, so it types nothing into the pane; start the agent as the pane's command, with exec, or from an interactive shell",
-				comm(up[bestAt-1]), up[bestAt-1], comm(pane))
+		if fg == pane && shellProc(pane) {
+			// the agent is the first process below the pane's shell, in
+			// its group, that is no shell by name (a subshell of a
+			// compound command may stand between them; a wrapper
+			// script's process, named after the script, is taken for the
+			// agent, which is as true) and not the caller itself (a hook
+			// run by the pane's shell: fleet-turn's sh, then fleet-roster)
+			for i := bestAt - 1; i >= 1 && pgrp(up[i]) == pane; i-- {
+				if !deliver.IsShell(comm(up[i])) {
+					return best, fg, compoundReason(comm(up[i]), up[i], shellName(pane))
+				}
+			}
 		}
 		return best, fg, ""
 	}
 	return best, 0, ""
-}
-
-// pgrp is the process group of pid (0 if gone): an agent backgrounded
-// from an interactive shell (claude &) has a group of its own while the
-// shell is in front, and is not the shell's.
-func pgrp(pid int) int {
-	f := statFields(pid)
-	if len(f) < 3 {
-		return 0
-	}
-	g, _ := strconv.Atoi(f[2])
-	return g
 }
 
 // bindAgent records pid as the entity's agent process (with its start

@@ -13,10 +13,18 @@ package gateway
 // once the CLI's ready prompt shows and the screen stands still
 // (lateQuiet), no dialog on it — what --idle-screen does, on by default
 // for these CLIs only. Its first hook, when it comes, takes over.
+//
+// Started by a compound command (tmux new-session "codex; exec bash") or
+// a wrapper that does not exec it, such a CLI runs in the process group
+// of the pane's shell, and tmux shows the shell in front: nothing proves
+// that the CLI, not the shell, reads what is typed, and no hook comes to
+// say so before the first prompt. The entity goes unhooked at once, with
+// the reason, as a hook from such an agent makes it (agentOf).
 
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"os"
 	"path"
@@ -71,6 +79,9 @@ func bindLate(ctx context.Context, b *mailbox, ent store.Entity, st *store.Store
 		return false
 	}
 	p, err := deliver.Probe(ctx, ent.PaneTarget())
+	if err == nil && !p.Dead && p.PID == ent.PanePID && shellProc(p.PID) && unhookLate(b, ent, st, log, p.PID) {
+		return true
+	}
 	if err != nil || p.Dead || p.PID != ent.PanePID || !agentInFront(p) {
 		return false
 	}
@@ -102,6 +113,48 @@ func bindLate(ctx context.Context, b *mailbox, ent store.Entity, st *store.Store
 	}
 	log.Info("agent recognised from its process: its first hook comes late", "entity", ent.Name, "cli", cli, "program", after.Program, "pid", fg)
 	return true
+}
+
+// unhookLate makes ent unhooked, with the reason, when a late-hook CLI
+// runs in the process group of its pane's shell, pane (in front: a
+// non-interactive shell, which gives its children no group of their
+// own). It says whether it did.
+func unhookLate(b *mailbox, ent store.Entity, st *store.Store, log *slog.Logger, pane int) bool {
+	cli, pid := lateInGroup(pane)
+	if cli == "" {
+		return false
+	}
+	why := compoundReason(comm(pid), pid, shellName(pane))
+	if _, err := b.putStatusFrom(st, &ent, stUnhooked, why, false, ""); err != nil {
+		if !errors.Is(err, errStale) {
+			log.Error("recording the status", "entity", ent.Name, "err", err)
+		}
+		return false
+	}
+	log.Warn("the agent cannot be told from its pane's shell: its mail is held", "entity", ent.Name, "cli", cli, "reason", why)
+	return true
+}
+
+// lateInGroup is a late-hook CLI process below pane in the process group
+// that pane leads and has in front ("", 0 for none): its descendants from
+// /proc/PID/task/PID/children, at most 64 looked at.
+func lateInGroup(pane int) (string, int) {
+	if fg, _, ok := stat(pane); !ok || fg != pane {
+		return "", 0
+	}
+	next := children(pane)
+	for n := 0; len(next) > 0 && n < 64; n++ {
+		pid := next[0]
+		next = next[1:]
+		if pgrp(pid) != pane {
+			continue // a group of its own: not the shell's
+		}
+		if cli := lateCLI(pid); cli != "" {
+			return cli, pid
+		}
+		next = append(next, children(pid)...) // a wrapper's, a subshell's
+	}
+	return "", 0
 }
 
 // idleQuiet is how long ent's screen must stand still to read idle

@@ -7,7 +7,9 @@ package gateway
 // (agent.go) and the late-hook recognition (latehook.go) both read them.
 
 import (
+	"fmt"
 	"os"
+	"path"
 	"strconv"
 	"strings"
 
@@ -86,4 +88,55 @@ func stat(pid int) (tpgid int, start uint64, ok bool) {
 	tpgid, _ = strconv.Atoi(f[5])
 	start, _ = strconv.ParseUint(f[19], 10, 64)
 	return tpgid, start, true
+}
+
+// compoundReason is why agent (pid) cannot be told from the pane's shell,
+// whose process group it runs in.
+func compoundReason(agent string, pid int, shell string) string {
+	return fmt.Sprintf("%s (pid %d) runs in the process group of the pane's shell %s (started by a compound command such as \"claude; exec bash\", or a wrapper that does not exec it): "+
+		"fleet cannot tell it from the shell, so it types nothing into the pane; start the agent as the pane's command, with exec, or from an interactive shell",
+		agent, pid, shell)
+}
+
+// pgrp is the process group of pid (0 if gone): an agent backgrounded
+// from an interactive shell (claude &) has a group of its own while the
+// shell is in front, and is not the shell's.
+func pgrp(pid int) int {
+	f := statFields(pid)
+	if len(f) < 3 {
+		return 0
+	}
+	g, _ := strconv.Atoi(f[2])
+	return g
+}
+
+// children are pid's child processes.
+func children(pid int) []int {
+	p := strconv.Itoa(pid)
+	b, _ := os.ReadFile("/proc/" + p + "/task/" + p + "/children")
+	var out []int
+	for _, f := range strings.Fields(string(b)) {
+		if c, err := strconv.Atoi(f); err == nil {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// shellProc says whether process pid runs a shell: its command name is
+// one, or its executable is (a script's process is named after the
+// script — a wrapper started as the pane's command reads start-agent —
+// but runs /bin/sh).
+func shellProc(pid int) bool { return shellName(pid) != "" }
+
+// shellName is the shell process pid runs, by its command name or its
+// executable's ("" for none).
+func shellName(pid int) string {
+	if c := comm(pid); deliver.IsShell(c) {
+		return c
+	}
+	if exe, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/exe"); err == nil && deliver.IsShell(path.Base(exe)) {
+		return path.Base(exe)
+	}
+	return ""
 }
