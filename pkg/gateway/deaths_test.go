@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -219,6 +220,27 @@ func TestCrossHeldPastLocalCap(t *testing.T) {
 	eventually(t, "h2 holds bob's broker inbox", func() error {
 		if h2.logCount("local inbox full: not taking from its broker inbox") == 0 {
 			return errors.New("not said yet")
+		}
+		return nil
+	})
+	// h2 gave the delivery back (a nack, which the broker takes in its own
+	// time): the broker inbox holds it once its depth says so
+	conn, err := amqp.Dial(brokerURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "bob's broker inbox holds the message", func() error {
+		q, err := ch.QueueDeclarePassive(broker.InboxQueue(bob.Gid), true, false, false, false, nil)
+		if err != nil {
+			return err
+		}
+		if q.Messages != 1 {
+			return fmt.Errorf("%d ready in bob's broker inbox", q.Messages)
 		}
 		return nil
 	})

@@ -22,17 +22,20 @@ func read(t *testing.T, path string) map[string]any {
 	return m
 }
 
+// mergesSettings says whether cl's recipe is merged into the CLI's own
+// settings file. OpenCode's is a plugin file (TestOpenCodePlugin), Copilot
+// CLI's a hook file of fleet's own (TestCopilotHookFile): nothing of the
+// user's to keep.
+func mergesSettings(cl *CLI) bool { return cl.Name != "opencode" && cl.Name != "copilot" }
+
 // Install merges: the user's settings and hooks stay, installing twice is
 // installing once, Remove takes out fleet-turn's hooks and nothing else.
 func TestInstallMergesAndRemoves(t *testing.T) {
 	for _, cl := range CLIs {
+		if !mergesSettings(cl) {
+			continue
+		}
 		t.Run(cl.Name, func(t *testing.T) {
-			if cl.Name == "opencode" {
-				t.Skip("a plugin file, no settings to merge: TestOpenCodePlugin")
-			}
-			if cl.Name == "copilot" {
-				t.Skip("a hook file of fleet's own, no settings to merge: TestCopilotHookFile")
-			}
 			home := t.TempDir()
 			t.Setenv("CODEX_HOME", "")
 			path := cl.File(home, "")
@@ -181,13 +184,10 @@ func TestStatusOlderInstall(t *testing.T) {
 	home := t.TempDir()
 	t.Setenv("CODEX_HOME", "")
 	for _, cl := range CLIs {
+		if !mergesSettings(cl) {
+			continue
+		}
 		t.Run(cl.Name, func(t *testing.T) {
-			if cl.Name == "opencode" {
-				t.Skip("a plugin file, no settings to merge: TestOpenCodePlugin")
-			}
-			if cl.Name == "copilot" {
-				t.Skip("a hook file of fleet's own, no settings to merge: TestCopilotHookFile")
-			}
 			var recipe map[string]any
 			json.Unmarshal(cl.recipe, &recipe)
 			old := map[string]any{}

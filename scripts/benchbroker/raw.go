@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/fleetd/fleet/scripts/internal/benchkit"
@@ -384,9 +385,15 @@ type rawTP struct {
 	sink  atomic.Pointer[tpSink]
 	stale atomic.Int64
 	rets  atomic.Int64 // returned unroutable
+
+	// durable: each consumer writes what it takes to its file and
+	// fdatasyncs it before the ack, as a gateway's store makes a message
+	// durable before it acks (the CPU floor of the same work)
+	durable atomic.Bool
+	files   []*os.File
 }
 
-func newRawTP(vhostURL string, senders, rcpts int) (*rawTP, error) {
+func newRawTP(vhostURL, dir string, senders, rcpts int) (*rawTP, error) {
 	r := &rawTP{}
 	fail := func(err error) (*rawTP, error) {
 		r.close()
@@ -435,8 +442,18 @@ func newRawTP(vhostURL string, senders, rcpts int) (*rawTP, error) {
 		if err != nil {
 			return fail(err)
 		}
-		go func(i int) {
+		f, err := os.CreateTemp(dir, "raw-durable-*")
+		if err != nil {
+			return fail(err)
+		}
+		r.files = append(r.files, f)
+		go func(i int, f *os.File) {
 			for m := range d {
+				if r.durable.Load() {
+					if _, err := f.Write(m.Body); err == nil {
+						_ = syscall.Fdatasync(int(f.Fd()))
+					}
+				}
 				if s := r.sink.Load(); s != nil {
 					s.arrive(string(m.Body), i, &r.stale)
 				} else {
@@ -444,7 +461,7 @@ func newRawTP(vhostURL string, senders, rcpts int) (*rawTP, error) {
 				}
 				_ = m.Ack(false)
 			}
-		}(i)
+		}(i, f)
 	}
 	setup.Close()
 	for i := 0; i < senders; i++ {
@@ -471,6 +488,26 @@ func (r *rawTP) close() {
 		c.Close()
 	}
 	r.conns = nil
+	for _, f := range r.files {
+		f.Close()
+		os.Remove(f.Name())
+	}
+	r.files = nil
+}
+
+// runDurable is run confirm-each with the consumers' fdatasync before
+// each ack, and the CPU it cost this process (the raw client, both
+// sides) and the broker.
+func (r *rawTP) runDurable(c tpConfig, run string, n, bpid int) (*tpRun, error) {
+	r.durable.Store(true)
+	defer r.durable.Store(false)
+	b0, s0 := brokerCPU(bpid), benchkit.SelfCPU()
+	res, err := r.run(c, run, n, false)
+	if err != nil {
+		return nil, err
+	}
+	res.cpu = map[string]time.Duration{"raw": benchkit.SelfCPU() - s0, "broker": brokerCPU(bpid) - b0}
+	return res, nil
 }
 
 // run publishes n messages as c says — each confirmed before the next, or

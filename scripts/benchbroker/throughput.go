@@ -364,7 +364,9 @@ func (f *tpFleet) run(c tpConfig, run string, n int, bpid int) (*tpRun, error) {
 type tpSeries struct {
 	cfg                 tpConfig
 	fleet, each, piped  []*tpRun
+	durable             []*tpRun  // raw confirm-each, fdatasync before each ack: the CPU floor
 	ratioEach, ratioPip []float64 // per round
+	ratioCPU            []float64 // per round: (h1 + h2) CPU per message ÷ the raw client's
 }
 
 type tpResult struct {
@@ -413,14 +415,15 @@ func throughputPhase(gws []*benchkit.Gateway, vhostURL string, bpid int) (*tpRes
 		"senders", h1.Host, h2.Host, n, *flagTPRounds)
 	fmt.Println("   fleet: OpSend per message on each sender's socket connection (returns once the broker confirmed it), OpRecv --follow per recipient (written out, then acked)")
 	fmt.Println("   raw: persistent, mandatory, publisher confirms, one channel per sender on one connection; one consumer per queue on another (prefetch 64), manual ack of each delivery once the consumer has it;")
-	fmt.Printf("        confirm-each (wait for each confirm before the next publish) and pipelined (up to %d confirms outstanding per sender)\n", tpPipeline)
+	fmt.Printf("        confirm-each (wait for each confirm before the next publish) and pipelined (up to %d confirms outstanding per sender);\n", tpPipeline)
+	fmt.Println("        durable: confirm-each with each consumer writing the body to a file and fdatasyncing it before the ack, its CPU (this process: both sides) and the broker's read around it: the CPU floor")
 	maxS, maxR := slices.Max(senders), slices.Max(rcpts)
 	f, err := newTPFleet(h1, h2, maxS, maxR)
 	if err != nil {
 		return nil, err
 	}
 	defer f.close()
-	raw, err := newRawTP(vhostURL, maxS, maxR)
+	raw, err := newRawTP(vhostURL, h2.Dir, maxS, maxR)
 	if err != nil {
 		return nil, err
 	}
@@ -442,29 +445,35 @@ func throughputPhase(gws []*benchkit.Gateway, vhostURL string, bpid int) (*tpRes
 		for ci, s := range res.series {
 			c := s.cfg
 			run := fmt.Sprintf("r%dc%d", round, ci)
-			// the order of the three rotates from round to round
-			var fr, er, pr *tpRun
-			for k := 0; k < 3; k++ {
+			// the order of the four rotates from round to round
+			var fr, er, pr, dr *tpRun
+			for k := 0; k < 4; k++ {
 				var err error
-				switch (k + round) % 3 {
+				switch (k + round) % 4 {
 				case 0:
 					fr, err = f.run(c, run+"f", n, bpid)
 				case 1:
 					er, err = raw.run(c, run+"e", n, false)
 				case 2:
 					pr, err = raw.run(c, run+"p", n, true)
+				case 3:
+					dr, err = raw.runDurable(c, run+"d", n, bpid)
 				}
 				if err != nil {
 					return nil, err
 				}
 				time.Sleep(200 * time.Millisecond) // the broker's and gateways' leftovers
 			}
-			s.fleet, s.each, s.piped = append(s.fleet, fr), append(s.each, er), append(s.piped, pr)
+			s.fleet, s.each, s.piped, s.durable = append(s.fleet, fr), append(s.each, er), append(s.piped, pr), append(s.durable, dr)
 			s.ratioEach, s.ratioPip = append(s.ratioEach, fr.rate/er.rate), append(s.ratioPip, fr.rate/pr.rate)
+			s.ratioCPU = append(s.ratioCPU, float64(fr.cpu["h1"]+fr.cpu["h2"])/float64(dr.cpu["raw"]))
 			fmt.Printf("round %d  %-34s fleet %6.0f msgs/s (OpSend p50 %s; sends done %s, receipts %s; CPU/msg h1 %.0f µs, h2 %.0f µs, broker %.0f µs)   raw each %6.0f (%.2fx)   raw pipelined %6.0f (%.2fx)\n",
 				round+1, c, fr.rate, benchkit.Ms(fr.call), secs(fr.sends), secs(fr.settled),
 				perOp(fr.cpu["h1"], n), perOp(fr.cpu["h2"], n), perOp(fr.cpu["broker"], n),
 				er.rate, fr.rate/er.rate, pr.rate, fr.rate/pr.rate)
+			fmt.Printf("         %-34s raw durable %6.0f msgs/s (CPU/msg raw client %.0f µs, both sides; broker %.0f µs): fleet h1+h2 ÷ raw client %.2fx, broker ÷ raw's %.2fx\n",
+				"", dr.rate, perOp(dr.cpu["raw"], n), perOp(dr.cpu["broker"], n),
+				float64(fr.cpu["h1"]+fr.cpu["h2"])/float64(dr.cpu["raw"]), float64(fr.cpu["broker"])/float64(dr.cpu["broker"]))
 		}
 	}
 	res.stale = f.stale.Load()
@@ -472,6 +481,11 @@ func throughputPhase(gws []*benchkit.Gateway, vhostURL string, bpid int) (*tpRes
 	fmt.Println()
 	return res, nil
 }
+
+// tpCPUTarget is issue 41's: a gateway's CPU per remote message at most
+// twice the raw client's (here both gateways over the raw client's both
+// sides).
+const tpCPUTarget = 2.0
 
 func secs(d time.Duration) string { return fmt.Sprintf("%.2fs", d.Seconds()) }
 
@@ -529,6 +543,13 @@ func (r *tpResult) printSummary() {
 			rng(rates(s.fleet), "%.0f"), rng(rates(s.each), "%.0f"), rng(rates(s.piped), "%.0f"))
 		fmt.Printf("%s  %-34s ratio to raw each %s, to raw pipelined %s; %s; fleet CPU µs/msg: %s\n", indent, "",
 			rng(s.ratioEach, "%.2fx"), rng(s.ratioPip, "%.2fx"), verdict, strings.Join(cpu, ", "))
+		var rawCPU, rawBroker time.Duration
+		for _, dr := range s.durable {
+			rawCPU, rawBroker = rawCPU+dr.cpu["raw"], rawBroker+dr.cpu["broker"]
+		}
+		fmt.Printf("%s  %-34s CPU floor, raw client (publish with confirm, consume, fdatasync, ack; both sides) %.0f µs/msg, its broker %.0f µs/msg; "+
+			"fleet h1+h2 ÷ raw client %s (target <= %.1fx: %s)\n", indent, "",
+			perOp(rawCPU, r.n*len(s.durable)), perOp(rawBroker, r.n*len(s.durable)), rng(s.ratioCPU, "%.2fx"), tpCPUTarget, benchkit.Met(median(s.ratioCPU) <= tpCPUTarget))
 	}
 	if r.stale > 0 {
 		fmt.Printf("%s  (%d deliveries of earlier measurements arrived late)\n", indent, r.stale)

@@ -78,6 +78,7 @@ type groupResult struct {
 	n       int
 	flushes int
 	elapsed time.Duration
+	cpu     time.Duration // this process's, over the run: the floor's CPU
 }
 
 func (r groupResult) rate() float64 { return float64(r.n) / r.elapsed.Seconds() }
@@ -88,6 +89,7 @@ func (r groupResult) plus(o groupResult) groupResult {
 	r.n += o.n
 	r.flushes += o.flushes
 	r.elapsed += o.elapsed
+	r.cpu += o.cpu
 	return r
 }
 
@@ -134,10 +136,10 @@ func groupCommit(dir string, writers, n, size int) (groupResult, error) {
 			}
 		}(w)
 	}
-	t0 := time.Now()
+	t0, cpu0 := time.Now(), benchkit.SelfCPU()
 	close(start)
 	wg.Wait()
-	res.elapsed = time.Since(t0)
+	res.elapsed, res.cpu = time.Since(t0), benchkit.SelfCPU()-cpu0
 	res.flushes = l.flushes
 	if err := errors.Join(errs...); err != nil {
 		return res, err

@@ -588,6 +588,9 @@ func run() error {
 		gc := gc1.plus(gc2)
 		fmt.Printf("   floor, group-commit append + fdatasync, %d writer(s): %8.0f records/s  (before %.0f, after %.0f; %d flushes, %.2f per record, %.2f ms each)\n",
 			s, gc.rate(), gc1.rate(), gc2.rate(), gc.flushes, float64(gc.flushes)/float64(gc.n), float64(gc.elapsed)/float64(time.Millisecond)/float64(gc.flushes))
+		floorCPU := float64(gc.cpu.Microseconds()) / float64(gc.n)
+		fmt.Printf("   floor's CPU %.1f µs/record (in process); gateway's CPU per message ÷ floor's per record %.1fx\n",
+			floorCPU, float64(r.gwCPU.Microseconds())/float64(r.n)/floorCPU)
 		b, err := rawBolt(tmp, "Update", s, rawN, *flagBody)
 		if err != nil {
 			return err
