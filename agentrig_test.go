@@ -63,7 +63,7 @@ var agentLong = map[string]time.Duration{
 	"TestClaudeCodeJoinedAfterStart": 18 * time.Second, "TestClaudeCodeLoopCut": 16 * time.Second, "TestCodexHookWake": 17 * time.Second,
 	"TestMCPCodex": 12 * time.Second, "TestClaudeCodeReplyAcrossHosts": 10 * time.Second,
 	"TestMCPClaudeCode": 6 * time.Second, "TestOpenCode": 60 * time.Second, "TestOpenCodeReplyAcrossHosts": 20 * time.Second, "TestOpenCodeHookMode": 30 * time.Second, "TestMCPOpenCode": 20 * time.Second, "TestCopilot": 45 * time.Second, "TestAgentStartWays": 70 * time.Second,
-	"TestCopilotHookMode": 25 * time.Second, "TestCopilotHookWake": 30 * time.Second,
+	"TestCopilotHookMode": 25 * time.Second, "TestCopilotReplyAcrossHosts": 20 * time.Second, "TestCopilotHookWake": 30 * time.Second,
 }
 
 // agentBin is an agent CLI's executable; the test fails if it is missing
