@@ -32,9 +32,8 @@ import (
 	"github.com/fleetd/fleet/scripts/internal/benchkit"
 )
 
-// Targets: fleet / raw confirm-each, by number of senders.
-// tpTargets are the throughput targets by senders, as ratios to raw
-// confirm-each (8 → 1: issue 41, 0.6×).
+// tpTargets are the throughput targets by number of senders, as ratios
+// fleet / raw confirm-each (8 → 1: issue 41, 0.6×).
 var tpTargets = map[int]float64{1: 0.6, 8: 0.6}
 
 const (
