@@ -9,8 +9,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/fleetd/fleet/internal/stubmodel"
 )
 
 // Hook delivery mode, the wake notice and fleet-mcp with the real GitHub
@@ -111,27 +109,6 @@ func (c *copilotRun) prompt(t *testing.T, text string) {
 	time.Sleep(300 * time.Millisecond)
 	c.r.tmux("send-keys", "-t", c.pane, "Enter")
 	c.waitEvent(t, "userPromptSubmitted", n+1)
-}
-
-// withText are the turn requests whose body holds s; waitText waits for n.
-func withText(r *agentRig, s string) []stubmodel.Request {
-	var out []stubmodel.Request
-	for _, q := range r.stub.Turns() {
-		if strings.Contains(q.Body, jsonText(s)) {
-			out = append(out, q)
-		}
-	}
-	return out
-}
-
-func waitText(t *testing.T, r *agentRig, s string, n int) []stubmodel.Request {
-	t.Helper()
-	for deadline := time.Now().Add(60 * time.Second); len(withText(r, s)) < n; time.Sleep(100 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d turn request(s) hold %q, want %d; turns: %q", len(withText(r, s)), s, n, promptsOf(r.stub.Turns()))
-		}
-	}
-	return withText(r, s)
 }
 
 // fleetFrame is a message's frame as a hook hands it over.
@@ -275,45 +252,15 @@ func TestMCPCopilot(t *testing.T) {
 	mcpSendReceive(t, r, run, "", "fleet-")
 }
 
-// The agent answers through its own tool call across hosts: boss on h2
-// holds fleet-send --wait open; the message is pasted into Copilot on
-// h1, whose bash tool runs fleet-send --reply-to ID with the entity's
-// credential (FLEET_TOKEN, typed with the command), and the reply reaches
-// boss's send on h2.
+// The agent answers through its own tool call across hosts
+// (replyAcrossHosts): the message is pasted into Copilot on h1, whose bash
+// tool runs fleet-send --reply-to ID with the entity's credential
+// (FLEET_TOKEN, typed with the command).
 func TestCopilotReplyAcrossHosts(t *testing.T) {
 	agentBrokerTest(t)
 	agentBin(t, "copilot")
 	rig, h2 := twoHostRig(t, "t-go-copilot-reply")
 	bossTok := h2.join("boss")
 	c := startCopilot(t, rig, "cp")
-	run := func() (string, string, error) {
-		wait := exec.Command(filepath.Join(binDir, "fleet-send"), "--wait", "--timeout", "120s", "--json",
-			"cp@h1", "please reply STUB:TOOL=fleet-send --reply-to {MSGID} done, from copilot")
-		wait.Env = append(h2.env, "FLEET_TOKEN="+bossTok, "PATH="+binDir+":"+os.Getenv("PATH"))
-		var out, errOut strings.Builder
-		wait.Stdout, wait.Stderr = &out, &errOut
-		err := wait.Run()
-		return out.String(), errOut.String(), err
-	}
-	var out, errOut string
-	var err error
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(300 * time.Millisecond) {
-		// h2 hears of cp@h1 within a presence interval or two
-		if out, errOut, err = run(); exitCode(err) != 75 || time.Now().After(deadline) {
-			break
-		}
-	}
-	if err != nil {
-		t.Fatalf("fleet-send --wait: %v\nstdout: %s\nstderr: %s\nscreen:\n%s", err, out, errOut, rig.screen(c.pane))
-	}
-	if !strings.Contains(out, `"kind":"REPLY"`) || !strings.Contains(out, "done, from copilot") {
-		t.Fatalf("boss got %s", out)
-	}
-	turns := rig.waitTurns(2, 30*time.Second)
-	if !strings.Contains(turns[0].Answer, "fleet-send --reply-to ") || turns[1].ToolResult == "" {
-		for i, q := range turns {
-			t.Logf("turn %d: answer %q, tool result %q", i, q.Answer, q.ToolResult)
-		}
-		t.Fatal("the model did not call fleet-send --reply-to and see its result")
-	}
+	replyAcrossHosts(t, rig, h2, bossTok, "cp@h1", c.pane, "copilot")
 }

@@ -102,28 +102,6 @@ func TestGeminiHookMode(t *testing.T) {
 		return header(id) + "\n│ " + strings.ReplaceAll(body, "\n", "\n│ ") + "\n[end of fleet message " + id +
 			" · reply: fleet-send --reply-to " + id + " TEXT]"
 	}
-	// withText are the turn requests whose body holds s
-	withText := func(r *agentRig, s string) []stubmodel.Request {
-		var out []stubmodel.Request
-		for _, q := range r.stub.Turns() {
-			if strings.Contains(q.Body, jsonText(s)) {
-				out = append(out, q)
-			}
-		}
-		return out
-	}
-	waitText := func(r *agentRig, s string, n int) []stubmodel.Request {
-		r.t.Helper()
-		deadline := time.Now().Add(60 * time.Second)
-		for len(withText(r, s)) < n {
-			if time.Now().After(deadline) {
-				r.t.Fatalf("%d turn request(s) hold %q, want %d; turns: %q", len(withText(r, s)), s, n, promptsOf(r.stub.Turns()))
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		return withText(r, s)
-	}
-
 	// (a) nothing runs fleet-recv while Gemini idles (it has no async
 	// hook): a message sent now stays pending, in no request; the next
 	// turn's start (BeforeAgent) hands it over, once
@@ -135,7 +113,7 @@ func TestGeminiHookMode(t *testing.T) {
 		stillPending(t, r, id)
 		p := "a turn of its own"
 		prompt(r, p)
-		q := waitText(r, p, 1)[0]
+		q := waitText(t, r, p, 1)[0]
 		takenBy(t, r, id, p)
 		if n := strings.Count(q.Body, jsonText(frame(id, body))); n != 1 {
 			t.Errorf("the turn's first request holds the exact frame %d times, want 1:%s", n, around(q.Body, jsonText(header(id))))
@@ -167,7 +145,7 @@ func TestGeminiHookMode(t *testing.T) {
 		waitEvent(t, "AfterTool", tools+1)
 		r.waitState(id, "delivered", 30*time.Second)
 		idle(r)
-		turns := waitText(r, p, 2)
+		turns := waitText(t, r, p, 2)
 		if len(turns) != 2 || turns[1].ToolResult == "" {
 			for i, q := range turns {
 				t.Logf("request %d: answer %q tool result %q prompt %q", i, q.Answer, q.ToolResult, q.Prompt)
@@ -208,7 +186,7 @@ func TestGeminiHookMode(t *testing.T) {
 			t.Fatalf("the slow request holds the message sent after it (or there is none): %d", len(turns))
 		}
 		var cont stubmodel.Request
-		for _, q := range waitText(r, frame(id, body), 1) {
+		for _, q := range waitText(t, r, frame(id, body), 1) {
 			if strings.Contains(q.Prompt, frame(id, body)) {
 				cont = q
 				break
@@ -239,7 +217,7 @@ func TestGeminiHookMode(t *testing.T) {
 		prompt(r, p)
 		r.waitState(id, "delivered", 30*time.Second)
 		want := regexp.MustCompile(regexp.QuoteMeta(jsonText(header(id)+"\n│ (a body of 51200 bytes, too long for this hook: read it with ")) + `(.+?)\)\\n`)
-		q := waitText(r, p, 1)[0]
+		q := waitText(t, r, p, 1)[0]
 		m := want.FindStringSubmatch(q.Body)
 		if m == nil {
 			t.Fatalf("the turn's request holds no pointer:%s", around(q.Body, jsonText(header(id))))

@@ -362,36 +362,7 @@ func TestOpenCodeReplyAcrossHosts(t *testing.T) {
 	rig, h2 := twoHostRig(t, "t-go-opencode-reply")
 	bossTok := h2.join("boss")
 	c := startOpenCode(t, rig, "oc")
-	run := func() (string, string, error) {
-		wait := exec.Command(filepath.Join(binDir, "fleet-send"), "--wait", "--timeout", "120s", "--json",
-			"oc@h1", "please reply STUB:TOOL=fleet-send --reply-to {MSGID} done, from opencode")
-		wait.Env = append(h2.env, "FLEET_TOKEN="+bossTok, "PATH="+binDir+":"+os.Getenv("PATH"))
-		var out, errOut strings.Builder
-		wait.Stdout, wait.Stderr = &out, &errOut
-		err := wait.Run()
-		return out.String(), errOut.String(), err
-	}
-	var out, errOut string
-	var err error
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(300 * time.Millisecond) {
-		// h2 hears of oc@h1 within a presence interval or two
-		if out, errOut, err = run(); exitCode(err) != 75 || time.Now().After(deadline) {
-			break
-		}
-	}
-	if err != nil {
-		t.Fatalf("fleet-send --wait: %v\nstdout: %s\nstderr: %s\nscreen:\n%s", err, out, errOut, rig.screen(c.pane))
-	}
-	if !strings.Contains(out, `"kind":"REPLY"`) || !strings.Contains(out, "done, from opencode") {
-		t.Fatalf("boss got %s", out)
-	}
-	turns := rig.waitTurns(2, 30*time.Second)
-	if !strings.Contains(turns[0].Answer, "fleet-send --reply-to ") || turns[1].ToolResult == "" {
-		for i, q := range turns {
-			t.Logf("turn %d: answer %q, tool result %q", i, q.Answer, q.ToolResult)
-		}
-		t.Fatal("the model did not call fleet-send --reply-to and see its result")
-	}
+	replyAcrossHosts(t, rig, h2, bossTok, "oc@h1", c.pane, "opencode")
 }
 
 // Hook delivery mode with the real OpenCode: the entity is joined --mode

@@ -3,6 +3,7 @@ package fleet_test
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -292,4 +293,65 @@ func takenBy(t *testing.T, r *agentRig, id, prompt string) {
 		}
 	}
 	t.Errorf("no request of the model holds the message")
+}
+
+// replyAcrossHosts is the shared case of a reply made by the agent's own
+// tool call across hosts: boss on h2 (credential bossTok) holds
+// fleet-send --wait open to to (NAME@h1, the agent in pane); the model's
+// bash tool runs fleet-send --reply-to with the entity's credential, and
+// the reply, signed "done, from who", reaches boss's send over the broker.
+func replyAcrossHosts(t *testing.T, rig *agentRig, h2 *testGW, bossTok, to, pane, who string) {
+	t.Helper()
+	run := func() (string, string, error) {
+		wait := exec.Command(filepath.Join(binDir, "fleet-send"), "--wait", "--timeout", "120s", "--json",
+			to, "please reply STUB:TOOL=fleet-send --reply-to {MSGID} done, from "+who)
+		wait.Env = append(h2.env, "FLEET_TOKEN="+bossTok, "PATH="+binDir+":"+os.Getenv("PATH"))
+		var out, errOut strings.Builder
+		wait.Stdout, wait.Stderr = &out, &errOut
+		err := wait.Run()
+		return out.String(), errOut.String(), err
+	}
+	var out, errOut string
+	var err error
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(300 * time.Millisecond) {
+		// h2 hears of the agent's entity within a presence interval or two
+		if out, errOut, err = run(); exitCode(err) != 75 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("fleet-send --wait: %v\nstdout: %s\nstderr: %s\nscreen:\n%s", err, out, errOut, rig.screen(pane))
+	}
+	if !strings.Contains(out, `"kind":"REPLY"`) || !strings.Contains(out, "done, from "+who) {
+		t.Fatalf("boss got %s", out)
+	}
+	turns := rig.waitTurns(2, 30*time.Second)
+	if !strings.Contains(turns[0].Answer, "fleet-send --reply-to ") || turns[1].ToolResult == "" {
+		for i, q := range turns {
+			t.Logf("turn %d: answer %q, tool result %q", i, q.Answer, q.ToolResult)
+		}
+		t.Fatal("the model did not call fleet-send --reply-to and see its result")
+	}
+}
+
+// withText are the turn requests whose body holds s (as JSON text).
+func withText(r *agentRig, s string) []stubmodel.Request {
+	var out []stubmodel.Request
+	for _, q := range r.stub.Turns() {
+		if strings.Contains(q.Body, jsonText(s)) {
+			out = append(out, q)
+		}
+	}
+	return out
+}
+
+// waitText waits until n turn requests hold s, and returns them.
+func waitText(t *testing.T, r *agentRig, s string, n int) []stubmodel.Request {
+	t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); len(withText(r, s)) < n; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d turn request(s) hold %q, want %d; turns: %q", len(withText(r, s)), s, n, promptsOf(r.stub.Turns()))
+		}
+	}
+	return withText(r, s)
 }

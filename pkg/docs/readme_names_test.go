@@ -77,13 +77,13 @@ func TestREADMENamesExist(t *testing.T) {
 					continue // bridge.dlq, control.<host>: no package
 				}
 				checked++
-				if !packageDeclares(t, root, pkg, q[2], load) {
+				if !packageDeclares(root, pkg, q[2], load) {
 					t.Errorf("README names %s: %s declares no %s", s, pkg, q[2])
 				}
 			case ident.MatchString(s) && file == "" && dir != "":
 				// after a package: declared in one of its files
 				checked++
-				if !packageDeclares(t, root, dir, s, load) {
+				if !packageDeclares(root, dir, s, load) {
 					t.Errorf("README names %s in %s, which declares no %s", s, dir, s)
 				}
 			case ident.MatchString(s) && file != "":
@@ -92,7 +92,7 @@ func TestREADMENamesExist(t *testing.T) {
 				if f.decls[s] {
 					continue
 				}
-				if !packageHasString(t, root, dir, s, load) {
+				if !packageHasString(root, dir, s, load) {
 					t.Errorf("README names %s in %s, which declares no %s (moved? name where it lives now)", s, file, s)
 				}
 			}
@@ -154,7 +154,7 @@ func goFiles(root, dir string) []string {
 	return out
 }
 
-func packageDeclares(t *testing.T, root, dir, name string, load func(string) *goFile) bool {
+func packageDeclares(root, dir, name string, load func(string) *goFile) bool {
 	for _, p := range goFiles(root, dir) {
 		if load(p).decls[name] {
 			return true
@@ -163,7 +163,7 @@ func packageDeclares(t *testing.T, root, dir, name string, load func(string) *go
 	return false
 }
 
-func packageHasString(t *testing.T, root, dir, s string, load func(string) *goFile) bool {
+func packageHasString(root, dir, s string, load func(string) *goFile) bool {
 	for _, p := range goFiles(root, dir) {
 		if f := load(p); f.strs[s] || f.decls[s] {
 			return true
